@@ -1,0 +1,13 @@
+"""The MHAR model family: config, decoder, routing sites and the routing entry point."""
+
+from transformers import AutoConfig, AutoModelForCausalLM
+
+from .config import METHODS, PRESETS, ConfigError, MHARConfig
+from .modeling import MHARForCausalLM, MHARModel
+from .routing import available_backends, route, route_reference
+
+AutoConfig.register("mhar", MHARConfig, exist_ok=True)
+AutoModelForCausalLM.register(MHARConfig, MHARForCausalLM, exist_ok=True)
+
+__all__ = ["METHODS", "PRESETS", "ConfigError", "MHARConfig", "MHARForCausalLM", "MHARModel",
+           "available_backends", "route", "route_reference"]

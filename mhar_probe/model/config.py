@@ -1,0 +1,145 @@
+"""Model configuration: one Hugging Face config for every residual method.
+
+The paper's presets (appendix "Architecture", Table "main") are in `PRESETS`; `tiny` trains
+in minutes on two CPU cores.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import PretrainedConfig
+
+METHODS = ("baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta")
+ROUTED_METHODS = ("attnres", "mhar", "mhar_hw")  # replacement forms over 2L+1 sources
+ROUTING_BACKENDS = ("eager", "compile", "triton")
+
+PRESETS: dict[str, dict[str, Any]] = {
+    # name: d, L, heads, kv heads, FFN, context (T); head_dim = d / heads
+    "tiny": dict(hidden_size=128, num_hidden_layers=4, num_attention_heads=4,
+                 num_key_value_heads=2, intermediate_size=384, seq_len=128),
+    "100m": dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8,
+                 num_key_value_heads=4, intermediate_size=1536, seq_len=2048),
+    "124m": dict(hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+                 num_key_value_heads=4, intermediate_size=2304, seq_len=2048),
+    "350m": dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                 num_key_value_heads=8, intermediate_size=4096, seq_len=1024),
+    "1b": dict(hidden_size=1280, num_hidden_layers=36, num_attention_heads=16,
+               num_key_value_heads=8, intermediate_size=5120, seq_len=1024),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration the model cannot be built from; the message names the field to fix."""
+
+
+class MHARConfig(PretrainedConfig):
+    """Qwen3-style decoder with a selectable residual method.
+
+    Sources and sites (replacement forms `attnres`, `mhar`, `mhar_hw`): source 0 is the token
+    embedding, layer l appends its attention output as source 2l+1 and its MLP output as
+    source 2l+2 (N = 2L+1). Site 2l (attention input of layer l) reads sources [0, 2l+1),
+    site 2l+1 (MLP input) reads [0, 2l+2), site 2L (before the final norm) reads all 2L+1.
+    """
+
+    model_type = "mhar"
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    def __init__(
+        self,
+        vocab_size: int = 4096,
+        hidden_size: int = 128,
+        num_hidden_layers: int = 4,
+        num_attention_heads: int = 4,
+        num_key_value_heads: int = 2,
+        head_dim: int | None = None,
+        intermediate_size: int = 384,
+        max_position_embeddings: int = 256,
+        rms_norm_eps: float = 1e-6,
+        rope_theta: float = 1e4,
+        initializer_range: float = 0.02,
+        tie_word_embeddings: bool = True,
+        residual_method: str = "baseline",
+        routing_heads: int | None = None,
+        routing_backend: str = "eager",
+        hyper_streams: int = 4,
+        delta_num_blocks: int = 2,
+        preset: str | None = None,
+        bos_token_id: int | None = None,
+        eos_token_id: int | None = 0,
+        pad_token_id: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        self.vocab_size = vocab_size
+        self.hidden_size = hidden_size
+        self.num_hidden_layers = num_hidden_layers
+        self.num_attention_heads = num_attention_heads
+        self.num_key_value_heads = num_key_value_heads
+        self.head_dim = head_dim if head_dim is not None else hidden_size // max(num_attention_heads, 1)
+        self.intermediate_size = intermediate_size
+        self.max_position_embeddings = max_position_embeddings
+        self.rms_norm_eps = rms_norm_eps
+        self.rope_theta = rope_theta
+        self.initializer_range = initializer_range
+        self.residual_method = residual_method
+        self.routing_heads = routing_heads if routing_heads is not None else num_key_value_heads
+        self.routing_backend = routing_backend
+        self.hyper_streams = hyper_streams
+        self.delta_num_blocks = delta_num_blocks
+        self.preset = preset
+        # what transformers' generation / attention utilities look for
+        self.hidden_act = "silu"
+        self.use_cache = kwargs.pop("use_cache", True)
+        super().__init__(
+            tie_word_embeddings=tie_word_embeddings, bos_token_id=bos_token_id,
+            eos_token_id=eos_token_id, pad_token_id=pad_token_id, **kwargs,
+        )
+        self.validate()
+
+    # ------------------------------------------------------------------ helpers
+    @property
+    def num_sources(self) -> int:
+        """N = 2L + 1 sources of the replacement forms."""
+        return 2 * self.num_hidden_layers + 1
+
+    @property
+    def num_sites(self) -> int:
+        """2L + 1 routing sites: attention and MLP of every layer, plus the final site."""
+        return 2 * self.num_hidden_layers + 1
+
+    def validate(self) -> None:
+        """Raise `ConfigError` naming the field to fix."""
+        if self.residual_method not in METHODS:
+            raise ConfigError(f"unknown residual method {self.residual_method!r}; choose one of {', '.join(METHODS)}")
+        if self.routing_backend not in ROUTING_BACKENDS:
+            raise ConfigError(f"unknown routing backend {self.routing_backend!r}; choose one of {', '.join(ROUTING_BACKENDS)}")
+        if self.num_attention_heads % self.num_key_value_heads:
+            raise ConfigError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
+                              f"num_key_value_heads={self.num_key_value_heads}")
+        if self.routing_heads < 1 or self.hidden_size % self.routing_heads:
+            raise ConfigError(f"hidden size d={self.hidden_size} is not divisible by routing heads "
+                              f"H={self.routing_heads}; pick H that divides d")
+        if self.residual_method == "attnres" and self.routing_heads != 1:
+            self.routing_heads = 1  # attnres is MHAR at H=1 by definition
+        if self.residual_method == "delta" and not 1 <= self.delta_num_blocks <= self.num_hidden_layers:
+            raise ConfigError(f"delta_num_blocks={self.delta_num_blocks} must be between 1 and the number "
+                              f"of layers ({self.num_hidden_layers})")
+
+    @classmethod
+    def from_preset(cls, preset: str, **overrides: Any) -> "MHARConfig":
+        """Build the paper's preset (`tiny`, `100m`, `124m`, `350m`, `1b`) with overrides."""
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        values = dict(PRESETS[preset])
+        seq_len = values.pop("seq_len")
+        values["max_position_embeddings"] = 2 * seq_len  # paper: max_position_embeddings = 2T
+        if values.get("num_hidden_layers", 0) and "delta_num_blocks" not in overrides:
+            values["delta_num_blocks"] = max(1, values["num_hidden_layers"] // 4)
+        values.update({k: v for k, v in overrides.items() if v is not None})
+        return cls(preset=preset, **values)
+
+    @staticmethod
+    def preset_seq_len(preset: str) -> int:
+        if preset not in PRESETS:
+            raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
+        return int(PRESETS[preset]["seq_len"])

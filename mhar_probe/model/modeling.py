@@ -1,0 +1,226 @@
+"""The MHAR decoder: a Qwen3-style pre-norm Transformer whose residual method is one config field.
+
+    baseline  h' = h + f(LN(h)),  h = h' + g(LN(h'))                       (eq. resid)
+    hyper     n = 4 hyper-connection streams (Zhu et al. 2024), `hyper-connections` package
+    attnres   x_s = route_{H=1}(sources[0:N_s]);  sources.append(f(LN(x_s)))   (eq. route)
+    mhar      the same with H heads                                          (eq. mh)
+    mhar_hw   attention sites: one full-width query per KV group feeds that group's Q/K/V
+    delta     x_s = h + gate_s * route([null, block deltas]);  h += f(LN(x_s))
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+from transformers import GenerationMixin, PreTrainedModel
+from transformers.cache_utils import Cache, DynamicCache
+from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
+
+from .config import ROUTED_METHODS, MHARConfig
+from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
+from .residual import DeltaSite, RoutingSite, delta_block_of_layer
+from .routing import get_backend
+
+
+class DecoderLayer(nn.Module):
+    """Attention and MLP sublayers with their input norms; the residual wiring lives in the model."""
+
+    def __init__(self, config: MHARConfig, layer_idx: int) -> None:
+        super().__init__()
+        d, eps = config.hidden_size, config.rms_norm_eps
+        self.self_attn = Attention(d, config.num_attention_heads, config.num_key_value_heads,
+                                   config.head_dim, eps, layer_idx)
+        self.mlp = MLP(d, config.intermediate_size)
+        self.input_layernorm = RMSNorm(d, eps)
+        self.post_attention_layernorm = RMSNorm(d, eps)
+
+    def attn(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache) -> Tensor:
+        return self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
+
+    def ffn(self, x: Tensor) -> Tensor:
+        return self.mlp(self.post_attention_layernorm(x))
+
+
+class MHARPreTrainedModel(PreTrainedModel):
+    config_class = MHARConfig
+    config: MHARConfig
+    base_model_prefix = "model"
+    supports_gradient_checkpointing = False
+    _no_split_modules = ["DecoderLayer"]
+    _supports_sdpa = True
+
+    @torch.no_grad()
+    def _init_weights(self, module: nn.Module) -> None:
+        """N(0, 0.02^2) for linear and embedding weights; norms, queries and gates keep their
+        constructor values (ones, zeros, zeros); hyper-connection parameters keep the package's."""
+        std = self.config.initializer_range
+        if isinstance(module, (nn.Linear, nn.Embedding)):
+            module.weight.normal_(mean=0.0, std=std)
+
+
+class MHARModel(MHARPreTrainedModel):
+    def __init__(self, config: MHARConfig) -> None:
+        super().__init__(config)
+        d, L = config.hidden_size, config.num_hidden_layers
+        self.method = config.residual_method
+        self.embed_tokens = nn.Embedding(config.vocab_size, d)
+        self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(L))
+        self.norm = RMSNorm(d, config.rms_norm_eps)
+        self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
+        self.sites = nn.ModuleList(self._make_sites(config))
+        if self.method == "hyper":
+            from hyper_connections import HyperConnections
+
+            n = config.hyper_streams
+            self.hyper = nn.ModuleList(HyperConnections(n, dim=d, layer_index=i) for i in range(2 * L))
+        if self.method == "delta":
+            self.null_source = nn.Parameter(torch.zeros(d))
+            self.block_of_layer = delta_block_of_layer(L, config.delta_num_blocks)
+        self.post_init()
+
+    @staticmethod
+    def _make_sites(config: MHARConfig) -> list[nn.Module]:
+        d, L, eps, H = config.hidden_size, config.num_hidden_layers, config.rms_norm_eps, config.routing_heads
+        method = config.residual_method
+        kinds = [(layer, kind) for layer in range(L) for kind in ("attn", "mlp")] + [(L, "final")]
+        if method in ROUTED_METHODS:
+            sites = []
+            for s, (layer, kind) in enumerate(kinds):
+                hw = method == "mhar_hw" and kind == "attn"
+                sites.append(RoutingSite(d, H, eps, s, layer, kind, num_sources=s + 1,
+                                         num_queries=config.num_key_value_heads if hw else 1))
+            return sites
+        if method == "delta":
+            return [DeltaSite(d, H, eps, s, layer, kind, config.routing_backend)
+                    for s, (layer, kind) in enumerate(kinds)]
+        return []
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.embed_tokens = value
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                position_ids: Tensor | None = None, past_key_values: Cache | None = None,
+                inputs_embeds: Tensor | None = None, use_cache: bool | None = None,
+                **kwargs) -> BaseModelOutputWithPast:
+        if inputs_embeds is None:
+            inputs_embeds = self.embed_tokens(input_ids)  # [B, T, d]
+        B, T, _ = inputs_embeds.shape
+        use_cache = self.config.use_cache if use_cache is None else use_cache
+        if use_cache and past_key_values is None and not self.training:
+            past_key_values = DynamicCache(config=self.config)
+        cache = past_key_values if use_cache else None
+        past = cache.get_seq_length() if cache is not None else 0
+        if T + past > self.config.max_position_embeddings:
+            raise ValueError(f"sequence length {T + past} exceeds max_position_embeddings="
+                             f"{self.config.max_position_embeddings}")
+        if position_ids is None:
+            position_ids = torch.arange(past, past + T, device=inputs_embeds.device).expand(B, T)
+        cos, sin = self.rotary_emb(inputs_embeds, position_ids)
+        mask = _attention_mask(attention_mask, T, past, inputs_embeds.device)
+        wiring = {"baseline": self._additive, "hyper": self._hyper, "delta": self._delta}.get(
+            self.method, self._routed)
+        h = wiring(inputs_embeds, cos, sin, mask, cache)
+        return BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache)
+
+    def _additive(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
+        for layer in self.layers:
+            h = h + layer.attn(h, cos, sin, mask, cache)
+            h = h + layer.ffn(h)
+        return h
+
+    def _hyper(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
+        n = self.config.hyper_streams
+        streams = h.repeat_interleave(n, dim=0)  # [(B n), T, d]
+        for i, layer in enumerate(self.layers):
+            x, add = self.hyper[2 * i](streams)
+            streams = add(layer.attn(x, cos, sin, mask, cache))
+            x, add = self.hyper[2 * i + 1](streams)
+            streams = add(layer.ffn(x))
+        return streams.view(-1, n, *streams.shape[1:]).sum(dim=1)  # [B, T, d]
+
+    def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
+        stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources)
+        stack.append(emb)  # source 0
+        for i, layer in enumerate(self.layers):
+            stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1
+            stack.append(layer.ffn(self.sites[2 * i + 1](stack)))  # source 2l+2
+        return self.sites[-1](stack)
+
+    def _delta(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
+        null = self.null_source.to(h.dtype).expand_as(h)
+        deltas: list[Tensor] = []  # one aggregated delta per completed block
+        block, block_start = 0, h
+
+        def sources() -> Tensor:  # [N, B, T, d]: null, completed blocks, current partial block
+            current = [] if h is block_start else [h - block_start]
+            return torch.stack([null, *deltas, *current])
+
+        for i, layer in enumerate(self.layers):
+            if self.block_of_layer[i] != block:
+                deltas.append(h - block_start)
+                block, block_start = self.block_of_layer[i], h
+            h = h + layer.attn(self.sites[2 * i](h, sources()), cos, sin, mask, cache)
+            h = h + layer.ffn(self.sites[2 * i + 1](h, sources()))
+        if h is not block_start:
+            deltas.append(h - block_start)
+            block_start = h
+        return self.sites[-1](h, sources())
+
+
+def _attention_mask(attention_mask: Tensor | None, T: int, past: int, device) -> Tensor | None:
+    """None when every key is visible (causal handled by SDPA); else a bool [B, 1, T, past+T]."""
+    if attention_mask is None or bool(attention_mask.all()):
+        return None
+    keys = attention_mask[:, -(past + T):].bool()  # [B, S]
+    causal = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)
+    mask = causal[None, None] & keys[:, None, None, :]
+    return mask | ~mask.any(-1, keepdim=True)  # fully padded query rows attend anywhere (ignored)
+
+
+class MHARForCausalLM(MHARPreTrainedModel, GenerationMixin):
+    _tied_weights_keys = {"lm_head.weight": "model.embed_tokens.weight"}
+
+    def __init__(self, config: MHARConfig) -> None:
+        super().__init__(config)
+        self.model = MHARModel(config)
+        self.lm_head = nn.Linear(config.hidden_size, config.vocab_size, bias=False)
+        self.post_init()
+
+    def get_input_embeddings(self) -> nn.Embedding:
+        return self.model.embed_tokens
+
+    def set_input_embeddings(self, value: nn.Embedding) -> None:
+        self.model.embed_tokens = value
+
+    def get_output_embeddings(self) -> nn.Linear:
+        return self.lm_head
+
+    def set_output_embeddings(self, value: nn.Linear) -> None:
+        self.lm_head = value
+
+    @property
+    def sites(self) -> nn.ModuleList:
+        return self.model.sites
+
+    def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
+                position_ids: Tensor | None = None, past_key_values: Cache | None = None,
+                inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
+                use_cache: bool | None = None, logits_to_keep: int = 0,
+                **kwargs) -> CausalLMOutputWithPast:
+        out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
+                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache)
+        h = out.last_hidden_state
+        if logits_to_keep:
+            h = h[:, -logits_to_keep:]
+        logits = self.lm_head(h)
+        loss = None
+        if labels is not None:
+            # transformers' convention: labels align with input_ids and are shifted here
+            loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
+                                   ignore_index=-100)
+        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values)

@@ -1,0 +1,97 @@
+"""Routing sites: the learned depth reads of the attention-residual family.
+
+A replacement-form site s owns a query q (d,) initialised to zero and a key RMSNorm weight g
+(d,) initialised to one, and reads the first `num_sources` sources of the depth history:
+
+    site 2l   (attention input of layer l) reads sources [0, 2l+1)
+    site 2l+1 (MLP input of layer l)       reads sources [0, 2l+2)
+    site 2L   (before the final norm)      reads all 2L+1
+
+A head-aligned site (`mhar_hw`, attention only) owns one full-width query per KV group
+([G, d]) and returns one routed input per group ([G, B, T, d]).
+A delta site additionally owns a scalar gate (zero at init): out = partial + gate * routed.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor, nn
+
+from .hooks import HookPoint
+from .layers import RMSNorm
+from .routing import SourceStack, get_backend
+
+
+def site_label(layer: int, kind: str) -> str:
+    return "final" if kind == "final" else f"L{layer}.{kind}"
+
+
+class RoutingSite(nn.Module):
+    """One depth read: routes over the first `num_sources` entries of a `SourceStack`."""
+
+    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str,
+                 num_sources: int, num_queries: int = 1) -> None:
+        super().__init__()
+        self.index, self.layer, self.kind = index, layer, kind
+        self.num_heads, self.eps, self.num_sources = num_heads, eps, num_sources
+        self.query = nn.Parameter(torch.zeros(d) if num_queries == 1 else torch.zeros(num_queries, d))
+        self.key_norm = RMSNorm(d, eps)
+        self.hook_sources = HookPoint()  # [N, B, T, d]
+        self.hook_weights = HookPoint()  # [N, B, T, H]   (H = G for a head-aligned site)
+        self.hook_out = HookPoint()  # [B, T, d]         ([G, B, T, d] head-aligned)
+
+    @property
+    def label(self) -> str:
+        return site_label(self.layer, self.kind)
+
+    def forward(self, stack: SourceStack) -> Tensor:
+        n = self.num_sources
+        if self.hook_sources.active:
+            self.hook_sources(stack.stacked(n))
+        g = self.key_norm.weight
+        if self.query.dim() == 1:
+            out, weights = stack.route(self.query, g, self.num_heads, self.eps, n)
+        else:  # one full-width single-head read per KV group
+            reads = [stack.route(q, g, 1, self.eps, n) for q in self.query]
+            out = torch.stack([o for o, _ in reads])  # [G, B, T, d]
+            weights = torch.cat([w for _, w in reads], dim=-1)  # [N, B, T, G]
+        if self.hook_weights.active:
+            self.hook_weights(weights)
+        return self.hook_out(out)
+
+
+class DeltaSite(nn.Module):
+    """Identity-preserving read (delta form): x = h + gate * route([null, block deltas]).
+
+    With gate = 0 (its initial value) the sublayer sees exactly the additive stream h.
+    """
+
+    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str,
+                 backend: str) -> None:
+        super().__init__()
+        self.index, self.layer, self.kind = index, layer, kind
+        self.num_heads, self.eps, self.backend = num_heads, eps, backend
+        self.query = nn.Parameter(torch.zeros(d))
+        self.key_norm = RMSNorm(d, eps)
+        self.gate = nn.Parameter(torch.zeros(()))
+        self.hook_sources = HookPoint()
+        self.hook_weights = HookPoint()
+        self.hook_out = HookPoint()
+
+    @property
+    def label(self) -> str:
+        return site_label(self.layer, self.kind)
+
+    def forward(self, h: Tensor, sources: Tensor) -> Tensor:  # h [B, T, d]; sources [N, B, T, d]
+        if self.hook_sources.active:
+            self.hook_sources(sources)
+        out, weights = get_backend(self.backend).route(
+            sources, self.query, self.key_norm.weight, self.num_heads, self.eps, partial=h, gate=self.gate)
+        if self.hook_weights.active:
+            self.hook_weights(weights)
+        return self.hook_out(out)
+
+
+def delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
+    """Block index of each layer: `num_blocks` contiguous blocks, sizes differing by at most one."""
+    return [layer * num_blocks // num_layers for layer in range(num_layers)]

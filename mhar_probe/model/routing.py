@@ -1,0 +1,164 @@
+"""Multi-head depth routing: the reference (eq. mh) and the backend registry.
+
+For a site with query q in R^d split into H heads of width K = d/H, key-norm weight g and
+sources s_0..s_{N-1} (each [B, T, d]):
+
+    khat_n        = RMSNorm_g(s_n)                      (RMS over the full d-row, eps)
+    alpha^{(h)}_n = softmax_n( q_h . khat_n[h] )        (one softmax over depth per head)
+    out[h]        = sum_n alpha^{(h)}_n s_n[h]
+
+H = 1 is single-head attention residuals (eq. route). In the delta form the result is added
+to a residual stream through a gate: out = partial + gate * routed.
+
+Backends share one interface so that model code never changes:
+  * `route(sources, ...)`: one self-contained call on a stacked [N, B, T, d] tensor;
+  * `new_stack(capacity)`: a `SourceStack` that receives each source once (`append`) and
+    routes over any prefix of them (`route(query, g, H, n)`) -- the shared-buffer form.
+`eager` is the reference, `compile` is the same code under torch.compile, and `triton`
+(mhar_probe.kernels) registers itself on import.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Protocol
+
+import torch
+from torch import Tensor
+
+
+def rms_norm_keys(x: Tensor, weight: Tensor, eps: float) -> Tensor:
+    """Qwen3 RMSNorm: statistic in fp32, normalised value rounded to x.dtype, then * weight."""
+    xf = x.float()
+    normed = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * normed.to(x.dtype)
+
+
+def route_reference(
+    sources: Tensor,  # [N, B, T, d]
+    query: Tensor,  # [d]
+    norm_weight: Tensor,  # [d]
+    num_heads: int,
+    eps: float = 1e-6,
+    partial: Tensor | None = None,  # [B, T, d] residual stream (delta form)
+    gate: Tensor | None = None,  # [] scalar gate (delta form)
+) -> tuple[Tensor, Tensor]:
+    """Eq. (mh) read line for line; returns (out [B, T, d], weights [N, B, T, H]).
+
+    Logits, softmax and the mix run in fp32; the output is cast back to the sources' dtype.
+    """
+    N, B, T, D = sources.shape
+    H = num_heads
+    if D % H:
+        raise ValueError(f"hidden size d={D} is not divisible by routing heads H={H}")
+    keys = rms_norm_keys(sources, norm_weight, eps)  # [N, B, T, D]
+    q = query.float().view(H, D // H)  # (d,) query -> H heads
+    logits = torch.einsum("he,nbthe->nbth", q, keys.float().view(N, B, T, H, D // H))
+    alpha = logits.softmax(dim=0)  # H softmaxes over depth  [N, B, T, H]
+    mixed = torch.einsum("nbth,nbthe->bthe", alpha, sources.float().view(N, B, T, H, D // H))
+    out = mixed.reshape(B, T, D)
+    if partial is not None:
+        out = partial.float() + (gate.float() if gate is not None else 1.0) * out
+    return out.to(sources.dtype), alpha
+
+
+class SourceStack(Protocol):
+    """The depth history of one forward pass: sources are appended once and routed over."""
+
+    def append(self, x: Tensor) -> None: ...  # x: [B, T, d]
+
+    def __len__(self) -> int: ...
+
+    def stacked(self, n: int | None = None) -> Tensor: ...  # [n, B, T, d]
+
+    def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
+              n: int | None = None) -> tuple[Tensor, Tensor]: ...
+
+
+RouteFn = Callable[..., tuple[Tensor, Tensor]]
+
+
+class ListSourceStack:
+    """Keeps sources in a Python list and stacks the prefix at every call (the reference path)."""
+
+    def __init__(self, capacity: int, route_fn: RouteFn = route_reference) -> None:
+        self.capacity = capacity
+        self.sources: list[Tensor] = []
+        self._route_fn = route_fn
+
+    def append(self, x: Tensor) -> None:
+        if len(self.sources) >= self.capacity:
+            raise RuntimeError(f"source stack is full ({self.capacity} sources)")
+        self.sources.append(x)
+
+    def __len__(self) -> int:
+        return len(self.sources)
+
+    def stacked(self, n: int | None = None) -> Tensor:
+        return torch.stack(self.sources[: len(self.sources) if n is None else n])
+
+    def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
+              n: int | None = None) -> tuple[Tensor, Tensor]:
+        return self._route_fn(self.stacked(n), query, norm_weight, num_heads, eps)
+
+
+@dataclass(frozen=True)
+class RoutingBackend:
+    """A routing implementation: a per-call function and a factory of source stacks."""
+
+    name: str
+    route: RouteFn
+    new_stack: Callable[[int], SourceStack]
+
+
+_BACKENDS: dict[str, RoutingBackend] = {}
+
+
+def register_backend(backend: RoutingBackend) -> None:
+    _BACKENDS[backend.name] = backend
+
+
+def _compiled_route() -> RouteFn:
+    fn = getattr(_compiled_route, "_fn", None)
+    if fn is None:
+        fn = torch.compile(route_reference, dynamic=True)
+        _compiled_route._fn = fn  # type: ignore[attr-defined]
+    return fn
+
+
+def _route_compiled(*args, **kwargs) -> tuple[Tensor, Tensor]:
+    return _compiled_route()(*args, **kwargs)
+
+
+register_backend(RoutingBackend("eager", route_reference, lambda cap: ListSourceStack(cap, route_reference)))
+register_backend(RoutingBackend("compile", _route_compiled, lambda cap: ListSourceStack(cap, _route_compiled)))
+
+
+def get_backend(name: str) -> RoutingBackend:
+    """Look up a routing backend; importing `mhar_probe.kernels` registers `triton`."""
+    if name == "triton" and name not in _BACKENDS:
+        try:
+            import mhar_probe.kernels  # noqa: F401  (registers itself)
+        except ImportError as exc:  # pragma: no cover - depends on the machine
+            raise RuntimeError(f"routing backend 'triton' is unavailable here: {exc}") from exc
+    if name not in _BACKENDS:
+        raise ValueError(f"unknown routing backend {name!r}; available: {', '.join(sorted(_BACKENDS))}")
+    return _BACKENDS[name]
+
+
+def available_backends() -> list[str]:
+    return sorted(_BACKENDS)
+
+
+def route(
+    sources: Tensor,  # [N, B, T, d]
+    query: Tensor,  # [d]
+    norm_weight: Tensor,  # [d]
+    num_heads: int,
+    eps: float = 1e-6,
+    backend: str = "eager",
+    partial: Tensor | None = None,
+    gate: Tensor | None = None,
+) -> tuple[Tensor, Tensor]:
+    """The one routing entry point: (out [B, T, d], weights [N, B, T, H]) from any backend."""
+    return get_backend(backend).route(sources, query, norm_weight, num_heads, eps, partial=partial, gate=gate)
