@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from ..errors import UserError
 
-class DataError(ValueError):
+
+class DataError(UserError):
     """A data source, tokenizer or split cannot be used as given.
 
-    The message always names the path (or corpus) and says what is wrong, so a CLI can
-    print it as is and exit non-zero.
+    A ``ValueError`` (through the project's ``UserError``, which the CLI prints on one line
+    before exiting with status 2); the message always names the path (or corpus) and says
+    what is wrong.
     """
