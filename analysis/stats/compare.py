@@ -1,0 +1,157 @@
+"""Compare two harness runs task by task: pairing, exact McNemar, bootstrap CI, Holm."""
+
+from __future__ import annotations
+
+import fnmatch
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import StatsError
+from .lm_eval_io import EvalRun, default_metric, load_eval_run, pair_task
+from .mcnemar import compare_binary, holm
+
+
+@dataclass
+class McNemarRow:
+    """One (task, filter) comparison; delta = acc_B - acc_A; b = A right & B wrong, c = reverse."""
+
+    task: str
+    filter: str
+    metric: str
+    n: int
+    acc_a: float
+    acc_b: float
+    delta: float
+    b: int
+    c: int
+    p_value: float
+    p_holm: float
+    ci_low: float
+    ci_high: float
+    n_a: int
+    n_b: int
+    only_a: int
+    only_b: int
+    duplicated_a: int
+    duplicated_b: int
+    hash_mismatch: int
+    hash_unchecked: int
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class Comparison:
+    dir_a: str
+    dir_b: str
+    date_a: str
+    date_b: str
+    rows: list[McNemarRow]
+    notes: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+
+def _select(names: Sequence[str], patterns: Sequence[str] | None, what: str) -> list[str]:
+    if not patterns:
+        return list(names)
+    chosen = [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if unmatched:
+        raise StatsError(f"{what} {', '.join(map(repr, unmatched))} not found; available: {', '.join(names)}")
+    return chosen
+
+
+def compare_runs(
+    run_a: EvalRun,
+    run_b: EvalRun,
+    *,
+    tasks: Sequence[str] | None = None,
+    filters: Sequence[str] | None = None,
+    metric: str | None = None,
+    n_boot: int = 10_000,
+    level: float = 0.95,
+    seed: int = 0,
+) -> Comparison:
+    """Per-task paired comparison of two loaded runs (tasks / filters accept shell patterns).
+
+    Every (task, filter) pair present in both arms is a row; Holm's adjustment runs over all
+    rows. Without `filters`, every filter of a task is reported.
+    """
+    notes: list[str] = []
+    names_a, names_b = list(run_a.tasks), list(run_b.tasks)
+    common = [t for t in names_a if t in run_b.tasks]
+    if tasks is None:
+        for t in names_a:
+            if t not in run_b.tasks:
+                notes.append(f"task {t} only in A ({run_a.root}); not compared")
+        for t in names_b:
+            if t not in run_a.tasks:
+                notes.append(f"task {t} only in B ({run_b.root}); not compared")
+    else:
+        for arm, names, root in (("A", names_a, run_a.root), ("B", names_b, run_b.root)):
+            _select(names, tasks, f"task pattern(s) in arm {arm} ({root}):")
+    selected = _select(common, tasks, "task pattern(s)") if tasks else common
+    if not selected:
+        raise StatsError(f"no task in common between {run_a.root} ({', '.join(names_a)}) and "
+                         f"{run_b.root} ({', '.join(names_b)})")
+    for run in (run_a, run_b):
+        if run.other_dates:
+            notes.append(f"{run.root}: used run {run.date}; other runs present: {', '.join(run.other_dates)}")
+    rows: list[McNemarRow] = []
+    for t in selected:
+        ta, tb = run_a.tasks[t], run_b.tasks[t]
+        flts = [f for f in ta.filters if f in tb.filters]
+        for f in set(ta.filters) ^ set(tb.filters):
+            notes.append(f"task {t}: filter {f} present in one arm only; not compared")
+        if filters:
+            flts = [f for f in flts if any(fnmatch.fnmatchcase(f, p) for p in filters)]
+            if not flts:
+                raise StatsError(f"task {t}: no filter matches {', '.join(filters)}; "
+                                 f"available: {', '.join(ta.filters)}")
+        m = metric or default_metric(ta, tb)
+        for arm, ts in (("A", ta), ("B", tb)):
+            if ts.legacy and len(ts.filters) > 1:
+                notes.append(f"task {t} arm {arm}: pre-0.4.7 samples file; filters assigned by line order "
+                             f"({', '.join(ts.filters)})")
+        for f in flts:
+            items = pair_task(ta, tb, f, m)
+            if len(items.doc_ids) == 0:
+                raise StatsError(
+                    f"task {t} filter {f}: no item could be paired (A has {items.n_a}, B has {items.n_b}, "
+                    f"only in A {items.only_a}, only in B {items.only_b}, hash mismatches {items.hash_mismatch}); "
+                    "are both arms evaluated on the same documents and prompts?")
+            for ex in items.mismatch_examples:
+                notes.append(f"task {t} filter {f}: {ex}")
+            r = compare_binary(items.x_a, items.x_b, n_boot=n_boot, level=level, seed=seed)
+            rows.append(McNemarRow(
+                task=t, filter=f, metric=m, n=r.n, acc_a=r.acc_a, acc_b=r.acc_b, delta=r.delta,
+                b=r.b, c=r.c, p_value=r.p_value, p_holm=float("nan"), ci_low=r.ci_low, ci_high=r.ci_high,
+                n_a=items.n_a, n_b=items.n_b, only_a=items.only_a, only_b=items.only_b,
+                duplicated_a=items.duplicated_a, duplicated_b=items.duplicated_b,
+                hash_mismatch=items.hash_mismatch, hash_unchecked=items.hash_unchecked))
+    for row, adj in zip(rows, holm([r.p_value for r in rows])):
+        row.p_holm = adj
+    for row in rows:
+        dropped = row.only_a + row.only_b + row.duplicated_a + row.duplicated_b + row.hash_mismatch
+        if dropped:
+            notes.append(f"task {row.task} filter {row.filter}: {dropped} item(s) left out "
+                         f"(only A {row.only_a}, only B {row.only_b}, duplicated A {row.duplicated_a}, "
+                         f"duplicated B {row.duplicated_b}, hash mismatch {row.hash_mismatch})")
+        if row.hash_unchecked:
+            notes.append(f"task {row.task} filter {row.filter}: {row.hash_unchecked} pair(s) without hash "
+                         "fields; same document/prompt not verified")
+    return Comparison(dir_a=str(run_a.root), dir_b=str(run_b.root), date_a=run_a.date, date_b=run_b.date,
+                      rows=rows, notes=notes,
+                      settings=dict(n_boot=n_boot, level=level, seed=seed, metric=metric,
+                                    filters=list(filters) if filters else None,
+                                    tasks=list(tasks) if tasks else None))
+
+
+def compare_eval_dirs(dir_a: str | Path, dir_b: str | Path, *, tasks: Sequence[str] | None = None,
+                      date_a: str | None = None, date_b: str | None = None, **kw: Any) -> Comparison:
+    """Load both harness output directories and compare them (see `compare_runs`)."""
+    run_a = load_eval_run(dir_a, date=date_a)
+    run_b = load_eval_run(dir_b, date=date_b)
+    return compare_runs(run_a, run_b, tasks=tasks, **kw)

@@ -1,0 +1,10 @@
+"""The one exception type user-facing statistics code raises."""
+
+from __future__ import annotations
+
+
+class StatsError(ValueError):
+    """A user error (bad file, bad flag, mismatched inputs) with one clear message.
+
+    The main CLI prints the message and exits with status 2.
+    """
