@@ -19,7 +19,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from .config import ROUTED_METHODS, MHARConfig
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
-from .residual import DeltaSite, RoutingSite, delta_block_of_layer
+from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
 from .routing import get_backend
 
 
@@ -152,25 +152,11 @@ class MHARModel(MHARPreTrainedModel):
         return self.sites[-1](stack)
 
     def _delta(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
-        null = self.null_source.to(h.dtype).expand_as(h)
-        deltas: list[Tensor] = []  # one aggregated delta per completed block
-        block, block_start = 0, h
-
-        def sources() -> Tensor:  # [N, B, T, d]: null, completed blocks, current partial block
-            current = [] if h is block_start else [h - block_start]
-            return torch.stack([null, *deltas, *current])
-
+        sources = DeltaSources(self.block_of_layer, self.null_source)  # null + block deltas
         for i, layer in enumerate(self.layers):
-            if self.block_of_layer[i] != block:
-                deltas.append(h - block_start)
-                block, block_start = self.block_of_layer[i], h
-            h = h + layer.attn(self.sites[2 * i](h, sources()), cos, sin, mask, cache)
-            h = h + layer.ffn(self.sites[2 * i + 1](h, sources()))
-        if h is not block_start:
-            deltas.append(h - block_start)
-            block_start = h
-        return self.sites[-1](h, sources())
-
+            h = h + layer.attn(self.sites[2 * i](h, sources(2 * i, h)), cos, sin, mask, cache)
+            h = h + layer.ffn(self.sites[2 * i + 1](h, sources(2 * i + 1, h)))
+        return self.sites[-1](h, sources(len(self.sites) - 1, h))
 
 def _attention_mask(attention_mask: Tensor | None, T: int, past: int, device) -> Tensor | None:
     """None when every key is visible (causal handled by SDPA); else a bool [B, 1, T, past+T]."""

@@ -14,6 +14,8 @@ A delta site additionally owns a scalar gate (zero at init): out = partial + gat
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 from torch import Tensor, nn
 
@@ -95,3 +97,58 @@ class DeltaSite(nn.Module):
 def delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
     """Block index of each layer: `num_blocks` contiguous blocks, sizes differing by at most one."""
     return [layer * num_blocks // num_layers for layer in range(num_layers)]
+
+
+def delta_site_plan(block_of_layer: Sequence[int]) -> list[tuple[int, bool]]:
+    """(block b, opens) for each of the 2L+1 delta sites, in site order (attn, mlp per layer, final).
+
+    The attention site of the first layer of block b *opens* b; the final site opens the
+    virtual block `num_blocks` (every real block is then complete). A site that opens b reads
+    1 + b sources, any other site of block b reads 2 + b (its block's partial delta is non-zero).
+    """
+    num_blocks = block_of_layer[-1] + 1
+    plan: list[tuple[int, bool]] = []
+    for layer, block in enumerate(block_of_layer):
+        opens = layer == 0 or block != block_of_layer[layer - 1]
+        plan += [(block, opens), (block, False)]  # attention site, MLP site
+    return plan + [(num_blocks, True)]
+
+
+class DeltaSources:
+    """Block-aggregated source list of the delta form for one forward pass (shared by the
+    from-scratch `delta` method and converted pretrained models).
+
+    With h_b the additive stream entering the first layer of block b (h_B the final stream):
+
+        delta_b = h_{b+1} - h_b                                  (completed block b)
+        sources(site of block b, stream h) =
+            [null, delta_0, ..., delta_{b-1}]              if the site opens block b
+            [null, delta_0, ..., delta_{b-1}, h - h_b]     otherwise (current partial block)
+
+    Call it once per site, in forward order, with the stream h the site reads. Opening a block
+    (re)stores h_b by index, so re-running a layer under activation checkpointing, which only
+    ever reads blocks <= its own, recomputes the same sources.
+    """
+
+    def __init__(self, block_of_layer: Sequence[int], null: Tensor) -> None:
+        self.plan = delta_site_plan(block_of_layer)
+        self.null = null  # [d] learnable null source
+        self.starts: dict[int, Tensor] = {}  # b -> h_b   [B, T, d]
+        self.deltas: dict[int, Tensor] = {}  # b -> delta_b  [B, T, d]
+        self._null: Tensor | None = None  # null expanded to [B, T, d] once per pass
+
+    def num_sources(self, site: int) -> int:
+        block, opens = self.plan[site]
+        return 1 + block + (0 if opens else 1)
+
+    def __call__(self, site: int, h: Tensor) -> Tensor:  # h [B, T, d] -> [N, B, T, d]
+        block, opens = self.plan[site]
+        if opens:
+            if block == 0:
+                self.starts.clear(), self.deltas.clear()
+                self._null = self.null.to(h.dtype).expand_as(h)
+            else:
+                self.deltas[block - 1] = h - self.starts[block - 1]
+            self.starts[block] = h
+        current = [] if opens else [h - self.starts[block]]
+        return torch.stack([self._null, *(self.deltas[b] for b in range(block)), *current])
