@@ -8,9 +8,10 @@ Split
     Each document gets a number ``u`` in [0, 1) from the SHA-1 of its id. Within each
     source, documents with ``u < val_fraction`` are held out for validation; a source with
     at least two documents always keeps at least one on each side (its lowest-``u``
-    document goes to validation, its highest-``u`` to train, if needed). So validation of
-    the embedded corpus contains both code and prose. Membership depends only on the id,
-    never on the filesystem order, the other documents or ``max_bytes``.
+    document goes to validation, its highest-``u`` to train, if needed), and so does the
+    corpus as a whole. So validation of the embedded corpus contains both code and prose.
+    Apart from those forced moves, membership depends only on the id, never on the
+    filesystem order, the other documents or ``max_bytes``.
 Order
     Both splits are listed in ``u`` order: a deterministic shuffle, so neighbouring
     documents in the packed stream are unrelated files.
@@ -140,7 +141,13 @@ def split_documents(docs: list[Document], val_fraction: float) -> tuple[list[Doc
         val.extend(group[:n_val])
         train.extend(group[n_val:])
     order = lambda d: (hash_unit(d.id), d.id)  # noqa: E731
-    return sorted(train, key=order), sorted(val, key=order)
+    train.sort(key=order)
+    val.sort(key=order)
+    if len(docs) >= 2 and not val:  # every source has a single document
+        val.append(train.pop(0))
+    if len(docs) >= 2 and not train:
+        train.append(val.pop())
+    return train, val
 
 
 def cap_documents(docs: list[Document], budget: int) -> list[Document]:

@@ -66,9 +66,10 @@ def _read_jsonl(path: Path, rel: str, source: str, text_field: str) -> list[Docu
             except json.JSONDecodeError as exc:
                 raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
             if not isinstance(record, dict) or text_field not in record:
+                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
                 raise DataError(
-                    f"{path}:{lineno}: record has no field {text_field!r} "
-                    f"(pass text_field= to name the field holding the text)"
+                    f"{path}:{lineno}: record has no field {text_field!r} (fields: {fields}; "
+                    f"pass text_field= to name the field holding the text)"
                 )
             text = record[text_field]
             if text is None:
