@@ -149,6 +149,8 @@ def test_max_bytes_caps_deterministically(full_corpus, small_corpus):
     val_sources = {d.source for d in small_corpus.val}
     assert "stdlib-code" in val_sources and val_sources & PROSE_SOURCES
     assert small_corpus.composition.meta["max_bytes"] == SMALL_BYTES
+    with pytest.raises(DataError, match=r"embedded: max_bytes=2000 leaves the val split 100 bytes"):
+        load_corpus(max_bytes=2000)
 
 
 # ------------------------------------------------------------------ user files

@@ -18,7 +18,8 @@ Order
 Cap
     ``max_bytes`` caps the total UTF-8 bytes: validation gets ``val_fraction`` of it and
     train the rest. Within a split, documents are taken in ``u`` order (skipping any that
-    would overflow) first one small document per source, then up to each source's byte
+    would overflow) first each source's smallest document (if it fits in an equal share
+    of the budget, so tiny caps still see every source), then up to each source's byte
     share of the split, then from any source until the budget is full. The result is a
     subset of the uncapped split with roughly the same composition.
 """
@@ -169,9 +170,10 @@ def cap_documents(docs: list[Document], budget: int) -> list[Document]:
                 spent += sizes[d.id]
                 used += sizes[d.id]
 
-    for group in by_source.values():  # one document per source, if a small one fits
-        fits = [d for d in group if sizes[d.id] <= budget // len(by_source)]
-        take(fits[:1], budget)
+    for group in by_source.values():  # each source's smallest document, if it fits
+        smallest = min(group, key=lambda d: sizes[d.id])  # first in hash order among ties
+        if sizes[smallest.id] <= budget // len(by_source):
+            take([smallest], budget)
     for src, group in by_source.items():  # each source up to its byte share
         take(group, math.floor(budget * sum(sizes[d.id] for d in group) / total))
     take(docs, budget)  # fill what is left
@@ -234,15 +236,17 @@ def load_corpus(
         raise DataError(f"{name}: duplicate document ids")  # cannot happen for file-derived ids
     train, val = split_documents(docs, val_fraction)
     if max_bytes is not None:
+        full = {"train": train, "val": val}
         val_budget = max(1, round(max_bytes * val_fraction))
         train = cap_documents(train, max_bytes - val_budget)
         val = cap_documents(val, val_budget)
-    for split, part in (("train", train), ("val", val)):
-        if not part:
-            raise DataError(
-                f"{name}: the {split} split is empty"
-                + (f" (max_bytes={max_bytes} is too small for any document)" if max_bytes else "")
-            )
+        for split, part, budget in (("train", train, max_bytes - val_budget), ("val", val, val_budget)):
+            if not part:
+                smallest = min(d.n_bytes for d in full[split])
+                raise DataError(
+                    f"{name}: max_bytes={max_bytes} leaves the {split} split {budget} bytes, "
+                    f"less than its smallest document ({smallest} bytes); raise max_bytes"
+                )
     meta.update(val_fraction=val_fraction, max_bytes=max_bytes, documents=len(train) + len(val))
     return Corpus(
         name=name,
