@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 
+from .errors import DataError
+
 
 def cache_root() -> Path:
     """Return the cache root directory (not created)."""
@@ -30,7 +32,13 @@ def cache_root() -> Path:
 def cache_subdir(kind: str) -> Path:
     """Return (and create) ``<cache root>/<kind>``, e.g. ``tokenizers`` or ``tokens``."""
     path = cache_root() / kind
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise DataError(
+            f"{path}: cannot create the cache directory ({exc.strerror}); "
+            f"set MHAR_CACHE_DIR to a writable directory"
+        ) from exc
     return path
 
 
