@@ -1,0 +1,124 @@
+"""Fused routing forward: online softmax over depth with the key RMSNorm fused in.
+
+For one position p, sources v_n (rows of width d = H*K), query q and key-norm weight g:
+
+    r_n      = rsqrt(mean(v_n^2) + eps)                         (fp32, full d-row)
+    khat_n   = round(round(v_n * r_n) * g)                      (round = storage dtype, where
+                                                                 the reference rounds)
+    l_{n,h}  = <q_h, khat_{n,h}>                                (fp32)
+    w_{n,h}  = softmax_n(l_{n,h})
+    out_h    = sum_n w_{n,h} v_{n,h}            (+ partial + gate * ... in the delta form)
+
+Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
+which the backward and the hooks read. `route_fwd_reference` is the plain torch reading.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from mhar_probe.model.routing import route_reference
+
+
+def route_fwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
+                        eps: float, partial: Tensor | None = None,
+                        gate: Tensor | None = None) -> tuple[Tensor, Tensor]:
+    """The plain reference the kernel must reproduce (eq. mh); see `route_reference`."""
+    return route_reference(sources, query, norm_weight, num_heads, eps, partial=partial, gate=gate)
+
+
+def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
+    """(BLOCK_K, BLOCK_P, num_warps) for a [BLOCK_P, H, BLOCK_K] register tile."""
+    K = d // num_heads
+    block_k = triton.next_power_of_2(K)
+    width = num_heads * block_k
+    block_p = max(1, min(16, 2048 // width))
+    num_warps = 4 if width * block_p <= 2048 else 8
+    return block_k, block_p, num_warps
+
+
+@triton.jit
+def route_fwd_kernel(
+    V, stride_vn,  # sources: row n of position p at V + n*stride_vn + p*D
+    Q, G,  # [D] query, key-norm weight
+    PARTIAL, GATE,  # [P, D], [] (delta form only)
+    OUT,  # [P, D]
+    W,  # [N, P, H] fp32: routing weights
+    P, N, eps,
+    D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
+    BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
+    ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
+    offs_h = tl.arange(0, H)
+    offs_k = tl.arange(0, BLOCK_K)
+    col = offs_h[:, None] * K + offs_k[None, :]  # [H, BK] column within the d-row
+    cmask = (offs_k < K)[None, :] & (offs_h < H)[:, None]  # [H, BK]
+    pmask = offs_p < P
+    mask = pmask[:, None, None] & cmask[None, :, :]  # [BP, H, BK]
+    row = offs_p.to(tl.int64)[:, None, None] * D + col[None, :, :]  # [BP, H, BK]
+    q = tl.load(Q + col, mask=cmask, other=0.0).to(tl.float32)
+    g = tl.load(G + col, mask=cmask, other=0.0).to(tl.float32)
+    wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+
+    m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_P, H], tl.float32)
+    acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
+    vptr = V + row
+    for n in range(N):
+        v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
+        r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+        kh = v * r[:, None, None]
+        if ROUND_KEY:
+            kh = kh.to(OUT.dtype.element_ty).to(tl.float32)
+        kh = kh * g[None, :, :]
+        if ROUND_KEY2:
+            kh = kh.to(OUT.dtype.element_ty).to(tl.float32)
+        logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
+        tl.store(wptr + n * P * H, logit, mask=pmask[:, None])
+        m_new = tl.maximum(m, logit)
+        scale = tl.exp(m - m_new)
+        e = tl.exp(logit - m_new)
+        acc = acc * scale[:, :, None] + e[:, :, None] * v
+        l = l * scale + e
+        m = m_new
+        vptr += stride_vn
+    o = acc / l[:, :, None]
+    if HAS_PARTIAL:
+        if HAS_GATE:
+            o = o * tl.load(GATE).to(tl.float32)
+        o = tl.load(PARTIAL + row, mask=mask, other=0.0).to(tl.float32) + o
+    tl.store(OUT + row, o.to(OUT.dtype.element_ty), mask=mask)
+    for n in range(N):  # N*H scalars per position: raw logits -> exact weights
+        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
+        tl.store(wptr + n * P * H, tl.exp(lg - m) / l, mask=pmask[:, None])
+
+
+def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
+    """Where the reference rounds: normed.to(storage), then weight * normed in promoted dtype."""
+    return storage != torch.float32, torch.promote_types(weight, storage) != torch.float32 and \
+        torch.promote_types(weight, storage) == storage
+
+
+def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
+                     eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
+                     gate: Tensor | None = None) -> None:
+    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place)."""
+    D = V.shape[-1]
+    H = num_heads
+    block_k, block_p, num_warps = tile_config(D, H)
+    rk, rk2 = rounding_flags(V.dtype, norm_weight.dtype)
+    has_partial = partial is not None
+    grid = (triton.cdiv(P, block_p),)
+    route_fwd_kernel[grid](
+        V, V.stride(0), query, norm_weight,
+        partial if has_partial else out, gate if gate is not None else query,
+        out, W, P, N, eps,
+        D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p,
+        HAS_PARTIAL=has_partial, HAS_GATE=has_partial and gate is not None,
+        ROUND_KEY=rk, ROUND_KEY2=rk2, num_warps=num_warps,
+    )

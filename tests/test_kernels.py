@@ -1,0 +1,243 @@
+"""Triton routing kernels on the CPU interpreter (TRITON_INTERPRET=1), tiny shapes, fp64 truth.
+
+Every kernel output is poisoned (NaN-filled) before the kernel writes it, so an unwritten
+element fails the comparison. bf16 is not exercised here (the interpreter has no bf16 math);
+fp16 covers the rounding of the normalised key. GPU checks live in tests/gpu/.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported anywhere
+
+triton = pytest.importorskip("triton")
+
+import mhar_probe.kernels.autograd as kad  # noqa: E402
+from mhar_probe.kernels import TritonSourceStack, route_triton  # noqa: E402
+from mhar_probe.kernels.route_bwd import route_bwd_reference  # noqa: E402
+from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+EPS = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _poison(monkeypatch):
+    monkeypatch.setattr(kad, "POISON", True)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    """max |a - b| / max |b| (NaN counts as failure)."""
+    a, b = a.double().cpu(), b.double().cpu()
+    if torch.isnan(a).any():
+        return float("inf")
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def route64(sources, query, norm_weight, num_heads, eps=EPS, partial=None, gate=None,
+            round_to=None):
+    """Eq. (mh) in float64 throughout (route_reference runs its softmax in fp32); `round_to`
+    emulates the reference's rounding of the normalised key to the storage dtype."""
+    N, B, T, D = sources.shape
+    H, K = num_heads, D // num_heads
+    v = sources.double()
+    normed = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    if round_to is not None:
+        normed = normed.to(round_to).double()
+    keys = norm_weight.double() * normed
+    logits = torch.einsum("he,nbthe->nbth", query.double().view(H, K), keys.view(N, B, T, H, K))
+    alpha = logits.softmax(0)
+    out = torch.einsum("nbth,nbthe->bthe", alpha, v.view(N, B, T, H, K)).reshape(B, T, D)
+    if partial is not None:
+        out = partial.double() + (gate.double() if gate is not None else 1.0) * out
+    return out, alpha
+
+
+def make(N, B, T, D, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    src = torch.randn(N, B, T, D, generator=g) * (1 + torch.rand(N, 1, 1, 1, generator=g))
+    q = torch.randn(D, generator=g) * 0.5
+    w = 1 + 0.3 * torch.randn(D, generator=g)
+    dout = torch.randn(B, T, D, generator=g)
+    return [t.to(DEV, dtype) for t in (src, q, w)] + [dout.to(DEV, dtype)]
+
+
+@pytest.mark.parametrize("N,D,H,dtype", [(1, 8, 1, torch.float32), (5, 12, 2, torch.float32),
+                                          (4, 16, 4, torch.float16), (3, 24, 8, torch.float32)])
+def test_forward_matches_reference(N, D, H, dtype):
+    src, q, w, _ = make(N, 1, 3, D, dtype)
+    out, W = route_triton(src, q, w, H, EPS)
+    ref_out, ref_W = route64(src, q, w, H, round_to=dtype)
+    same_dtype_out, _ = route_reference(src, q, w, H, EPS)
+    tol = 1e-6 if dtype == torch.float32 else 2e-3
+    assert rel(W, ref_W) < tol * 10
+    assert rel(out, ref_out) < tol
+    assert rel(out, same_dtype_out) < tol
+    assert W.shape == (N, 1, 3, H) and out.dtype == dtype
+
+
+def test_forward_bad_heads():
+    src, q, w, _ = make(2, 1, 1, 12, torch.float32)
+    with pytest.raises(ValueError, match="divisible"):
+        route_triton(src, q, w, 5, EPS)
+
+
+@pytest.mark.parametrize("delta", [False, True])
+@pytest.mark.parametrize("N,D,H", [(3, 12, 2), (6, 10, 1)])
+def test_per_call_backward(N, D, H, delta):
+    src, q, w, dout = make(N, 1, 3, D, torch.float32, seed=N + D)
+    partial = torch.randn(1, 3, D, device=DEV) if delta else None
+    gate = torch.tensor(0.7, device=DEV) if delta else None
+    leaves = [t.clone().requires_grad_() for t in (src, q, w)]
+    extra = [t.clone().requires_grad_() for t in (partial, gate)] if delta else [None, None]
+    out, W = route_triton(*leaves, H, EPS, partial=extra[0], gate=extra[1])
+    grads = torch.autograd.grad(out, leaves + [e for e in extra if e is not None], dout)
+    ref_leaves = [t.double().requires_grad_() for t in (src, q, w)]
+    ref_extra = [t.double().requires_grad_() for t in (partial, gate)] if delta else [None, None]
+    ref_out, _ = route64(*ref_leaves, H, EPS, partial=ref_extra[0], gate=ref_extra[1])
+    ref = torch.autograd.grad(ref_out, ref_leaves + [e for e in ref_extra if e is not None],
+                              dout.double())
+    assert rel(out, ref_out) < 1e-6
+    for a, b in zip(grads, ref):
+        assert rel(a, b) < 1e-5
+
+
+def test_closed_form_reference_matches_autograd():
+    src, q, w, dout = make(4, 1, 2, 12, torch.float64)
+    leaves = [t.clone().requires_grad_() for t in (src, q, w)]
+    out, W = route64(*leaves, 2, EPS)
+    ref = torch.autograd.grad(out, leaves, dout)
+    closed = route_bwd_reference(src, q, w, 2, EPS, W.detach(), dout)
+    for a, b in zip(closed, ref):
+        assert rel(a, b) < 1e-10
+
+
+def _chain(backend_stack, sources0, queries, norms, mixers, heads, hw_groups=0):
+    """A model-shaped chain: site s routes over the stack, a 'sublayer' makes source s+1."""
+    stack = backend_stack
+    stack.append(sources0)
+    outs, weights = [], []
+    for s, (q, g, H) in enumerate(zip(queries, norms, heads)):
+        n = len(stack)
+        if hw_groups and s % 2 == 0:  # mhar_hw-like site: G H=1 reads of the same prefix
+            reads = [stack.route(q * (k + 1), g, 1, EPS, n) for k in range(hw_groups)]
+            x = sum(o for o, _ in reads)
+            weights += [w for _, w in reads]
+        else:
+            x, wts = stack.route(q, g, H, EPS, n)
+            weights.append(wts)
+        outs.append(x)
+        if s < len(queries) - 1:
+            stack.append(torch.tanh(x @ mixers[s]))
+    loss = sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs))
+    return loss, weights
+
+
+@pytest.mark.parametrize("hw", [0, 2])
+def test_shared_stack_chain(hw):
+    L, B, T, D = 3, 1, 3, 12
+    S = 2 * L + 1
+    gen = torch.Generator().manual_seed(3)
+    x0 = torch.randn(B, T, D, generator=gen)
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1)]
+    heads = [(1, 2, 4)[s % 3] for s in range(S)]
+
+    def run(dtype, stack):
+        leaves = [t.to(DEV, dtype).requires_grad_() for t in [x0] + qs + gs + Ms]
+        loss, wts = _chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1],
+                           leaves[2 * S + 1:], heads, hw)
+        return loss, torch.autograd.grad(loss, leaves), wts
+
+    loss, grads, wts = run(torch.float32, TritonSourceStack(S))
+    ref_loss, ref_grads, ref_wts = run(torch.float64, ListSourceStack(
+        S, lambda *a, **k: route64(*a, **k)))
+    assert abs(loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item())
+    for a, b in zip(wts, ref_wts):
+        assert rel(a, b) < 1e-5
+    for a, b in zip(grads, ref_grads):
+        assert rel(a, b) < 2e-5
+
+
+def test_no_grad_path_saves_nothing_and_matches():
+    src, q, w, _ = make(4, 1, 3, 12, torch.float32)
+    stack = get_backend("triton").new_stack(4)
+    with torch.no_grad():
+        for i in range(4):
+            stack.append(src[i])
+        out, W = stack.route(q, w, 2, EPS, 4)
+    assert stack._w_flat is None and not stack._calls  # nothing recorded
+    ref_out, ref_W = route64(src, q, w, 2)
+    assert rel(out, ref_out) < 1e-6 and rel(W, ref_W) < 1e-5
+    assert torch.equal(stack.stacked(4), src)
+
+
+def test_double_backward_refused():
+    src, q, w, dout = make(3, 1, 2, 8, torch.float32)
+    src.requires_grad_()
+    q.requires_grad_()
+    out, _ = route_triton(src, q, w, 2, EPS)
+    (g,) = torch.autograd.grad((out * q).sum(), src, create_graph=True)
+    with pytest.raises(RuntimeError, match="twice"):
+        g.sum().backward()
+
+
+def test_interrupted_backward_then_reuse_fails_loudly():
+    gen = torch.Generator().manual_seed(0)
+    stack = TritonSourceStack(4)
+    x0 = torch.randn(1, 2, 8, generator=gen, device=DEV).requires_grad_()
+    q = torch.randn(8, device=DEV).requires_grad_()
+    g = torch.ones(8, device=DEV)
+    stack.append(x0)
+    a, _ = stack.route(q, g, 2, EPS)
+    h = torch.tanh(a)
+    h.register_hook(lambda grad: (_ for _ in ()).throw(ValueError("boom")))
+    stack.append(h)
+    b, _ = stack.route(q, g, 2, EPS)
+    stack.append(torch.tanh(b))
+    c, _ = stack.route(q, g, 2, EPS)
+    with pytest.raises(ValueError, match="boom"):
+        c.sum().backward(retain_graph=True)
+    with pytest.raises(RuntimeError, match="out-of-order"):
+        a.sum().backward()
+
+
+def test_checkpoint_recompute_refused():
+    from torch.utils.checkpoint import checkpoint
+
+    stack = TritonSourceStack(3)
+    x0 = torch.randn(1, 2, 8, device=DEV).requires_grad_()
+    q = torch.randn(8, device=DEV).requires_grad_()
+    g = torch.ones(8, device=DEV)
+    stack.append(x0)
+
+    def layer(x):
+        out, _ = stack.route(q, g, 1, EPS)
+        return torch.tanh(out + x)
+
+    y = checkpoint(layer, x0, use_reentrant=False)
+    with pytest.raises(RuntimeError, match="activation checkpointing"):
+        y.sum().backward()
+
+
+def test_delta_path_under_checkpoint():
+    from torch.utils.checkpoint import checkpoint
+
+    src, q, w, dout = make(3, 1, 3, 12, torch.float32, seed=7)
+    partial = torch.randn(1, 3, 12, device=DEV)
+    gate = torch.tensor(0.3, device=DEV)
+    leaves = [t.clone().requires_grad_() for t in (src, q, w, partial, gate)]
+
+    def f(s, qq, ww, p, gt):
+        return route_triton(s, qq, ww, 2, EPS, partial=p, gate=gt)[0]
+
+    grads = torch.autograd.grad((checkpoint(f, *leaves, use_reentrant=False) * dout).sum(), leaves)
+    ref = torch.autograd.grad((f(*leaves) * dout).sum(), leaves)
+    for a, b in zip(grads, ref):
+        assert torch.equal(a, b)
