@@ -1,0 +1,100 @@
+"""Tail-means, paired seed deltas and best-vs-best LR against scipy."""
+
+import json
+import math
+
+import numpy as np
+import pytest
+from scipy import stats as sps
+
+from analysis.stats.curves import (best_vs_best, eval_curve, load_run, paired_seed_deltas, read_metrics,
+                                   t_interval, tail_mean)
+from analysis.stats.errors import StatsError
+
+
+def test_tail_mean_last_k():
+    vals = list(range(20))
+    assert tail_mean(vals) == np.mean(vals[-11:])
+    assert tail_mean(vals, 3) == 18.0
+    with pytest.raises(StatsError, match="needs k=11"):
+        tail_mean(vals[:5])
+
+
+def test_t_interval_matches_scipy():
+    x = [-0.043, -0.046, -0.040, -0.051]
+    mean, sd, se, lo, hi = t_interval(x, 0.95)
+    ref = sps.t.interval(0.95, len(x) - 1, loc=np.mean(x), scale=sps.sem(x))
+    assert (lo, hi) == pytest.approx(ref)
+    assert sd == pytest.approx(np.std(x, ddof=1)) and se == pytest.approx(sps.sem(x))
+
+
+def _runs(rng):
+    runs = []
+    for preset, effect in (("100m", -0.045), ("350m", -0.09)):
+        for seed in (1, 2, 3):
+            base = 3.3 + rng.normal(0, 0.02)
+            runs.append(dict(method="baseline", H=None, kv=4, lr=5e-4, seed=seed, preset=preset, tail_mean=base,
+                             curve=[], path=f"{preset}/b{seed}"))
+            runs.append(dict(method="mhar", H=4, kv=4, lr=5e-4, seed=seed, preset=preset,
+                             tail_mean=base + effect + rng.normal(0, 0.004), curve=[], path=f"{preset}/m{seed}"))
+    return runs
+
+
+def test_paired_seed_deltas_match_ttest_rel():
+    runs = _runs(np.random.default_rng(0))
+    rows = paired_seed_deltas(runs)
+    assert len(rows) == 2
+    for row in rows:
+        b = [r["tail_mean"] for r in runs if r["preset"] == row.preset and r["method"] == "baseline"]
+        m = [r["tail_mean"] for r in runs if r["preset"] == row.preset and r["method"] == "mhar"]
+        ref = sps.ttest_rel(m, b)
+        d = np.subtract(m, b)
+        assert row.mean == pytest.approx(d.mean())
+        assert row.se == pytest.approx(sps.sem(d))
+        assert row.p_value == pytest.approx(ref.pvalue)
+        assert row.abs_over_se == pytest.approx(abs(ref.statistic))
+        assert row.n == 3 and row.unpaired_seeds == []
+
+
+def test_unpaired_and_duplicate_runs():
+    runs = _runs(np.random.default_rng(1))
+    runs = [r for r in runs if not (r["method"] == "baseline" and r["seed"] == 3 and r["preset"] == "100m")]
+    row = [r for r in paired_seed_deltas(runs) if r.preset == "100m"][0]
+    assert row.n == 2 and row.unpaired_seeds == [3]
+    with pytest.raises(StatsError, match="two baseline runs"):
+        paired_seed_deltas(runs + [dict(runs[0], path="dup")])
+
+
+def test_best_vs_best():
+    runs = []
+    for method, table in (("baseline", {1e-4: 4.5, 5e-4: 3.35, 1e-3: 3.336}),
+                          ("attnres", {1e-4: 4.6, 5e-4: 3.328, 1e-3: 3.345})):
+        for lr, v in table.items():
+            runs.append(dict(method=method, H=None, kv=8, lr=lr, seed=0, preset="350m", tail_mean=v, curve=[],
+                             path="x"))
+    rows = {r.method: r for r in best_vs_best(runs)}
+    assert rows["baseline"].best_lr == 1e-3 and rows["attnres"].best_lr == 5e-4
+    assert rows["attnres"].delta == pytest.approx(3.328 - 3.336)
+    assert rows["baseline"].delta == 0
+
+
+def test_load_run_and_malformed_metrics(tmp_path):
+    run = tmp_path / "run"
+    run.mkdir()
+    lines = []
+    for step in range(0, 300, 10):
+        rec = dict(step=step, tokens=step * 100, flops=step * 1e9, lr=1e-3, loss=4.0, grad_norm=1.0, tokens_per_s=9.0)
+        if step % 20 == 0:
+            rec["val_loss"] = 5.0 - step / 100
+        lines.append(json.dumps(rec))
+    (run / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    (run / "train_config.json").write_text(json.dumps(dict(method="mhar", heads=4, kv_heads=2, lr=1e-3, seed=7,
+                                                           preset="tiny")))
+    rec = load_run(run)
+    vals = [p["val_loss"] for p in eval_curve(read_metrics(run / "metrics.jsonl"))]
+    assert rec["tail_mean"] == pytest.approx(np.mean(vals[-11:]))
+    assert (rec["method"], rec["H"], rec["kv"], rec["seed"]) == ("mhar", 4, 2, 7)
+    (run / "metrics.jsonl").write_text(lines[0] + "\n{oops\n")
+    with pytest.raises(StatsError, match=r"metrics.jsonl:2: not valid JSON"):
+        load_run(run)
+    assert math.isnan(t_interval([1.0])[1])
