@@ -1,0 +1,238 @@
+"""`capture_routing`: stream batches through a routed model and reduce the routing on the fly.
+
+Per batch the hooks collect every site's weights [n_s, B, T, h_s] and the sources (only the
+final site's [N, B, T, d] for replacement forms, since site s reads their prefix [0, s+1);
+every site's for the delta form, whose partial-block source changes from site to site);
+`RoutingAccumulator` folds them into fixed-size sums; the batch is then dropped. The result
+is an `xarray.Dataset` (schema in `schema.py`), NaN where a site cannot see a source.
+
+Variables (means over the tokens seen, mask-weighted):
+  weight_mean [site, source, head]        E_p w_{s,h}(n|p)              (from hook_weights)
+  weight_std  [site, source, head]        token standard deviation of the same
+  weight_mean_half [half, site, source, head] the same on the two halves (sample index mod 2)
+  tokens_half [half]
+with probes (default):
+  slice_kl [slicing, site, head, slice]   E_p KL(a_{s,h,j} || alpha_{s,h}), trained query
+  null_slice_kl [draw, slicing, site, head, slice]   the same with matched-norm random queries
+  null_weight_mean [draw, site, source, head]        E_p alpha under those random queries
+  source_cosine [site, source, source_b]   E_p cos(x_n, x_n') of the sources site s reads
+  source_rms [site, source]                E_p ||x_n|| / sqrt(d)
+  query_norm [site, head], interleave_unit [site, head]
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Mapping
+
+import numpy as np
+import torch
+import xarray as xr
+from torch import Tensor, nn
+from tqdm.auto import tqdm
+
+from ..model.routing import get_backend
+from .errors import CaptureError
+from .heads import SLICINGS
+from .hooks import hooks
+from .io import check_output, open_routing_dataset, temp_path, write_dataset
+from .reducers import ProbeSpec, RoutingAccumulator
+from .schema import Layout, layout_of, provenance
+from .tokens import TokenWriter
+
+Batch = Tensor | Mapping[str, Tensor]
+
+
+@contextlib.contextmanager
+def routing_backend(model: nn.Module, name: str | None) -> Iterator[str]:
+    """Temporarily route with backend `name` (None: keep the model's)."""
+    old = model.config.routing_backend
+    if name is None:
+        yield old
+        return
+    get_backend(name)  # raises for an unknown / unavailable backend
+    sites = list(model.model.sites)
+    old_sites = [getattr(s, "backend", None) for s in sites]
+    model.config.routing_backend = name
+    for s in sites:
+        if hasattr(s, "backend"):
+            s.backend = name
+    try:
+        yield name
+    finally:
+        model.config.routing_backend = old
+        for s, b in zip(sites, old_sites):
+            if b is not None:
+                s.backend = b
+
+
+def _unpack(batch: Batch) -> tuple[Tensor, Tensor | None]:
+    if isinstance(batch, Tensor):
+        return batch, None
+    if isinstance(batch, Mapping) and "input_ids" in batch:
+        return batch["input_ids"], batch.get("attention_mask")
+    raise CaptureError(f"a batch must be a LongTensor [B, T] or a mapping with 'input_ids'; got {type(batch).__name__}")
+
+
+def capture_routing(
+    model: nn.Module,
+    batches: Iterable[Batch],
+    *,
+    probes: bool = True,
+    slices: int = 4,
+    draws: int = 8,
+    seed: int = 0,
+    per_token: bool = False,
+    out: str | os.PathLike | None = None,
+    overwrite: bool = False,
+    backend: str | None = None,
+    split: str = "val",
+    run_path: str | os.PathLike | None = None,
+    attrs: dict[str, Any] | None = None,
+    progress: bool = True,
+    total: int | None = None,
+) -> xr.Dataset:
+    """Capture routing statistics of `model` over `batches` ([B, T] ids or dicts with a mask).
+
+    probes: also accumulate the source-based probe sums (slice-KL with `slices` slices, `draws`
+        matched-norm random queries seeded by `seed`, collinearity); off = token means only.
+    per_token: stream every token's weights into `out` (required then) as they are produced.
+    out: write the dataset there atomically (refusing to overwrite unless `overwrite`).
+    Returns the dataset (opened from `out` when per-token weights were written).
+    """
+    if per_token and out is None:
+        raise CaptureError("per-token capture streams to disk: give an output file (--out)")
+    if slices < 1 or draws < 0:
+        raise CaptureError(f"--slices must be >= 1 and --draws >= 0 (got {slices}, {draws})")
+    if out is not None:
+        out = check_output(out, overwrite)
+    layout = layout_of(model)
+    device = next(model.parameters()).device
+    spec = ProbeSpec(slices, draws, seed) if probes else None
+    was_training = model.training
+    model.eval()
+    try:
+        with routing_backend(model, backend) as used:
+            acc = RoutingAccumulator(model, layout, spec, device)
+            tmp = temp_path(out) if per_token else None
+            writer = None
+            try:
+                t0 = time.perf_counter()
+                for batch in tqdm(batches, disable=not progress, desc="capture", unit="batch", total=total):
+                    ids, mask = _unpack(batch)
+                    if writer is None and per_token:
+                        writer = TokenWriter(tmp, layout, ids.shape[1])
+                    _capture_batch(model, layout, acc, ids.to(device), mask, writer)
+                elapsed = time.perf_counter() - t0
+            finally:
+                if writer is not None:
+                    writer.close()
+            if acc.samples == 0 or float(acc.tokens.sum()) == 0:
+                if tmp is not None and tmp.exists():
+                    tmp.unlink()
+                raise CaptureError("no tokens were captured: the batch iterable was empty or fully masked")
+            meta = {"slices": slices, "null_draws": draws, "null_seed": seed,
+                    "probes": int(probes), "per_token": int(per_token),
+                    "capture_seconds": round(elapsed, 3), **(attrs or {})}
+            ds = _finalize(acc, layout, provenance(
+                model, run_path=run_path, split=split, tokens=int(acc.tokens.sum()), samples=acc.samples,
+                backend=used, extra=meta))
+    finally:
+        model.train(was_training)
+    if out is None:
+        return ds
+    write_dataset(ds, out, overwrite=overwrite, append_to=tmp)
+    return open_routing_dataset(out, load=True)
+
+
+def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, ids: Tensor,
+                   mask: Tensor | None, writer: TokenWriter | None) -> None:
+    B, T = ids.shape
+    S = layout.num_sites
+    weights: list[Tensor | None] = [None] * S
+    sources: dict[int, Tensor] = {}
+    per_site_sources = layout.method == "delta"
+
+    def keep_weights(act: Tensor, hook) -> None:
+        weights[int(hook.name.split(".")[1])] = act.detach()
+
+    def keep_sources(act: Tensor, hook) -> None:
+        sources[int(hook.name.split(".")[1])] = act.detach()
+
+    fwd = [("sites.*.hook_weights", keep_weights)]
+    if acc.probes is not None:
+        fwd.append(("sites.*.hook_sources" if per_site_sources else f"sites.{S - 1}.hook_sources", keep_sources))
+    m_in = torch.ones(B, T) if mask is None else mask.float().cpu()
+    half = torch.arange(acc.samples, acc.samples + B) % 2  # [B] sample index mod 2
+    kwargs = {"use_cache": False}
+    if mask is not None and not bool(mask.all()):
+        kwargs["attention_mask"] = mask.to(ids.device)
+    with hooks(model, fwd), torch.no_grad():
+        model(ids, **kwargs)
+    m, mk = acc.update_tokens(m_in, half)
+    for s in range(S):
+        w = weights[s]
+        if w is None:
+            raise CaptureError(f"routing site {s} produced no weights (is the model's forward hooked?)")
+        acc.update_weights(s, w, m, mk)
+        if acc.probes is not None:
+            n = w.shape[0]
+            src = sources[s] if per_site_sources else sources[S - 1][:n]
+            acc.update_sources(s, src, m, w, geometry=per_site_sources or s == S - 1)
+    if writer is not None:
+        writer.append(weights, ids, m_in)
+
+
+def _nan_where(x: np.ndarray, keep: np.ndarray) -> np.ndarray:
+    return np.where(keep, x, np.nan)
+
+
+def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) -> xr.Dataset:
+    vis = layout.visible()  # [S, N, H]
+    tok_half = acc.tokens.cpu().numpy()
+    tok = tok_half.sum()
+    W = acc.W.cpu().numpy()
+    mean = W.sum(0) / tok
+    var = np.clip(acc.W2.cpu().numpy() / tok - mean ** 2, 0.0, None)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        half_mean = W / tok_half[:, None, None, None]
+    data: dict[str, Any] = {
+        "weight_mean": (("site", "source", "head"), _nan_where(mean, vis)),
+        "weight_std": (("site", "source", "head"), _nan_where(np.sqrt(var), vis)),
+        "weight_mean_half": (("half", "site", "source", "head"), _nan_where(half_mean, vis[None])),
+        "tokens_half": (("half",), tok_half),
+    }
+    coords = layout.coords()
+    coords["half"] = np.arange(2)
+    if acc.probes is not None:
+        S, N = layout.num_sites, layout.num_sources
+        ns = np.array([s.num_sources for s in layout.sites])
+        hs = np.array([s.num_heads for s in layout.sites])
+        head_ok = np.arange(layout.max_heads)[None, :] < hs[:, None]  # [S, H]
+        C, R = acc.C.cpu().numpy() / tok, acc.R.cpu().numpy() / tok
+        if layout.method != "delta":  # every site reads a prefix of the final site's sources
+            C, R = np.broadcast_to(C[-1], C.shape).copy(), np.broadcast_to(R[-1], R.shape).copy()
+        src_ok = np.arange(N)[None, :] < ns[:, None]  # [S, N]
+        pair_ok = src_ok[:, :, None] & src_ok[:, None, :]
+        KL = acc.KL.cpu().numpy() / tok  # [V, 2, S, H, Sl]
+        A = acc.A.cpu().numpy() / tok  # [V, S, N, H]
+        kl_ok = head_ok[None, None, :, :, None]
+        data.update({
+            "slice_kl": (("slicing", "site", "head", "slice"), _nan_where(KL[0], kl_ok[0])),
+            "null_slice_kl": (("draw", "slicing", "site", "head", "slice"), _nan_where(KL[1:], kl_ok)),
+            "null_weight_mean": (("draw", "site", "source", "head"), _nan_where(A[1:], vis[None])),
+            "source_cosine": (("site", "source", "source_b"), _nan_where(C, pair_ok)),
+            "source_rms": (("site", "source"), _nan_where(R, src_ok)),
+            "query_norm": (("site", "head"), acc.query_norm.numpy()),
+            "interleave_unit": (("site", "head"), np.where(head_ok, acc.units.numpy(), 0)),
+        })
+        coords.update(slicing=np.array(SLICINGS, dtype=object), slice=np.arange(acc.probes.slices),
+                      draw=np.arange(acc.probes.draws), source_b=np.arange(N),
+                      source_b_label=("source_b", np.array(layout.source_label, dtype=object)))
+        attrs = {**attrs, "recompute_max_abs_err": float(acc.max_recompute_err)}
+    ds = xr.Dataset(data, coords=coords, attrs=attrs)
+    ds["weight_mean"].attrs["long_name"] = "token-mean routing weight of head h at site s on source n"
+    return ds

@@ -1,0 +1,137 @@
+"""Streaming reductions: fixed-size running sums, updated batch by batch.
+
+Every accumulator is a sum over tokens p (with token weight m_p in {0, 1}, the attention mask)
+split by half k(p) = (global sample index) mod 2, so two disjoint halves of the text are kept
+apart and totals are their sum. Memory is independent of the number of tokens.
+
+  weights      W[k, s, n, h]  = sum_p m_p w_{s,h}(n | p)            (captured weights)
+               W2[s, n, h]    = sum_p m_p w_{s,h}(n | p)^2
+  probes (from the sources and the site queries; variant v = 0 trained, 1..R random):
+               A[v, s, n, h]  = sum_p m_p alpha^{(v)}_{s,h}(n | p)   (recomputed weights)
+               KL[v, m, s, h, j] = sum_p m_p KL(a^{(v)}_{s,h,j} || alpha^{(v)}_{s,h})   (slicing m, slice j)
+               C[s, n, n']    = sum_p m_p cos(x_n(p), x_n'(p))      (source collinearity)
+               R[s, n]        = sum_p m_p ||x_n(p)|| / sqrt(d)      (source RMS)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from ..model.routing import rms_norm_keys
+from .heads import SLICINGS, head_queries, matched_norm_draws, probe_matrix
+from .schema import Layout
+
+# positions per chunk are chosen so that one chunk's logits hold at most this many elements
+CHUNK_ELEMENTS = 1 << 24
+
+
+@dataclass
+class ProbeSpec:
+    slices: int = 4
+    draws: int = 8
+    seed: int = 0
+
+
+class RoutingAccumulator:
+    """Running sums for one capture (see the module docstring for the equations)."""
+
+    def __init__(self, model: torch.nn.Module, layout: Layout, probes: ProbeSpec | None,
+                 device: torch.device) -> None:
+        self.layout, self.probes, self.device = layout, probes, device
+        S, N, H = layout.num_sites, layout.num_sources, layout.max_heads
+        f64 = dict(dtype=torch.float64, device=device)
+        self.tokens = torch.zeros(2, **f64)  # [half]
+        self.samples = 0
+        self.W = torch.zeros(2, S, N, H, **f64)
+        self.W2 = torch.zeros(S, N, H, **f64)
+        self.max_recompute_err = 0.0
+        cfg = model.config
+        self.d, self.head_dim = cfg.hidden_size, cfg.head_dim
+        self.sites = list(model.model.sites)
+        if probes is None:
+            return
+        V = 1 + probes.draws
+        self.A = torch.zeros(V, S, N, H, **f64)
+        self.KL = torch.zeros(V, len(SLICINGS), S, H, probes.slices, **f64)
+        self.C = torch.zeros(S, N, N, **f64)
+        self.R = torch.zeros(S, N, **f64)
+        self.query_norm = torch.full((S, H), float("nan"), dtype=torch.float64)
+        self.matrices: list[Tensor] = []  # per site: [d, V*2*H*Sl] float32
+        self.units = torch.zeros(S, H, dtype=torch.long)
+        for s, site in enumerate(self.sites):
+            heads = head_queries(site.query.detach(), site.num_heads)
+            gen = torch.Generator().manual_seed(probes.seed * 1_000_003 + s)
+            variants = [[q for _, q in heads], *matched_norm_draws(heads, probes.draws, gen)]
+            M, units = probe_matrix(heads, variants, self.d, probes.slices, self.head_dim, H)
+            self.matrices.append(M.reshape(self.d, -1).to(device=device, dtype=torch.float32))
+            self.units[s, : len(units)] = torch.tensor(units)
+            for h, (_, q) in enumerate(heads):
+                self.query_norm[s, h] = q.detach().double().norm().cpu()
+
+    # ------------------------------------------------------------------ updates
+    def update_tokens(self, mask: Tensor, half: Tensor) -> tuple[Tensor, Tensor]:
+        """mask [B, T] (float), half [B] -> per-token weights m [P] and half one-hot [P, 2]."""
+        m = mask.reshape(-1).to(self.device, torch.float64)  # [P]
+        onehot = torch.nn.functional.one_hot(half.to(self.device), 2).to(torch.float64)  # [B, 2]
+        mk = (onehot[:, None, :] * mask.to(self.device, torch.float64)[:, :, None]).reshape(-1, 2)  # [P, 2]
+        self.tokens += mk.sum(0)
+        self.samples += int(mask.shape[0])
+        return m, mk
+
+    def update_weights(self, s: int, weights: Tensor, m: Tensor, mk: Tensor) -> None:
+        """weights [n, B, T, h] captured at site s."""
+        n, _, _, h = weights.shape
+        w = weights.reshape(n, -1, h).to(torch.float64)  # [n, P, h]
+        self.W[:, s, :n, :h] += torch.einsum("nph,pk->knh", w, mk)
+        self.W2[s, :n, :h] += torch.einsum("nph,p->nh", w * w, m)
+
+    def update_sources(self, s: int, sources: Tensor, m: Tensor, weights: Tensor | None,
+                       geometry: bool = True) -> None:
+        """Probe sums for site s from the sources it reads [n, B, T, d] (float64 accumulation).
+
+        `weights` [n, B, T, h], when given, are checked against the recomputed trained weights.
+        """
+        assert self.probes is not None
+        site = self.sites[s]
+        n = sources.shape[0]
+        x = sources.reshape(n, -1, self.d)  # [n, P, d]
+        keys = rms_norm_keys(x, site.key_norm.weight.detach(), site.eps).float()  # [n, P, d]
+        M = self.matrices[s]  # [d, C]
+        V, Sl, H = 1 + self.probes.draws, self.probes.slices, self.layout.max_heads
+        hs = self.layout.sites[s].num_heads
+        P = x.shape[1]
+        step = max(1, CHUNK_ELEMENTS // max(1, n * M.shape[1]))
+        for p0 in range(0, P, step):
+            mc = m[p0:p0 + step].float()  # [p]
+            logits = (keys[:, p0:p0 + step] @ M).view(n, -1, V, len(SLICINGS), H, Sl)[..., :hs, :]
+            head_logits = logits[:, :, :, 0].sum(-1)  # [n, p, V, hs]
+            log_alpha = head_logits.log_softmax(0)
+            log_a = logits.log_softmax(0)  # [n, p, V, 2, hs, Sl]
+            kl = (log_a.exp() * (log_a - log_alpha[:, :, :, None, :, None])).sum(0)  # [p, V, 2, hs, Sl]
+            self.KL[:, :, s, :hs] += torch.einsum("pvmhj,p->vmhj", kl, mc).double()
+            alpha = log_alpha.exp()  # [n, p, V, hs]
+            self.A[:, s, :n, :hs] += torch.einsum("npvh,p->vnh", alpha, mc).double()
+            if weights is not None:
+                w = weights.reshape(n, P, -1)[:, p0:p0 + step].float()  # [n, p, hs]
+                err = float((alpha[:, :, 0] - w).abs().max()) if w.numel() else 0.0
+                self.max_recompute_err = max(self.max_recompute_err, err)
+        if geometry:
+            self.update_geometry(s, x, m)
+
+    def update_geometry(self, s: int, x: Tensor, m: Tensor) -> None:
+        """Collinearity sums C[s, :n, :n] and RMS R[s, :n] from sources x [n, P, d]."""
+        n = x.shape[0]
+        xf = x.double()
+        norm = xf.norm(dim=-1)  # [n, P]
+        u = xf / norm.clamp_min(1e-30)[..., None]  # [n, P, d]; a zero source has cosine 0
+        um = (u * m[None, :, None]).reshape(n, -1)
+        self.C[s, :n, :n] += um @ u.reshape(n, -1).T
+        self.R[s, :n] += (norm / self.d ** 0.5) @ m
+
+    def copy_geometry(self, src_site: int, dst_site: int, n: int) -> None:
+        """Replacement forms: site s reads a prefix of the final site's sources."""
+        self.C[dst_site, :n, :n] = self.C[src_site, :n, :n]
+        self.R[dst_site, :n] = self.R[src_site, :n]
