@@ -20,6 +20,7 @@ triton = pytest.importorskip("triton")
 import mhar_probe.kernels.autograd as kad  # noqa: E402
 from mhar_probe.kernels import TritonSourceStack, route_triton  # noqa: E402
 from mhar_probe.kernels.route_bwd import route_bwd_reference  # noqa: E402
+from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"
@@ -39,23 +40,8 @@ def rel(a: torch.Tensor, b: torch.Tensor) -> float:
     return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
-def route64(sources, query, norm_weight, num_heads, eps=EPS, partial=None, gate=None,
-            round_to=None):
-    """Eq. (mh) in float64 throughout (route_reference runs its softmax in fp32); `round_to`
-    emulates the reference's rounding of the normalised key to the storage dtype."""
-    N, B, T, D = sources.shape
-    H, K = num_heads, D // num_heads
-    v = sources.double()
-    normed = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
-    if round_to is not None:
-        normed = normed.to(round_to).double()
-    keys = norm_weight.double() * normed
-    logits = torch.einsum("he,nbthe->nbth", query.double().view(H, K), keys.view(N, B, T, H, K))
-    alpha = logits.softmax(0)
-    out = torch.einsum("nbth,nbthe->bthe", alpha, v.view(N, B, T, H, K)).reshape(B, T, D)
-    if partial is not None:
-        out = partial.double() + (gate.double() if gate is not None else 1.0) * out
-    return out, alpha
+def route64(*args, **kwargs):
+    return route_reference_f64(*args, **kwargs)
 
 
 def make(N, B, T, D, dtype, seed=0):

@@ -30,6 +30,28 @@ def route_fwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num
     return route_reference(sources, query, norm_weight, num_heads, eps, partial=partial, gate=gate)
 
 
+def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
+                        eps: float = 1e-6, partial: Tensor | None = None,
+                        gate: Tensor | None = None, round_to: torch.dtype | None = None
+                        ) -> tuple[Tensor, Tensor]:
+    """Eq. (mh) in float64 throughout (the ground truth; `route_reference` runs in fp32).
+
+    `round_to` emulates the reference's rounding of the normalised key to a storage dtype."""
+    N, B, T, D = sources.shape
+    H, K = num_heads, D // num_heads
+    v = sources.double()
+    normed = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+    if round_to is not None:
+        normed = normed.to(round_to).double()
+    keys = norm_weight.double() * normed
+    logits = torch.einsum("he,nbthe->nbth", query.double().view(H, K), keys.view(N, B, T, H, K))
+    alpha = logits.softmax(0)
+    out = torch.einsum("nbth,nbthe->bthe", alpha, v.view(N, B, T, H, K)).reshape(B, T, D)
+    if partial is not None:
+        out = partial.double() + (gate.double() if gate is not None else 1.0) * out
+    return out, alpha
+
+
 def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     """(BLOCK_K, BLOCK_P, num_warps) for a [BLOCK_P, H, BLOCK_K] register tile."""
     K = d // num_heads
