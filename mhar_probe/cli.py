@@ -1,0 +1,146 @@
+"""`mhar`: the command line. Each subcommand lives beside the code it drives; this module only
+wires them together and turns user errors into one line on stderr and exit status 2."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Callable, Sequence
+
+from .errors import UserError
+from .model.config import METHODS, PRESETS, ROUTING_BACKENDS, ConfigError
+
+
+def _user_errors() -> tuple[type[BaseException], ...]:
+    """Every error class the library raises for input the user can fix."""
+    from .data.errors import DataError
+
+    return (UserError, ConfigError, DataError)
+
+
+# ---------------------------------------------------------------------------- train
+def add_train_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="tiny", help=f"model size: {', '.join(PRESETS)}")
+    p.add_argument("--method", default="mhar", help=f"residual method: {', '.join(METHODS)}")
+    p.add_argument("--heads", type=int, default=None, help="routing heads H (default: KV heads)")
+    p.add_argument("--kv-heads", type=int, default=None, help="override the preset's KV heads")
+    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate")
+    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 5%% of steps)")
+    p.add_argument("--batch-size", type=int, default=16, help="global batch in sequences")
+    p.add_argument("--micro-batch", type=int, default=None, help="per-process micro-batch (accumulates)")
+    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--eval-every", type=int, default=25)
+    p.add_argument("--eval-batches", type=int, default=4)
+    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--seed", type=int, default=42, help="fixes init and data order (paired runs)")
+    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory (default: embedded)")
+    p.add_argument("--corpus-max-bytes", type=int, default=4_000_000,
+                   help="cap on the corpus size in bytes (0: no cap)")
+    p.add_argument("--tokenizer", default=None, help="a tokenizer saved in Hugging Face format")
+    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
+                   help="default: triton on CUDA, eager on CPU")
+    p.add_argument("--device", default=None)
+    p.add_argument("--no-progress", action="store_true")
+
+
+def train_config_from_args(args: argparse.Namespace, out: str):
+    from .train import TrainConfig
+
+    return TrainConfig(
+        out=out, preset=args.preset, method=args.method, heads=args.heads, kv_heads=args.kv_heads,
+        steps=args.steps, lr=args.lr, warmup=args.warmup, batch_size=args.batch_size,
+        micro_batch=args.micro_batch, seq_len=args.seq_len, eval_every=args.eval_every,
+        eval_batches=args.eval_batches, checkpoint_every=args.checkpoint_every, seed=args.seed,
+        corpus=args.corpus, corpus_max_bytes=args.corpus_max_bytes or None, tokenizer=args.tokenizer,
+        vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
+        resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
+        progress=not args.no_progress)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    from .train import train
+
+    if args.method not in METHODS:
+        raise UserError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
+    if args.preset not in PRESETS:
+        raise UserError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
+    if args.corpus is not None and not Path(args.corpus).exists():
+        raise UserError(f"corpus path {args.corpus} does not exist")
+    summary = train(train_config_from_args(args, args.out))
+    if summary.get("finished"):
+        print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "
+              f"(step 0: {summary['initial_val_loss']:.4f}, final: {summary['final_val_loss']:.4f})")
+    return 0
+
+
+# ---------------------------------------------------------------------------- info
+def cmd_info(args: argparse.Namespace) -> int:
+    from .info import describe
+
+    print(json.dumps(describe(args.run, preset=args.preset, method=args.method, heads=args.heads), indent=2)
+          if args.json else describe(args.run, preset=args.preset, method=args.method, heads=args.heads,
+                                     as_text=True))
+    return 0
+
+
+# ---------------------------------------------------------------------------- demo
+def cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import run_demo
+
+    return run_demo(Path(args.out), steps=args.steps, overwrite=args.overwrite)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="mhar", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    p = sub.add_parser("train", help="train one model from scratch")
+    p.add_argument("--out", required=True, help="run directory")
+    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
+    add_train_arguments(p)
+    p.set_defaults(func=cmd_train)
+
+    p = sub.add_parser("info", help="parameters by part, FLOPs per token and config of a run or preset")
+    p.add_argument("run", nargs="?", default=None, help="run directory (or use --preset/--method)")
+    p.add_argument("--preset", default=None)
+    p.add_argument("--method", default=None)
+    p.add_argument("--heads", type=int, default=None)
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_info)
+
+    p = sub.add_parser("demo", help="the end-to-end demo on the embedded corpus")
+    p.add_argument("--out", default="demo_out")
+    p.add_argument("--steps", type=int, default=None, help="training steps per run (default: the demo's)")
+    p.add_argument("--overwrite", action="store_true", help="redo finished work")
+    p.set_defaults(func=cmd_demo)
+
+    for register in _plugin_registrars():
+        register(sub)
+    return parser
+
+
+def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
+    """Subcommands that live with the code they drive (capture, probes, stats, conversion)."""
+    return []
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except _user_errors() as exc:
+        print(f"mhar {args.command}: error: {exc}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"mhar {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())
