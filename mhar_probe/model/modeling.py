@@ -158,6 +158,7 @@ class MHARModel(MHARPreTrainedModel):
             h = h + layer.ffn(self.sites[2 * i + 1](h, sources(2 * i + 1, h)))
         return self.sites[-1](h, sources(len(self.sites) - 1, h))
 
+
 def _attention_mask(attention_mask: Tensor | None, T: int, past: int, device) -> Tensor | None:
     """None when every key is visible (causal handled by SDPA); else a bool [B, 1, T, past+T]."""
     if attention_mask is None or bool(attention_mask.all()):

@@ -1,0 +1,111 @@
+"""`MHARDeltaConfig`: a pretrained causal LM's config plus the delta-form routing it grafts on.
+
+The base model's config is kept whole as a nested config (`text_config`, saved as a dict in
+config.json), so the base architecture -- its RoPE variant, biases, tied or untied embeddings,
+GQA layout -- is rebuilt exactly by `AutoModelForCausalLM.from_config(text_config)`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from transformers import AutoConfig, PretrainedConfig
+
+from ..model.config import ROUTING_BACKENDS
+from .errors import ConversionError
+
+# model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
+# with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
+# residual add reading the *un-normed* stream) and a final `.norm` before the LM head.
+SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "qwen2", "mistral")
+DEFAULT_ROUTING_HEADS = 8
+
+
+def supported_text() -> str:
+    return f"supported base architectures: {', '.join(SUPPORTED_MODEL_TYPES)} (Hugging Face causal LMs)"
+
+
+def default_num_blocks(num_layers: int) -> int:
+    """One block per four consecutive layers (8 blocks for a 32-layer model), at least one."""
+    return max(1, num_layers // 4)
+
+
+class MHARDeltaConfig(PretrainedConfig):
+    """Base config + delta routing: `num_blocks` block-aggregated sources, `routing_heads` heads.
+
+    Each of the 2L+1 sites (attention and MLP input of every layer, the final norm) computes
+
+        x_s = h + gate_s * route_H([null, delta_0, ..., delta_{b-1}, (h - h_b)])
+        sublayer_s(norm_s(x_s)),   with the residual add still reading h,
+
+    so gate_s = 0 (its initial value) reproduces the base model exactly.
+    """
+
+    model_type = "mhar_delta"
+    keys_to_ignore_at_inference = ["past_key_values"]
+
+    def __init__(
+        self,
+        text_config: PretrainedConfig | dict[str, Any] | None = None,
+        num_blocks: int | None = None,
+        routing_heads: int = DEFAULT_ROUTING_HEADS,
+        routing_eps: float | None = None,
+        routing_backend: str = "eager",
+        **kwargs: Any,
+    ) -> None:
+        if isinstance(text_config, dict):
+            text_config = dict(text_config)
+            model_type = text_config.pop("model_type", None)
+            if model_type is None:
+                raise ConversionError(f"text_config has no model_type; {supported_text()}")
+            text_config = AutoConfig.for_model(model_type, **text_config)
+        self.text_config = text_config
+        self.num_blocks = num_blocks
+        self.routing_heads = routing_heads
+        self.routing_eps = routing_eps
+        self.routing_backend = routing_backend
+        if text_config is not None:
+            if self.num_blocks is None:
+                self.num_blocks = default_num_blocks(text_config.num_hidden_layers)
+            if self.routing_eps is None:
+                self.routing_eps = float(getattr(text_config, "rms_norm_eps", 1e-6))
+            # the wrapper ties exactly what the base ties
+            kwargs["tie_word_embeddings"] = bool(getattr(text_config, "tie_word_embeddings", False))
+        super().__init__(**kwargs)
+        if text_config is not None:
+            self.validate()
+
+    # ------------------------------------------------------------------ derived sizes
+    @property
+    def hidden_size(self) -> int:
+        return self.text_config.hidden_size
+
+    @property
+    def num_hidden_layers(self) -> int:
+        return self.text_config.num_hidden_layers
+
+    @property
+    def vocab_size(self) -> int:
+        return self.text_config.vocab_size
+
+    @property
+    def num_sites(self) -> int:
+        """2L + 1 routing sites: attention and MLP input of every layer, plus the final norm."""
+        return 2 * self.num_hidden_layers + 1
+
+    def validate(self) -> None:
+        """Raise `ConversionError` naming the option to fix and what is supported."""
+        base_type = getattr(self.text_config, "model_type", None)
+        if base_type not in SUPPORTED_MODEL_TYPES:
+            raise ConversionError(f"cannot convert model_type {base_type!r}; {supported_text()}")
+        L, d, H = self.num_hidden_layers, self.hidden_size, self.routing_heads
+        if not isinstance(self.num_blocks, int) or not 1 <= self.num_blocks <= L:
+            raise ConversionError(f"num_blocks={self.num_blocks} is impossible for a {L}-layer model; "
+                                  f"choose 1 <= num_blocks <= {L} (default L//4 = {default_num_blocks(L)})")
+        if not isinstance(H, int) or H < 1 or d % H:
+            divisors = [h for h in (1, 2, 4, 8, 16, 32, 64) if d % h == 0]
+            raise ConversionError(f"routing heads H={H} must divide the hidden size d={d}; "
+                                  f"e.g. one of {', '.join(map(str, divisors))}")
+        if self.routing_backend not in ROUTING_BACKENDS:
+            raise ConversionError(f"unknown routing backend {self.routing_backend!r}; "
+                                  f"choose one of {', '.join(ROUTING_BACKENDS)}")

@@ -1,0 +1,152 @@
+"""Identity-preserving conversion of a pretrained Llama / Qwen3-family causal LM to the delta form.
+
+    convert_model(base, ...)            wrap an in-memory base model (no weight copy)
+    convert_checkpoint(src, dst, ...)   read a Hugging Face checkpoint directory, convert, check
+                                        max |logits_converted - logits_base| == 0 on a probe
+                                        batch, and save model + tokenizer atomically to dst
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+import warnings
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
+
+from .config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
+from .errors import ConversionError
+from .modeling import MHARDeltaForCausalLM
+
+
+def delta_config_for(base_config, num_blocks: int | None = None, heads: int = DEFAULT_ROUTING_HEADS,
+                     eps: float | None = None, routing_backend: str = "eager") -> MHARDeltaConfig:
+    """The converted model's config; raises `ConversionError` before any weight is read."""
+    if getattr(base_config, "model_type", None) == MHARDeltaConfig.model_type:
+        raise ConversionError("the source is already a converted (mhar_delta) model")
+    return MHARDeltaConfig(text_config=base_config, num_blocks=num_blocks, routing_heads=heads,
+                           routing_eps=eps, routing_backend=routing_backend)
+
+
+def convert_model(base: PreTrainedModel, num_blocks: int | None = None, heads: int = DEFAULT_ROUTING_HEADS,
+                  eps: float | None = None, routing_backend: str = "eager") -> MHARDeltaForCausalLM:
+    """Wrap `base` in place (its modules become `model.base`); routing parameters get the base's
+    dtype and device. The result computes exactly what `base` computed (gates are zero)."""
+    config = delta_config_for(base.config, num_blocks, heads, eps, routing_backend)
+    impl = getattr(base.config, "_attn_implementation", None)
+    if impl:
+        config._attn_implementation = impl
+    param = next(base.parameters())
+    model = MHARDeltaForCausalLM(config, base=base)
+    with torch.no_grad():  # only the new routing parameters move; base weights are untouched
+        for p in [model.null_source, *model.sites.parameters()]:
+            p.data = p.data.to(device=param.device, dtype=param.dtype)
+    if getattr(base, "generation_config", None) is not None:
+        model.generation_config = base.generation_config
+    model.train(base.training)
+    return model
+
+
+@dataclass(frozen=True)
+class ConversionReport:
+    dst: Path
+    base_type: str
+    num_layers: int
+    num_blocks: int
+    heads: int
+    dtype: str
+    new_parameters: int
+    max_logit_deviation: float | None  # on the probe batch; None when not checked
+    tokenizer_copied: bool
+
+
+def _probe_ids(vocab_size: int, batch: int = 2, length: int = 16, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(0, vocab_size, (batch, length), generator=g)
+
+
+def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None = None,
+                       heads: int = DEFAULT_ROUTING_HEADS, eps: float | None = None,
+                       routing_backend: str = "eager", overwrite: bool = False,
+                       verify: bool = True) -> ConversionReport:
+    """Convert the checkpoint directory `src` and save it (with its tokenizer) to `dst`.
+
+    Written to a temporary directory beside `dst` and renamed into place; an existing `dst` is
+    replaced only with `overwrite=True`. With `verify`, the converted model's logits on a probe
+    batch must equal the base's exactly (max deviation 0), else `ConversionError`.
+    """
+    src, dst = Path(src), Path(dst)
+    if not (src / "config.json").is_file():
+        raise ConversionError(f"{src} is not a Hugging Face model directory (no config.json); "
+                              f"save the base with save_pretrained first")
+    if dst.exists() and not overwrite:
+        raise ConversionError(f"{dst} already exists; pass --overwrite to replace it")
+    if dst.resolve() == src.resolve():
+        raise ConversionError("DST must differ from SRC")
+    try:
+        base_config = AutoConfig.from_pretrained(src)
+    except (ValueError, KeyError, OSError) as exc:
+        raise ConversionError(f"cannot read {src / 'config.json'} ({exc}); {supported_text()}") from exc
+    delta_config_for(base_config, num_blocks, heads, eps, routing_backend)  # fail fast, before the weights
+
+    base = AutoModelForCausalLM.from_pretrained(src, dtype="auto").eval()
+    ids = _probe_ids(base.config.vocab_size)
+    with torch.no_grad():
+        reference = base(ids).logits if verify else None
+    model = convert_model(base, num_blocks, heads, eps, routing_backend).eval()
+    deviation = None
+    if reference is not None:
+        with torch.no_grad():
+            deviation = (model(ids).logits.float() - reference.float()).abs().max().item()
+        if deviation != 0.0:
+            raise ConversionError(f"converted model deviates from the base by {deviation:g} at step 0 "
+                                  f"(expected exactly 0); nothing was written")
+
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
+    try:
+        tmp.chmod(0o755)  # mkdtemp makes it 0700; the result is an ordinary directory
+        model.save_pretrained(tmp)
+        tokenizer_copied = _copy_tokenizer(src, tmp)
+        _replace_dir(tmp, dst)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    cfg = model.config
+    return ConversionReport(
+        dst=dst, base_type=cfg.text_config.model_type, num_layers=cfg.num_hidden_layers,
+        num_blocks=cfg.num_blocks, heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
+        new_parameters=sum(p.numel() for p in [model.null_source, *model.sites.parameters()]),
+        max_logit_deviation=deviation, tokenizer_copied=tokenizer_copied)
+
+
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")
+
+
+def _copy_tokenizer(src: Path, out: Path) -> bool:
+    """Save the source's tokenizer beside the converted weights; warn (not fail) if it has none."""
+    if not any((src / name).is_file() for name in TOKENIZER_FILES):
+        warnings.warn(f"{src} has no tokenizer ({', '.join(TOKENIZER_FILES)}); the converted model is "
+                      f"saved without one -- copy the base's tokenizer into it before training", stacklevel=3)
+        return False
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(src)
+    except Exception as exc:  # a tokenizer is there but broken: the user must fix it
+        raise ConversionError(f"the tokenizer in {src} does not load ({type(exc).__name__}: {exc}); "
+                              f"nothing was written") from exc
+    tokenizer.save_pretrained(out)
+    return True
+
+
+def _replace_dir(tmp: Path, dst: Path) -> None:
+    """Rename `tmp` to `dst`; an existing `dst` is moved aside first and removed only afterwards."""
+    old = None
+    if dst.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
+        dst.rename(old / dst.name)
+    tmp.rename(dst)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
