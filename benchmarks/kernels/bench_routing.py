@@ -1,0 +1,187 @@
+"""Routing kernel benchmark: all routing calls of one microbatch, fwd / bwd / fwd+bwd.
+
+One GPU call runs everything: copy bandwidth, the paper's kernel-table shapes for each backend
+(eager, compile, triton; same inputs), the 8B delta per-call shape, and prints a table.
+    PYTHONPATH=. python benchmarks/kernels/bench_routing.py --out results.json
+
+Timing: CUDA events around the region, warm-up, median of repeats. The byte floor is
+4 bytes x d x (B*T) x pairs / copy bandwidth (DESIGN.md section 4); pairs = sum_s N_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+
+import torch
+import triton
+
+import mhar_probe.kernels  # noqa: F401  (registers 'triton')
+from mhar_probe.model.routing import get_backend
+
+SHAPES = {  # name: (d, L, B, T)
+    "100M": (512, 12, 2, 2048),
+    "350M": (1024, 24, 1, 1024),
+    "1B": (1280, 36, 1, 1024),
+}
+
+
+def cuda_time(fn, warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a large device-to-device copy (bytes read + bytes written)."""
+    x = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    ms = cuda_time(lambda: y.copy_(x), 5, 20)
+    return 2 * x.numel() * 2 / ms / 1e6
+
+
+def make_inputs(d, L, B, T, seed=0):
+    S = 2 * L + 1
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    xs = [torch.randn(B, T, d, device="cuda", generator=g).bfloat16().requires_grad_() for _ in range(S)]
+    qs = [(torch.randn(d, device="cuda", generator=g) * 0.1).bfloat16().requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16().requires_grad_() for _ in range(S)]
+    douts = [torch.randn(B, T, d, device="cuda", generator=g).bfloat16() for _ in range(S)]
+    return xs, qs, gs, douts
+
+
+def chain_fwd(backend, xs, qs, gs, H):
+    """The model's order: append source s, route over [0, s+1); 2L+1 calls and sources."""
+    stack = backend.new_stack(len(xs))
+    outs = []
+    for s in range(len(xs)):
+        stack.append(xs[s])
+        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1)[0])
+    return outs
+
+
+def bench_shape(name, d, L, B, T, H, backends, bw, repeat):
+    xs, qs, gs, douts = make_inputs(d, L, B, T)
+    S = 2 * L + 1
+    pairs = S * (S + 1) // 2
+    P = B * T
+    floor_bytes = 4 * d * P * pairs
+    rows = []
+    for bname in backends:
+        be = get_backend(bname)
+        leaves = xs + qs + gs
+
+        def fwd():
+            return chain_fwd(be, xs, qs, gs, H)
+
+        def fwdbwd():
+            outs = fwd()
+            torch.autograd.backward(outs, douts)
+            for t in leaves:
+                t.grad = None
+
+        try:
+            t0 = time.time()
+            fwdbwd()  # compile / autotune outside the timings
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            rep = repeat if bname == "triton" else max(3, repeat // 3)
+            ms_f = cuda_time(fwd, 2, rep)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            ms_fb = cuda_time(fwdbwd, 2, rep)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+        except torch.OutOfMemoryError:
+            rows.append(dict(shape=name, H=H, backend=bname, oom=True))
+            torch.cuda.empty_cache()
+            continue
+        floor_ms = floor_bytes / (bw * 1e6)
+        rows.append(dict(shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
+                         fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
+                         floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
+                         effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first))
+        print(f"{name:5s} H={H:<2d} {bname:8s} fwd {ms_f:8.3f}  bwd {ms_fb - ms_f:8.3f}  "
+              f"fwd+bwd {ms_fb:8.3f} ms  floor {floor_ms:6.3f} ms ({floor_ms / ms_fb:5.1%})  "
+              f"peak +{peak:5.2f} GiB", flush=True)
+    return rows
+
+
+def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
+    """8B delta form: one self-contained call (null + block deltas, partial, gate) fwd+bwd."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    src = torch.randn(N, B, T, d, device="cuda", generator=g).bfloat16().requires_grad_()
+    q = (0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16().requires_grad_()
+    w = torch.ones(d, device="cuda").bfloat16().requires_grad_()
+    part = torch.randn(B, T, d, device="cuda", generator=g).bfloat16().requires_grad_()
+    gate = torch.tensor(0.1, device="cuda").requires_grad_()
+    dout = torch.randn(B, T, d, device="cuda", generator=g).bfloat16()
+    rows = []
+    for bname in backends:
+        be = get_backend(bname)
+
+        def fb():
+            out, _ = be.route(src, q, w, H, 1e-6, partial=part, gate=gate)
+            torch.autograd.backward(out, dout)
+
+        try:
+            fb()
+            ms = cuda_time(fb, 2, repeat)
+        except torch.OutOfMemoryError:
+            rows.append(dict(shape="8B-delta", backend=bname, oom=True))
+            continue
+        per_mb = ms * (2 * L + 1)
+        rows.append(dict(shape="8B-delta", d=d, H=H, N=N, B=B, T=T, backend=bname,
+                         call_fwdbwd_ms=ms, microbatch_ms=per_mb))
+        print(f"8B-delta H=8 {bname:8s} one call fwd+bwd {ms:8.3f} ms; x{2 * L + 1} calls = "
+              f"{per_mb:8.1f} ms/microbatch", flush=True)
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="results.json")
+    ap.add_argument("--backends", default="triton,compile,eager")
+    ap.add_argument("--heads", default="1,8")
+    ap.add_argument("--shapes", default="100M,350M,1B")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-delta", action="store_true")
+    args = ap.parse_args()
+    torch._dynamo.config.cache_size_limit = 64
+    backends = args.backends.split(",")
+    bw = copy_bandwidth()
+    meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
+                torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                copy_gbps=bw)
+    print(json.dumps(meta), flush=True)
+    rows = []
+    for name in args.shapes.split(","):
+        for H in map(int, args.heads.split(",")):
+            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat)
+            json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+    if not args.no_delta:
+        rows += bench_delta(backends, bw, max(5, args.repeat // 2))
+    json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+    print("\nshape  H  backend   fwd+bwd ms   vs triton  floor frac")
+    tri = {(r["shape"], r.get("H")): r for r in rows if r["backend"] == "triton" and "fwdbwd_ms" in r}
+    for r in rows:
+        if "fwdbwd_ms" not in r:
+            continue
+        t = tri.get((r["shape"], r["H"]))
+        print(f"{r['shape']:5s} {r['H']:2d} {r['backend']:8s} {r['fwdbwd_ms']:10.3f} "
+              f"{r['fwdbwd_ms'] / t['fwdbwd_ms'] if t else float('nan'):9.2f}x {r['floor_fraction']:9.1%}")
+
+
+if __name__ == "__main__":
+    main()
