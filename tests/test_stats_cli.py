@@ -1,0 +1,86 @@
+"""`stats mcnemar|ceg|tails` handlers on fixture eval files and synthetic run directories."""
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.stats.ceg import ceg
+from analysis.stats.cli import add_stats_subparser, main
+from analysis.stats.errors import StatsError
+
+DATA = Path(__file__).parent / "data" / "lm_eval"
+
+
+def _run(root, name, method, preset, seed, lr, scale, offset, extra=0.0, steps=400, every=20):
+    d = root / name
+    d.mkdir()
+    rows = []
+    for step in range(0, steps + 1, 10):
+        flops = step * scale * 1e12 * (1 + extra)
+        rec = dict(step=step, tokens=step * 1000, flops=flops, lr=lr, loss=4.0, grad_norm=1.0, tokens_per_s=1.0)
+        if step % every == 0 and step > 0:
+            rec["val_loss"] = 30.0 * (step * scale * 1e12) ** -0.08 + offset
+        rows.append(rec)
+    (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (d / "train_config.json").write_text(json.dumps(dict(method=method, preset=preset, seed=seed, lr=lr,
+                                                         heads=4 if method != "baseline" else None, kv_heads=4)))
+    return str(d)
+
+
+def test_parser_wiring():
+    parser = argparse.ArgumentParser(prog="mhar")
+    add_stats_subparser(parser.add_subparsers(dest="command"))
+    args = parser.parse_args(["stats", "mcnemar", "a", "b", "--task", "gsm8k", "--metric", "acc"])
+    assert args.func.__name__ == "cmd_mcnemar" and args.task == ["gsm8k"]
+    assert parser.parse_args(["stats", "ceg", "r1", "--alpha", "0.089"]).func.__name__ == "cmd_ceg"
+    assert parser.parse_args(["stats", "tails", "r1"]).func.__name__ == "cmd_tails"
+
+
+def test_mcnemar_cli_writes_and_refuses_overwrite(tmp_path, capsys):
+    argv = ["stats", "mcnemar", str(DATA / "new" / "arm_a"), str(DATA / "new" / "arm_b"), "--n-boot", "200",
+            "--out", str(tmp_path)]
+    assert main(argv) == 0
+    assert "toy_gen" in capsys.readouterr().out
+    assert json.loads((tmp_path / "mcnemar.json").read_text())["rows"]
+    assert main(argv) == 2
+    assert "--overwrite" in capsys.readouterr().err
+    assert main(argv + ["--overwrite"]) == 0
+
+
+def test_tails_cli(tmp_path, capsys):
+    runs = []
+    for seed in (1, 2, 3):
+        runs.append(_run(tmp_path, f"b{seed}", "baseline", "100m", seed, 1e-3, 1.0, 0.01 * seed))
+        runs.append(_run(tmp_path, f"m{seed}", "mhar", "100m", seed, 1e-3, 1.0, 0.01 * seed - 0.05 + 0.001 * seed))
+    runs.append(_run(tmp_path, "b_lr", "baseline", "100m", 1, 5e-4, 1.0, 0.2))
+    out = tmp_path / "tails.json"
+    assert main(["stats", "tails", *runs, "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    (row,) = [r for r in doc["seed_deltas"] if r["lr"] == 1e-3]
+    assert row["mean"] == pytest.approx(-0.05 + 0.002) and row["n"] == 3
+    assert {r["method"]: r["best_lr"] for r in doc["best_vs_best"]} == {"baseline": 1e-3, "mhar": 1e-3}
+    assert main(["stats", "tails", *runs, "--k", "50"]) == 2
+    assert "needs k=50" in capsys.readouterr().err
+
+
+def test_ceg_cli_recovers_alpha_and_gain(tmp_path, capsys):
+    runs = []
+    for preset, scale in (("100m", 1.0), ("350m", 4.0), ("1b", 16.0)):
+        runs.append(_run(tmp_path, f"b_{preset}", "baseline", preset, 0, 1e-3, scale, 0.0))
+        runs.append(_run(tmp_path, f"m_{preset}", "mhar", preset, 0, 1e-3, scale, -0.05, extra=0.007))
+    out = tmp_path / "ceg.json"
+    assert main(["stats", "ceg", *runs, "--alpha", "0.15", "--divide-routing", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["fits"]["envelope"]["alpha"] == pytest.approx(0.08, rel=0.05)
+    assert doc["fits"]["envelope"]["r2"] > 0.99
+    row = [r for r in doc["rows"] if r["scale"] == "100m"][0]
+    assert row["routing_fraction"] == pytest.approx(0.007)
+    assert row["ceg"]["alpha=0.15"] == pytest.approx(ceg(row["L_base"], row["L_method"], 0.15, 0.007))
+    assert row["low"] <= row["ceg"]["envelope"] <= row["high"]
+    assert "compute-equivalent gain" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["stats", "ceg"])
+    assert main(["stats", "ceg", runs[0]]) == 2
