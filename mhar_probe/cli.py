@@ -15,9 +15,13 @@ from .model.config import METHODS, PRESETS, ROUTING_BACKENDS, ConfigError
 
 def _user_errors() -> tuple[type[BaseException], ...]:
     """Every error class the library raises for input the user can fix."""
+    from analysis.stats.errors import StatsError
+
+    from .capture.errors import CaptureError
+    from .convert.errors import ConversionError
     from .data.errors import DataError
 
-    return (UserError, ConfigError, DataError)
+    return (UserError, ConfigError, DataError, StatsError, CaptureError, ConversionError)
 
 
 # ---------------------------------------------------------------------------- train
@@ -26,6 +30,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--method", default="mhar", help=f"residual method: {', '.join(METHODS)}")
     p.add_argument("--heads", type=int, default=None, help="routing heads H (default: KV heads)")
     p.add_argument("--kv-heads", type=int, default=None, help="override the preset's KV heads")
+    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers L")
+    p.add_argument("--hidden-size", type=int, default=None, help="override the preset's width d")
+    p.add_argument("--attn-heads", type=int, default=None, help="override the preset's attention heads")
+    p.add_argument("--ffn", type=int, default=None, help="override the preset's MLP width")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate")
     p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 5%% of steps)")
@@ -58,7 +66,13 @@ def train_config_from_args(args: argparse.Namespace, out: str):
         corpus=args.corpus, corpus_max_bytes=args.corpus_max_bytes or None, tokenizer=args.tokenizer,
         vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
         resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
-        progress=not args.no_progress)
+        progress=not args.no_progress, extra=model_overrides(args))
+
+
+def model_overrides(args: argparse.Namespace) -> dict[str, int]:
+    names = dict(layers="num_hidden_layers", hidden_size="hidden_size", attn_heads="num_attention_heads",
+                 ffn="intermediate_size")
+    return {field: getattr(args, arg) for arg, field in names.items() if getattr(args, arg, None) is not None}
 
 
 def cmd_train(args: argparse.Namespace) -> int:
@@ -95,7 +109,8 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="mhar", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="mhar", description="Train, capture, probe and compare Multi-Head Attention Residuals models.")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train one model from scratch")
@@ -126,7 +141,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live with the code they drive (capture, probes, stats, conversion)."""
-    return []
+    from analysis.stats.cli import add_stats_subparser
+
+    from .convert.cli import add_convert_subparser
+
+    return [add_stats_subparser, add_convert_subparser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

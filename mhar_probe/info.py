@@ -65,9 +65,9 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
         return info
     lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']}"]
     lines.append("parameters:")
-    lines += [f"  {k:<18} {v:>14,}" for k, v in info["parameters"].items()]
+    lines += [f"  {k:<20} {v:>14,}" for k, v in info["parameters"].items()]
     lines.append(f"training FLOPs per token (T={seq_len}):")
-    lines += [f"  {k:<18} {v:>14,.0f}" if isinstance(v, (int, float)) else f"  {k:<18} {v}"
+    lines += [f"  {k:<20} {v:>14.3%}" if k.endswith("fraction") else f"  {k:<20} {v:>14,.0f}"
               for k, v in info["flops_per_token"].items()]
     if "summary" in info:
         s = info["summary"]

@@ -127,6 +127,7 @@ class Trainer:
         self.device = self.info.device
         if cfg.routing_backend is None:
             cfg.routing_backend = default_backend(self.device)
+        build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
         self.resumed = False
         if self.info.is_main:
             self.resumed = prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)

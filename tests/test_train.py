@@ -1,0 +1,177 @@
+"""Trainer behaviour: resume is exact, DDP equals one process, pairing, schedule, CLI errors."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from mhar_probe.cli import main
+from mhar_probe.rundir import read_metrics
+from mhar_probe.train import TrainConfig, batch_indices, lr_at, train
+
+# A very small model and corpus so each run takes a few seconds on two cores.
+SMALL = dict(preset="tiny", seq_len=32, batch_size=4, eval_every=2, eval_batches=1, vocab_size=512,
+             corpus_max_bytes=150_000, progress=False, lr=3e-3,
+             extra=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128))
+
+
+@pytest.fixture(autouse=True)
+def _cache(tmp_path_factory, monkeypatch):
+    monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mhar-cache"))
+    torch.set_num_threads(1)
+
+
+def small(out: Path, **kw) -> TrainConfig:
+    return TrainConfig(out=str(out), **{**SMALL, **kw})
+
+
+def losses(run: Path) -> list[tuple[int, float | None, float | None]]:
+    return [(m["step"], m.get("loss"), m.get("val_loss")) for m in read_metrics(run / "metrics.jsonl")]
+
+
+def test_lr_schedule_warmup_then_cosine_to_floor():
+    cfg = TrainConfig(steps=100, lr=1e-3, warmup=10)
+    assert lr_at(0, cfg) == pytest.approx(1e-4)
+    assert lr_at(9, cfg) == pytest.approx(1e-3)
+    assert lr_at(55, cfg) == pytest.approx(1e-4 + 0.9e-3 * 0.5 * (1 + math.cos(math.pi * 0.5)))
+    assert lr_at(100, cfg) == pytest.approx(1e-4)
+
+
+def test_data_order_depends_on_seed_only_and_covers_epoch():
+    a = [batch_indices(s, 4, 20, seed=7) for s in range(5)]
+    assert torch.equal(torch.cat(a).sort().values, torch.arange(20))  # one epoch = every row once
+    assert all(torch.equal(x, y) for x, y in zip(a, [batch_indices(s, 4, 20, seed=7) for s in range(5)]))
+    assert not torch.equal(batch_indices(0, 4, 20, seed=8), a[0])
+
+
+def test_run_directory_contents_and_learning(tmp_path):
+    summary = train(small(tmp_path / "run", steps=12, method="mhar"))
+    run = tmp_path / "run"
+    for name in ("config.json", "model.safetensors", "tokenizer.json", "train_config.json",
+                 "metrics.jsonl", "summary.json", "corpus.json", "checkpoint/state.json"):
+        assert (run / name).exists(), name
+    rows = read_metrics(run / "metrics.jsonl")
+    assert [r["step"] for r in rows] == list(range(13))
+    assert {"tokens", "flops", "lr", "loss", "grad_norm", "tokens_per_s"} <= set(rows[-1])
+    assert rows[-1]["tokens"] == 12 * 4 * 32 and rows[-1]["flops"] > 0
+    evals = [r["val_loss"] for r in rows if "val_loss" in r]
+    assert summary["tail_mean_val_loss"] == pytest.approx(sum(evals[-11:]) / len(evals[-11:]))
+    assert summary["final_val_loss"] < summary["initial_val_loss"]
+
+
+def test_resume_reproduces_uninterrupted_curve(tmp_path):
+    train(small(tmp_path / "full", steps=8, checkpoint_every=3))
+    train(small(tmp_path / "cut", steps=8, checkpoint_every=3, stop_after=5))
+    assert not (tmp_path / "cut" / "summary.json").exists()
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 5
+    train(small(tmp_path / "cut", steps=8, checkpoint_every=3, resume=True))
+    assert losses(tmp_path / "cut") == losses(tmp_path / "full")
+
+
+def test_same_seed_same_data_for_every_method(tmp_path):
+    """Pairing: the batches a run sees depend on the seed, not on the method."""
+    seen = {}
+    for method in ("baseline", "mhar"):
+        import mhar_probe.train as tr
+
+        orig = tr.Trainer.train_step
+        rows = []
+
+        def spy(self, _orig=orig, _rows=rows):
+            _rows.append(batch_indices(self.step, self.cfg.batch_size, len(self.train_rows), self.cfg.seed))
+            return _orig(self)
+
+        tr.Trainer.train_step = spy
+        try:
+            train(small(tmp_path / method, steps=3, method=method))
+        finally:
+            tr.Trainer.train_step = orig
+        seen[method] = rows
+    assert all(torch.equal(a, b) for a, b in zip(seen["baseline"], seen["mhar"]))
+
+
+def test_ddp_two_processes_matches_one(tmp_path):
+    """torchrun --nproc_per_node 2 (gloo) at the same global batch gives the same curve."""
+    train(small(tmp_path / "one", steps=4, method="mhar"))
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", "29533",
+           "-m", "mhar_probe.cli", "train", "--out", str(tmp_path / "two"), "--steps", "4", "--method", "mhar",
+           "--seq-len", "32", "--batch-size", "4", "--eval-every", "2", "--eval-batches", "1",
+           "--vocab-size", "512", "--corpus-max-bytes", "150000", "--lr", "3e-3", "--no-progress",
+           "--layers", "2", "--hidden-size", "64", "--ffn", "128"]
+    subprocess.run(cmd, check=True, env=env, timeout=300, capture_output=True)
+    one, two = losses(tmp_path / "one"), losses(tmp_path / "two")
+    assert [s for s, *_ in one] == [s for s, *_ in two]
+    for (_, la, va), (_, lb, vb) in zip(one, two):
+        for x, y in ((la, lb), (va, vb)):
+            assert (x is None) == (y is None)
+            if x is not None:
+                assert y == pytest.approx(x, rel=1e-4, abs=1e-5)
+
+
+def cli(*args: str) -> int:
+    return main(list(args))
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--heads", "5"], "not divisible by routing heads"),
+    (["--method", "resnet"], "unknown method"),
+    (["--preset", "7b"], "unknown preset"),
+    (["--seq-len", "4096"], "position limit"),
+])
+def test_train_cli_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
+    rc = cli("train", "--out", str(tmp_path / "r"), "--steps", "1", "--no-progress",
+             "--corpus-max-bytes", "150000", *args)
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and needle in err and len(err.splitlines()) == 1
+
+
+def test_train_cli_corpus_errors(tmp_path, capsys):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (tmp_path / "blank.txt").write_text("")
+    for corpus, needle in [(tmp_path / "missing", "does not exist"), (empty, str(empty)),
+                           (tmp_path / "blank.txt", "blank.txt")]:
+        rc = cli("train", "--out", str(tmp_path / "r"), "--steps", "1", "--no-progress", "--corpus", str(corpus))
+        err = capsys.readouterr().err.strip()
+        assert rc == 2 and needle in err and len(err.splitlines()) == 1, err
+
+
+def test_existing_output_needs_overwrite_and_is_kept(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "precious.txt").write_text("keep me")
+    rc = cli("train", "--out", str(out), "--steps", "1", "--no-progress")
+    assert rc == 2 and "--overwrite" in capsys.readouterr().err
+    assert (out / "precious.txt").read_text() == "keep me"
+
+
+def test_resume_errors_missing_and_corrupt_checkpoint(tmp_path, capsys):
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "notes.txt").write_text("x")
+    rc = cli("train", "--out", str(out), "--steps", "1", "--no-progress", "--resume")
+    assert rc == 2 and "no checkpoint" in capsys.readouterr().err
+    train(small(tmp_path / "ok", steps=2))
+    (tmp_path / "ok" / "checkpoint" / "model.safetensors").write_bytes(b"garbage")
+    with pytest.raises(Exception, match="corrupt"):
+        train(small(tmp_path / "ok", steps=4, resume=True))
+
+
+def test_info_cli(tmp_path, capsys):
+    assert cli("info", "--preset", "1b", "--method", "mhar", "--json") == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["parameters"]["routing"] == (2 * 36 + 1) * 2 * 1280
+    assert info["flops_per_token"]["routing"] > 0
+    assert cli("info", str(tmp_path / "nope")) == 2
+    assert "does not exist" in capsys.readouterr().err
+    (tmp_path / "junk").mkdir()
+    assert cli("info", str(tmp_path / "junk")) == 2
+    assert "not a run directory" in capsys.readouterr().err
