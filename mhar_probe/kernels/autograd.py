@@ -142,9 +142,8 @@ class _Call:
     H: int
     eps: float
     woff: int  # element offset of this call's W [n, P, H] in the stack's flat weight buffer
-    u: Tensor  # [d] fp32: q * g (the key-path direction)
-    q32: Tensor  # [d] fp32
-    g32: Tensor  # [d] fp32
+    q: Tensor  # [d] the call's query (detached)
+    g: Tensor  # [d] the call's key-norm weight (detached)
     q_dtype: torch.dtype
     g_dtype: torch.dtype
 
@@ -253,8 +252,7 @@ class TritonSourceStack:
                                "backward; build a new stack for a new forward pass")
         woff = self._reserve_w(n * P * num_heads, num_heads, self.buffer.device)
         call = len(self._calls)
-        q32, g32 = query.detach().float(), norm_weight.detach().float()
-        self._calls.append(_Call(n, num_heads, eps, woff, q32 * g32, q32, g32,
+        self._calls.append(_Call(n, num_heads, eps, woff, query.detach(), norm_weight.detach(),
                                  query.dtype, norm_weight.dtype))
         self._calls_sources.append([j for j, _ in self._pending])
         self._call_args.append((query, norm_weight))
@@ -303,13 +301,15 @@ class TritonSourceStack:
             s += P * rec.H
         self._s_flat = _new((s,), torch.float32, dev)
         self._soff = soffs
-        self._u = torch.stack([rec.u for rec in calls])
-        self._tables = torch.tensor(
-            [[r.n for r in calls], [r.H for r in calls], [r.woff for r in calls], soffs],
-            dtype=torch.int64).to(dev)
+        self._q32 = torch.stack([rec.q for rec in calls]).float()  # [calls, d]
+        self._g32 = torch.stack([rec.g for rec in calls]).float()
+        self._u = self._q32 * self._g32  # key-path direction q * g per call
+        self._tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
+            [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
+             soffs + [0]], dtype=torch.int64).to(dev)
 
     def _release_backward(self) -> None:
-        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables"):
+        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_q32", "_g32", "_tables"):
             setattr(self, name, None)
 
     def _backward_call(self, call: int, dout: Tensor | None, out: Tensor) -> tuple[Tensor, Tensor]:
@@ -329,7 +329,7 @@ class TritonSourceStack:
             D=D, H=rec.H, K=D // rec.H, BLOCK_K=block_k, BLOCK_P=block_p,
             ROUND_KEY=rounding_flags(self.buffer.dtype, rec.g_dtype)[0], num_warps=num_warps)
         E = epart.sum(0)
-        return (E * rec.g32).to(rec.q_dtype), (E * rec.q32).to(rec.g_dtype)
+        return (E * self._g32[call]).to(rec.q_dtype), (E * self._q32[call]).to(rec.g_dtype)
 
     def _gather(self, j: int, call: int) -> Tensor:
         """Gradient of source j: every call c' in [call, top] that read it (n_c' > j)."""

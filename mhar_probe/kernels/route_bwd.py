@@ -112,6 +112,21 @@ def route_bwd_local_kernel(
 
 
 @triton.jit
+def _call_bwd_step(v, do, shift, wptr, dptr, Ssh, A, Bv, pmask, eps, D: tl.constexpr,
+                   dtype: tl.constexpr, ROUND_KEY: tl.constexpr):
+    """One source row of the call kernel: D' stored, S', A, Bv accumulated."""
+    w = tl.load(wptr, mask=pmask[:, None], other=0.0)
+    d_sh = tl.sum(do * v, axis=2) - shift  # [BP, H]
+    tl.store(dptr, d_sh, mask=pmask[:, None])
+    r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)
+    kh = v * r[:, None, None]
+    if ROUND_KEY:
+        kh = kh.to(dtype).to(tl.float32)
+    wd = w * d_sh
+    return Ssh + wd, A + wd[:, :, None] * kh, Bv + w[:, :, None] * kh
+
+
+@triton.jit
 def stack_call_bwd_kernel(
     V, stride_vn, DOUT, OUT, DOUT_SLOT,  # V [>=N, P, D]; DOUT/OUT [P, D]; DOUT_SLOT [P, D] copy
     W, DSH, SSH,  # W/DSH: [N, P, H] fp32 (weights, shifted D'); SSH: [P, H] (shifted S')
@@ -138,20 +153,16 @@ def stack_call_bwd_kernel(
     A = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j D'_j khat0_j
     Bv = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j khat0_j
     vptr = V + row
-    for n in range(N):
-        v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-        w = tl.load(W + n * P * H + hoff, mask=pmask[:, None], other=0.0)
-        d_sh = tl.sum(do * v, axis=2) - shift  # [BP, H]
-        tl.store(DSH + n * P * H + hoff, d_sh, mask=pmask[:, None])
-        r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)
-        kh = v * r[:, None, None]
-        if ROUND_KEY:
-            kh = kh.to(OUT.dtype.element_ty).to(tl.float32)
-        wd = w * d_sh
-        Ssh += wd
-        A += wd[:, :, None] * kh
-        Bv += w[:, :, None] * kh
+    v_next = tl.load(vptr, mask=mask, other=0.0)  # software prefetch: next row in flight
+    for n in range(N - 1):
+        v = v_next.to(tl.float32)
         vptr += stride_vn
+        v_next = tl.load(vptr, mask=mask, other=0.0)
+        Ssh, A, Bv = _call_bwd_step(v, do, shift, W + n * P * H + hoff, DSH + n * P * H + hoff,
+                                    Ssh, A, Bv, pmask, eps, D, OUT.dtype.element_ty, ROUND_KEY)
+    Ssh, A, Bv = _call_bwd_step(v_next.to(tl.float32), do, shift, W + (N - 1) * P * H + hoff,
+                                DSH + (N - 1) * P * H + hoff, Ssh, A, Bv, pmask, eps, D,
+                                OUT.dtype.element_ty, ROUND_KEY)
     tl.store(SSH + hoff, Ssh, mask=pmask[:, None])
     E = A - Ssh[:, :, None] * Bv  # = sum_j w_j (D_j - S) khat0_j
     tl.store(EPART + pid * D + col, tl.sum(E, axis=0), mask=cmask)
@@ -163,7 +174,7 @@ def stack_gather_kernel(
     DOUT_BUF, stride_dc,  # [calls, P, D] stored douts
     U,  # [calls, D] fp32: q_c * g_c
     WALL, DALL, SALL,  # flat fp32: per call [n_c, P, H_c] weights / shifted D'; [P, H_c] S'
-    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call
+    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call + sentinel
     c_start, c_end, P, eps,
     D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr,
 ):
@@ -178,21 +189,27 @@ def stack_gather_kernel(
     r = tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)  # [BP]
     acc_v = tl.zeros([BLOCK_P, BLOCK_D], tl.float32)
     acc_k = tl.zeros([BLOCK_P, BLOCK_D], tl.float32)
+    zero_d = tl.zeros([BLOCK_D], tl.int64)
+    do_next = tl.load(DOUT_BUF + c_start * stride_dc + row,
+                      mask=mask & ((zero_d + tl.load(CALL_N + c_start)) > j)[None, :], other=0.0)
     for c in range(c_start, c_end):
         n = tl.load(CALL_N + c)
-        if n > j:
-            hc = tl.load(CALL_H + c)
-            hidx = (offs_d * hc) // D  # head of each column in call c
-            woff = tl.load(CALL_WOFF + c)
-            soff = tl.load(CALL_SOFF + c)
-            pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, BD]
-            w = tl.load(WALL + woff + j * P * hc + pidx, mask=mask, other=0.0)
-            dsh = tl.load(DALL + woff + j * P * hc + pidx, mask=mask, other=0.0)
-            ssh = tl.load(SALL + soff + pidx, mask=mask, other=0.0)
-            do = tl.load(DOUT_BUF + c * stride_dc + row, mask=mask, other=0.0).to(tl.float32)
-            u = tl.load(U + c * D + offs_d, mask=dmask, other=0.0)
-            acc_v += w * do
-            acc_k += w * (dsh - ssh) * u[None, :]
+        m = mask & ((zero_d + n) > j)[None, :]  # calls that did not read source j contribute nothing
+        do = do_next.to(tl.float32)
+        # tables carry a sentinel entry (n = 0) after the last call: no read past c_end
+        do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + row,
+                          mask=mask & ((zero_d + tl.load(CALL_N + c + 1)) > j)[None, :], other=0.0)
+        hc = tl.load(CALL_H + c)
+        hidx = (offs_d * hc) // D  # head of each column in call c
+        woff = tl.load(CALL_WOFF + c)
+        soff = tl.load(CALL_SOFF + c)
+        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, BD]
+        w = tl.load(WALL + woff + j * P * hc + pidx, mask=m, other=0.0)
+        dsh = tl.load(DALL + woff + j * P * hc + pidx, mask=m, other=0.0)
+        ssh = tl.load(SALL + soff + pidx, mask=m, other=0.0)
+        u = tl.load(U + c * D + offs_d, mask=dmask, other=0.0)
+        acc_v += w * do
+        acc_k += w * (dsh - ssh) * u[None, :]
     dot = tl.sum(acc_k * v, axis=1)
     dx = acc_v + r[:, None] * acc_k - (r * r * r * dot / D)[:, None] * v
     tl.store(DX + row, dx.to(DX.dtype.element_ty), mask=mask)

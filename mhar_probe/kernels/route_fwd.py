@@ -63,6 +63,25 @@ def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
 
 
 @triton.jit
+def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits."""
+    r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+    kh = v * r[:, None, None]
+    if ROUND_KEY:
+        kh = kh.to(dtype).to(tl.float32)
+    kh = kh * g[None, :, :]
+    if ROUND_KEY2:
+        kh = kh.to(dtype).to(tl.float32)
+    logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
+    tl.store(wptr, logit, mask=pmask[:, None])
+    m_new = tl.maximum(m, logit)
+    scale = tl.exp(m - m_new)
+    e = tl.exp(logit - m_new)
+    return m_new, l * scale + e, acc * scale[:, :, None] + e[:, :, None] * v
+
+
+@triton.jit
 def route_fwd_kernel(
     V, stride_vn,  # sources: row n of position p at V + n*stride_vn + p*D
     Q, G,  # [D] query, key-norm weight
@@ -91,24 +110,15 @@ def route_fwd_kernel(
     l = tl.zeros([BLOCK_P, H], tl.float32)
     acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
     vptr = V + row
-    for n in range(N):
-        v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-        r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
-        kh = v * r[:, None, None]
-        if ROUND_KEY:
-            kh = kh.to(OUT.dtype.element_ty).to(tl.float32)
-        kh = kh * g[None, :, :]
-        if ROUND_KEY2:
-            kh = kh.to(OUT.dtype.element_ty).to(tl.float32)
-        logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
-        tl.store(wptr + n * P * H, logit, mask=pmask[:, None])
-        m_new = tl.maximum(m, logit)
-        scale = tl.exp(m - m_new)
-        e = tl.exp(logit - m_new)
-        acc = acc * scale[:, :, None] + e[:, :, None] * v
-        l = l * scale + e
-        m = m_new
+    v_next = tl.load(vptr, mask=mask, other=0.0)  # software prefetch: next row in flight
+    for n in range(N - 1):
+        v = v_next.to(tl.float32)
         vptr += stride_vn
+        v_next = tl.load(vptr, mask=mask, other=0.0)
+        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D,
+                              OUT.dtype.element_ty, ROUND_KEY, ROUND_KEY2)
+    m, l, acc = _fwd_step(v_next.to(tl.float32), q, g, m, l, acc, wptr + (N - 1) * P * H, pmask,
+                          eps, D, OUT.dtype.element_ty, ROUND_KEY, ROUND_KEY2)
     o = acc / l[:, :, None]
     if HAS_PARTIAL:
         if HAS_GATE:
