@@ -44,6 +44,23 @@ def cuda_time(fn, warmup: int, repeat: int) -> float:
     return statistics.median(times)
 
 
+def kernel_ms(fn) -> dict[str, float]:
+    """Device time per kernel name (torch.profiler), one run after warm-up: where time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for evt in prof.key_averages():
+        t = getattr(evt, "self_device_time_total", 0) or getattr(evt, "self_cuda_time_total", 0)
+        if t:
+            out[evt.key[:60]] = out.get(evt.key[:60], 0.0) + t / 1e3
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:8])
+
+
 def copy_bandwidth() -> float:
     """GB/s of a large device-to-device copy (bytes read + bytes written)."""
     x = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)
@@ -108,13 +125,15 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat):
             torch.cuda.empty_cache()
             continue
         floor_ms = floor_bytes / (bw * 1e6)
-        rows.append(dict(shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
+        prof = kernel_ms(fwdbwd) if bname == "triton" else {}
+        rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()),shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
                          fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
                          effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first))
         print(f"{name:5s} H={H:<2d} {bname:8s} fwd {ms_f:8.3f}  bwd {ms_fb - ms_f:8.3f}  "
               f"fwd+bwd {ms_fb:8.3f} ms  floor {floor_ms:6.3f} ms ({floor_ms / ms_fb:5.1%})  "
-              f"peak +{peak:5.2f} GiB", flush=True)
+              f"peak +{peak:5.2f} GiB" + (f"  GPU-busy {sum(prof.values()):6.3f} ms" if prof else ""),
+              flush=True)
     return rows
 
 
