@@ -75,3 +75,11 @@ def probe_matrix(heads: list[tuple[Tensor, Tensor]], variants: list[list[Tensor]
                 q = variants[v][h].double()
                 M[dims, v, m, h, assign] = q
     return M, units
+
+
+def slice_kl(slice_logits: Tensor, head_logits: Tensor) -> Tensor:
+    """KL(a_j || alpha) = sum_n a_j(n) (log a_j(n) - log alpha(n)), a_j = softmax_n(slice_logits[..., j]),
+    alpha = softmax_n(head_logits); sources on dim 0.  [n, ..., J], [n, ...] -> [..., J]."""
+    log_alpha = head_logits.log_softmax(0)
+    log_a = slice_logits.log_softmax(0)
+    return (log_a.exp() * (log_a - log_alpha.unsqueeze(-1))).sum(0)

@@ -21,7 +21,7 @@ import torch
 from torch import Tensor
 
 from ..model.routing import rms_norm_keys
-from .heads import SLICINGS, head_queries, matched_norm_draws, probe_matrix
+from .heads import SLICINGS, head_queries, matched_norm_draws, probe_matrix, slice_kl
 from .schema import Layout
 
 # positions per chunk are chosen so that one chunk's logits hold at most this many elements
@@ -109,8 +109,8 @@ class RoutingAccumulator:
             logits = (keys[:, p0:p0 + step] @ M).view(n, -1, V, len(SLICINGS), H, Sl)[..., :hs, :]
             head_logits = logits[:, :, :, 0].sum(-1)  # [n, p, V, hs]
             log_alpha = head_logits.log_softmax(0)
-            log_a = logits.log_softmax(0)  # [n, p, V, 2, hs, Sl]
-            kl = (log_a.exp() * (log_a - log_alpha[:, :, :, None, :, None])).sum(0)  # [p, V, 2, hs, Sl]
+            # [n, p, V, 2, hs, Sl] slice logits vs the head's shared alpha -> [p, V, 2, hs, Sl]
+            kl = slice_kl(logits, head_logits[:, :, :, None, :].expand(-1, -1, -1, len(SLICINGS), -1))
             self.KL[:, :, s, :hs] += torch.einsum("pvmhj,p->vmhj", kl, mc).double()
             alpha = log_alpha.exp()  # [n, p, V, hs]
             self.A[:, s, :n, :hs] += torch.einsum("npvh,p->vnh", alpha, mc).double()
