@@ -1,0 +1,118 @@
+"""Training throughput (tokens/s) and peak memory per method, one process, one run.
+
+Every method trains on the same random token batch with the same optimizer step (AdamW,
+clipping), so the ratios printed at the end are measured in the same run. On CUDA the step
+runs under bf16 autocast and times come from CUDA events (median over timed steps after
+warm-up); on CPU from perf_counter.
+
+    python benchmarks/train_throughput.py --preset tiny --batch 8 --seq 128          # CPU
+    python benchmarks/train_throughput.py --preset 100m --batch 8 --seq 2048 \\
+        --vocab 151936 --methods baseline mhar --backend eager                        # paper's microbatch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mhar_probe import __version__
+from mhar_probe.model import MHARConfig, MHARForCausalLM
+
+PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline median)
+
+
+def bench_method(method: str, args: argparse.Namespace, device: torch.device) -> dict:
+    torch.manual_seed(0)
+    cfg = MHARConfig.from_preset(args.preset, residual_method=method, vocab_size=args.vocab,
+                                 routing_backend=args.backend, max_position_embeddings=max(2 * args.seq, 256))
+    model = MHARForCausalLM(cfg).to(device)
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=torch.Generator().manual_seed(1))
+    tokens = tokens.to(device)
+    cuda = device.type == "cuda"
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+
+    def step() -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            logits = model(tokens[:, :-1], use_cache=False).logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    for _ in range(args.warmup):
+        step()
+    times = []
+    for _ in range(args.steps):
+        if cuda:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            step()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+    median = statistics.median(times)
+    peak = (torch.cuda.max_memory_allocated() if cuda
+            else resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024)
+    result = dict(method=method, params=sum(p.numel() for p in model.parameters()),
+                  step_s_median=median, tokens_per_s=args.batch * args.seq / median,
+                  peak_memory_gb=peak / 1e9, peak_memory_kind="cuda_max_allocated" if cuda else "process_max_rss")
+    del model, opt
+    return result
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--preset", default="tiny")
+    p.add_argument("--methods", nargs="+", default=["baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta"])
+    p.add_argument("--batch", type=int, default=8)
+    p.add_argument("--seq", type=int, default=128)
+    p.add_argument("--vocab", type=int, default=4096)
+    p.add_argument("--backend", default="eager")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--steps", type=int, default=10)
+    p.add_argument("--threads", type=int, default=None)
+    p.add_argument("--out", default=None, help="write the results JSON here")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    rows = [bench_method(m, args, device) for m in args.methods]
+    base = next((r["tokens_per_s"] for r in rows if r["method"] == "baseline"), None)
+    meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                device=torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
+                cpu_threads=torch.get_num_threads(), torch=torch.__version__, python=platform.python_version(),
+                package=__version__, args=vars(args))
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=2) + "\n")
+    print(f"# {meta['device']}  torch {meta['torch']}  {args.preset} B{args.batch} T{args.seq} "
+          f"V{args.vocab} backend={args.backend}  {meta['date']}")
+    print("| method | params | tokens/s | vs baseline | peak mem (GB) |")
+    print("|---|---:|---:|---:|---:|")
+    for r in rows:
+        ratio = f"{r['tokens_per_s'] / base:.2f}x" if base else "-"
+        print(f"| {r['method']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {ratio} | {r['peak_memory_gb']:.2f} |")
+    if device.type == "cuda" and args.preset == "100m" and base:
+        print(f"paper baseline at 100M on an H100: {PAPER_BASELINE_100M_TOK_S:,.0f} tokens/s; "
+              f"ours {base:,.0f} ({base / PAPER_BASELINE_100M_TOK_S:.2f}x)")
+
+
+if __name__ == "__main__":
+    main()
