@@ -1,0 +1,169 @@
+"""Paper-style probe tables as Markdown, LaTeX (booktabs) and CSV, written atomically."""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Sequence
+
+import pandas as pd
+import xarray as xr
+
+from mhar_probe.capture.errors import CaptureError
+
+from .alignment import head_alignment
+from .collinearity import source_collinearity
+from .deviation import per_head_deviation
+from .provenance import run_label
+from .source_count import matched_source_count
+from .width import width_disagreement
+
+
+def _shape(ds: xr.Dataset) -> str:
+    a = ds.attrs
+    return f"d{a.get('d')}/L{a.get('L')}/kv{a.get('G')}"
+
+
+def probe_table(datasets: Sequence[xr.Dataset]) -> pd.DataFrame:
+    """Table `tab:probe`: one column per run (single-head runs are the paper's subject)."""
+    cols = {}
+    matched = matched_source_count(datasets) if len(datasets) > 1 else None
+    for i, ds in enumerate(datasets):
+        w = width_disagreement(ds)
+        c = w.sel(slicing="contiguous")
+        col = {
+            "Shape": _shape(ds),
+            "Width-disagreement KL (trained)": float(c.summary_kl),
+            "random-query null (mean over draws)": float(c.summary_null_mean),
+            "random-query null (sd over draws)": float(c.summary_null_std),
+            "learned excess (trained - null)": float(c.summary_excess),
+            "head-interleaved slicing: KL (trained)": float(w.sel(slicing="interleaved").summary_kl),
+            "head-interleaved slicing: learned excess": float(w.sel(slicing="interleaved").summary_excess),
+            "Source collinearity (mean cos, all N)": float(source_collinearity(ds).all_sources_cosine),
+            "N sources": int(ds.site_num_sources.values[-1]),
+            "Routing heads H": int(ds.attrs.get("H", 1)),
+            "Tokens": int(ds.attrs.get("tokens_seen", 0)),
+        }
+        if matched is not None:
+            col["Matched-source-count KL (N <= N_min)"] = float(matched.matched_kl[i])
+            col["median KL ratio vs first run at equal N"] = float(matched.median_ratio_to_first[i])
+        cols[run_label(ds)] = col
+    return pd.DataFrame(cols)
+
+
+def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) -> pd.DataFrame:
+    """The per-head figure's statistics, one row per multi-head run."""
+    rows = {}
+    for ds in datasets:
+        d = per_head_deviation(ds, first_sites)
+        rows[run_label(ds)] = {
+            "max |D|": float(d.max_abs), "null max |D| (mean)": float(d.null_max_abs_mean),
+            "null max |D| (sd)": float(d.null_max_abs_std), "mean |D|": float(d.mean_abs),
+            "null mean |D|": float(d.null_mean_abs_mean), "replication r": float(d.replication_r),
+            "cross-head r (mean)": float(d.cross_head_corr_mean),
+            "cross-head r if independent": float(d.cross_head_corr_independent), "cells": int(d.cells),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+def headalign_table(pairs: Sequence[tuple[xr.Dataset, xr.Dataset]]) -> pd.DataFrame:
+    """Table `tab:headalign`: per scale, MHAR vs MHAR-HW loss and routing statistics."""
+    rows = {}
+    for mh, hw in pairs:
+        a = head_alignment(mh, hw)
+        rows[mh.attrs.get("preset") or _shape(mh)] = {
+            "MHAR val loss": float(a.val_loss.sel(variant="mhar")),
+            "MHAR-HW val loss": float(a.val_loss.sel(variant="mhar_hw")),
+            "Delta (hw - mh)": float(a.delta_val_loss),
+            "max |D| MHAR": float(a.max_abs_deviation.sel(variant="mhar")),
+            "max |D| MHAR-HW": float(a.max_abs_deviation.sel(variant="mhar_hw")),
+            "slice-KL excess MHAR": float(a.slice_kl_excess.sel(variant="mhar")),
+            "slice-KL excess MHAR-HW": float(a.slice_kl_excess.sel(variant="mhar_hw")),
+            "consensus routing r": float(a.consensus_corr),
+        }
+    return pd.DataFrame.from_dict(rows, orient="index")
+
+
+# ------------------------------------------------------------------------------ formatting
+def _fmt(v: object, signed: bool = False) -> str:
+    if hasattr(v, "item"):  # numpy scalar
+        v = v.item()
+    if isinstance(v, float):
+        if math.isnan(v):
+            return "--"
+        return f"{v:+.3f}" if signed else f"{v:.3f}"
+    return str(v)
+
+
+def _md(s: object) -> str:
+    return str(s).replace("|", "\\|")
+
+
+def to_markdown(df: pd.DataFrame) -> str:
+    head = "| | " + " | ".join(_md(c) for c in df.columns) + " |"
+    sep = "|---|" + "|".join("---:" for _ in df.columns) + "|"
+    body = ["| " + _md(i) + " | " + " | ".join(_md(_fmt(v, "Delta" in str(c))) for c, v in row.items()) + " |"
+            for i, row in df.astype(object).iterrows()]
+    return "\n".join([head, sep, *body]) + "\n"
+
+
+def _tex(s: object) -> str:
+    return (str(s).replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%")
+            .replace("&", r"\&").replace("#", r"\#").replace("|", r"$|$").replace("<=", r"$\le$"))
+
+
+def to_latex(df: pd.DataFrame, caption: str = "", label: str = "") -> str:
+    lines = [r"\begin{table}[h]", r"\centering"]
+    if caption:
+        lines.append(rf"\caption{{{_tex(caption)}}}")
+    if label:
+        lines.append(rf"\label{{{label}}}")
+    lines += [r"\begin{tabular}{l" + "c" * len(df.columns) + "}", r"\toprule",
+              " & " + " & ".join(rf"\textbf{{{_tex(c)}}}" for c in df.columns) + r" \\", r"\midrule"]
+    for i, row in df.astype(object).iterrows():
+        lines.append(_tex(i) + " & " + " & ".join(_tex(_fmt(v, "Delta" in str(c))) for c, v in row.items()) + r" \\")
+    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    return "\n".join(lines) + "\n"
+
+
+def _atomic_text(path: Path, text: str) -> None:
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
+            fh.write(text)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+
+
+def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, *, caption: str = "",
+                label: str = "", overwrite: bool = False) -> list[Path]:
+    """Write stem.md, stem.tex, stem.csv under out_dir (none is written if any exists without overwrite)."""
+    out = Path(out_dir)
+    paths = [out / f"{stem}.{ext}" for ext in ("md", "tex", "csv")]
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        raise CaptureError(f"output file(s) already exist: {', '.join(existing)}; pass --overwrite to replace them")
+    out.mkdir(parents=True, exist_ok=True)
+    md = (f"{caption}\n\n" if caption else "") + to_markdown(df)
+    for path, text in zip(paths, (md, to_latex(df, caption, label), df.to_csv())):
+        _atomic_text(path, text)
+    return paths
+
+
+def site_table(datasets: Sequence[xr.Dataset]) -> pd.DataFrame:
+    """Per-site probe values of every run (long format: one row per run and site)."""
+    rows = []
+    for ds in datasets:
+        w = width_disagreement(ds).sel(slicing="contiguous")
+        col = source_collinearity(ds)
+        for s in range(ds.sizes["site"]):
+            rows.append({"run": run_label(ds), "site": str(ds.site_label.values[s]),
+                         "num_sources": int(ds.site_num_sources.values[s]), "kl": float(w.kl.values[s]),
+                         "null_mean": float(w.null_mean.values[s]), "null_std": float(w.null_std.values[s]),
+                         "excess": float(w.excess.values[s]), "collinearity": float(col.site_cosine.values[s])})
+    return pd.DataFrame(rows).set_index(["run", "site"])

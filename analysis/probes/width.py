@@ -1,0 +1,41 @@
+"""Width-disagreement and its random-query null (paper Table `tab:probe`).
+
+At site s, head h (H = 1: the whole query), slice j of S:
+    a_j   = softmax_n(q_[j] . khat_n[j]),   alpha = softmax_n(q . khat_n)
+    KL_s  = mean over tokens, slices (and heads) of KL(a_j || alpha)
+The random-query null replaces q by r ||q|| / ||r||, r ~ N(0, I) (per draw); learned excess =
+trained - null mean. Summaries average over sites that read at least two sources (a site with
+one source has KL = 0 by construction and is no routing decision).
+"""
+
+from __future__ import annotations
+
+import xarray as xr
+
+from .provenance import require_probes, with_provenance
+
+
+def width_disagreement(ds: xr.Dataset) -> xr.Dataset:
+    """Per-site and summary slice-KL for both slicings; dims [slicing, site] (+ draw for the null)."""
+    require_probes(ds, "width-disagreement")
+    kl = ds.slice_kl.mean(("head", "slice"), skipna=True)  # [slicing, site]
+    null = ds.null_slice_kl.mean(("head", "slice"), skipna=True)  # [draw, slicing, site]
+    routed = ds.site_num_sources >= 2
+    null_mean = null.mean("draw")
+    out = xr.Dataset({
+        "kl": kl,
+        "null_kl": null,
+        "null_mean": null_mean,
+        "null_std": null.std("draw", ddof=1) if null.sizes["draw"] > 1 else null_mean * float("nan"),
+        "excess": kl - null_mean,
+    })
+    site_mean = lambda x: x.where(routed).mean("site")  # noqa: E731
+    summary_null = site_mean(null)  # [draw, slicing]: one site-averaged null per draw
+    out["summary_kl"] = site_mean(kl)
+    out["summary_null_mean"] = summary_null.mean("draw")
+    out["summary_null_std"] = summary_null.std("draw", ddof=1) if null.sizes["draw"] > 1 else summary_null.mean("draw") * float("nan")
+    out["summary_excess"] = out.summary_kl - out.summary_null_mean
+    out["summary_sites"] = int(routed.sum())
+    for name in out.data_vars:
+        out[name].attrs["units"] = "nats"
+    return with_provenance(out, "width_disagreement", [ds])

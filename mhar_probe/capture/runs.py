@@ -1,0 +1,63 @@
+"""Loading a training run (model, tokenizer, options) and its held-out text as capture batches."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from .errors import CaptureError
+
+DEFAULT_DATASET = "routing.nc"
+
+
+def require_run(run_dir: str | Path) -> Path:
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise CaptureError(f"run directory {run} does not exist")
+    if not (run / "config.json").is_file():
+        raise CaptureError(f"{run} is not a finished run directory (no config.json; train one with `mhar train`)")
+    return run
+
+
+def load_run(run_dir: str | Path, device: str | torch.device | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """(model in eval mode on `device`, tokenizer, train_config.json as a dict ({} if absent))."""
+    import mhar_probe  # noqa: F401  (registers the Auto classes)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    run = require_run(run_dir)
+    model = AutoModelForCausalLM.from_pretrained(run)
+    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
+    model.to(device).eval()
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(run)
+    except (OSError, ValueError) as exc:
+        raise CaptureError(f"{run} has no usable tokenizer files ({exc})") from None
+    cfg_path = run / "train_config.json"
+    train_cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    return model, tokenizer, train_cfg
+
+
+def heldout_rows(tokenizer: Any, train_cfg: dict[str, Any], seq_len: int, split: str = "val") -> Tensor:
+    """Packed rows [M, seq_len] of the run's corpus split (the same corpus and cap it trained on)."""
+    from ..data import load_corpus, load_packed
+
+    if split not in ("train", "val"):
+        raise CaptureError(f"--split must be 'train' or 'val', got {split!r}")
+    corpus = load_corpus(train_cfg.get("corpus"), max_bytes=train_cfg.get("corpus_max_bytes"))
+    return load_packed(corpus, tokenizer, seq_len, split)[:, :seq_len]
+
+
+def row_batches(rows: Tensor, tokens: int | None, batch_size: int) -> tuple[list[Tensor], int]:
+    """Consecutive batches covering ceil(tokens / T) rows (all rows if tokens is None)."""
+    if batch_size < 1:
+        raise CaptureError(f"--batch-size must be >= 1, got {batch_size}")
+    M, T = rows.shape
+    want = M if tokens is None else min(M, math.ceil(tokens / T))
+    if want < 1:
+        raise CaptureError(f"--tokens must be positive, got {tokens}")
+    return list(rows[:want].split(batch_size)), want * T
