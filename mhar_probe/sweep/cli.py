@@ -1,0 +1,123 @@
+"""`mhar sweep`: train a grid of runs into one directory (resumable, with a manifest).
+
+    mhar sweep --out sweeps/heads --methods baseline attnres mhar --heads 1 2 4 8 \
+        --kv-heads 1 2 4 --lrs 5e-4 --seeds 1 2 3 --presets tiny --steps 300
+    mhar sweep --out sweeps/heads --grid grid.json      # the same axes from a JSON file
+
+The shared training options are those of `mhar train` (--batch-size, --eval-every, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from .grid import AXES, SweepGrid
+
+_COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
+           "checkpoint_every", "corpus", "corpus_max_bytes", "tokenizer", "vocab_size",
+           "routing_backend", "device")
+
+
+def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `sweep` on the `mhar` sub-command parser; handler: cmd_sweep."""
+    from ..cli import add_train_arguments
+
+    p = subparsers.add_parser("sweep", help="train a grid of runs (method x H x KV x lr x seed x preset x steps)",
+                              conflict_handler="resolve", description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_train_arguments(p)  # shared options; the grid axes below replace the single-valued ones
+    p.add_argument("--out", required=True, help="sweep directory (one sub-directory per run)")
+    p.add_argument("--grid", default=None, help="JSON file with the grid (keys: " + ", ".join(AXES) + ", common)")
+    p.add_argument("--methods", "--method", nargs="+", default=None, help="residual methods")
+    p.add_argument("--heads", nargs="+", default=None, help="routing heads H (routed methods; 'kv' = KV heads)")
+    p.add_argument("--kv-heads", nargs="+", default=None, help="KV heads ('preset' = the preset's)")
+    p.add_argument("--lrs", "--lr", nargs="+", type=float, default=None, help="peak learning rates")
+    p.add_argument("--seeds", "--seed", nargs="+", type=int, default=None, help="seeds (fix init and data order)")
+    p.add_argument("--presets", "--preset", nargs="+", default=None, help="model presets")
+    p.add_argument("--steps", nargs="+", type=int, default=None, help="training steps (several: budgets)")
+    p.add_argument("--overwrite", action="store_true", help="retrain every run of the grid from scratch")
+    p.add_argument("--dry-run", action="store_true", help="list the runs and their status; train nothing")
+    p.set_defaults(func=cmd_sweep)
+    return p
+
+
+def _opt_ints(values: list[str], what: str, none_word: str) -> list[int | None]:
+    out: list[int | None] = []
+    for v in values:
+        if v == none_word:
+            out.append(None)
+            continue
+        try:
+            out.append(int(v))
+        except ValueError:
+            raise UserError(f"--{what} takes integers or '{none_word}', got {v!r}") from None
+    return out
+
+
+def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) -> SweepGrid:
+    """The grid file (if any), then every axis or shared option given on the command line."""
+    values: dict[str, Any] = {}
+    if args.grid:
+        path = Path(args.grid)
+        if not path.is_file():
+            raise UserError(f"grid file {path} does not exist")
+        try:
+            values = json.loads(path.read_text())
+        except json.JSONDecodeError as exc:
+            raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
+        if not isinstance(values, dict):
+            raise UserError(f"{path}: expected a JSON object with the grid axes")
+    axes = dict(methods=args.methods, lrs=args.lrs, seeds=args.seeds, presets=args.presets, steps=args.steps,
+                heads=_opt_ints(args.heads, "heads", "kv") if args.heads else None,
+                kv_heads=_opt_ints(args.kv_heads, "kv-heads", "preset") if args.kv_heads else None)
+    values.update({k: v for k, v in axes.items() if v is not None})
+    common = dict(values.get("common") or {})
+    for name in _COMMON:
+        value = getattr(args, name)
+        if value != parser_defaults.get(name) or name not in common:
+            common[name] = value
+    if common.get("corpus_max_bytes") == 0:
+        common["corpus_max_bytes"] = None
+    from ..cli import model_overrides
+
+    extra = {**(common.get("extra") or {}), **model_overrides(args)}
+    if extra:
+        common["extra"] = extra
+    common["progress"] = not args.no_progress
+    values["common"] = common
+    return SweepGrid.from_dict(values)
+
+
+def cmd_sweep(args: argparse.Namespace) -> int:
+    from .runner import run_sweep
+
+    grid = grid_from_args(args, _defaults())
+    if args.corpus is not None and not Path(args.corpus).exists():
+        raise UserError(f"corpus path {args.corpus} does not exist")
+
+    def report(spec, action: str) -> None:
+        print(f"{action:8s} {spec.name}", flush=True)
+
+    result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=not args.no_progress,
+                       dry_run=args.dry_run, on_run=None if args.dry_run else report)
+    if args.dry_run:
+        for spec in result.runs:
+            print(f"{result.before[spec.name]:12s} {spec.name}")
+        print(f"{len(result.runs)} runs in {args.out} (dry run: nothing trained)")
+        return 0
+    print(f"{args.out}: {len(result.trained)} trained, {len(result.skipped)} already finished, "
+          f"manifest {Path(args.out) / 'manifest.json'}")
+    return 0
+
+
+def _defaults() -> dict[str, Any]:
+    """Defaults of the shared options, as `mhar train` declares them."""
+    from ..cli import add_train_arguments
+
+    p = argparse.ArgumentParser()
+    add_train_arguments(p)
+    return {name: p.get_default(name) for name in _COMMON}

@@ -1,0 +1,72 @@
+"""manifest.json of a sweep directory: the grid, every run's name, axes and status.
+
+    {"format": 1, "grid": {...SweepGrid...}, "updated": ISO time,
+     "runs": [{"name", "axes": {preset, method, H, kv, lr, seed, steps}, "status",
+               "tail_mean_val_loss", "error"}]}
+
+Status of a run, read from its directory (the manifest is a record, the run directory is
+the truth): finished (summary.json says so), interrupted (a checkpoint, no summary),
+partial (files but nothing resumable), pending (nothing yet); failed is recorded by the
+runner when training raised.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from ..errors import UserError
+from ..rundir import CHECKPOINT, atomic_write_json
+
+MANIFEST = "manifest.json"
+FORMAT = 1
+
+
+def run_status(run_dir: Path) -> str:
+    """finished | interrupted | partial | pending, from the files in `run_dir`."""
+    summary = run_dir / "summary.json"
+    if summary.exists():
+        try:
+            if json.loads(summary.read_text()).get("finished"):
+                return "finished"
+        except json.JSONDecodeError:
+            pass
+    if (run_dir / CHECKPOINT / "state.json").exists():
+        return "interrupted"
+    if run_dir.is_dir() and any(run_dir.iterdir()):
+        return "partial"
+    return "pending"
+
+
+def read_manifest(out: Path) -> dict[str, Any] | None:
+    path = out / MANIFEST
+    if not path.exists():
+        return None
+    try:
+        doc = json.loads(path.read_text())
+    except json.JSONDecodeError as exc:
+        raise UserError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); fix or remove it") from exc
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("runs"), list):
+        raise UserError(f"{path} is not a sweep manifest (format {FORMAT}); use another --out")
+    return doc
+
+
+def write_manifest(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
+    doc = dict(format=FORMAT, grid=grid, runs=runs,
+               updated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
+    atomic_write_json(out / MANIFEST, doc)
+
+
+def run_entry(name: str, axes: dict[str, Any], run_dir: Path, status: str | None = None,
+              error: str | None = None) -> dict[str, Any]:
+    """A manifest row; the tail-mean comes from the run's summary when it finished."""
+    status = status or run_status(run_dir)
+    entry: dict[str, Any] = dict(name=name, axes=axes, status=status)
+    if status == "finished":
+        summary = json.loads((run_dir / "summary.json").read_text())
+        entry["tail_mean_val_loss"] = summary.get("tail_mean_val_loss")
+    if error:
+        entry["error"] = error
+    return entry

@@ -1,0 +1,143 @@
+"""Run a sweep: each run of the grid in order, into OUT/<run name>/, with a manifest.
+
+Resumable: finished runs are skipped, interrupted ones continue from their checkpoint, runs
+that left files but no checkpoint start over (nothing in them can be resumed). Sequential on
+CPU or one GPU. Under torchrun every rank walks the same grid in the same order; the process
+group is joined once for the whole sweep, the trainer does DDP, rank 0 alone writes files.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from tqdm.auto import tqdm
+
+from ..errors import UserError
+from .grid import RunSpec, SweepGrid
+from .manifest import read_manifest, run_entry, run_status, write_manifest
+
+
+@dataclass
+class SweepResult:
+    """What a sweep did: per run, its status before and after this call."""
+
+    out: Path
+    runs: list[RunSpec]
+    before: dict[str, str] = field(default_factory=dict)
+    after: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def trained(self) -> list[str]:
+        return [s.name for s in self.runs if self.before.get(s.name) != "finished"
+                and self.after.get(s.name) == "finished"]
+
+    @property
+    def skipped(self) -> list[str]:
+        return [s.name for s in self.runs if self.before.get(s.name) == "finished"]
+
+
+def _check_out(out: Path, grid: SweepGrid, overwrite: bool) -> list[dict[str, Any]]:
+    """Validate OUT against an existing manifest; returns the manifest rows to keep."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"sweep output {out} exists and is not a directory")
+    manifest = read_manifest(out) if out.exists() else None
+    if manifest is None:
+        if out.exists() and any(out.iterdir()) and not overwrite:
+            raise UserError(f"{out} is not empty and has no manifest.json; choose a new --out "
+                            f"(or pass --overwrite to train the grid into it anyway)")
+        return []
+    old = SweepGrid(**manifest["grid"]).model_common() if manifest.get("grid") else {}
+    new = grid.model_common()
+    if old != new and not overwrite:
+        keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
+        raise UserError(f"{out} holds a sweep with different shared training options "
+                        f"({', '.join(keys)}); use a new --out, or --overwrite to retrain its runs")
+    return manifest["runs"]
+
+
+def _rank() -> int:
+    return int(os.environ.get("RANK", "0"))
+
+
+def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: bool = False,
+              progress: bool = True, dry_run: bool = False,
+              on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
+    """Train every run of `grid` into `out`; returns statuses before and after.
+
+    overwrite: retrain every run of the grid from scratch (other directories are left alone).
+    dry_run: only report the plan (statuses), train nothing and write nothing.
+    on_run(spec, action): called before each run with action skip | resume | restart | train.
+    """
+    from ..distributed import init_distributed, shutdown
+    from ..train import Trainer
+
+    if isinstance(grid, dict):
+        grid = SweepGrid.from_dict(grid)
+    out = Path(out)
+    specs = grid.expand()
+    kept = _check_out(out, grid, overwrite)
+    result = SweepResult(out=out, runs=specs)
+    for spec in specs:
+        result.before[spec.name] = run_status(out / spec.name)
+    if dry_run:
+        result.after = dict(result.before)
+        return result
+
+    main = _rank() == 0
+    grid_names = {s.name for s in specs}
+    others = [r for r in kept if r.get("name") not in grid_names]  # runs of earlier grids stay listed
+    entries: dict[str, dict[str, Any]] = {s.name: run_entry(s.name, s.axes(), out / s.name) for s in specs}
+
+    def save() -> None:
+        if main:
+            write_manifest(out, grid.to_dict(), others + [entries[s.name] for s in specs])
+
+    if main:
+        out.mkdir(parents=True, exist_ok=True)
+    save()
+    info = init_distributed(grid.common.get("device"))
+    runtime = {"progress": progress and main and grid.common.get("progress", True)}
+    bar = tqdm(specs, desc="sweep", unit="run", disable=not (progress and main), dynamic_ncols=True)
+    try:
+        for spec in bar:
+            bar.set_postfix_str(spec.name)
+            run_dir = out / spec.name
+            status = run_status(run_dir)
+            if status == "finished" and not overwrite:
+                action = "skip"
+            elif overwrite or status == "partial":
+                action = "restart"
+            elif status == "interrupted":
+                action = "resume"
+            else:
+                action = "train"
+            if on_run is not None:
+                on_run(spec, action)
+            if action == "skip":
+                result.after[spec.name] = "finished"
+                continue
+            if action == "restart" and main and run_dir.exists():
+                shutil.rmtree(run_dir)
+            cfg = spec.train_config(str(run_dir), grid.common, **runtime,
+                                    resume=action == "resume", overwrite=False)
+            entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir, status="running")
+            save()
+            try:
+                Trainer(cfg, info).run()
+            except BaseException as exc:
+                entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir,
+                                               status="failed" if not isinstance(exc, KeyboardInterrupt)
+                                               else None, error=f"{type(exc).__name__}: {exc}")
+                save()
+                raise
+            entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir)
+            result.after[spec.name] = entries[spec.name]["status"]
+            save()
+    finally:
+        bar.close()
+        shutdown(info)
+    return result
