@@ -1,0 +1,100 @@
+"""Run the generators: every figure and table the inputs make possible, a list of what was
+skipped and why, and an index (index.md, index.json) of both in the output directory."""
+
+from __future__ import annotations
+
+import json
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from analysis.stats.atomic import write_text_atomic
+
+from mhar_probe.errors import UserError
+
+from .context import Context
+from .registry import Output, Skip, load_generators
+
+
+@dataclass
+class BuildReport:
+    out: Path
+    made: dict[str, list[Output]] = field(default_factory=dict)
+    skipped: dict[str, Skip] = field(default_factory=dict)
+    failed: dict[str, str] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        return dict(
+            made={k: [dict(name=o.name, files=[p.name for p in o.paths], notes=o.notes) for o in v]
+                  for k, v in self.made.items()},
+            skipped={k: dict(reason=s.reason, needs=s.needs) for k, s in self.skipped.items()},
+            failed=self.failed)
+
+
+def default_benchmark_dirs(runs_dir: Path | None) -> list[Path]:
+    """RUNS_DIR/benchmarks, then ./benchmarks (the repository's committed results)."""
+    dirs = [runs_dir / "benchmarks"] if runs_dir else []
+    dirs.append(Path("benchmarks"))
+    return [d for d in dirs if d.is_dir()]
+
+
+def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] | None = None,
+          overwrite: bool = False, benchmarks: Sequence[str | Path] | None = None,
+          evals: str | Path | None = None) -> BuildReport:
+    """Make every figure/table (or those in `only`) from the inputs; never raises for a skip."""
+    registry = load_generators()
+    if only:
+        unknown = [n for n in only if n not in registry]
+        if unknown:
+            raise UserError(f"unknown figure/table name(s) {', '.join(unknown)}; known: {', '.join(registry)}")
+    runs = Path(runs_dir) if runs_dir is not None else None
+    if runs is not None and not runs.is_dir():
+        raise UserError(f"runs directory {runs} does not exist")
+    out = Path(out)
+    if (out / "index.json").exists() and not overwrite:
+        raise UserError(f"{out} already holds figures (index.json); pass --overwrite to regenerate them")
+    ctx = Context(runs_dir=runs, out=out, overwrite=overwrite,
+                  benchmarks=[Path(b) for b in benchmarks] if benchmarks else default_benchmark_dirs(runs),
+                  evals=Path(evals) if evals else (runs / "evals" if runs and (runs / "evals").is_dir() else None))
+    report = BuildReport(out=out)
+    for name, gen in registry.items():
+        if only and name not in only:
+            continue
+        try:
+            report.made[name] = gen.make(ctx)
+        except Skip as skip:
+            report.skipped[name] = skip
+        except UserError:
+            raise
+        except Exception as exc:  # a bug in one generator must not hide the others' output
+            report.failed[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+    write_index(report, registry, overwrite=True)
+    return report
+
+
+def write_index(report: BuildReport, registry: dict, *, overwrite: bool) -> None:
+    out = report.out
+    out.mkdir(parents=True, exist_ok=True)
+    write_text_atomic(out / "index.json", json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n",
+                      overwrite=overwrite)
+    lines = ["# Figures and tables", ""]
+    for name, outputs in report.made.items():
+        gen = registry[name]
+        for o in outputs:
+            lines.append(f"## {o.name} ({gen.kind}; paper: {gen.paper_ref})")
+            lines.append("")
+            png = [p for p in o.paths if p.suffix == ".png"]
+            md = [p for p in o.paths if p.suffix == ".md"]
+            if png:
+                lines.append(f"![{o.name}]({png[0].name})")
+            if md:
+                lines.append(md[0].read_text())
+            lines += [f"- {n}" for n in o.notes] + [""]
+    if report.skipped:
+        lines += ["## Skipped", ""]
+        lines += [f"- **{k}**: {s.reason}" + (f" (needs: {'; '.join(s.needs)})" if s.needs else "")
+                  for k, s in report.skipped.items()]
+    if report.failed:
+        lines += ["", "## Failed", ""] + [f"- **{k}**: {v.splitlines()[0]}" for k, v in report.failed.items()]
+    write_text_atomic(out / "index.md", "\n".join(lines).rstrip() + "\n", overwrite=overwrite)

@@ -1,0 +1,47 @@
+"""`mhar figures RUNS_DIR --out DIR`: every paper figure and table your runs make possible."""
+
+from __future__ import annotations
+
+import argparse
+
+from mhar_probe.errors import UserError
+
+
+def add_figures_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `figures` on the `mhar` sub-command parser; handler: cmd_figures."""
+    p = subparsers.add_parser("figures", help="regenerate the paper's figures and tables from your runs")
+    p.add_argument("runs", metavar="RUNS_DIR", help="directory holding training runs (e.g. a sweep)")
+    p.add_argument("--out", required=True, help="output directory (PNG+PDF figures, MD/TeX/CSV tables)")
+    p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="only these generators (see --list)")
+    p.add_argument("--benchmarks", nargs="+", default=None, metavar="DIR",
+                   help="directories with benchmark JSON (default: RUNS_DIR/benchmarks and ./benchmarks)")
+    p.add_argument("--evals", default=None, metavar="DIR",
+                   help="LM-eval harness outputs, one sub-directory per run name (default: RUNS_DIR/evals)")
+    p.add_argument("--overwrite", action="store_true", help="replace figures already in --out")
+    p.add_argument("--list", action="store_true", help="list the generators and what each needs, then exit")
+    p.set_defaults(func=cmd_figures)
+    return p
+
+
+def cmd_figures(args: argparse.Namespace) -> int:
+    from .build import build
+    from .registry import load_generators
+
+    if args.list:
+        for name, gen in load_generators().items():
+            print(f"{name:22s} {gen.kind:6s} {gen.paper_ref:24s} needs: {gen.needs}")
+        return 0
+    report = build(args.runs, args.out, only=args.only, overwrite=args.overwrite, benchmarks=args.benchmarks,
+                   evals=args.evals)
+    for name, outputs in report.made.items():
+        for o in outputs:
+            print(f"made     {o.name}: {', '.join(p.name for p in o.paths)}")
+    for name, skip in report.skipped.items():
+        needs = f" -- needs: {'; '.join(skip.needs)}" if skip.needs else ""
+        print(f"skipped  {name}: {skip.reason}{needs}")
+    for name, err in report.failed.items():
+        print(f"FAILED   {name}: {err.splitlines()[0]}")
+    print(f"index: {report.out / 'index.md'}")
+    if not report.made and not report.failed:
+        raise UserError(f"nothing could be made from {args.runs}; see the skip reasons above")
+    return 1 if report.failed else 0

@@ -1,0 +1,79 @@
+"""Selections shared by the run-based generators: which corpus is the main one, which LR and
+budget a comparison uses, which MHAR head count stands for "MHAR", seed-averaged cells, and
+the paper's scale names."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any, Iterable
+
+import numpy as np
+import xarray as xr
+
+from analysis.runs import select
+
+PAPER_SCALES = {"100m": "100M", "124m": "124M", "350m": "350M", "1b": "1B"}
+MAIN_METHODS = ("baseline", "hyper", "attnres", "mhar")
+
+
+def scale_label(preset: str) -> str:
+    return PAPER_SCALES.get(preset, preset)
+
+
+def values(ds: xr.Dataset, coord: str) -> list[Any]:
+    """Distinct values of a run coord, sorted."""
+    return sorted(set(ds[coord].values.tolist()))
+
+
+def main_corpus(ds: xr.Dataset) -> str:
+    """The embedded default corpus if any run used it, else the most common corpus."""
+    names = Counter(ds["corpus"].values.tolist())
+    return "embedded" if "embedded" in names else names.most_common(1)[0][0]
+
+
+def pick_lr(ds: xr.Dataset, prefer: float = 5e-4) -> float:
+    """`prefer` (the paper's unified 5e-4) if baseline runs used it, else their most common LR."""
+    base = select(ds, method="baseline")
+    pool = base if base.sizes["run"] else ds
+    lrs = Counter(pool["lr"].values.tolist())
+    if any(np.isclose(lr, prefer) for lr in lrs):
+        return float(prefer)
+    return float(max(lrs, key=lambda lr: (lrs[lr], -lr)))
+
+
+def choose_mhar_H(available: Iterable[int], kv: int | None) -> int | None:
+    """The head count that stands for MHAR: H = 8 (the paper's choice at scale), else H = KV,
+    else the largest H <= 8 that is > 1."""
+    hs = sorted(int(h) for h in available if int(h) > 1)
+    if not hs:
+        return None
+    for want in (8, kv):
+        if want in hs:
+            return int(want)
+    small = [h for h in hs if h <= 8]
+    return small[-1] if small else hs[0]
+
+
+def cell_mean(ds: xr.Dataset, var: str = "tail_mean", **where: Any) -> tuple[float, int]:
+    """Seed-averaged value of the runs matching `where`, and how many runs went in."""
+    sub = select(ds, **where)
+    n = sub.sizes["run"]
+    return (float(sub[var].mean()) if n else float("nan")), n
+
+
+def run_records(ds: xr.Dataset) -> list[dict[str, Any]]:
+    """The runs as analysis.stats.curves run records (method, H, kv, lr, seed, preset, tail_mean, path)."""
+    recs = []
+    for i in range(ds.sizes["run"]):
+        r = ds.isel(run=i)
+        recs.append(dict(method=str(r["method"].item()), H=int(r["H"].item()), kv=int(r["kv"].item()),
+                         lr=float(r["lr"].item()), seed=int(r["seed"].item()), preset=str(r["preset"].item()),
+                         steps=int(r["steps"].item()), tail_mean=float(r["tail_mean"].item()),
+                         path=str(r["path"].item())))
+    return recs
+
+
+def groups(ds: xr.Dataset, by: tuple[str, ...]) -> list[tuple[dict[str, Any], xr.Dataset]]:
+    """Split runs by the coords in `by` (sorted keys)."""
+    keys = sorted(set(zip(*(ds[c].values.tolist() for c in by))), key=lambda k: tuple(str(x) for x in k))
+    return [(dict(zip(by, k)), select(ds, **dict(zip(by, k)))) for k in keys]

@@ -1,0 +1,72 @@
+"""What a generator gets: the inputs (runs dataset, benchmark and eval files, the paper's values)
+and the output helpers (figures and tables written atomically, never over existing files
+unless overwrite)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import xarray as xr
+
+from .registry import Skip
+
+PAPER_VALUES = Path(__file__).with_name("paper_values.json")
+
+
+def load_paper_values() -> dict[str, Any]:
+    """The paper's reported numbers (figures/paper_values.json)."""
+    return json.loads(PAPER_VALUES.read_text())
+
+
+@dataclass
+class Context:
+    runs_dir: Path | None
+    out: Path
+    overwrite: bool = False
+    benchmarks: list[Path] = field(default_factory=list)  # directories searched for benchmark JSON
+    evals: Path | None = None  # harness outputs, one sub-directory per run name
+    written: list[Path] = field(default_factory=list)
+
+    @cached_property
+    def runs(self) -> xr.Dataset:
+        """Finished runs under runs_dir (long form, see analysis.runs); Skip when there are none."""
+        from analysis.runs import load_runs
+
+        if self.runs_dir is None:
+            raise Skip("no runs directory given", ["a RUNS_DIR with training runs"])
+        ds = load_runs(self.runs_dir, finished_only=True)
+        if ds.sizes["run"] == 0:
+            raise Skip(f"no finished runs under {self.runs_dir}", ["finished training runs (mhar train / mhar sweep)"])
+        return ds
+
+    @cached_property
+    def paper(self) -> dict[str, Any]:
+        return load_paper_values()
+
+    def save_figure(self, fig, name: str) -> list[Path]:
+        from .style import save_figure
+
+        paths = save_figure(fig, self.out, name, overwrite=self.overwrite)
+        self.written += paths
+        return paths
+
+    def write_table(self, table) -> list[Path]:
+        from .tables import write_table
+
+        paths = write_table(table, self.out, overwrite=self.overwrite)
+        self.written += paths
+        return paths
+
+    def benchmark_files(self, subdir: str | None = None) -> list[Path]:
+        """JSON files in the benchmark directories (or their `subdir`), sorted, de-duplicated."""
+        found: dict[Path, None] = {}
+        for root in self.benchmarks:
+            base = root / subdir if subdir else root
+            if base.is_dir():
+                for p in sorted(base.glob("*.json")):
+                    found[p.resolve()] = None
+        return list(found)

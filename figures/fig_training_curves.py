@@ -1,0 +1,85 @@
+"""Training curves (paper Figure trainloss): EMA-smoothed training loss of every method in one
+paired group (same preset, corpus, LR, seed, budget), with an inset zooming on the tail."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from analysis.runs import select
+
+from .common import groups, scale_label
+from .registry import Output, Skip, generator
+from .style import COLUMN, METHOD_ORDER, method_color, method_label, new_figure, paper_style
+
+NEEDS = "a baseline and an MHAR run with the same preset, corpus, LR, seed and steps"
+TAIL_FRACTION = 0.4  # the paper's inset: steps 12K-20K of 20K
+
+
+def ema(values: np.ndarray, span: float) -> np.ndarray:
+    """Bias-corrected exponential moving average (alpha = 2 / (span + 1)); NaNs are skipped."""
+    alpha = 2.0 / (span + 1.0)
+    out = np.full_like(values, np.nan, dtype=float)
+    avg, weight = 0.0, 0.0
+    for i, v in enumerate(values):
+        if np.isfinite(v):
+            avg = (1 - alpha) * avg + alpha * v
+            weight = (1 - alpha) * weight + alpha
+        out[i] = avg / weight if weight else np.nan
+    return out
+
+
+@generator("training_curves", kind="figure", paper_ref="fig:trainloss", needs=NEEDS)
+def make(ctx) -> list[Output]:
+    ds = ctx.runs
+    chosen = {}
+    for key, sub in groups(ds, ("preset", "corpus", "lr", "seed", "steps")):
+        methods = set(sub["method"].values.tolist())
+        if not {"baseline", "mhar"} <= methods:
+            continue
+        rank = (len(methods), key["steps"], -abs(np.log(key["lr"] / 5e-4)))
+        if key["preset"] not in chosen or rank > chosen[key["preset"]][0]:
+            chosen[key["preset"]] = (rank, key, sub)
+    if not chosen:
+        raise Skip("no baseline/MHAR pair shares preset, corpus, LR, seed and steps", [NEEDS])
+    outputs = []
+    for preset in sorted(chosen):
+        _, key, sub = chosen[preset]
+        steps = sub["step"].values
+        last = int(key["steps"])
+        span = max(3.0, last / 40)
+        start = int(last * (1 - TAIL_FRACTION))
+        curves = {}
+        with paper_style():
+            fig, ax = new_figure(COLUMN, 0.72)
+            inset = ax.inset_axes([0.42, 0.38, 0.55, 0.5])
+            tail_vals = []
+            for method in [m for m in METHOD_ORDER if m in set(sub["method"].values.tolist())]:
+                run = select(sub, method=method)
+                # one run per method; among routed H, the lowest tail-mean H would be cherry-picking:
+                # take the H closest to 8 (the paper's MHAR), then the first
+                hs = run["H"].values
+                i = int(np.argmin(np.abs(np.log2(np.maximum(hs, 1)) - 3))) if method == "mhar" else 0
+                y = run["train_loss"].isel(run=i).values
+                ok = np.isfinite(y) & (steps <= last)
+                smooth = ema(y[ok], span)
+                x = steps[ok]
+                label = method_label(method) + (f" (H={int(hs[i])})" if method == "mhar" else "")
+                ax.plot(x, smooth, color=method_color(method), label=label)
+                inset.plot(x, smooth, color=method_color(method))
+                tail_vals += smooth[x >= start].tolist()
+                curves[method] = dict(step=x.tolist(), ema=smooth.tolist(), run=str(run["run"].values[i]))
+            lo, hi = min(tail_vals), max(tail_vals)
+            pad = 0.08 * (hi - lo or 1e-3)
+            inset.set_xlim(start, last)
+            inset.set_ylim(lo - pad, hi + pad)
+            inset.tick_params(labelsize=5.5)
+            inset.set_title(f"steps {start}-{last}", fontsize=6, fontweight="normal")
+            ax.indicate_inset_zoom(inset, edgecolor="#888888", alpha=0.6)
+            ax.set_xlabel("step")
+            ax.set_ylabel("training loss (EMA)")
+            ax.set_title(f"{scale_label(preset)}, {key['corpus']}, lr {key['lr']:g}, seed {key['seed']}")
+            ax.legend(loc="lower left", fontsize=6.5)
+            name = f"training_curves_{preset}"
+            paths = ctx.save_figure(fig, name)
+        outputs.append(Output(name, paths, dict(curves=curves, inset=(start, last), span=span)))
+    return outputs

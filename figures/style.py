@@ -1,0 +1,104 @@
+"""Shared look of every figure: colour-blind-safe colours (Okabe-Ito), paper-size fonts,
+one colour and label per method, and deterministic PNG/PDF output.
+
+Sizes: COLUMN (3.35 in) and FULL (6.75 in) wide, 8 pt text, so a figure placed at its
+natural width in a two-column or one-column paper reads at the body text size.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import seaborn as sns  # noqa: E402
+
+from mhar_probe.errors import UserError  # noqa: E402
+
+COLUMN = 3.35  # inches
+FULL = 6.75
+DPI = 200
+
+OKABE_ITO = {
+    "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
+    "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
+}
+METHOD_COLORS = {
+    "baseline": "#4D4D4D", "hyper": OKABE_ITO["orange"], "attnres": OKABE_ITO["sky"],
+    "mhar": OKABE_ITO["blue"], "mhar_hw": OKABE_ITO["green"], "delta": OKABE_ITO["purple"],
+}
+METHOD_LABELS = {
+    "baseline": "Baseline", "hyper": "Hyper-conn.", "attnres": "Single-head", "mhar": "MHAR",
+    "mhar_hw": "MHAR (head-wise)", "delta": "MHAR (delta)",
+}
+METHOD_ORDER = ("baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta")
+#: sequential palette for loss grids (lower = lighter), cells without a run are grey
+GRID_CMAP = "crest"
+MISSING_COLOR = "#D9D9D9"
+STAR_COLOR = "#FFC20A"  # gold, black-edged so it reads on every cell
+DIAGONAL_COLOR = OKABE_ITO["vermillion"]
+PAPER_COLOR = "#9A9A9A"
+
+RC = {
+    "font.size": 8, "axes.titlesize": 8.5, "axes.labelsize": 8, "xtick.labelsize": 7,
+    "ytick.labelsize": 7, "legend.fontsize": 7, "legend.frameon": False, "figure.dpi": 100,
+    "savefig.dpi": DPI, "axes.spines.top": False, "axes.spines.right": False,
+    "axes.linewidth": 0.7, "lines.linewidth": 1.3, "lines.markersize": 4,
+    "pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "mhar-probe",
+    "font.family": "DejaVu Sans", "axes.titleweight": "bold",
+}
+
+
+def method_color(method: str) -> str:
+    return METHOD_COLORS.get(method, OKABE_ITO["black"])
+
+
+def method_label(method: str) -> str:
+    return METHOD_LABELS.get(method, method)
+
+
+@contextlib.contextmanager
+def paper_style() -> Iterator[None]:
+    """Seaborn 'ticks' with the paper rc; restores the caller's settings afterwards."""
+    with plt.rc_context():
+        sns.set_theme(style="ticks", rc=RC)
+        plt.rcParams.update(RC)
+        yield
+    sns.reset_orig()
+
+
+def new_figure(width: float = COLUMN, aspect: float = 0.72, **kw) -> tuple[plt.Figure, object]:
+    """A figure `width` inches wide and `width * aspect` tall (constrained layout)."""
+    return plt.subplots(figsize=(width, width * aspect), layout="constrained", **kw)
+
+
+PNG_META = {"Software": None}
+PDF_META = {"Creator": None, "Producer": None, "CreationDate": None, "ModDate": None}
+
+
+def save_figure(fig: plt.Figure, out_dir: Path, name: str, *, overwrite: bool = False) -> list[Path]:
+    """Write NAME.png and NAME.pdf atomically with fixed metadata (byte-stable); closes `fig`."""
+    out_dir = Path(out_dir)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    existing = [str(p) for p in paths if p.exists()]
+    if existing and not overwrite:
+        plt.close(fig)
+        raise UserError(f"{', '.join(existing)} already exist; pass --overwrite to replace them")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path, meta in zip(paths, (PNG_META, PDF_META)):
+        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{path.name}.", suffix=path.suffix)
+        os.close(fd)
+        try:
+            fig.savefig(tmp, format=path.suffix[1:], metadata=meta, dpi=DPI)
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+    plt.close(fig)
+    return paths
