@@ -143,9 +143,14 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
     """Subcommands that live with the code they drive (capture, probes, stats, conversion)."""
     from analysis.stats.cli import add_stats_subparser
 
-    from .convert.cli import add_convert_subparser
+    from analysis.probes.cli import add_probe_subparser
 
-    return [add_stats_subparser, add_convert_subparser]
+    from .capture.cli import add_capture_subparser
+    from .convert.cli import add_convert_subparser
+    from .sweep.cli import add_sweep_subparser
+
+    return [add_sweep_subparser, add_capture_subparser, add_probe_subparser, add_stats_subparser,
+            add_convert_subparser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:
