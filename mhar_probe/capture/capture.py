@@ -25,7 +25,6 @@ from __future__ import annotations
 import contextlib
 import os
 import time
-from pathlib import Path
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
