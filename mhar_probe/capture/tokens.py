@@ -13,7 +13,6 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import h5netcdf
 import numpy as np
 import torch
 from torch import Tensor
@@ -25,6 +24,8 @@ class TokenWriter:
     """Appends [B, T, S, N, H] weight blocks to an open netCDF file; memory is one batch."""
 
     def __init__(self, path: Path, layout: Layout, seq_len: int) -> None:
+        import h5netcdf  # only per-token capture writes through it directly
+
         self.layout, self.seq_len, self.n = layout, seq_len, 0
         S, N, H = layout.num_sites, layout.num_sources, layout.max_heads
         self.file = h5netcdf.File(path, "w")
