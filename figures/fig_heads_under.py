@@ -16,9 +16,10 @@ NEEDS = "the same MHAR kv x H grid at two step budgets (e.g. mhar sweep ... --st
 def make(ctx) -> list[Output]:
     by_preset: dict[str, list] = {}
     for g in head_grids(ctx.runs):
-        by_preset.setdefault(g.preset, []).append(g)
+        by_preset.setdefault((g.preset, g.corpus), []).append(g)
     outputs = []
-    for preset, grids in sorted(by_preset.items()):
+    multi = len({c for _, c in by_preset}) > 1
+    for (preset, corpus), grids in sorted(by_preset.items()):
         budgets = sorted({g.steps for g in grids})
         if len(budgets) < 2:
             continue
@@ -29,7 +30,7 @@ def make(ctx) -> list[Output]:
             drawn = draw_heatmap(ax, g.grid, outline_kv=outline)
             ax.set_title(f"{scale_label(preset)} under-trained: {g.steps} of {budgets[-1]} steps")
             ax.legend(loc="upper left", bbox_to_anchor=(0, -0.2), ncol=2, handlelength=1.6)
-            name = f"heads_under_{preset}"
+            name = f"heads_under_{preset}" + (f"_{_slug(corpus)}" if multi else "")
             paths = ctx.save_figure(fig, name)
         row = g.grid.sel(kv=outline)
         drop = float(row.sel(H=row["H"].min()) - row.min())
@@ -40,3 +41,7 @@ def make(ctx) -> list[Output]:
     if not outputs:
         raise Skip("no preset has its kv x H grid at two step budgets", [NEEDS])
     return outputs
+
+
+def _slug(text: str) -> str:
+    return "".join(ch if ch.isalnum() else "-" for ch in text).strip("-")[:40]

@@ -1,0 +1,38 @@
+"""Readers for benchmark result files (JSON): training throughput (benchmarks/train_throughput.py:
+{meta: {args: {preset, backend, ...}, device}, results: [{method, tokens_per_s, peak_memory_gb}]})
+and routing kernels (benchmarks/kernels/bench_routing.py: {meta: {device}, rows: [{shape, H,
+backend, fwdbwd_ms | microbatch_ms | oom}]}). Files of other shapes are ignored."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+
+def _load(path: Path) -> dict[str, Any] | None:
+    try:
+        doc = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def throughput_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for p in paths:
+        doc = _load(p)
+        if doc and isinstance(doc.get("results"), list) and all(
+                isinstance(r, dict) and "method" in r and "tokens_per_s" in r for r in doc["results"]) and doc["results"]:
+            out.append((p, doc))
+    return out
+
+
+def kernel_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    out = []
+    for p in paths:
+        doc = _load(p)
+        if doc and isinstance(doc.get("rows"), list) and doc["rows"] and all(
+                isinstance(r, dict) and "shape" in r and "backend" in r for r in doc["rows"]):
+            out.append((p, doc))
+    return out

@@ -1,0 +1,46 @@
+"""Table datamix: composition of the corpus a run trained on (corpus.json: bytes per source
+and split), one table per distinct corpus, beside the paper's anneal_pt_v3 shares."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from .registry import Output, Skip, generator
+from .tables import Cell, Table
+
+NEEDS = "a finished run (its corpus.json, written by mhar train)"
+COLUMNS = ["Split", "Source", "Documents", "Bytes", "% bytes"]
+
+
+@generator("table_corpus", kind="table", paper_ref="tab:datamix", needs=NEEDS)
+def make(ctx) -> list[Output]:
+    seen: dict[str, tuple[str, dict]] = {}
+    for path in ctx.runs["path"].values.tolist():
+        f = Path(path) / "corpus.json"
+        if f.exists():
+            doc = json.loads(f.read_text())
+            seen.setdefault(str(doc.get("fingerprint") or doc.get("name")), (path, doc))
+    if not seen:
+        raise Skip("no run has a corpus.json", [NEEDS])
+    outputs = []
+    multi = len(seen) > 1
+    for i, (fp, (path, doc)) in enumerate(sorted(seen.items(), key=lambda kv: kv[1][1].get("name", ""))):
+        name = f"table_corpus_{i}" if multi else "table_corpus"
+        t = Table(name, f"Corpus composition: {doc.get('name', '?')} (from {Path(path).name}/corpus.json)", COLUMNS)
+        last = None
+        for r in doc.get("composition", []):
+            t.add([Cell(r["split"], r["split"]), Cell(r["source"], r["source"]), Cell.num(r["documents"], "{:,}"),
+                   Cell.num(r["bytes"], "{:,}"), Cell.num(100 * r["share"], "{:.1f}")],
+                  rule_before=last is not None and r["split"] != last)
+            last = r["split"]
+        paper = ctx.paper["corpus"]
+        for g in paper["groups"]:
+            t.add([Cell("paper", "paper"), Cell(g["group"], g["group"]), Cell("-"), Cell("-"), Cell.num(g["pct"], "{:.1f}")],
+                  source="paper", rule_before=True)
+            for src, pct in g["sources"]:
+                t.add([Cell("paper", "paper"), Cell("  " + src, src), Cell("-"), Cell("-"),
+                       Cell("<0.1", pct) if pct < 0.1 else Cell.num(pct, "{:.1f}")], source="paper")
+        t.notes.append("Paper: " + paper["what"] + f" ({paper['ref']}).")
+        outputs.append(Output(name, ctx.write_table(t), dict(table=t, composition=doc.get("composition", []))))
+    return outputs

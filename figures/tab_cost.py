@@ -1,0 +1,54 @@
+"""Table cost (and maincost): training throughput relative to the same-run baseline and peak
+memory, per preset and routing backend, from benchmarks/train_throughput.py result files."""
+
+from __future__ import annotations
+
+from .benchfiles import throughput_files
+from .common import scale_label
+from .registry import Output, Skip, generator
+from .style import method_label
+from .tables import Cell, Table
+
+NEEDS = ("a throughput file: python benchmarks/train_throughput.py --preset P --backend B "
+         "--out benchmarks/train_throughput_P_B.json (read from RUNS_DIR/benchmarks or ./benchmarks)")
+COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
+
+
+@generator("table_cost", kind="table", paper_ref="tab:cost, tab:maincost", needs=NEEDS)
+def make(ctx) -> list[Output]:
+    files = throughput_files(ctx.benchmark_files())
+    if not files:
+        raise Skip("no training-throughput benchmark files found in " +
+                   (", ".join(str(b) for b in ctx.benchmarks) or "any benchmark directory"), [NEEDS])
+    t = Table("table_cost", "Training throughput and peak memory vs baseline (measured in one run per file)", COLUMNS)
+    ratios = {}
+    for path, doc in files:
+        meta = doc.get("meta", {})
+        args = meta.get("args", {})
+        base = next((r["tokens_per_s"] for r in doc["results"] if r["method"] == "baseline"), None)
+        for i, r in enumerate(doc["results"]):
+            ratio = r["tokens_per_s"] / base if base else None
+            backend = "-" if r["method"] in ("baseline", "hyper") else str(args.get("backend", "?"))
+            t.add([Cell(scale_label(str(args.get("preset", "?"))), args.get("preset")),
+                   Cell(method_label(r["method"]), r["method"]), Cell(backend, backend),
+                   Cell.num(r["tokens_per_s"], "{:,.0f}"), Cell.num(ratio, "{:.2f}", suffix="x"),
+                   Cell.num(r.get("peak_memory_gb"), "{:.2f}"), Cell(str(meta.get("device", "?")), meta.get("device")),
+                   Cell(path.name, path.name)], rule_before=i == 0 and bool(t.rows))
+            ratios[(path.name, r["method"])] = ratio
+        if meta.get("device") and "cuda" not in str(r.get("peak_memory_kind", "cuda")):
+            t.notes.append(f"{path.name}: peak memory is the process max RSS ({r.get('peak_memory_kind')}), "
+                           "not GPU memory")
+    paper = ctx.paper["cost"]
+    first = True
+    for row in paper["rows"]:
+        for scale in ("100m", "350m", "1b"):
+            v = row[scale]
+            t.add([Cell(f"{scale_label(scale)} (paper)", scale), Cell(row["label"], row["impl"]),
+                   Cell(row["impl"], row["impl"]),
+                   Cell.num(paper["baseline_tokens_per_s"][scale] * v[0] if v else None, "{:,.0f}"),
+                   Cell.num(v[0] if v else None, "{:.2f}", suffix="x") if v else Cell("OOM"),
+                   Cell.num(v[1] if v else None, "{:.1f}") if v else Cell("OOM (>80 GB)"), Cell("H100"), Cell("-")],
+                  source="paper", rule_before=first)
+            first = False
+    t.notes.append("Paper: " + paper["what"] + f" ({paper['ref']}); paper tokens/s = its absolute baseline median x ratio.")
+    return [Output("table_cost", ctx.write_table(t), dict(table=t, ratios=ratios))]

@@ -1,0 +1,49 @@
+"""Table lrsweep: best-vs-best learning rate. Each method (MHAR at its chosen H) at its own best
+LR (seed-averaged tail-mean), every LR tried listed, delta vs the best baseline of the same
+preset (analysis.stats.curves.best_vs_best)."""
+
+from __future__ import annotations
+
+from analysis.runs import select
+from analysis.stats.curves import best_vs_best
+
+from .common import choose_mhar_H, groups, run_records, scale_label
+from .registry import Output, Skip, generator
+from .style import METHOD_ORDER, method_label
+from .tables import Cell, Table
+
+NEEDS = "baseline and method runs at two or more learning rates (mhar sweep --lrs 1e-4 5e-4 1e-3 ...)"
+COLUMNS = ["Scale", "Method", "Tail-mean by LR", "Best LR", "Tail-mean at best", "Delta vs best baseline"]
+
+
+@generator("table_lr_sweep", kind="table", paper_ref="tab:lrsweep", needs=NEEDS)
+def make(ctx) -> list[Output]:
+    ds = ctx.runs
+    t = Table("table_lr_sweep", "Best-vs-best learning rate: each method at its own best LR", COLUMNS)
+    found = {}
+    for key, sub in groups(ds, ("corpus", "preset", "steps")):
+        if len(set(sub["lr"].values.tolist())) < 2 or "baseline" not in set(sub["method"].values.tolist()):
+            continue
+        base_kv = int(select(sub, method="baseline")["kv"].values[0])
+        sub = select(sub, kv=base_kv)
+        H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
+        rows = [r for r in best_vs_best(run_records(sub)) if r.method != "mhar" or r.H == H]
+        rows.sort(key=lambda r: METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99)
+        first = True
+        for r in rows:
+            tried = ", ".join(f"{float(lr):g}: {v:.3f}" for lr, v in sorted(r.by_lr.items(), key=lambda kv: float(kv[0])))
+            label = method_label(r.method) + (f" (H={r.H})" if r.method == "mhar" else "")
+            t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, {key['steps']} steps", key["preset"]),
+                   Cell(label, r.method), Cell(tried, tried), Cell(f"{float(r.best_lr):g}", float(r.best_lr)),
+                   Cell.num(r.tail_mean, bold=r.tail_mean == min(x.tail_mean for x in rows)),
+                   Cell.num(None if r.method == "baseline" else r.delta, "{:+.3f}")], rule_before=first and bool(t.rows))
+            first = False
+            found[(key["corpus"], key["preset"], key["steps"], r.method)] = r
+    if not found:
+        raise Skip("no preset has baseline runs at two or more learning rates", [NEEDS])
+    for i, r in enumerate(ctx.paper["lr_sweep"]["rows"]):
+        t.add([Cell(f"{scale_label(r['scale'])} (paper)", r["scale"]), Cell(method_label(r["method"]), r["method"]),
+               Cell("-"), Cell(f"{r['best_lr']:g}", r["best_lr"]), Cell.num(r["tail_mean"]),
+               Cell.num(r.get("delta"), "{:+.3f}")], source="paper", rule_before=i == 0)
+    t.notes.append("Paper: " + ctx.paper["lr_sweep"]["what"] + f" ({ctx.paper['lr_sweep']['ref']}).")
+    return [Output("table_lr_sweep", ctx.write_table(t), dict(table=t, best=found))]

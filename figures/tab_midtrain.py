@@ -1,0 +1,63 @@
+"""Table midtrain: per-task accuracy of a control (baseline) and its paired MHAR run (same
+preset, corpus, LR, seed, steps) with the exact McNemar test on per-item correctness
+(analysis.stats.compare_eval_dirs: discordant counts b, c, p and Holm-adjusted p)."""
+
+from __future__ import annotations
+
+from analysis.runs import select
+
+from .common import scale_label
+from .evalfiles import eval_dir
+from .registry import Output, Skip, generator
+from .tables import Cell, Table
+
+NEEDS = ("harness output with --log_samples for a baseline run and its paired MHAR/delta run "
+         "in EVALS/<run name>/ (EVALS = RUNS_DIR/evals or --evals)")
+COLUMNS = ["Pair", "Task", "Metric", "n", "Control", "+MHAR", "Delta", "b", "c", "p (McNemar)", "p (Holm)"]
+ROUTED = ("delta", "mhar", "mhar_hw", "attnres")
+
+
+def pairs(ctx):
+    """(control run name, MHAR run name) with eval outputs, paired on everything but the method."""
+    ds = ctx.runs
+    out = []
+    for i in range(ds.sizes["run"]):
+        r = ds.isel(run=i)
+        if str(r["method"].item()) not in ROUTED or eval_dir(ctx.evals, str(r["run"].item())) is None:
+            continue
+        base = select(ds, method="baseline", preset=str(r["preset"].item()), corpus=str(r["corpus"].item()),
+                      lr=float(r["lr"].item()), seed=int(r["seed"].item()), steps=int(r["steps"].item()))
+        for b in base["run"].values.tolist():
+            if eval_dir(ctx.evals, b) is not None:
+                out.append((b, str(r["run"].item()), str(r["preset"].item())))
+    return out
+
+
+@generator("table_midtrain", kind="table", paper_ref="tab:midtrain", needs=NEEDS)
+def make(ctx) -> list[Output]:
+    from analysis.stats.compare import compare_eval_dirs
+
+    found = pairs(ctx)
+    if not found:
+        raise Skip("no baseline/MHAR pair with harness samples" + ("" if ctx.evals else " (no evals directory)"), [NEEDS])
+    t = Table("table_midtrain", "Downstream accuracy, control vs +MHAR, with paired exact McNemar tests", COLUMNS)
+    comparisons = {}
+    for base, mhar, preset in found:
+        cmp = compare_eval_dirs(eval_dir(ctx.evals, base), eval_dir(ctx.evals, mhar), n_boot=1000)
+        comparisons[(base, mhar)] = cmp
+        for i, row in enumerate(cmp.rows):
+            label = f"{scale_label(preset)}: {base} vs {mhar}"
+            t.add([Cell(label, f"{base}|{mhar}"), Cell(row.task, row.task),
+                   Cell(f"{row.metric} ({row.filter})", row.metric), Cell(str(row.n), row.n),
+                   Cell.num(row.acc_a), Cell.num(row.acc_b, bold=row.acc_b > row.acc_a), Cell.num(row.delta, "{:+.3f}"),
+                   Cell(str(row.b), row.b), Cell(str(row.c), row.c), Cell.num(row.p_value, "{:.3g}"),
+                   Cell.num(row.p_holm, "{:.3g}")], rule_before=i == 0 and bool(t.rows))
+        t.notes += cmp.notes
+    for i, p in enumerate(ctx.paper["midtrain"]["rows"]):
+        t.add([Cell("paper 8B (Marin-8B CPT)", "paper"), Cell(p["task"], p["task"]), Cell("accuracy"), Cell("-"),
+               Cell.num(p["control"]), Cell.num(p["mhar"]), Cell.num(p["mhar"] - p["control"], "{:+.3f}"),
+               Cell(str(p["b"]), p["b"]) if "b" in p else Cell("-"), Cell(str(p["c"]), p["c"]) if "c" in p else Cell("-"),
+               Cell.num(p.get("p"), "{:.3g}"), Cell("-")], source="paper", rule_before=i == 0)
+    t.notes.append("b = control right and MHAR wrong, c = MHAR right and control wrong.")
+    t.notes.append("Paper: " + ctx.paper["midtrain"]["what"] + f" ({ctx.paper['midtrain']['ref']}).")
+    return [Output("table_midtrain", ctx.write_table(t), dict(table=t, comparisons=comparisons))]
