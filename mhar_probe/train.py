@@ -26,6 +26,9 @@ from . import __version__
 from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
 from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM
+from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
+                       load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
+                       save_full_checkpoint, save_hf_dir, wrap_ddp)
 from .rundir import (atomic_write_json, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
@@ -67,6 +70,7 @@ class TrainConfig:
     progress: bool = True
     stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
     extra: dict[str, Any] = field(default_factory=dict)  # extra MHARConfig overrides
+    fsdp: bool = False  # FSDP2 full sharding under torchrun instead of DDP (mhar_probe.parallel)
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
@@ -120,26 +124,25 @@ def default_backend(device: torch.device) -> str:
 class Trainer:
     """Owns one run: data, model, optimizer, evaluation, checkpoints and metrics."""
 
+    #: checkpoints as full name-keyed tensors (`parallel.save_full_checkpoint`); always so
+    #: under FSDP, where the optimizer holds shards
+    full_checkpoints = False
+
     def __init__(self, cfg: TrainConfig, info: DistInfo | None = None) -> None:
         self.cfg = cfg
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
         self.device = self.info.device
-        if cfg.routing_backend is None:
-            cfg.routing_backend = default_backend(self.device)
-        build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
+        self.fsdp = bool(getattr(cfg, "fsdp", False))
+        self.setup()  # option errors before any data work
         self.resumed = False
         if self.info.is_main:
             self.resumed = prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
         barrier(self.info)
         self.resumed = (self.out / "checkpoint" / "state.json").exists() and cfg.resume
         self._load_data()
-        self.model_config = build_model_config(cfg, len(self.tokenizer), self.tokenizer.eos_token_id)
-        self.seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
         torch.manual_seed(cfg.seed)
-        self.model = MHARForCausalLM(self.model_config).to(self.device)
-        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=cfg.lr, betas=cfg.betas,
-                                           eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+        self.model = self.build_model()
         world = self.info.world_size
         if cfg.batch_size % world:
             raise UserError(f"--batch-size {cfg.batch_size} is not divisible by the {world} processes")
@@ -148,30 +151,84 @@ class Trainer:
         if self.local_batch % self.micro:
             raise UserError(f"per-process batch {self.local_batch} is not a multiple of --micro-batch {self.micro}")
         self.ddp = None
-        if world > 1:
-            self.ddp = torch.nn.parallel.DistributedDataParallel(
-                self.model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
-        from .flops import flops_per_token
-
-        self.flops_per_token = float(flops_per_token(self.model_config, self.seq_len)["total"])
+        if self.fsdp:
+            self.model = apply_fsdp(self.model, self.info)
+        elif world > 1:
+            self.ddp = wrap_ddp(self.model, self.info)
+        self.optimizer = self.build_optimizer()
+        self.flops_per_token = self.count_flops()
         self.step, self.tokens, self.flops = 0, 0, 0.0
         self.metrics: list[dict[str, Any]] = []
         if self.resumed:
-            state = load_checkpoint(self.out, self.model, self.optimizer)
+            state = self.restore()
             self.step, self.tokens, self.flops = state["step"], state["tokens"], state["flops"]
             self.metrics = [m for m in read_metrics(self.out / "metrics.jsonl") if m["step"] <= self.step]
 
+    # ------------------------------------------------------------------ hooks (subclasses override)
+    def setup(self) -> None:
+        """Resolve defaults and check options; sets `self.seq_len`."""
+        cfg = self.cfg
+        if cfg.routing_backend is None:
+            cfg.routing_backend = default_backend(self.device)
+        build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
+        self.seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
+
+    @property
+    def label(self) -> str:
+        return self.cfg.method
+
+    def get_tokenizer(self, corpus):
+        from .data import get_tokenizer
+
+        return get_tokenizer(corpus, vocab_size=self.cfg.vocab_size, path=self.cfg.tokenizer)
+
+    def build_model(self) -> torch.nn.Module:
+        """The model to train, on `self.device` (seeded with cfg.seed just before)."""
+        self.model_config = build_model_config(self.cfg, len(self.tokenizer), self.tokenizer.eos_token_id)
+        return MHARForCausalLM(self.model_config).to(self.device)
+
+    def param_groups(self) -> list[dict[str, Any]] | Any:
+        """What AdamW optimizes: every parameter with `cfg.weight_decay`."""
+        return self.model.parameters()
+
+    def build_optimizer(self) -> torch.optim.Optimizer:
+        cfg = self.cfg
+        return torch.optim.AdamW(self.param_groups(), lr=cfg.lr, betas=cfg.betas,
+                                 eps=cfg.adam_eps, weight_decay=cfg.weight_decay)
+
+    def count_flops(self) -> float:
+        from .flops import flops_per_token
+
+        return float(flops_per_token(self.model_config, self.seq_len)["total"])
+
+    def lr(self, step: int) -> float:
+        return lr_at(step, self.cfg)
+
+    def extra_loss(self, logits: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Terms added to the cross-entropy in training (name -> scalar); none by default."""
+        return {}
+
+    def after_optimizer_step(self) -> None:
+        """Called after every optimizer step (e.g. a weight EMA update)."""
+
+    def extra_state(self) -> dict[str, dict[str, torch.Tensor]]:
+        """Extra tensor dicts saved in the checkpoint beside the model (full tensors, rank 0)."""
+        return {}
+
+    def load_extra_state(self, extra: dict[str, dict[str, torch.Tensor]]) -> None:
+        """Restore what `extra_state` saved."""
+
     # ------------------------------------------------------------------ data
     def _load_data(self) -> None:
-        from .data import get_tokenizer, load_corpus, load_packed
+        from .data import load_corpus, load_packed
 
         cfg = self.cfg
-        seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
+        seq_len = self.seq_len
         # rank 0 builds caches first (tokenizer training, token arrays); the others then read them
         for turn in ((0,) if self.info.world_size == 1 else (0, 1)):
             if (turn == 0) == self.info.is_main:
                 self.corpus = load_corpus(cfg.corpus, max_bytes=cfg.corpus_max_bytes)
-                self.tokenizer = get_tokenizer(self.corpus, vocab_size=cfg.vocab_size, path=cfg.tokenizer)
+                self.tokenizer = self.get_tokenizer(self.corpus)
                 self.train_rows = load_packed(self.corpus, self.tokenizer, seq_len, "train")  # [M, T+1]
                 self.val_rows = load_packed(self.corpus, self.tokenizer, seq_len, "val")
             barrier(self.info)
@@ -184,33 +241,45 @@ class Trainer:
             return torch.autocast("cuda", dtype=torch.bfloat16)
         return torch.autocast("cpu", enabled=False)
 
-    def _loss(self, rows: torch.Tensor) -> torch.Tensor:
-        rows = rows.to(self.device)
+    def _logits(self, rows: torch.Tensor) -> torch.Tensor:
         model = self.ddp or self.model
         with self._autocast():
-            logits = model(rows[:, :-1], use_cache=False).logits
-        return F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+            return model(rows[:, :-1], use_cache=False).logits  # [B, T, V]
+
+    def _loss(self, rows: torch.Tensor) -> torch.Tensor:
+        rows = rows.to(self.device)
+        return F.cross_entropy(self._logits(rows).float().flatten(0, 1), rows[:, 1:].flatten())
+
+    def _objective(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """(training objective, cross-entropy, extra terms): objective = CE + sum(extra terms)."""
+        rows = rows.to(self.device)
+        logits = self._logits(rows)
+        ce = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+        extra = self.extra_loss(logits)
+        return ce + sum(extra.values()), ce, extra
 
     def train_step(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         t0 = time.perf_counter()
-        lr = lr_at(self.step, cfg)
+        lr = self.lr(self.step)
         for group in self.optimizer.param_groups:
             group["lr"] = lr
         idx = batch_indices(self.step, cfg.batch_size, len(self.train_rows), cfg.seed)
         mine = idx[info.rank * self.local_batch:(info.rank + 1) * self.local_batch]
         chunks = mine.split(self.micro)
         total = 0.0
+        extras: dict[str, float] = {}
         for i, chunk in enumerate(chunks):
-            sync = i == len(chunks) - 1
-            ctx = self.ddp.no_sync() if (self.ddp is not None and not sync) else _null()
-            with ctx:
-                loss = self._loss(self.train_rows[chunk]) / len(chunks)
-                loss.backward()
-            total += float(loss.detach())
-        grad_norm = float(torch.nn.utils.clip_grad_norm_(self.model.parameters(), cfg.grad_clip))
+            with grad_sync(self.model, self.ddp, sync=i == len(chunks) - 1):
+                objective, ce, extra = self._objective(self.train_rows[chunk])
+                (objective / len(chunks)).backward()
+            total += float((ce / len(chunks)).detach())
+            for name, value in extra.items():
+                extras[name] = extras.get(name, 0.0) + float(value.detach()) / len(chunks)
+        grad_norm = clip_grad_norm(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
+        self.after_optimizer_step()
         step_tokens = cfg.batch_size * self.seq_len
         self.step += 1
         self.tokens += step_tokens
@@ -218,14 +287,21 @@ class Trainer:
         dt = time.perf_counter() - t0
         return dict(step=self.step, tokens=self.tokens, flops=self.flops, lr=lr,
                     loss=all_reduce_mean(total, info), grad_norm=grad_norm,
-                    tokens_per_s=step_tokens / dt)
+                    tokens_per_s=step_tokens / dt,
+                    **{name: all_reduce_mean(v, info) for name, v in extras.items()})
 
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean token cross-entropy over the fixed held-out rows, averaged across ranks."""
         self.model.eval()
         rows = self.val_rows[self.info.rank::self.info.world_size]
-        losses = [float(self._loss(chunk)) for chunk in rows.split(self.micro)]
+        chunks = list(rows.split(self.micro))
+        losses = [float(self._loss(chunk)) for chunk in chunks]
+        if self.fsdp:  # every rank must run as many forwards (each one all-gathers parameters)
+            most = max(len(self.val_rows[r::self.info.world_size].split(self.micro))
+                       for r in range(self.info.world_size))
+            for _ in range(most - len(chunks)):
+                self._loss(self.val_rows[: self.micro])  # result unused
         self.model.train()
         return all_reduce_mean(sum(losses) / max(1, len(losses)), self.info)
 
@@ -242,7 +318,7 @@ class Trainer:
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
-                   desc=f"{cfg.method}", unit="step", dynamic_ncols=True)
+                   desc=self.label, unit="step", dynamic_ncols=True)
         self.model.train()
         while self.step < cfg.steps:
             row = self.train_step()
@@ -261,15 +337,40 @@ class Trainer:
         return self._finish()
 
     def _checkpoint(self) -> None:
-        if self.info.is_main:
+        state = dict(step=self.step, tokens=self.tokens, flops=self.flops)
+        if self.full_checkpoints or self.fsdp:
+            model_state = full_model_state(self.model)  # collectives: every rank takes part
+            optim_state = full_optimizer_state(self.model, self.optimizer)
+            extra = self.extra_state()
+            if self.info.is_main:
+                write_metrics(self.out / "metrics.jsonl", self.metrics)
+                save_full_checkpoint(self.out, model_state, optim_state, state, extra)
+        elif self.info.is_main:
             write_metrics(self.out / "metrics.jsonl", self.metrics)
-            save_checkpoint(self.out, self.model, self.optimizer,
-                            dict(step=self.step, tokens=self.tokens, flops=self.flops))
+            save_checkpoint(self.out, self.model, self.optimizer, state)
         barrier(self.info)
+
+    def restore(self) -> dict[str, Any]:
+        """Load the checkpoint in `self.out` into model, optimizer (and extras); returns its state."""
+        if not (self.full_checkpoints or self.fsdp):
+            return load_checkpoint(self.out, self.model, self.optimizer)
+        model_state, optim_state, state, extra = load_full_checkpoint(self.out)
+        load_full_model_state(self.model, model_state)
+        load_full_optimizer_state(self.model, self.optimizer, optim_state)
+        self.load_extra_state(extra)
+        return state
 
     def _finish(self) -> dict[str, Any]:
         evals = [m["val_loss"] for m in self.metrics if "val_loss" in m]
-        summary = dict(
+        summary = self.summary(evals)
+        self.save_final()
+        if self.info.is_main:
+            atomic_write_json(self.out / "summary.json", summary)
+        barrier(self.info)
+        return summary
+
+    def summary(self, evals: list[float]) -> dict[str, Any]:
+        return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
             routing_heads=(self.model_config.routing_heads
                            if self.cfg.method in ("attnres", "mhar", "mhar_hw", "delta") else None),
@@ -279,20 +380,19 @@ class Trainer:
             tail_mean_val_loss=sum(evals[-TAIL_K:]) / len(evals[-TAIL_K:]), tail_k=min(TAIL_K, len(evals)),
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__,
+            **({"fsdp": True} if self.fsdp else {}),
         )
+
+    def save_final(self) -> None:
+        """The trained model in Hugging Face format in the run directory (rank 0 writes)."""
+        if not self.fsdp:
+            if self.info.is_main:
+                self.model.save_pretrained(self.out)
+            return
+        state = full_model_state(self.model)
         if self.info.is_main:
-            self.model.save_pretrained(self.out)
-            atomic_write_json(self.out / "summary.json", summary)
-        barrier(self.info)
-        return summary
-
-
-class _null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
+            save_hf_dir(self.out, self.model.config, state, MHARForCausalLM.__name__,
+                        getattr(self.model, "generation_config", None))
 
 
 def _jsonable(obj: Any) -> Any:
