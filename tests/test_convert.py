@@ -374,6 +374,7 @@ def test_config_serialises_the_base_config_as_a_dict():
     assert again.text_config.model_type == "llama" and again.hidden_size == D and again.num_sites == 2 * L + 1
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 @pytest.mark.parametrize("arch", ["llama", "qwen3"])
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
