@@ -1,0 +1,238 @@
+"""Offline harness tasks built from a run's held-out (validation) documents.
+
+Two tasks are shipped, both read by the LM Evaluation Harness from local jsonl files
+(`dataset_path: json` + `data_files`), so nothing is downloaded:
+
+``mhar_heldout_ppl``
+    The paper's WikiText-2 column on our own held-out text: `loglikelihood_rolling` over
+    every validation document, reported as word perplexity, byte perplexity and bits per
+    byte (the harness's default `process_results` for rolling log-likelihoods, exactly as
+    its `wikitext` task, minus the wikitext detokenizer). Long documents are cut at line
+    boundaries into pieces of at most `PPL_CHUNK_CHARS` characters, so `--limit` bounds
+    the work; the weighted perplexity aggregation makes the cut nearly irrelevant since the
+    harness scores rolling windows of the model's context length anyway.
+``mhar_lastword``
+    LAMBADA-style last-word prediction (`output_type: loglikelihood`, metrics `acc`, the
+    greedy-decoding correctness of the whole word, and `perplexity`, as the harness's
+    `lambada_openai`). A passage ends in a target word that is a plain identifier/word of
+    at least three characters, is preceded by a space, is not a stop word or Python keyword,
+    and already occurs earlier in the passage: LAMBADA's "predictable from the wider
+    context" criterion, approximated by a copy. Contexts are at most `LW_CONTEXT_CHARS`
+    characters starting at a line start, at least `LW_MIN_WORDS` words long, and do not
+    overlap within a document.
+
+Items are ordered round-robin across documents (documents in id order), so the first N
+items that `--limit N` keeps mix every document. The builder is deterministic: the same
+corpus (fingerprint) always gives byte-identical files, so two runs trained on the same
+corpus are evaluated on the same items and their samples files pair by hash.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import keyword
+import re
+from dataclasses import dataclass
+from itertools import zip_longest
+from pathlib import Path
+from typing import Any, Iterable
+
+from ..data.cache import cache_subdir, write_dir_atomically
+from ..data.document import Document
+
+#: bump when the item selection or the YAMLs change (part of the cache key)
+BUILDER_VERSION = 1
+PPL_TASK = "mhar_heldout_ppl"
+LASTWORD_TASK = "mhar_lastword"
+SHIPPED_TASKS = (PPL_TASK, LASTWORD_TASK)
+
+PPL_CHUNK_CHARS = 4000
+LW_CONTEXT_CHARS = 600
+LW_MIN_WORDS = 20
+LW_MAX_PER_DOC = 40
+LW_MAX_ITEMS = 2000
+
+_WORD = re.compile(r"(?<= )[A-Za-z_][A-Za-z0-9_]{2,}\b")
+_STOP = frozenset(
+    "the and for are but not you all any can had her was one our out has his how its may new now "
+    "see way who did get let put say she too use that with this from they will have been were what "
+    "when which their there then than them these those into also only some such more most other "
+    "each must should would could about after before over under between through while where self cls "
+    "none true false".split()
+) | frozenset(k.lower() for k in keyword.kwlist)
+
+
+@dataclass(frozen=True)
+class TaskFiles:
+    """A directory of materialised task YAMLs and data files, with their SHA-256s."""
+
+    root: Path
+    tasks: tuple[str, ...]
+    sha256: dict[str, str]  # file name -> sha256
+    counts: dict[str, int]  # task -> number of items
+
+
+# ----------------------------------------------------------------------------- items
+def ppl_items(docs: Iterable[Document], chunk_chars: int = PPL_CHUNK_CHARS) -> list[dict[str, Any]]:
+    """Held-out documents cut at line boundaries into pieces of at most `chunk_chars`."""
+    per_doc: list[list[dict[str, Any]]] = []
+    for doc in sorted(docs, key=lambda d: d.id):
+        pieces: list[str] = []
+        cur = ""
+        for line in doc.text.splitlines(keepends=True):
+            while len(line) > chunk_chars:  # a single over-long line: hard cut
+                if cur:
+                    pieces.append(cur)
+                    cur = ""
+                pieces.append(line[:chunk_chars])
+                line = line[chunk_chars:]
+            if len(cur) + len(line) > chunk_chars and cur:
+                pieces.append(cur)
+                cur = ""
+            cur += line
+        if cur.strip():
+            pieces.append(cur)
+        per_doc.append([{"id": f"{doc.id}#{k}", "source": doc.source, "text": p}
+                        for k, p in enumerate(pieces) if p.strip()])
+    return _round_robin(per_doc)
+
+
+def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
+                        min_words: int = LW_MIN_WORDS, max_items: int = LW_MAX_PER_DOC
+                        ) -> list[tuple[str, str]]:
+    """(context, target) pairs from one text; `context + target` is a verbatim span of it.
+
+    `target` starts with the single space that precedes the word (the harness's `lambada`
+    convention: `doc_to_text` without the space, `doc_to_target` = " word").
+    """
+    out: list[tuple[str, str]] = []
+    floor = 0  # contexts of one document do not overlap
+    for m in _WORD.finditer(text):
+        word, pos = m.group(0), m.start()
+        if word.lower() in _STOP:
+            continue
+        lo = max(floor, pos - 1 - context_chars)
+        if lo > 0 and text[lo - 1] != "\n":
+            nl = text.find("\n", lo, pos)
+            if nl < 0:
+                continue
+            lo = nl + 1
+        context = text[lo:pos - 1]
+        if len(context.split()) < min_words or not re.search(rf"\b{re.escape(word)}\b", context):
+            continue
+        out.append((context, " " + word))
+        floor = m.end()
+        if len(out) >= max_items:
+            break
+    return out
+
+
+def lastword_items(docs: Iterable[Document], max_total: int = LW_MAX_ITEMS) -> list[dict[str, Any]]:
+    """LAMBADA-style items from every held-out document, round-robin across documents."""
+    per_doc = []
+    for doc in sorted(docs, key=lambda d: d.id):
+        per_doc.append([{"id": f"{doc.id}@{k}", "source": doc.source, "context": c, "target": t}
+                        for k, (c, t) in enumerate(lastword_candidates(doc.text))])
+    return _round_robin(per_doc)[:max_total]
+
+
+def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    return [x for row in zip_longest(*groups) for x in row if x is not None]
+
+
+# ----------------------------------------------------------------------------- YAMLs
+def ppl_yaml(data_file: Path) -> str:
+    return f"""# Held-out perplexity on the training corpus's validation split (built by mhar eval).
+task: {PPL_TASK}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {json.dumps(str(data_file))}
+output_type: loglikelihood_rolling
+test_split: test
+doc_to_text: ""
+doc_to_target: "{{{{text}}}}"
+metric_list:
+  - metric: word_perplexity
+    aggregation: weighted_perplexity
+    higher_is_better: false
+  - metric: byte_perplexity
+    aggregation: weighted_perplexity
+    higher_is_better: false
+  - metric: bits_per_byte
+    aggregation: bits_per_byte
+    higher_is_better: false
+metadata:
+  version: {BUILDER_VERSION}.0
+"""
+
+
+def lastword_yaml(data_file: Path) -> str:
+    return f"""# LAMBADA-style last-word prediction on held-out text (built by mhar eval).
+task: {LASTWORD_TASK}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {json.dumps(str(data_file))}
+output_type: loglikelihood
+test_split: test
+doc_to_text: "{{{{context}}}}"
+doc_to_target: "{{{{target}}}}"
+metric_list:
+  - metric: perplexity
+    aggregation: perplexity
+    higher_is_better: false
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: {BUILDER_VERSION}.0
+"""
+
+
+# ----------------------------------------------------------------------------- files
+def _jsonl(rows: list[dict[str, Any]]) -> str:
+    return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
+
+
+def write_heldout_tasks(val: list[Document], root: Path, data_root: Path | None = None) -> dict[str, int]:
+    """Write both tasks' data files and YAMLs into `root` (which must exist).
+
+    The YAMLs name their data files under `data_root` (default `root`): the directory's
+    final place when `root` is a temporary name for it.
+    """
+    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val)}
+    yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml}
+    for task, rows in items.items():
+        data = root / f"{task}.jsonl"
+        data.write_text(_jsonl(rows), encoding="utf-8")
+        (root / f"{task}.yaml").write_text(yamls[task]((data_root or root) / data.name), encoding="utf-8")
+    return {t: len(r) for t, r in items.items()}
+
+
+def sha256_file(path: Path, block: int = 1 << 20) -> str:
+    h = hashlib.sha256()
+    with Path(path).open("rb") as f:
+        while chunk := f.read(block):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def heldout_tasks(val: list[Document], fingerprint: str) -> TaskFiles:
+    """The shipped tasks for a corpus, materialised once in `<cache>/eval_tasks/<key>/`.
+
+    `fingerprint` is the corpus fingerprint (`Corpus.fingerprint`); the cache key also
+    holds `BUILDER_VERSION`. YAMLs name their data files by absolute path: the directory is
+    filled under a temporary name with YAMLs that already point at the final path, then
+    renamed atomically.
+    """
+    final = cache_subdir("eval_tasks") / f"v{BUILDER_VERSION}-{fingerprint[:20]}"
+    if not (final / "counts.json").exists():
+        def fill(tmp: Path) -> None:
+            counts = write_heldout_tasks(val, tmp, data_root=final)
+            (tmp / "counts.json").write_text(json.dumps(counts, sort_keys=True) + "\n", encoding="utf-8")
+        write_dir_atomically(final, fill)
+    counts = json.loads((final / "counts.json").read_text(encoding="utf-8"))
+    sha = {p.name: sha256_file(p) for p in sorted(final.iterdir()) if p.suffix in (".jsonl", ".yaml")}
+    return TaskFiles(root=final, tasks=SHIPPED_TASKS, sha256=sha, counts=counts)
