@@ -1,0 +1,61 @@
+"""`mhar eval RUN --tasks T[,T...]`: the LM Evaluation Harness on a trained run, offline.
+
+The main CLI calls `add_eval_subparser(subparsers)`; the handler `cmd_eval` returns an exit
+code and raises `EvalError` (a `UserError`) for input the user can fix.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from .harness import EvalConfig, run_eval
+from .heldout import SHIPPED_TASKS
+
+
+def _task_list(value: str) -> list[str]:
+    names = [t.strip() for t in value.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("give at least one task name")
+    return names
+
+
+def add_eval_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Add `eval` to an argparse subparsers object."""
+    p = subparsers.add_parser(
+        "eval", help="run lm-eval (offline) on a trained run; writes results_*.json + samples_*.jsonl",
+        description="Evaluate a run with EleutherAI's LM Evaluation Harness in-process and offline. "
+                    f"Shipped tasks (built from the run's held-out text): {', '.join(SHIPPED_TASKS)}. "
+                    "The output directory is what `mhar stats mcnemar` reads.")
+    p.add_argument("run", help="run directory made by `mhar train` (needs model.safetensors)")
+    p.add_argument("--tasks", required=True, type=_task_list, metavar="TASK[,TASK...]",
+                   help=f"comma-separated task names (shipped: {', '.join(SHIPPED_TASKS)}; "
+                        "or tasks from --tasks-dir)")
+    p.add_argument("--out", default=None, help="output directory (default: RUN/eval)")
+    p.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each task")
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--device", default=None, help="torch device (default: cuda if available, else cpu)")
+    p.add_argument("--max-length", type=int, default=None,
+                   help="context length given to the model (default: the run's training sequence length)")
+    p.add_argument("--tasks-dir", action="append", default=[], metavar="DIR",
+                   help="directory of task YAMLs with local data files (repeatable)")
+    p.add_argument("--seed", type=int, default=0, help="harness random seeds (few-shot sampling)")
+    p.add_argument("--overwrite", action="store_true", help="replace an existing output directory")
+    p.set_defaults(func=cmd_eval)
+    return p
+
+
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Handler of `mhar eval`: evaluate, print the headline metrics and the output paths."""
+    summary = run_eval(EvalConfig(
+        run=args.run, tasks=args.tasks, out=args.out, limit=args.limit, batch_size=args.batch_size,
+        device=args.device, max_length=args.max_length, tasks_dirs=args.tasks_dir, overwrite=args.overwrite,
+        seed=args.seed))
+    for task, metrics in summary.metrics.items():
+        shown = ", ".join(f"{k.split(',')[0]}={v:.4f}" for k, v in metrics.items()
+                          if isinstance(v, (int, float)) and "_stderr" not in k)
+        print(f"{task}: {shown}")
+    print(f"wrote {summary.results_path}")
+    for path in summary.samples_paths.values():
+        print(f"wrote {path}")
+    print(f"wrote {summary.out / 'provenance.json'} ({summary.seconds:.1f} s)")
+    return 0

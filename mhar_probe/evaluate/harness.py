@@ -1,0 +1,427 @@
+"""Run EleutherAI's LM Evaluation Harness in-process on a trained run, fully offline.
+
+The run's final model (`model.safetensors` + `config.json`) and tokenizer are loaded with
+the Auto classes and wrapped in the harness's Hugging Face class,
+`HFLM(pretrained=model, tokenizer=tok, max_length=..., batch_size=...)`. Tasks come from
+local YAML directories only (the shipped held-out tasks, see `heldout`, plus any
+`--tasks-dir`); the harness's own task registry is indexed only when a requested name is
+not found locally, and then its datasets must already be in the local Hugging Face cache.
+
+Outputs are the harness CLI's files, written by `EvaluationTracker.save_results_aggregated`
+and `save_results_samples` (`<out>/<model name>/results_<date>.json` and
+`samples_<task>_<date>.jsonl`), plus `<out>/provenance.json`; the results file also carries
+the provenance under the key `mhar_provenance`. Everything is written into a temporary
+sibling of `<out>` and renamed into place at the end, so an interrupted evaluation leaves
+nothing half-written, and an existing `<out>` is replaced only with `overwrite=True`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+from .errors import EvalError
+from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
+
+#: datasets / hub must never reach the network
+OFFLINE_ENV = {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+#: `dataset_path` values that read local files through `data_files`
+LOCAL_BUILDERS = frozenset({"json", "csv", "parquet", "text", "arrow"})
+
+
+@dataclass
+class EvalConfig:
+    """Options of one `mhar eval` call."""
+
+    run: str
+    tasks: list[str]
+    out: str | None = None  # default: <run>/eval
+    limit: int | None = None
+    batch_size: int = 8
+    device: str | None = None  # default: cuda when available, else cpu
+    max_length: int | None = None  # default: the run's training sequence length
+    tasks_dirs: list[str] = field(default_factory=list)
+    overwrite: bool = False
+    seed: int = 0
+    bootstrap_iters: int = 1000
+
+    def out_dir(self) -> Path:
+        return Path(self.out) if self.out else Path(self.run) / "eval"
+
+
+@dataclass
+class EvalSummary:
+    """What an evaluation produced: file paths, headline metrics and timing."""
+
+    out: Path
+    results_path: Path
+    samples_paths: dict[str, Path]
+    metrics: dict[str, dict[str, Any]]  # task -> {"metric,filter": value}
+    provenance: dict[str, Any]
+    seconds: float
+
+
+# ----------------------------------------------------------------------------- run loading
+def _offline() -> None:
+    for k, v in OFFLINE_ENV.items():
+        os.environ.setdefault(k, v)
+    try:  # datasets reads its offline flag at import time; make sure it is set if imported
+        import datasets.config as dcfg
+
+        dcfg.HF_DATASETS_OFFLINE = True
+    except Exception:  # pragma: no cover - datasets always present with lm_eval
+        pass
+
+
+def check_run(run: str | os.PathLike) -> Path:
+    """The run directory if it holds a final model and tokenizer, else an `EvalError`."""
+    path = Path(run)
+    if not path.exists():
+        raise EvalError(f"run directory {path} does not exist")
+    if not path.is_dir():
+        raise EvalError(f"{path} is not a directory; pass a run directory made by `mhar train`")
+    missing = [n for n in ("config.json", "model.safetensors") if not (path / n).exists()]
+    if missing:
+        hint = ("the run has a checkpoint but no final model; finish it with `mhar train --resume`"
+                if (path / "checkpoint" / "state.json").exists() else "not a finished run directory")
+        raise EvalError(f"{path}: {' and '.join(missing)} missing ({hint})")
+    if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
+        raise EvalError(f"{path}: no tokenizer (tokenizer.json) saved in the run directory")
+    return path
+
+
+def train_settings(run: Path) -> dict[str, Any]:
+    """The run's `train_config.json` ({} when absent, e.g. a converted model)."""
+    p = run / "train_config.json"
+    if not p.exists():
+        return {}
+    try:
+        return json.loads(p.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise EvalError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+
+
+def default_device() -> str:
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def load_model(run: Path, device: str):
+    """The run's model (eval mode, on `device`) and tokenizer.
+
+    MHAR routing runs with the backend that suits the device (triton on CUDA, eager on CPU),
+    whatever backend the run was trained with.
+    """
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+
+    import mhar_probe  # noqa: F401  (registers the Auto classes)
+
+    try:
+        dev = torch.device(device)
+    except RuntimeError as e:
+        raise EvalError(f"--device {device!r} is not a torch device ({e})") from None
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise EvalError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    config = AutoConfig.from_pretrained(run, local_files_only=True)
+    if hasattr(config, "routing_backend"):
+        config.routing_backend = "triton" if dev.type == "cuda" else "eager"
+    model = AutoModelForCausalLM.from_pretrained(run, config=config, local_files_only=True)
+    model.to(dev).eval()
+    tok = AutoTokenizer.from_pretrained(run, local_files_only=True)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    return model, tok
+
+
+def eval_max_length(run: Path, settings: dict[str, Any], model, override: int | None) -> int:
+    """The context the harness gives the model: the training sequence length by default."""
+    limit = getattr(model.config, "max_position_embeddings", None)
+    if override is not None:
+        if override < 2:
+            raise EvalError(f"--max-length must be at least 2, got {override}")
+        if limit and override > limit:
+            raise EvalError(f"--max-length {override} exceeds the model's position limit {limit}")
+        return override
+    if settings.get("seq_len"):
+        return int(settings["seq_len"])
+    if settings.get("preset"):
+        from ..model.config import MHARConfig
+
+        return MHARConfig.preset_seq_len(settings["preset"])
+    if limit:
+        return int(limit)
+    raise EvalError(f"{run}: cannot tell the model's context length; pass --max-length")
+
+
+def make_lm(model, tok, *, max_length: int, batch_size: int):
+    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class."""
+    from lm_eval.models.huggingface import HFLM
+
+    return HFLM(pretrained=model, tokenizer=tok, backend="causal", max_length=max_length,
+                batch_size=batch_size)
+
+
+# ----------------------------------------------------------------------------- tasks
+def shipped_task_files(run: Path, settings: dict[str, Any]) -> TaskFiles:
+    """Materialise the held-out tasks for the corpus the run was trained on."""
+    from ..data import load_corpus
+    from ..data.errors import DataError
+
+    if not settings:
+        raise EvalError(f"{run}: no train_config.json, so the held-out split is unknown; the shipped tasks "
+                        f"({', '.join(SHIPPED_TASKS)}) need a run made by `mhar train` (use --tasks-dir instead)")
+    try:
+        corpus = load_corpus(settings.get("corpus"), max_bytes=settings.get("corpus_max_bytes"))
+    except DataError as e:
+        raise EvalError(f"{run}: cannot rebuild the training corpus for the held-out tasks: {e}") from None
+    recorded = _recorded_fingerprint(run)
+    if recorded and recorded != corpus.fingerprint:
+        raise EvalError(f"{run}: the corpus {settings.get('corpus') or 'embedded'} has changed since training "
+                        f"(fingerprint {corpus.fingerprint[:12]} != {recorded[:12]} in corpus.json); "
+                        "its held-out split would not be held out")
+    return heldout_tasks(corpus.val, corpus.fingerprint)
+
+
+def _recorded_fingerprint(run: Path) -> str | None:
+    p = run / "corpus.json"
+    if not p.exists():
+        return None
+    try:
+        return json.loads(p.read_text(encoding="utf-8")).get("fingerprint")
+    except json.JSONDecodeError:
+        return None
+
+
+def check_tasks_dirs(dirs: Sequence[str]) -> list[Path]:
+    out = []
+    for d in dirs:
+        p = Path(d)
+        if not p.exists():
+            raise EvalError(f"--tasks-dir {p} does not exist")
+        if not p.is_dir():
+            raise EvalError(f"--tasks-dir {p} is not a directory of task YAML files")
+        if not any(p.rglob("*.yaml")) and not any(p.rglob("*.yml")):
+            raise EvalError(f"--tasks-dir {p} holds no task YAML files (*.yaml)")
+        out.append(p.resolve())
+    return out
+
+
+def task_manager(tasks: Sequence[str], local_dirs: Sequence[Path]):
+    """A `TaskManager` that knows every requested task, or an `EvalError` listing the choices.
+
+    Local directories are indexed alone first; the harness's built-in registry (slow to index,
+    and its tasks need datasets already downloaded) only if a name is not found locally.
+    """
+    import difflib
+
+    from lm_eval.tasks import TaskManager
+
+    tm = TaskManager(include_path=[str(d) for d in local_dirs] or None, include_defaults=False)
+    missing = [t for t in tasks if t not in tm.all_tasks and not _is_yaml_path(t)]
+    if not missing:
+        return tm
+    local = sorted(tm.all_tasks)
+    full = TaskManager(include_path=[str(d) for d in local_dirs] or None, include_defaults=True)
+    unknown = [t for t in missing if t not in full.all_tasks]
+    if unknown:
+        hints = []
+        for t in unknown:
+            close = difflib.get_close_matches(t, [*SHIPPED_TASKS, *local], n=3, cutoff=0.6) \
+                or difflib.get_close_matches(t, full.all_tasks, n=5, cutoff=0.6)
+            hints.append(f"{t!r}" + (f" (did you mean {', '.join(close)}?)" if close else ""))
+        raise EvalError(f"unknown task(s) {'; '.join(hints)}; local tasks: {', '.join(local) or 'none'} "
+                        f"(shipped: {', '.join(SHIPPED_TASKS)}; add your own YAMLs with --tasks-dir)")
+    return full
+
+
+def _is_yaml_path(name: str) -> bool:
+    return name.endswith((".yaml", ".yml")) and Path(name).is_file()
+
+
+def check_task_files(tm, tasks: Sequence[str]) -> None:
+    """Local data files named by the requested tasks (and their group members) must exist.
+
+    Built-in hub datasets are checked by the harness itself (offline: it fails when the
+    dataset is not cached, and `run_eval` reports that as an `EvalError`).
+    """
+    seen: set[str] = set()
+    todo = list(tasks)
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        entry = tm.task_index.get(name)
+        cfg = (entry.cfg if entry else None) or {}
+        for child in cfg.get("task", []) if isinstance(cfg.get("task"), list) else []:
+            if isinstance(child, str):
+                todo.append(child)
+        if cfg.get("dataset_path") not in LOCAL_BUILDERS:
+            continue
+        where = getattr(entry, "yaml_path", None)
+        files = (cfg.get("dataset_kwargs") or {}).get("data_files")
+        if files is None:
+            raise EvalError(f"task {name!r} ({where}): dataset_path {cfg['dataset_path']!r} needs "
+                            "dataset_kwargs.data_files naming local files")
+        for f in _flatten_files(files):
+            if any(ch in f for ch in "*?[") or "://" in f:
+                continue  # glob patterns and URLs are left to datasets
+            if not Path(f).exists():
+                rel = "" if Path(f).is_absolute() else f" (relative to the current directory {Path.cwd()})"
+                raise EvalError(f"task {name!r} ({where}): data file {f} does not exist{rel}")
+
+
+def _flatten_files(files: Any) -> list[str]:
+    if isinstance(files, str):
+        return [files]
+    if isinstance(files, dict):
+        return [f for v in files.values() for f in _flatten_files(v)]
+    if isinstance(files, (list, tuple)):
+        return [f for v in files for f in _flatten_files(v)]
+    return []
+
+
+# ----------------------------------------------------------------------------- outputs
+def check_out(out: Path, overwrite: bool) -> None:
+    """Refuse to replace a non-empty output directory unless `overwrite`."""
+    if out.exists() and not out.is_dir():
+        raise EvalError(f"--out {out} exists and is not a directory")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise EvalError(f"output directory {out} already exists and is not empty; "
+                        "pass --overwrite to replace it or choose another --out")
+
+
+def _publish(staging: Path, out: Path, overwrite: bool) -> None:
+    """Rename the finished staging directory to `out` (replacing it only with `overwrite`)."""
+    check_out(out, overwrite)
+    old = None
+    if out.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
+        os.rename(out, old / out.name)
+    os.rename(staging, out)
+    if old is not None:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def _model_name(run: Path) -> str:
+    return run.resolve().name or "model"
+
+
+def provenance(run: Path, settings: dict[str, Any], cfg: EvalConfig, *, max_length: int, device: str,
+               task_files: TaskFiles | None, local_dirs: Sequence[Path]) -> dict[str, Any]:
+    """Where the numbers come from: run, checkpoint hash, corpus, task files, versions, options."""
+    import lm_eval
+    import torch
+    import transformers
+
+    import mhar_probe
+
+    corpus = None
+    if (run / "corpus.json").exists():
+        c = json.loads((run / "corpus.json").read_text(encoding="utf-8"))
+        corpus = {"name": c.get("name"), "fingerprint": c.get("fingerprint")}
+    model_cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    return {
+        "run": str(run.resolve()),
+        "checkpoint": str((run / "model.safetensors").resolve()),
+        "checkpoint_sha256": sha256_file(run / "model.safetensors"),
+        "model": {k: model_cfg.get(k) for k in ("model_type", "preset", "residual_method", "routing_heads",
+                                                 "num_hidden_layers", "hidden_size", "vocab_size")},
+        "train": {k: settings.get(k) for k in ("method", "preset", "seed", "steps", "lr", "seq_len", "corpus",
+                                               "corpus_max_bytes")} if settings else None,
+        "corpus": corpus,
+        "tasks": list(cfg.tasks),
+        "shipped_tasks": None if task_files is None else {
+            "dir": str(task_files.root), "items": task_files.counts, "sha256": task_files.sha256},
+        "tasks_dirs": [str(d) for d in local_dirs if task_files is None or d != task_files.root],
+        "limit": cfg.limit, "batch_size": cfg.batch_size, "max_length": max_length, "device": device,
+        "seed": cfg.seed,
+        "versions": {"mhar_probe": mhar_probe.__version__, "lm_eval": getattr(lm_eval, "__version__", None),
+                     "torch": torch.__version__, "transformers": transformers.__version__},
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+    }
+
+
+# ----------------------------------------------------------------------------- main entry
+def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
+    """Evaluate `cfg.run` on `cfg.tasks` with the harness and write its standard files."""
+    _offline()
+    t0 = time.perf_counter()
+    if not cfg.tasks:
+        raise EvalError("no tasks given; pass --tasks " + ",".join(SHIPPED_TASKS))
+    if cfg.limit is not None and cfg.limit < 1:
+        raise EvalError(f"--limit must be a positive number of items, got {cfg.limit}")
+    if cfg.batch_size < 1:
+        raise EvalError(f"--batch-size must be positive, got {cfg.batch_size}")
+    run = check_run(cfg.run)
+    out = cfg.out_dir()
+    check_out(out, cfg.overwrite)
+    local_dirs = check_tasks_dirs(cfg.tasks_dirs)
+    settings = train_settings(run)
+
+    task_files = None
+    if any(t in SHIPPED_TASKS for t in cfg.tasks):
+        log(f"building held-out tasks for {run} ...")
+        task_files = shipped_task_files(run, settings)
+        local_dirs = [task_files.root, *local_dirs]
+    tm = task_manager(cfg.tasks, local_dirs)
+    check_task_files(tm, cfg.tasks)
+
+    device = cfg.device or default_device()
+    log(f"loading {run} on {device} ...")
+    model, tok = load_model(run, device)
+    max_length = eval_max_length(run, settings, model, cfg.max_length)
+    lm = make_lm(model, tok, max_length=max_length, batch_size=cfg.batch_size)
+    prov = provenance(run, settings, cfg, max_length=max_length, device=device, task_files=task_files,
+                      local_dirs=local_dirs)
+
+    from lm_eval import evaluator
+    from lm_eval.loggers import EvaluationTracker
+
+    out.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    try:
+        tracker = EvaluationTracker(output_path=str(staging))
+        log(f"evaluating {', '.join(cfg.tasks)} (limit {cfg.limit or 'none'}, batch {cfg.batch_size}, "
+            f"context {max_length}) ...")
+        try:
+            results = evaluator.simple_evaluate(
+                model=lm, model_args={"pretrained": _model_name(run)}, tasks=list(cfg.tasks), task_manager=tm,
+                batch_size=cfg.batch_size, device=device, limit=cfg.limit, log_samples=True,
+                evaluation_tracker=tracker, bootstrap_iters=cfg.bootstrap_iters, random_seed=cfg.seed,
+                numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
+        except (FileNotFoundError, ConnectionError) as e:
+            raise EvalError(f"the harness could not load a task's data offline ({type(e).__name__}: {e}); local "
+                            "tasks need existing data_files, hub tasks a dataset already in the HF cache") from None
+        if results is None:  # non-zero rank in a distributed launch; nothing to write
+            raise EvalError("the harness returned no results (not rank 0?)")
+        samples = results.pop("samples")
+        prov["seconds"] = round(time.perf_counter() - t0, 3)
+        results["mhar_provenance"] = prov
+        tracker.save_results_aggregated(results=results, samples=samples)
+        for task_name in results["configs"]:
+            tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
+        (staging / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n", encoding="utf-8")
+        _publish(staging, out, cfg.overwrite)
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+
+    res_files = sorted(out.rglob("results_*.json"))
+    samples_paths = {}
+    for task_name in results["configs"]:
+        found = sorted(out.rglob(f"samples_{task_name}_*.jsonl"))
+        if found:
+            samples_paths[task_name] = found[-1]
+    metrics = {t: {k: v for k, v in r.items() if "," in k} for t, r in results["results"].items()}
+    return EvalSummary(out=out, results_path=res_files[-1], samples_paths=samples_paths, metrics=metrics,
+                       provenance=prov, seconds=time.perf_counter() - t0)
