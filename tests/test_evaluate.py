@@ -1,0 +1,225 @@
+"""`mhar eval`: a real round trip through the LM Evaluation Harness and `mhar stats mcnemar`.
+
+Two tiny runs (baseline and MHAR, same seed and data) are evaluated offline on the shipped
+held-out tasks and on a user task given with --tasks-dir; McNemar's counts are then checked
+against a recount done here straight from the samples files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+from pathlib import Path
+
+import pytest
+import torch
+
+from analysis.stats.cli import add_stats_subparser
+from mhar_probe.data import load_corpus
+from mhar_probe.evaluate import EvalError, heldout_tasks
+from mhar_probe.evaluate.cli import add_eval_subparser
+from mhar_probe.evaluate.heldout import PPL_CHUNK_CHARS, lastword_candidates
+from mhar_probe.train import TrainConfig, train
+
+SMALL = dict(preset="tiny", seq_len=32, batch_size=4, eval_every=10, eval_batches=1, vocab_size=512,
+             corpus_max_bytes=150_000, progress=False, lr=3e-3, steps=200,
+             extra=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128))
+SHIPPED = "mhar_heldout_ppl,mhar_lastword"
+LIMIT = 30
+
+
+def cli(*argv: str) -> int:
+    parser = argparse.ArgumentParser(prog="mhar")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_eval_subparser(sub)
+    add_stats_subparser(sub)
+    args = parser.parse_args([str(a) for a in argv])
+    return args.func(args)
+
+
+def write_user_task(root: Path) -> Path:
+    """A two-way multiple-choice task from held-out lines: the real next line vs. another line."""
+    corpus = load_corpus(None, max_bytes=SMALL["corpus_max_bytes"])
+    # short lines, so that context + choice fit the 32-token context
+    lines = [ln.strip() for d in corpus.val for ln in d.text.splitlines() if 8 < len(ln.strip()) <= 40]
+    rows = []
+    for i in range(min(40, len(lines) - 1)):
+        wrong = lines[(i * 7 + len(lines) // 2) % len(lines)]
+        if wrong == lines[i + 1]:
+            continue
+        choices = [lines[i + 1], wrong] if i % 2 == 0 else [wrong, lines[i + 1]]
+        rows.append({"context": lines[i], "choices": choices, "label": i % 2})
+    root.mkdir(parents=True, exist_ok=True)
+    (root / "nextline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "nextline.yaml").write_text(f"""task: toy_nextline
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {root / 'nextline.jsonl'}
+output_type: multiple_choice
+test_split: test
+doc_to_text: "{{{{context}}}}\\n"
+doc_to_target: label
+doc_to_choice: "{{{{choices}}}}"
+target_delimiter: ""
+metric_list:
+  - metric: acc
+  - metric: acc_norm
+metadata:
+  version: 1.0
+""")
+    return root
+
+
+@pytest.fixture(scope="module")
+def arms(tmp_path_factory):
+    """Two trained runs, each evaluated on the shipped tasks and the user task."""
+    root = tmp_path_factory.mktemp("eval")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        torch.set_num_threads(1)
+        tasks_dir = write_user_task(root / "user_tasks")
+        out = {}
+        for method in ("baseline", "mhar"):
+            run = root / method
+            train(TrainConfig(out=str(run), method=method, **SMALL))
+            assert cli("eval", run, "--tasks", f"{SHIPPED},toy_nextline", "--tasks-dir", tasks_dir,
+                       "--limit", LIMIT, "--batch-size", 8, "--out", root / f"eval_{method}") == 0
+            out[method] = (run, root / f"eval_{method}")
+        yield root, out, tasks_dir
+
+
+def read_samples(eval_dir: Path, task: str) -> dict[int, dict]:
+    (path,) = eval_dir.rglob(f"samples_{task}_*.jsonl")
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    by_id = {r["doc_id"]: r for r in rows}
+    assert len(by_id) == len(rows)
+    return by_id
+
+
+def recount(dir_a: Path, dir_b: Path, task: str, metric: str) -> dict:
+    a, b = read_samples(dir_a, task), read_samples(dir_b, task)
+    assert a.keys() == b.keys()
+    ids = sorted(a)
+    for i in ids:  # same document, prompt and target in both arms
+        assert all(a[i][h] == b[i][h] for h in ("doc_hash", "prompt_hash", "target_hash"))
+    xa = [bool(a[i][metric]) for i in ids]
+    xb = [bool(b[i][metric]) for i in ids]
+    return dict(n=len(ids), b=sum(p and not q for p, q in zip(xa, xb)), c=sum(q and not p for p, q in zip(xa, xb)),
+                acc_a=sum(xa) / len(ids), acc_b=sum(xb) / len(ids))
+
+
+def test_round_trip_mcnemar_matches_recount(arms, capsys):
+    root, out, _ = arms
+    (_, dir_a), (_, dir_b) = out["baseline"], out["mhar"]
+    capsys.readouterr()
+    assert cli("stats", "mcnemar", dir_a, dir_b, "--task", "mhar_lastword", "toy_nextline",
+               "--out", root / "mcnemar", "--n-boot", 200) == 0
+    printed = capsys.readouterr().out
+    report = json.loads((root / "mcnemar" / "mcnemar.json").read_text())
+    rows = {r["task"]: r for r in report["rows"]}
+    assert set(rows) == {"mhar_lastword", "toy_nextline"}
+    for task, row in rows.items():
+        want = recount(dir_a, dir_b, task, row["metric"])
+        assert {k: row[k] for k in want} == pytest.approx(want), task
+        assert row["only_a"] == row["only_b"] == row["hash_mismatch"] == 0
+        assert task in printed
+    n_items = len(read_samples(dir_a, "mhar_lastword"))
+    assert rows["mhar_lastword"]["metric"] == "acc" and rows["mhar_lastword"]["n"] == n_items <= LIMIT
+    # the user task is two-way multiple choice: the arms disagree on some items
+    assert rows["toy_nextline"]["metric"] == "acc_norm"
+    assert rows["toy_nextline"]["b"] + rows["toy_nextline"]["c"] > 0
+
+
+def test_outputs_metrics_and_provenance(arms):
+    _, out, tasks_dir = arms
+    for run, eval_dir in out.values():
+        (results_path,) = eval_dir.rglob("results_*.json")
+        res = json.loads(results_path.read_text())
+        ppl = res["results"]["mhar_heldout_ppl"]
+        assert 1.0 < ppl["byte_perplexity,none"] < 512 and math.isfinite(ppl["word_perplexity,none"])
+        assert ppl["bits_per_byte,none"] == pytest.approx(math.log2(ppl["byte_perplexity,none"]))
+        lw = res["results"]["mhar_lastword"]
+        assert 0.0 <= lw["acc,none"] <= 1.0 and lw["perplexity,none"] > 1.0
+        assert res["configs"]["mhar_lastword"]["output_type"] == "loglikelihood"
+        assert res["configs"]["mhar_heldout_ppl"]["output_type"] == "loglikelihood_rolling"
+        prov = res["mhar_provenance"]
+        assert prov == json.loads((eval_dir / "provenance.json").read_text())
+        assert prov["run"] == str(run.resolve())
+        assert prov["checkpoint_sha256"] == hashlib.sha256((run / "model.safetensors").read_bytes()).hexdigest()
+        assert prov["max_length"] == SMALL["seq_len"] and prov["limit"] == LIMIT
+        assert prov["tasks_dirs"] == [str(tasks_dir.resolve())]
+        assert not [p for p in eval_dir.parent.iterdir() if ".tmp-" in p.name]  # staging cleaned up
+
+
+def test_heldout_tasks_are_deterministic_and_held_out(arms):
+    root, _, _ = arms
+    corpus = load_corpus(None, max_bytes=SMALL["corpus_max_bytes"])
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache-2"))
+        again = heldout_tasks(corpus.val, corpus.fingerprint)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        first = heldout_tasks(corpus.val, corpus.fingerprint)
+    assert first.root != again.root
+    data = {k: v for k, v in first.sha256.items() if k.endswith(".jsonl")}
+    assert data == {k: v for k, v in again.sha256.items() if k.endswith(".jsonl")}
+    val_text = [d.text for d in corpus.val]
+    items = [json.loads(x) for x in (first.root / "mhar_lastword.jsonl").read_text().splitlines()]
+    assert len(items) == first.counts["mhar_lastword"] > 0
+    for it in items:
+        word = it["target"][1:]
+        assert it["target"] == " " + word and word in it["context"]
+        assert any(it["context"] + it["target"] in t for t in val_text)
+    ppl = [json.loads(x) for x in (first.root / "mhar_heldout_ppl.jsonl").read_text().splitlines()]
+    for doc in corpus.val:  # the pieces of a document put back together give the document
+        pieces = [p["text"] for p in ppl if p["id"].rsplit("#", 1)[0] == doc.id]
+        assert "".join(pieces).strip() == doc.text.strip()
+        assert all(len(p) <= PPL_CHUNK_CHARS for p in pieces)
+
+
+def test_lastword_candidates_rules():
+    text = "alpha beta gamma delta epsilon zeta eta theta iota kappa\nlambda mu nu xi omicron pi rho " \
+           "sigma tau upsilon phi chi psi omega and gamma"
+    (ctx, tgt), = lastword_candidates(text, min_words=5)
+    assert tgt == " gamma" and ctx.endswith("omega and") and ctx + tgt in text
+    assert lastword_candidates(text, min_words=50) == []
+    assert lastword_candidates("x " * 30 + "the the", min_words=5) == []  # stop words are never targets
+
+
+def test_errors(arms, tmp_path):
+    _, out, tasks_dir = arms
+    run, eval_dir = out["mhar"]
+    with pytest.raises(EvalError, match="does not exist"):
+        cli("eval", tmp_path / "nope", "--tasks", SHIPPED)
+    with pytest.raises(EvalError, match=r"model\.safetensors missing"):
+        cli("eval", tmp_path, "--tasks", SHIPPED)
+    with pytest.raises(EvalError, match="--tasks-dir .* does not exist"):
+        cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tmp_path / "missing")
+    with pytest.raises(EvalError, match="already exists"):
+        cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tasks_dir, "--out", eval_dir)
+    bad = tmp_path / "bad_tasks"
+    bad.mkdir()
+    (bad / "t.yaml").write_text((tasks_dir / "nextline.yaml").read_text()
+                                .replace("toy_nextline", "toy_missing").replace("nextline.jsonl", "gone.jsonl"))
+    with pytest.raises(EvalError, match="gone.jsonl does not exist"):
+        cli("eval", run, "--tasks", "toy_missing", "--tasks-dir", bad, "--out", tmp_path / "o")
+    with pytest.raises(EvalError, match=r"unknown task.*mhar_lastwrd.*did you mean mhar_lastword.*local tasks"):
+        cli("eval", run, "--tasks", "mhar_lastwrd", "--out", tmp_path / "o")
+    assert not (tmp_path / "o").exists()
+
+
+def test_overwrite_replaces_output(arms, tmp_path):
+    root, out, tasks_dir = arms
+    run, _ = out["baseline"]
+    target = tmp_path / "ev"
+    target.mkdir()
+    (target / "old.txt").write_text("old")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        assert cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tasks_dir, "--limit", 4,
+                   "--out", target, "--overwrite") == 0
+    assert not (target / "old.txt").exists()
+    assert len(read_samples(target, "toy_nextline")) == 4
