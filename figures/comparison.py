@@ -44,8 +44,10 @@ def compare_methods(ds: xr.Dataset, preset: str, corpus: str) -> MethodCompariso
     sub = select(sub, lr=lr, steps=steps)
     base = select(sub, method="baseline")
     kv = int(np.bincount(base["kv"].values.astype(int)).argmax())
+    width = int(np.bincount(select(base, kv=kv)["hidden_size"].values.astype(int)).argmax())
+    base = select(base, kv=kv, hidden_size=width)
     seeds = sorted(set(base["seed"].values.tolist()))
-    sub = select(sub, kv=kv, seed=seeds)  # same KV and seeds as the baseline: paired cells
+    sub = select(sub, kv=kv, hidden_size=width, seed=seeds)  # the baseline's KV, width and seeds: paired cells
     mhar = select(sub, method="mhar")
     H_main = choose_mhar_H(mhar["H"].values.tolist(), kv)
     over = [int(h) for h in mhar["H"].values.tolist() if H_main is not None and h > H_main]

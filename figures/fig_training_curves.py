@@ -32,7 +32,7 @@ def ema(values: np.ndarray, span: float) -> np.ndarray:
 def make(ctx) -> list[Output]:
     ds = ctx.runs
     chosen = {}
-    for key, sub in groups(ds, ("preset", "corpus", "lr", "seed", "steps")):
+    for key, sub in groups(ds, ("preset", "corpus", "lr", "seed", "steps", "hidden_size", "layers")):
         methods = set(sub["method"].values.tolist())
         if not {"baseline", "mhar"} <= methods:
             continue

@@ -37,7 +37,7 @@ def head_grids(ds: xr.Dataset) -> list[HeadGrid]:
     varies H in at least one KV row."""
     routed = select(ds, method=["mhar", "attnres"])
     out = []
-    for key, sub in groups(routed, ("preset", "corpus", "lr", "steps")):
+    for key, sub in groups(routed, ("preset", "corpus", "lr", "steps", "hidden_size", "layers")):
         kvs = sorted(set(sub["kv"].values.tolist()))
         hs = sorted(set(sub["H"].values.tolist()))
         grid = xr.DataArray(np.full((len(kvs), len(hs)), np.nan), coords={"kv": kvs, "H": hs}, dims=("kv", "H"))
@@ -70,8 +70,7 @@ def draw_heatmap(ax: plt.Axes, grid: xr.DataArray, *, outline_kv: int | None = N
     """Heatmap of a (kv, H) grid on `ax`; returns what was drawn (stars, diagonal, masked cells)."""
     vals = grid.values.astype(float)
     kvs, hs = [int(v) for v in grid["kv"].values], [int(v) for v in grid["H"].values]
-    cmap = plt.get_cmap(GRID_CMAP).copy()
-    cmap.set_bad(MISSING_COLOR)
+    cmap = plt.get_cmap(GRID_CMAP).with_extremes(bad=MISSING_COLOR)
     masked = np.ma.masked_invalid(vals)
     im = ax.imshow(masked, cmap=cmap, origin="lower", aspect="auto")
     norm = im.norm

@@ -21,7 +21,7 @@ def make(ctx) -> list[Output]:
     ds = ctx.runs
     t = Table("table_lr_sweep", "Best-vs-best learning rate: each method at its own best LR", COLUMNS)
     found = {}
-    for key, sub in groups(ds, ("corpus", "preset", "steps")):
+    for key, sub in groups(ds, ("corpus", "preset", "steps", "hidden_size", "layers")):
         if len(set(sub["lr"].values.tolist())) < 2 or "baseline" not in set(sub["method"].values.tolist()):
             continue
         base_kv = int(select(sub, method="baseline")["kv"].values[0])

@@ -16,8 +16,8 @@ KEYS = ("baseline", "hyper", "attnres", "mhar", "mhar_over")
 COLUMNS = ["Scale", "d/L/KV (H, over-split H)", "Baseline", "Hyper-conn.", "Single-head", "MHAR", "MHAR over-split"]
 
 
-def method_cells(loss: dict[str, float], keys=KEYS) -> list[Cell]:
-    """Loss cells with deltas vs baseline; the lowest of the row in bold."""
+def method_cells(loss: dict[str, float], keys=KEYS, deltas: dict[str, float] | None = None) -> list[Cell]:
+    """Loss cells with deltas vs baseline (or the given `deltas`); the lowest of the row in bold."""
     present = {k: v for k, v in loss.items() if k in keys and v is not None and np.isfinite(v)}
     best = min(present, key=present.get) if present else None
     base = loss.get("baseline")
@@ -25,6 +25,8 @@ def method_cells(loss: dict[str, float], keys=KEYS) -> list[Cell]:
     for k in keys:
         v = present.get(k)
         delta = None if k == "baseline" or base is None or v is None else v - base
+        if deltas is not None and k != "baseline":
+            delta = deltas.get(k)
         cells.append(Cell.num(v, delta=delta, bold=(k == best and len(present) > 1)))
     return cells
 
@@ -33,7 +35,7 @@ def paper_row(t: Table, row: dict, keys=KEYS, extra: list[Cell] | None = None) -
     loss = {k: row.get(k) for k in keys}
     arch = row["d_L_kv"] + (f" ({row['mhar_H']}, {row['over_H']})" if "mhar_H" in row else "")
     t.add([Cell(f"{scale_label(row['scale'])} (paper)", row["scale"]), Cell(arch, arch),
-           *method_cells(loss, keys), *(extra or [])], source="paper")
+           *method_cells(loss, keys, row.get("deltas", {})), *(extra or [])], source="paper")
 
 
 @generator("table_main", kind="table", paper_ref="tab:main", needs=NEEDS)

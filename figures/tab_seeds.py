@@ -20,7 +20,7 @@ def make(ctx) -> list[Output]:
     ds = ctx.runs
     t = Table("table_seeds", "Seed robustness: paired per-seed delta vs baseline (tail-mean val loss)", COLUMNS)
     found = {}
-    for key, sub in groups(ds, ("corpus", "preset", "steps")):
+    for key, sub in groups(ds, ("corpus", "preset", "steps", "hidden_size", "layers")):
         sub = select(sub, lr=pick_lr(sub))
         if len(set(select(sub, method="baseline")["seed"].values.tolist())) < 2:
             continue

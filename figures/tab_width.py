@@ -41,9 +41,10 @@ def make(ctx) -> list[Output]:
     if not found:
         raise Skip("no depth/KV setting has baseline, single-head and MHAR runs at two widths", [NEEDS])
     for i, r in enumerate(ctx.paper["width"]["rows"]):
+        dl = r["deltas"]  # the paper's printed deltas
         t.add([Cell(f"{r['width']} (paper)", r["hidden_size"]), Cell.num(r["baseline"]),
-               Cell.num(r["attnres"], delta=r["attnres"] - r["baseline"]),
-               Cell.num(r["mhar"], delta=r["mhar"] - r["baseline"]), Cell.num(r["mhar"] - r["attnres"], "{:+.3f}")],
+               Cell.num(r["attnres"], delta=dl["attnres"]), Cell.num(r["mhar"], delta=dl["mhar"]),
+               Cell.num(dl["mhar_minus_single"], "{:+.3f}")],
               source="paper", rule_before=i == 0)
     t.notes.append("Paper: " + ctx.paper["width"]["what"] + f" ({ctx.paper['width']['ref']}).")
     return [Output("table_width", ctx.write_table(t), dict(table=t, cells=found))]

@@ -1,0 +1,241 @@
+"""Figure and table generators on synthetic run directories: every generator renders and shows
+the right numbers (independently recomputed from the metrics files), stars and diagonal sit at
+the right cells, missing cells are masked, skips name what is missing, output is byte-stable."""
+
+from __future__ import annotations
+
+import csv
+import json
+import shutil
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from analysis.runs import load_runs, select, to_grid
+from figures.build import build
+from figures.cli import add_figures_subparser
+from figures.registry import load_generators
+from figures.synthetic import tail_mean_of, write_run
+from figures.tables import Cell, Table, to_latex, to_markdown
+from mhar_probe.errors import UserError
+
+LM_EVAL = Path(__file__).parent / "data" / "lm_eval" / "new"
+# kv x H grid: H = 4 is best at KV = 1, 2 and 4 (H = 8 over-splits); cell (KV=4, H=8) has no run
+GRID = {(kv, H): 3.0 + 0.02 * abs(np.log2(H) - 2) - 0.005 * kv for kv in (1, 2, 4) for H in (1, 2, 4, 8)
+        if (kv, H) != (4, 8)}
+
+
+def loss_of(kv: int, H: int, steps: int) -> float:
+    return GRID[(kv, H)] + (0.4 if steps == 40 else 0.0)
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    for steps in (40, 80):
+        for (kv, H) in GRID:
+            write_run(root, f"mhar-h{H}-kv{kv}-n{steps}", method="mhar", H=H, kv=kv, steps=steps, lr=2e-3,
+                      final_loss=loss_of(kv, H, steps), noise=0.001)
+    for seed in (1, 2, 3):
+        for lr in (5e-4, 1e-3):
+            for method, final, H in (("baseline", 3.10, None), ("hyper", 3.08, None), ("attnres", 3.06, None),
+                                     ("mhar", 3.00, 8), ("mhar", 3.03, 16)):
+                name = f"{method}{H or ''}-s{seed}-lr{lr:g}"
+                write_run(root, name, method=method, H=H, kv=2, seed=seed, lr=lr, steps=80,
+                          final_loss=final + (0.05 if lr == 1e-3 else 0) + 0.002 * seed)
+    for method, final in (("baseline", 2.9), ("attnres", 2.87), ("mhar", 2.84)):
+        write_run(root, f"wide-{method}", method=method, H=8 if method == "mhar" else None, kv=2, hidden_size=256,
+                  seed=1, steps=80, final_loss=final)
+    for method, final in (("baseline", 3.5), ("hyper", 3.48), ("attnres", 3.47), ("mhar", 3.40)):
+        write_run(root, f"web-{method}", method=method, H=8 if method == "mhar" else None, kv=2, seed=1, steps=80,
+                  final_loss=final, corpus="web.jsonl", flops_per_token=1.01e6 if method == "mhar" else 1e6)
+    evals = root / "evals"
+    shutil.copytree(LM_EVAL / "arm_a", evals / "baseline-s1-lr0.0005")
+    shutil.copytree(LM_EVAL / "arm_b", evals / "mhar8-s1-lr0.0005")
+    bench = root / "benchmarks"
+    (bench / "kernels").mkdir(parents=True)
+    (bench / "train_throughput_tiny.json").write_text(json.dumps(dict(
+        meta=dict(device="cpu", args=dict(preset="tiny", backend="eager")),
+        results=[dict(method="baseline", tokens_per_s=1000.0, peak_memory_gb=1.0),
+                 dict(method="mhar", tokens_per_s=640.0, peak_memory_gb=1.25)])))
+    (bench / "kernels" / "routing.json").write_text(json.dumps(dict(meta=dict(device="H100"), rows=[
+        dict(shape="100M", H=8, backend="compile", fwdbwd_ms=30.0),
+        dict(shape="100M", H=8, backend="triton", fwdbwd_ms=6.0, floor_ms=0.92),
+        dict(shape="100M", H=8, backend="eager", oom=True)])))
+    return root
+
+
+@pytest.fixture(scope="module")
+def report(runs, tmp_path_factory):
+    return build(runs, tmp_path_factory.mktemp("figs") / "out")
+
+
+def table_rows(report, name: str, source: str = "yours") -> list[list]:
+    return report.made[name][0].data["table"].values(source)
+
+
+def test_every_generator_renders(report):
+    assert not report.failed, report.failed
+    assert set(report.made) == set(load_generators()) - set(report.skipped)
+    assert not report.skipped, {k: s.reason for k, s in report.skipped.items()}
+    for outputs in report.made.values():
+        for o in outputs:
+            for p in o.paths:
+                assert p.exists() and p.stat().st_size > 0, p
+    index = json.loads((report.out / "index.json").read_text())
+    assert set(index["made"]) == set(report.made)
+
+
+def test_dataset_and_grid_pivot(runs):
+    ds = load_runs(runs)
+    run = "mhar-h2-kv1-n80"
+    assert float(ds["tail_mean"].sel(run=run)) == pytest.approx(tail_mean_of(runs / run))
+    assert set(ds["val_loss"].dims) == {"run", "eval_step"} and ds.attrs["tail_k"] == 11
+    grid = to_grid(select(ds, method="mhar", steps=40, seed=0), dims=("kv", "H"))
+    assert grid.sel(kv=4, H=8).isnull() and float(grid.sel(kv=1, H=2)) == pytest.approx(
+        tail_mean_of(runs / "mhar-h2-kv1-n40"))
+    with pytest.raises(UserError, match="same cell"):
+        to_grid(select(ds, method="mhar"), dims=("kv", "H"))
+
+
+def test_kv_grid_stars_diagonal_and_masked_cell(report, runs):
+    out = report.made["kv_grid"][0]
+    assert out.name == "kv_grid_tiny"
+    assert sorted(out.data["stars"]) == [(1, 4), (2, 4), (4, 4)]
+    assert out.data["diagonal"] == [(1, 1), (2, 2), (4, 4)]
+    assert out.data["missing"] == [(4, 8)]
+    assert np.isnan(float(out.data["grid"].sel(kv=4, H=8)))
+    assert float(out.data["grid"].sel(kv=2, H=1)) == pytest.approx(tail_mean_of(runs / "mhar-h1-kv2-n80"))
+
+
+def test_heads_under_uses_shorter_budget_and_outlines_smallest_kv(report, runs):
+    out = report.made["heads_under"][0]
+    assert out.data["budgets"] == [40, 80] and out.data["outlined"] == 1
+    assert float(out.data["grid"].sel(kv=1, H=4)) == pytest.approx(tail_mean_of(runs / "mhar-h4-kv1-n40"))
+
+
+def test_head_ushape_lines_and_paper_overlay(report):
+    out = report.made["head_ushape"][0]
+    hs, ys = out.data["lines"][1]
+    assert hs == [1, 2, 4, 8] and int(np.argmin(ys)) == 2
+    assert out.data["paper"]["8"] == 3.129
+
+
+def test_training_curves_ema_and_inset(report):
+    out = report.made["training_curves"][0]
+    assert {"baseline", "mhar"} <= set(out.data["curves"])
+    start, end = out.data["inset"]
+    assert end == 80 and start == 48
+    assert len(out.data["curves"]["mhar"]["ema"]) == 80
+
+
+def test_main_table_numbers(report, runs):
+    rows = table_rows(report, "table_main")
+    assert len(rows) == 1
+    expect = {m: np.mean([tail_mean_of(runs / f"{m}-s{s}-lr0.0005") for s in (1, 2, 3)])
+              for m in ("baseline", "hyper", "attnres", "mhar8", "mhar16")}
+    assert rows[0][2:] == pytest.approx([expect[m] for m in ("baseline", "hyper", "attnres", "mhar8", "mhar16")])
+    md = (report.out / "table_main.md").read_text()
+    assert f"{expect['mhar8']:.3f} ({expect['mhar8'] - expect['baseline']:+.3f})" in md
+    paper = table_rows(report, "table_main", "paper")
+    assert paper[0][2:] == [3.031, 2.999, 2.970, 2.969, 2.996]
+    assert "(-0.061)" in md  # the paper's printed delta, not one recomputed from rounded losses
+    tex = (report.out / "table_main.tex").read_text()
+    assert "\\toprule" in tex and "\\bottomrule" in tex and "\\textit{" in tex
+    with open(report.out / "table_main.csv") as f:
+        assert next(csv.reader(f))[0] == "source"
+
+
+def test_lr_sweep_and_seeds(report, runs):
+    best = report.made["table_lr_sweep"][0].data["best"]
+    mhar = best[("embedded", "tiny", 80, "mhar")]
+    assert mhar.best_lr == 5e-4 and mhar.H == 8
+    base = np.mean([tail_mean_of(runs / f"baseline-s{s}-lr0.0005") for s in (1, 2, 3)])
+    assert mhar.delta == pytest.approx(mhar.tail_mean - base)
+    deltas = report.made["table_seeds"][0].data["deltas"]
+    d = deltas[("embedded", "tiny", 80, "mhar", 8)]
+    expect = [tail_mean_of(runs / f"mhar8-s{s}-lr0.0005") - tail_mean_of(runs / f"baseline-s{s}-lr0.0005")
+              for s in (1, 2, 3)]
+    assert d.mean == pytest.approx(np.mean(expect)) and d.sd == pytest.approx(np.std(expect, ddof=1))
+
+
+def test_web_table_with_ceg(report, runs):
+    from analysis.stats.ceg import fit_power_law, lower_envelope
+
+    res = report.made["table_web"][0].data["results"][("web.jsonl", "tiny")]
+    base, mhar = tail_mean_of(runs / "web-baseline"), tail_mean_of(runs / "web-mhar")
+    assert res["comparison"].loss["mhar"] == pytest.approx(mhar)
+    rows = [json.loads(x) for x in (runs / "web-baseline" / "metrics.jsonl").read_text().splitlines()]
+    pts = [(r["flops"], r["val_loss"]) for r in rows if "val_loss" in r and r["flops"] > 0]
+    alpha = fit_power_law(*lower_envelope([tuple(zip(*pts))])).alpha
+    assert res["ceg"] == pytest.approx((base / mhar) ** (1 / alpha) / 1.01)
+
+
+def test_width_table(report, runs):
+    cells = report.made["table_width"][0].data["cells"]
+    wide = cells[("embedded", 4, 2, 80, 256)]
+    assert wide["mhar"] == pytest.approx(tail_mean_of(runs / "wide-mhar"))
+    assert wide["attnres"] == pytest.approx(tail_mean_of(runs / "wide-attnres"))
+
+
+def test_cost_kernel_corpus_tables(report):
+    assert report.made["table_cost"][0].data["ratios"][("train_throughput_tiny.json", "mhar")] == pytest.approx(0.64)
+    assert report.made["table_kernel_speed"][0].data["speedups"][("routing.json", "100M", 8)] == pytest.approx(5.0)
+    md = (report.out / "table_kernel_speed.md").read_text()
+    assert "OOM" in md and "5.3x" in md  # yours (eager OOM) and the paper's speedup
+    rows = table_rows(report, "table_corpus")
+    assert rows[0] == ["train", "docs", 10, 6000, pytest.approx(60.0)]
+
+
+def test_eval_tables(report):
+    down = report.made["table_downstream"][0].data["metrics"]
+    assert set(down) == {"baseline-s1-lr0.0005", "mhar8-s1-lr0.0005"}
+    assert down["baseline-s1-lr0.0005"]["toy_mc"][1] == pytest.approx(0.5666666666666667)
+    (cmp,) = report.made["table_midtrain"][0].data["comparisons"].values()
+    rows = table_rows(report, "table_midtrain")
+    assert [r[7:9] for r in rows] == [[row.b, row.c] for row in cmp.rows]
+    assert [r[9] for r in rows] == pytest.approx([row.p_value for row in cmp.rows])
+
+
+def test_skips_name_missing_inputs(tmp_path):
+    write_run(tmp_path / "runs", "only-baseline", method="baseline", steps=20)
+    rep = build(tmp_path / "runs", tmp_path / "out", benchmarks=[tmp_path / "none"])
+    assert set(rep.made) == {"table_corpus"}
+    assert "mhar" in " ".join(rep.skipped["kv_grid"].needs)
+    assert "two or more learning rates" in rep.skipped["table_lr_sweep"].reason
+    assert "bench_routing.py" in " ".join(rep.skipped["table_kernel_speed"].needs)
+    assert "table_seeds" in (tmp_path / "out" / "index.md").read_text()
+
+
+def test_outputs_are_deterministic_and_never_clobbered(runs, tmp_path):
+    a = build(runs, tmp_path / "a", only=["kv_grid", "table_main"])
+    b = build(runs, tmp_path / "b", only=["kv_grid", "table_main"])
+    for o in a.made["kv_grid"] + a.made["table_main"]:
+        for p in o.paths:
+            assert p.read_bytes() == (tmp_path / "b" / p.name).read_bytes(), p.name
+    with pytest.raises(UserError, match="--overwrite"):
+        build(runs, tmp_path / "a", only=["kv_grid"])
+    build(runs, tmp_path / "a", only=["kv_grid"], overwrite=True)
+    with pytest.raises(UserError, match="unknown figure"):
+        build(runs, tmp_path / "c", only=["nope"])
+
+
+def test_table_writers_escape_and_mark_paper_rows():
+    t = Table("t", "T", ["a_b", "c"])
+    t.add([Cell("x_1 & 50%", "x"), Cell.num(1.23456, delta=-0.5)])
+    t.add([Cell("paper"), Cell.num(float("nan"))], source="paper")
+    tex = to_latex(t)
+    assert r"x\_1 \& 50\%" in tex and "1.235 (-0.500)" in tex
+    assert "| *paper* | - |" in to_markdown(t)
+
+
+def test_cli_handler(runs, tmp_path, capsys):
+    import argparse
+
+    p = argparse.ArgumentParser()
+    add_figures_subparser(p.add_subparsers(dest="command"))
+    args = p.parse_args(["figures", str(runs), "--out", str(tmp_path / "o"), "--only", "table_main", "kv_grid"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "made     table_main" in out and "kv_grid_tiny.png" in out
