@@ -187,10 +187,10 @@ def cmd_ceg(args: argparse.Namespace) -> int:
     # per preset: mean tail-mean of the baseline and of every method configuration
     by_preset: dict[Any, list[dict[str, Any]]] = defaultdict(list)
     for r in base:
-        by_preset[r["preset"]].append(r)
+        by_preset[r["scale"]].append(r)
     groups: dict[tuple, list[dict[str, Any]]] = defaultdict(list)
     for r in others:
-        groups[(r["preset"], r["method"], r["H"], r["kv"], r["lr"])].append(r)
+        groups[(r["scale"], r["method"], r["H"], r["kv"], r["lr"])].append(r)
     entries = []
     for (preset, method, H, kv, lr), rs in groups.items():
         if preset not in by_preset:

@@ -80,6 +80,19 @@ def _first(d: dict[str, Any], *keys: str) -> Any:
     return None
 
 
+def scale_label(preset: Any, d: Any, L: Any) -> str:
+    """The preset's name, or "preset/d{d}L{L}" when the run overrode the preset's width or depth
+    (e.g. the rungs of a compute ladder), so that runs of different sizes are never pooled."""
+    from mhar_probe.model.config import PRESETS
+
+    dims = PRESETS.get(str(preset))
+    if dims is None or d is None or L is None:
+        return str(preset)
+    if (int(d), int(L)) == (dims["hidden_size"], dims["num_hidden_layers"]):
+        return str(preset)
+    return f"{preset}/d{d}L{L}"
+
+
 def load_run(path: str | Path, k: int = TAIL_K) -> RunRecord:
     """Run record from a run directory (metrics.jsonl + train_config.json / summary.json /
     config.json) or from a metrics.jsonl path."""
@@ -109,6 +122,7 @@ def load_run(path: str | Path, k: int = TAIL_K) -> RunRecord:
     }
     if rec["method"] is None:
         raise StatsError(f"{run_dir}: no method recorded (train_config.json / config.json missing?)")
+    rec["scale"] = scale_label(rec["preset"], meta.get("hidden_size"), meta.get("num_hidden_layers"))
     rec["tail_mean"] = tail_mean([p["val_loss"] for p in curve], k, where=str(metrics))
     return rec
 
