@@ -116,15 +116,17 @@ def capture_routing(
     try:
         with routing_backend(model, backend) as used:
             acc = RoutingAccumulator(model, layout, spec, device)
+            collector = _Collector(layout, sources=probes)
             tmp = temp_path(out) if per_token else None
             writer = None
             try:
                 t0 = time.perf_counter()
-                for batch in tqdm(batches, disable=not progress, desc="capture", unit="batch", total=total):
-                    ids, mask = _unpack(batch)
-                    if writer is None and per_token:
-                        writer = TokenWriter(tmp, layout, ids.shape[1])
-                    _capture_batch(model, layout, acc, ids.to(device), mask, writer)
+                with hooks(model, collector.fwd_hooks()):
+                    for batch in tqdm(batches, disable=not progress, desc="capture", unit="batch", total=total):
+                        ids, mask = _unpack(batch)
+                        if writer is None and per_token:
+                            writer = TokenWriter(tmp, layout, ids.shape[1])
+                        _capture_batch(model, layout, acc, collector, ids.to(device), mask, writer)
                 elapsed = time.perf_counter() - t0
             finally:
                 if writer is not None:
@@ -147,40 +149,58 @@ def capture_routing(
     return open_routing_dataset(out, load=True)
 
 
-def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, ids: Tensor,
+class _Collector:
+    """Hook functions that keep one forward's weights (every site) and sources (see module doc)."""
+
+    def __init__(self, layout: Layout, sources: bool) -> None:
+        self.S = layout.num_sites
+        self.per_site_sources = layout.method == "delta"
+        self.want_sources = sources
+        self.weights: list[Tensor | None] = [None] * self.S
+        self.sources: dict[int, Tensor] = {}
+
+    def fwd_hooks(self) -> list:
+        fwd = [("sites.*.hook_weights", self._keep_weights)]
+        if self.want_sources:
+            fwd.append(("sites.*.hook_sources" if self.per_site_sources else f"sites.{self.S - 1}.hook_sources",
+                        self._keep_sources))
+        return fwd
+
+    def _keep_weights(self, act: Tensor, hook) -> None:
+        self.weights[int(hook.name.split(".")[1])] = act.detach()
+
+    def _keep_sources(self, act: Tensor, hook) -> None:
+        self.sources[int(hook.name.split(".")[1])] = act.detach()
+
+    def take(self) -> tuple[list[Tensor | None], dict[int, Tensor]]:
+        out = self.weights, self.sources
+        self.weights, self.sources = [None] * self.S, {}
+        return out
+
+
+def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, collector: _Collector, ids: Tensor,
                    mask: Tensor | None, writer: TokenWriter | None) -> None:
     B, T = ids.shape
     S = layout.num_sites
-    weights: list[Tensor | None] = [None] * S
-    sources: dict[int, Tensor] = {}
-    per_site_sources = layout.method == "delta"
-
-    def keep_weights(act: Tensor, hook) -> None:
-        weights[int(hook.name.split(".")[1])] = act.detach()
-
-    def keep_sources(act: Tensor, hook) -> None:
-        sources[int(hook.name.split(".")[1])] = act.detach()
-
-    fwd = [("sites.*.hook_weights", keep_weights)]
-    if acc.probes is not None:
-        fwd.append(("sites.*.hook_sources" if per_site_sources else f"sites.{S - 1}.hook_sources", keep_sources))
-    m_in = torch.ones(B, T) if mask is None else mask.float().cpu()
+    masked = mask is not None and not bool(mask.all())
+    m_in = mask.to(ids.device, torch.float32) if mask is not None else torch.ones(B, T, device=ids.device)
     half = torch.arange(acc.samples, acc.samples + B) % 2  # [B] sample index mod 2
     kwargs = {"use_cache": False}
-    if mask is not None and not bool(mask.all()):
+    if masked:
         kwargs["attention_mask"] = mask.to(ids.device)
-    with hooks(model, fwd), torch.no_grad():
+    with torch.no_grad():
         model(ids, **kwargs)
-    m, mk = acc.update_tokens(m_in, half)
+    weights, sources = collector.take()
+    m, onehot = acc.update_tokens(m_in, half)
     for s in range(S):
         w = weights[s]
         if w is None:
             raise CaptureError(f"routing site {s} produced no weights (is the model's forward hooked?)")
-        acc.update_weights(s, w, m, mk)
+        acc.update_weights(s, w, m_in if masked else None, onehot)
         if acc.probes is not None:
             n = w.shape[0]
-            src = sources[s] if per_site_sources else sources[S - 1][:n]
-            acc.update_sources(s, src, m, w, geometry=per_site_sources or s == S - 1)
+            src = sources[s] if collector.per_site_sources else sources[S - 1][:n]
+            acc.update_sources(s, src, m, w, geometry=collector.per_site_sources or s == S - 1)
     if writer is not None:
         writer.append(weights, ids, m_in)
 

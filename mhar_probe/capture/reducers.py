@@ -73,20 +73,24 @@ class RoutingAccumulator:
 
     # ------------------------------------------------------------------ updates
     def update_tokens(self, mask: Tensor, half: Tensor) -> tuple[Tensor, Tensor]:
-        """mask [B, T] (float), half [B] -> per-token weights m [P] and half one-hot [P, 2]."""
-        m = mask.reshape(-1).to(self.device, torch.float64)  # [P]
+        """mask [B, T] (float, on the device), half [B] -> token weights m [P] and half one-hot [B, 2]."""
+        m = mask.reshape(-1).to(torch.float64)  # [P]
         onehot = torch.nn.functional.one_hot(half.to(self.device), 2).to(torch.float64)  # [B, 2]
-        mk = (onehot[:, None, :] * mask.to(self.device, torch.float64)[:, :, None]).reshape(-1, 2)  # [P, 2]
-        self.tokens += mk.sum(0)
+        self.tokens += onehot.T @ mask.sum(1).to(torch.float64)
         self.samples += int(mask.shape[0])
-        return m, mk
+        return m, onehot
 
-    def update_weights(self, s: int, weights: Tensor, m: Tensor, mk: Tensor) -> None:
-        """weights [n, B, T, h] captured at site s."""
+    def update_weights(self, s: int, weights: Tensor, mask: Tensor | None, onehot: Tensor) -> None:
+        """weights [n, B, T, h] captured at site s; mask [B, T] or None (all tokens); onehot [B, 2].
+
+        Sums over positions run in float32 within the batch (<= B*T terms), then accumulate in float64.
+        """
         n, _, _, h = weights.shape
-        w = weights.reshape(n, -1, h).to(torch.float64)  # [n, P, h]
-        self.W[:, s, :n, :h] += torch.einsum("nph,pk->knh", w, mk)
-        self.W2[s, :n, :h] += torch.einsum("nph,p->nh", w * w, m)
+        w = weights.float()
+        wm = w if mask is None else w * mask[None, :, :, None]  # [n, B, T, h]
+        per_sample = wm.sum(2)  # [n, B, h]
+        self.W[:, s, :n, :h] += torch.einsum("nbh,bk->knh", per_sample.double(), onehot)
+        self.W2[s, :n, :h] += (wm * w).sum((1, 2)).double()
 
     def update_sources(self, s: int, sources: Tensor, m: Tensor, weights: Tensor | None,
                        geometry: bool = True) -> None:
