@@ -98,3 +98,12 @@ def test_load_run_and_malformed_metrics(tmp_path):
     with pytest.raises(StatsError, match=r"metrics.jsonl:2: not valid JSON"):
         load_run(run)
     assert math.isnan(t_interval([1.0])[1])
+
+
+def test_scale_label_separates_overridden_sizes():
+    from analysis.stats.curves import scale_label
+
+    assert scale_label("tiny", 128, 4) == "tiny"
+    assert scale_label("tiny", 64, 4) == "tiny/d64L4"
+    assert scale_label("1b", 1280, 36) == "1b"
+    assert scale_label("custom", 64, 2) == "custom" and scale_label("tiny", None, None) == "tiny"
