@@ -50,7 +50,7 @@ def make(ctx) -> list[Output]:
             ph = sorted(int(k) for k in paper["points"])
             twin.plot(ph, [paper["points"][str(h)] for h in ph], ls="--", marker="s", ms=3, color=PAPER_COLOR,
                       alpha=0.7, label=f"paper {scale_label(paper['scale'])}, KV = {paper['kv']} (right axis)")
-            twin.tick_params(axis="y", colors=PAPER_COLOR, labelsize=6)
+            twin.tick_params(axis="y", colors=PAPER_COLOR, labelsize=6, length=2, width=0.5)
             twin.spines["right"].set_visible(True)
             twin.spines["right"].set_color(PAPER_COLOR)
             handles = ax.get_legend_handles_labels()

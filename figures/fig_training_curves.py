@@ -4,6 +4,7 @@ paired group (same preset, corpus, LR, seed, budget), with an inset zooming on t
 from __future__ import annotations
 
 import numpy as np
+from matplotlib.ticker import MaxNLocator
 
 from analysis.runs import select
 
@@ -13,6 +14,7 @@ from .style import COLUMN, METHOD_ORDER, method_color, method_label, new_figure,
 
 NEEDS = "a baseline and an MHAR run with the same preset, corpus, LR, seed and steps"
 TAIL_FRACTION = 0.4  # the paper's inset: steps 12K-20K of 20K
+MIN_STEPS_FOR_INSET = 20  # a tail zoom of a handful of steps shows nothing
 
 
 def ema(values: np.ndarray, span: float) -> np.ndarray:
@@ -51,7 +53,8 @@ def make(ctx) -> list[Output]:
         curves = {}
         with paper_style():
             fig, ax = new_figure(COLUMN, 0.72)
-            inset = ax.inset_axes([0.42, 0.38, 0.55, 0.5])
+            use_inset = last >= MIN_STEPS_FOR_INSET
+            inset = ax.inset_axes([0.42, 0.38, 0.55, 0.5]) if use_inset else None
             tail_vals = []
             for method in [m for m in METHOD_ORDER if m in set(sub["method"].values.tolist())]:
                 run = select(sub, method=method)
@@ -65,21 +68,25 @@ def make(ctx) -> list[Output]:
                 x = steps[ok]
                 label = method_label(method) + (f" (H={int(hs[i])})" if method == "mhar" else "")
                 ax.plot(x, smooth, color=method_color(method), label=label)
-                inset.plot(x, smooth, color=method_color(method))
+                if inset is not None:
+                    inset.plot(x, smooth, color=method_color(method))
                 tail_vals += smooth[x >= start].tolist()
                 curves[method] = dict(step=x.tolist(), ema=smooth.tolist(), run=str(run["run"].values[i]))
-            lo, hi = min(tail_vals), max(tail_vals)
-            pad = 0.08 * (hi - lo or 1e-3)
-            inset.set_xlim(start, last)
-            inset.set_ylim(lo - pad, hi + pad)
-            inset.tick_params(labelsize=5.5)
-            inset.set_title(f"steps {start}-{last}", fontsize=6, fontweight="normal")
-            ax.indicate_inset_zoom(inset, edgecolor="#888888", alpha=0.6)
+            if inset is not None:
+                lo, hi = min(tail_vals), max(tail_vals)
+                pad = 0.08 * (hi - lo or 1e-3)
+                inset.set_xlim(start, last)
+                inset.set_ylim(lo - pad, hi + pad)
+                inset.tick_params(labelsize=5.5)
+                inset.set_title(f"steps {start}-{last}", fontsize=6, fontweight="normal")
+                ax.indicate_inset_zoom(inset, edgecolor="#888888", alpha=0.6)
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("step")
             ax.set_ylabel("training loss (EMA)")
             ax.set_title(f"{scale_label(preset)}, {key['corpus']}, lr {key['lr']:g}, seed {key['seed']}")
             ax.legend(loc="lower left", fontsize=6.5)
             name = f"training_curves_{preset}"
             paths = ctx.save_figure(fig, name)
-        outputs.append(Output(name, paths, dict(curves=curves, inset=(start, last), span=span)))
+        outputs.append(Output(name, paths, dict(curves=curves, inset=(start, last) if use_inset else None,
+                                                span=span)))
     return outputs

@@ -52,6 +52,7 @@ RC = {
     "axes.linewidth": 0.7, "lines.linewidth": 1.3, "lines.markersize": 4,
     "pdf.fonttype": 42, "ps.fonttype": 42, "svg.hashsalt": "mhar-probe",
     "font.family": "DejaVu Sans", "axes.titleweight": "bold",
+    "xtick.major.size": 3, "ytick.major.size": 3, "xtick.major.width": 0.6, "ytick.major.width": 0.6,
 }
 
 
