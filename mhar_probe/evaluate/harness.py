@@ -17,8 +17,10 @@ nothing half-written, and an existing `<out>` is replaced only with `overwrite=T
 
 from __future__ import annotations
 
+import contextlib
 import datetime as _dt
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -351,6 +353,31 @@ def provenance(run: Path, settings: dict[str, Any], cfg: EvalConfig, *, max_leng
     }
 
 
+class _TruncationCounter(logging.Filter):
+    """Swallows the harness's one-warning-per-request left-truncation message and counts it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "exceeds model's maximum length" in record.getMessage():
+            self.count += 1
+            return False
+        return True
+
+
+@contextlib.contextmanager
+def _count_truncations():
+    counter = _TruncationCounter()
+    logger = logging.getLogger("lm_eval.models.huggingface")
+    logger.addFilter(counter)
+    try:
+        yield counter
+    finally:
+        logger.removeFilter(counter)
+
+
 # ----------------------------------------------------------------------------- main entry
 def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
     """Evaluate `cfg.run` on `cfg.tasks` with the harness and write its standard files."""
@@ -393,18 +420,24 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         tracker = EvaluationTracker(output_path=str(staging))
         log(f"evaluating {', '.join(cfg.tasks)} (limit {cfg.limit or 'none'}, batch {cfg.batch_size}, "
             f"context {max_length}) ...")
-        try:
-            results = evaluator.simple_evaluate(
-                model=lm, model_args={"pretrained": _model_name(run)}, tasks=list(cfg.tasks), task_manager=tm,
-                batch_size=cfg.batch_size, device=device, limit=cfg.limit, log_samples=True,
-                evaluation_tracker=tracker, bootstrap_iters=cfg.bootstrap_iters, random_seed=cfg.seed,
-                numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
-        except (FileNotFoundError, ConnectionError) as e:
-            raise EvalError(f"the harness could not load a task's data offline ({type(e).__name__}: {e}); local "
-                            "tasks need existing data_files, hub tasks a dataset already in the HF cache") from None
+        with _count_truncations() as truncated:
+            try:
+                results = evaluator.simple_evaluate(
+                    model=lm, model_args={"pretrained": _model_name(run)}, tasks=list(cfg.tasks), task_manager=tm,
+                    batch_size=cfg.batch_size, device=device, limit=cfg.limit, log_samples=True,
+                    evaluation_tracker=tracker, bootstrap_iters=cfg.bootstrap_iters, random_seed=cfg.seed,
+                    numpy_random_seed=cfg.seed, torch_random_seed=cfg.seed, fewshot_random_seed=cfg.seed)
+            except (FileNotFoundError, ConnectionError) as e:
+                raise EvalError(f"the harness could not load a task's data offline ({type(e).__name__}: {e}); "
+                                "local tasks need existing data_files, hub tasks a dataset already in the HF "
+                                "cache") from None
+        if truncated.count:
+            log(f"{truncated.count} request(s) longer than the {max_length}-token context were cut from the left "
+                "(the harness's standard truncation)")
         if results is None:  # non-zero rank in a distributed launch; nothing to write
             raise EvalError("the harness returned no results (not rank 0?)")
         samples = results.pop("samples")
+        prov["truncated_requests"] = truncated.count
         prov["seconds"] = round(time.perf_counter() - t0, 3)
         results["mhar_provenance"] = prov
         tracker.save_results_aggregated(results=results, samples=samples)
