@@ -12,6 +12,9 @@ to the root. A unit must be *called* (its `__call__` runs FSDP's unshard / resha
 Everything else -- embeddings, the tied LM head, norms outside units, routing queries, gates
 and the null source -- belongs to the root group, which is unsharded for the whole forward
 and backward, so hooks inside a layer may read root parameters (the delta routing does).
+`fully_shard` refuses 0-d parameters (the delta gates): those stay replicated plain tensors
+(`ignored_params`) whose gradients `sync_replicated_grads` averages over ranks, as FSDP's
+reduce-scatter does for the rest.
 
 Checkpoints written through `save_full_checkpoint` hold *full* tensors keyed by parameter
 name (Hugging Face names; FSDP2 keeps them), and the optimizer state keyed by the same names
@@ -86,10 +89,25 @@ def apply_fsdp(model: nn.Module, info: DistInfo, reshard_after_forward: bool = T
     if not dist.is_initialized():
         raise UserError("--fsdp needs a process group: launch with torchrun (even --nproc_per_node 1)")
     mesh = init_device_mesh(info.device.type, (info.world_size,))
+    scalars = {p for p in model.parameters() if p.ndim == 0}  # fully_shard cannot shard these
     for unit in shard_units(model):
-        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
-    return model.to(info.device)  # buffers outside any unit (e.g. RoPE inv_freq)
+        fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward,
+                    ignored_params=scalars or None)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, ignored_params=scalars or None)
+    model._replicated_params = sorted(scalars, key=id)  # type: ignore[attr-defined]
+    return model.to(info.device)  # buffers and replicated parameters outside any unit
+
+
+def sync_replicated_grads(model: nn.Module) -> None:
+    """Average the gradients of the parameters FSDP2 left replicated (`apply_fsdp`) over ranks."""
+    params = [p for p in getattr(model, "_replicated_params", []) if p.grad is not None]
+    if not params:
+        return
+    flat = torch.cat([p.grad.reshape(-1) for p in params])
+    dist.all_reduce(flat)
+    flat /= dist.get_world_size()
+    for p, g in zip(params, flat.split([p.numel() for p in params])):
+        p.grad.copy_(g.view_as(p.grad))
 
 
 def wrap_ddp(model: nn.Module, info: DistInfo) -> nn.parallel.DistributedDataParallel:
@@ -128,10 +146,24 @@ def grad_sync(model: nn.Module, ddp: nn.parallel.DistributedDataParallel | None,
 
 
 def clip_grad_norm(params: Iterable[nn.Parameter], max_norm: float) -> float:
-    """Global-norm clipping; sharded (DTensor) gradients contribute their full norm."""
-    total = torch.nn.utils.clip_grad_norm_(list(params), max_norm)
-    if isinstance(total, DTensor):
-        total = total.full_tensor()
+    """Global-norm clipping, g <- g * min(1, max_norm / (||g|| + 1e-6)); returns ||g||.
+
+    Sharded (DTensor) gradients contribute their full norm (the squares of the local shards
+    are summed over ranks); replicated ones are counted once."""
+    params = list(params)
+    grads = [p.grad for p in params if p.grad is not None]
+    if not any(isinstance(g, DTensor) for g in grads):
+        return float(torch.nn.utils.clip_grad_norm_(params, max_norm))
+    squares = torch.stack([g.to_local().float().square().sum() for g in grads if isinstance(g, DTensor)]).sum()
+    dist.all_reduce(squares)
+    plain = [g for g in grads if not isinstance(g, DTensor)]
+    if plain:
+        squares = squares + torch.stack([g.float().square().sum() for g in plain]).sum().to(squares.device)
+    total = squares.sqrt()
+    coef = torch.clamp(max_norm / (total + 1e-6), max=1.0)
+    for g in grads:
+        local = g.to_local() if isinstance(g, DTensor) else g
+        local.mul_(coef.to(device=local.device, dtype=local.dtype))
     return float(total)
 
 

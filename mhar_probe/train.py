@@ -28,7 +28,7 @@ from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
-                       save_full_checkpoint, save_hf_dir, wrap_ddp)
+                       save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .rundir import (atomic_write_json, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
@@ -276,6 +276,8 @@ class Trainer:
             total += float((ce / len(chunks)).detach())
             for name, value in extra.items():
                 extras[name] = extras.get(name, 0.0) + float(value.detach()) / len(chunks)
+        if self.fsdp:
+            sync_replicated_grads(self.model)
         grad_norm = clip_grad_norm(self.model.parameters(), cfg.grad_clip)
         self.optimizer.step()
         self.optimizer.zero_grad(set_to_none=True)
