@@ -149,9 +149,10 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
     from .convert.cli import add_convert_subparser
     from .evaluate.cli import add_eval_subparser
     from .sweep.cli import add_sweep_subparser
+    from figures.cli import add_figures_subparser
 
     return [add_sweep_subparser, add_capture_subparser, add_probe_subparser, add_eval_subparser,
-            add_stats_subparser, add_convert_subparser]
+            add_stats_subparser, add_figures_subparser, add_convert_subparser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -223,3 +223,14 @@ def test_overwrite_replaces_output(arms, tmp_path):
                    "--out", target, "--overwrite") == 0
     assert not (target / "old.txt").exists()
     assert len(read_samples(target, "toy_nextline")) == 4
+
+
+def test_mcnemar_without_task_skips_perplexity_task_with_a_note(arms):
+    from analysis.stats.compare import compare_eval_dirs
+
+    _, out, _ = arms
+    (_, dir_a), (_, dir_b) = out["baseline"], out["mhar"]
+    cmp = compare_eval_dirs(dir_a, dir_b, n_boot=50)
+    tasks = {r.task for r in cmp.rows}
+    assert "mhar_lastword" in tasks and "mhar_heldout_ppl" not in tasks
+    assert any("mhar_heldout_ppl" in n and "skipped" in n for n in cmp.notes)

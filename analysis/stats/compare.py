@@ -100,7 +100,7 @@ def compare_runs(
         if run.other_dates:
             notes.append(f"{run.root}: used run {run.date}; other runs present: {', '.join(run.other_dates)}")
     rows: list[McNemarRow] = []
-    for t in selected:
+    for t in selected:  # without --task / --metric, tasks with no 0/1 metric are skipped with a note
         ta, tb = run_a.tasks[t], run_b.tasks[t]
         flts = [f for f in ta.filters if f in tb.filters]
         for f in set(ta.filters) ^ set(tb.filters):
@@ -110,7 +110,14 @@ def compare_runs(
             if not flts:
                 raise StatsError(f"task {t}: no filter matches {', '.join(filters)}; "
                                  f"available: {', '.join(ta.filters)}")
-        m = metric or default_metric(ta, tb)
+        if metric is None and tasks is None:
+            try:
+                m = default_metric(ta, tb)
+            except StatsError as exc:  # e.g. a perplexity task: nothing per-item to test
+                notes.append(f"{exc}; task skipped (name it with --task and --metric to include it)")
+                continue
+        else:
+            m = metric or default_metric(ta, tb)
         for arm, ts in (("A", ta), ("B", tb)):
             if ts.legacy and len(ts.filters) > 1:
                 notes.append(f"task {t} arm {arm}: pre-0.4.7 samples file; filters assigned by line order "
@@ -131,6 +138,8 @@ def compare_runs(
                 n_a=items.n_a, n_b=items.n_b, only_a=items.only_a, only_b=items.only_b,
                 duplicated_a=items.duplicated_a, duplicated_b=items.duplicated_b,
                 hash_mismatch=items.hash_mismatch, hash_unchecked=items.hash_unchecked))
+    if not rows:
+        raise StatsError("no task with a per-item 0/1 metric to compare; " + "; ".join(notes))
     for row, adj in zip(rows, holm([r.p_value for r in rows])):
         row.p_holm = adj
     for row in rows:
