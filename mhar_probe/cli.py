@@ -52,6 +52,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
                    help="default: triton on CUDA, eager on CPU")
     p.add_argument("--device", default=None)
+    p.add_argument("--fsdp", action="store_true", help="FSDP2 full sharding under torchrun (default: DDP)")
     p.add_argument("--no-progress", action="store_true")
 
 
@@ -66,7 +67,7 @@ def train_config_from_args(args: argparse.Namespace, out: str):
         corpus=args.corpus, corpus_max_bytes=args.corpus_max_bytes or None, tokenizer=args.tokenizer,
         vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
         resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
-        progress=not args.no_progress, extra=model_overrides(args))
+        progress=not args.no_progress, extra=model_overrides(args), fsdp=getattr(args, "fsdp", False))
 
 
 def model_overrides(args: argparse.Namespace) -> dict[str, int]:
@@ -147,12 +148,13 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
 
     from .capture.cli import add_capture_subparser
     from .convert.cli import add_convert_subparser
+    from .cpt.cli import add_cpt_subparser
     from .evaluate.cli import add_eval_subparser
     from .sweep.cli import add_sweep_subparser
     from figures.cli import add_figures_subparser
 
     return [add_sweep_subparser, add_capture_subparser, add_probe_subparser, add_eval_subparser,
-            add_stats_subparser, add_figures_subparser, add_convert_subparser]
+            add_stats_subparser, add_figures_subparser, add_convert_subparser, add_cpt_subparser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

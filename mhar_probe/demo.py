@@ -35,7 +35,7 @@ MAIN_GRID = dict(methods=["baseline", "hyper", "attnres", "mhar", "mhar_hw"], he
 SEED_GRID = dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])
 LADDER_WIDTHS = (64, 96)  # narrower baselines: with the d=128 baseline, three compute budgets
 EVAL_TASKS = "mhar_heldout_ppl,mhar_lastword"
-EVAL_LIMIT = 300
+EVAL_LIMIT = 200
 CAPTURE_TOKENS = 16384
 
 
@@ -149,12 +149,18 @@ def _stats(out: Path, runs: Path, ladder: Path, base_run: Path, mhar_run: Path) 
     logs = [_mhar(["stats", "mcnemar", str(evals / base_run.name), str(evals / mhar_run.name),
                    "--out", str(stats / "mcnemar"), "--overwrite", "--n-boot", "2000"])]
     main_runs = [str(p) for p in sorted(runs.iterdir()) if (p / "summary.json").exists()]
-    logs.append(_mhar(["stats", "tails", *main_runs, "--json", str(stats / "tails.json"), "--overwrite"]))
+    k = str(min(11, _evaluations(Path(main_runs[0]))))
+    logs.append(_mhar(["stats", "tails", *main_runs, "--k", k, "--json", str(stats / "tails.json"),
+                       "--overwrite"]))
     ladder_runs = [str(p) for p in sorted(ladder.glob("*/*")) if (p / "summary.json").exists()]
     seed42 = [r for r in main_runs if "-s42-" in r]
-    logs.append(_mhar(["stats", "ceg", *ladder_runs, *seed42, "--alpha", "0.089", "0.15",
+    logs.append(_mhar(["stats", "ceg", *ladder_runs, *seed42, "--k", k, "--alpha", "0.089", "0.15",
                        "--json", str(stats / "ceg.json"), "--overwrite"]))
     return "\n".join(logs)
+
+
+def _evaluations(run: Path) -> int:
+    return sum('"val_loss"' in line for line in (run / "metrics.jsonl").read_text().splitlines())
 
 
 def comparison_table(runs: Path) -> str:

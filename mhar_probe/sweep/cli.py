@@ -19,7 +19,7 @@ from .grid import AXES, SweepGrid
 
 _COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
            "checkpoint_every", "corpus", "corpus_max_bytes", "tokenizer", "vocab_size",
-           "routing_backend", "device")
+           "routing_backend", "device", "fsdp")
 
 
 def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

@@ -22,7 +22,7 @@ from ..model.config import METHODS, PRESETS, ConfigError, MHARConfig
 
 ROUTED = ("mhar", "mhar_hw", "delta")  # methods with a free routing-head count
 #: TrainConfig fields that describe how a process runs, not which model is trained
-RUNTIME_FIELDS = ("progress", "device", "resume", "overwrite", "stop_after", "out")
+RUNTIME_FIELDS = ("progress", "device", "resume", "overwrite", "stop_after", "out", "fsdp")
 AXES = ("methods", "heads", "kv_heads", "lrs", "seeds", "presets", "steps")
 
 
