@@ -39,7 +39,7 @@ from torch import Tensor, nn
 
 from .distributed import DistInfo
 from .errors import UserError
-from .rundir import CHECKPOINT, _untie, atomic_write_json
+from .rundir import CHECKPOINT, _untie, atomic_write_json, swap_in_checkpoint
 
 try:  # torch >= 2.6
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -233,14 +233,7 @@ def save_full_checkpoint(out: Path, model_state: dict[str, Tensor], optim_state:
     for name, tensors in (extra or {}).items():
         save_file(_untie(dict(tensors)), tmp / f"{name}.safetensors")
     atomic_write_json(tmp / "state.json", {**state, "optimizer_keys": "names", "extra": sorted(extra or {})})
-    final, old = out / CHECKPOINT, out / f".{CHECKPOINT}.old"
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old)
+    swap_in_checkpoint(out, tmp)
 
 
 def load_full_checkpoint(out: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any],

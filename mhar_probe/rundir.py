@@ -69,8 +69,12 @@ def save_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
     save_file(_untie(tensors), tmp / "model.safetensors")
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     atomic_write_json(tmp / "state.json", state)
-    final = out / CHECKPOINT
-    old = out / f".{CHECKPOINT}.old"
+    swap_in_checkpoint(out, tmp)
+
+
+def swap_in_checkpoint(out: Path, tmp: Path) -> None:
+    """Replace RUN/checkpoint by the fully written directory `tmp` (rename, never a partial copy)."""
+    final, old = out / CHECKPOINT, out / f".{CHECKPOINT}.old"
     if final.exists():
         if old.exists():
             shutil.rmtree(old)
