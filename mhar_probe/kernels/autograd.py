@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels.route_bwd import (
-    gather_config, route_bwd_local_kernel, stack_call_bwd_kernel, stack_gather_kernel,
+    launch_dqdg, route_bwd_local_kernel, stack_bwd_kernel, stack_config,
 )
 from mhar_probe.kernels.route_fwd import launch_route_fwd, rounding_flags, tile_config
 
@@ -94,9 +94,9 @@ class _RouteLocal(torch.autograd.Function):
             epart, gpart, P, N, ctx.eps,
             D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
             ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0], num_warps=num_warps)
-        E = epart.sum(0)
-        dq = (E * norm_weight.float()).to(query.dtype)
-        dg = (E * query.float()).to(norm_weight.dtype)
+        dq = _new(query.shape, query.dtype, query.device)
+        dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
+        launch_dqdg(epart, query, norm_weight, dq, dg)
         dpartial = dout.to(ctx.partial_dtype) if ctx.has_partial else None
         dgate = gpart.sum().reshape(gate.shape).to(gate.dtype) if has_gate else None
         return dV, dq, dg, dpartial, dgate, None, None
@@ -136,78 +136,108 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
 
 
 # ------------------------------------------------------------------------ shared-stack path
+_NUM_SMS: dict[int, int] = {}
+_FLAGS: dict[tuple[torch.dtype, torch.dtype], tuple[bool, bool]] = {}
+
+
+def _programs(device: torch.device, blocks: int, per_sm: int) -> int:
+    """Persistent grid: at most per_sm programs per multiprocessor (all blocks on the CPU)."""
+    if device.type != "cuda":
+        return blocks
+    idx = device.index if device.index is not None else torch.cuda.current_device()
+    sms = _NUM_SMS.get(idx)
+    if sms is None:
+        sms = _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
+    return max(1, min(blocks, per_sm * sms))
+
+
+def _flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
+    hit = _FLAGS.get((storage, weight))
+    if hit is None:
+        hit = _FLAGS[(storage, weight)] = rounding_flags(storage, weight)
+    return hit
+
+
 @dataclass
 class _Call:
     n: int  # sources read: rows [0, n)
     H: int
     eps: float
     woff: int  # element offset of this call's W [n, P, H] in the stack's flat weight buffer
-    q: Tensor  # [d] the call's query (detached)
-    g: Tensor  # [d] the call's key-norm weight (detached)
-    q_dtype: torch.dtype
-    g_dtype: torch.dtype
+    j0: int  # rows [j0, j1) were appended since the previous call: gathered by this call's node
+    j1: int
+    q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
+    g: Tensor | None = None
 
 
 class _StackRoute(torch.autograd.Function):
     @staticmethod
-    def forward(ctx, stack: "TritonSourceStack", call: int, query: Tensor, norm_weight: Tensor,
-                token_prev: Tensor, *new_sources: Tensor):  # type: ignore[override]
-        out = stack._forward_call(call)
-        ctx.stack, ctx.call = stack, call
-        ctx.source_rows = stack._calls_sources[call]
+    def forward(ctx, stack: "TritonSourceStack", call: int, rows: list[int], query: Tensor,
+                norm_weight: Tensor, token_prev: Tensor, *new_sources: Tensor):  # type: ignore[override]
+        out = stack._forward_call(call, query, norm_weight)  # stack: the _StackState
+        ctx.stack, ctx.call, ctx.rows = stack, call, rows
+        ctx.src_dtypes = [x.dtype for x in new_sources]
         ctx.save_for_backward(out)
-        token = out.new_empty(0)
-        return out, token
+        return out, out.new_empty(0)
 
     @staticmethod
     @once_differentiable
     def backward(ctx, dout: Tensor | None, _dtoken: Tensor | None):  # type: ignore[override]
-        stack: TritonSourceStack = ctx.stack
+        stack: _StackState = ctx.stack
         (out,) = ctx.saved_tensors
-        dq, dg = stack._backward_call(ctx.call, dout, out)
-        dxs = [stack._gather(j, ctx.call) if ctx.needs_input_grad[5 + i] else None
-               for i, j in enumerate(ctx.source_rows)]
+        need = ctx.needs_input_grad
+        dq, dg, dx = stack._backward_call(ctx.call, dout, out)
+        j0 = stack._calls[ctx.call].j0
+        dxs = [dx[j - j0].view(stack.shape).to(dt) if need[6 + i] else None
+               for i, (j, dt) in enumerate(zip(ctx.rows, ctx.src_dtypes))]
         if ctx.call == 0:
             stack._release_backward()
-        dtoken = torch.empty(0, device=out.device) if ctx.needs_input_grad[4] else None
-        return (None, None, dq if ctx.needs_input_grad[2] else None,
-                dg if ctx.needs_input_grad[3] else None, dtoken, *dxs)
+        dtoken = torch.empty(0, device=out.device) if need[5] else None
+        return (None, None, None, dq if need[3] else None, dg if need[4] else None, dtoken, *dxs)
 
 
-class TritonSourceStack:
-    """Shared source buffer [capacity, B*T, d] for one forward pass (see module docstring)."""
+class _StackState:
+    """Everything a stack's backward needs. It holds no autograd outputs (the chaining token
+    lives in `TritonSourceStack`), so nodes that keep it in their ctx form no reference cycle:
+    a forward without backward frees its buffers as soon as the outputs are dropped."""
+
+    _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
         self.buffer: Tensor | None = None
         self.shape: tuple[int, int, int] | None = None
         self._len = 0
-        self._pending: list[tuple[int, Tensor]] = []  # sources appended since the last call
+        self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
-        self._calls_sources: list[list[int]] = []
-        self._call_args: list[tuple[Tensor, Tensor]] = []
-        self._token: Tensor | None = None
         self._w_flat: Tensor | None = None
         self._w_used = 0
+        self._out_chunk: Tensor | None = None
+        self._out_used = 0
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
         self._bwd_top = -1
 
     # -- forward ---------------------------------------------------------------------
     def append(self, x: Tensor) -> None:  # x: [B, T, d]
         _refuse_recompute()
-        _check_device(x)
         if self._len >= self.capacity:
             raise RuntimeError(f"source stack is full ({self.capacity} sources)")
         if self.buffer is None:
+            _check_device(x)
             B, T, D = x.shape
             self.shape = (B, T, D)
             self.buffer = torch.empty((self.capacity, B * T, D), dtype=x.dtype, device=x.device)
-        elif tuple(x.shape) != self.shape or x.dtype != self.buffer.dtype:
-            raise ValueError(f"source {self._len} has shape {tuple(x.shape)} / {x.dtype}; the stack "
-                             f"holds {self.shape} / {self.buffer.dtype}")
-        self.buffer[self._len].copy_(x.detach().reshape(-1, self.shape[2]))
-        if torch.is_grad_enabled() and x.requires_grad:
-            self._pending.append((self._len, x))
+        elif x.shape != self.shape or x.device != self.buffer.device:
+            raise ValueError(f"source {self._len} has shape {tuple(x.shape)} on {x.device}; "
+                             f"the stack holds {self.shape} on {self.buffer.device}")
+        elif x.dtype != self.buffer.dtype:  # mixed dtypes (autocast): promote, as torch.stack does
+            wide = torch.promote_types(self.buffer.dtype, x.dtype)
+            if wide != self.buffer.dtype:
+                if self._calls:
+                    raise ValueError(f"source {self._len} ({x.dtype}) is wider than the stack's "
+                                     f"{self.buffer.dtype} after routing has started")
+                self.buffer = self.buffer.to(wide)
+        self.buffer[self._len].view(self.shape).copy_(x.detach())
         self._len += 1
 
     def __len__(self) -> int:
@@ -218,59 +248,35 @@ class TritonSourceStack:
         assert self.buffer is not None and self.shape is not None
         return self.buffer[:n].view(n, *self.shape)
 
-    def _reserve_w(self, size: int, H: int, device: torch.device) -> int:
+    def _reserve_w(self, size: int, H: int) -> int:
         if self._w_flat is None:
-            P = self.shape[0] * self.shape[1]
+            P = self.buffer.shape[1]
             guess = P * H * self.capacity * (self.capacity + 1) // 2
-            self._w_flat = _new((max(size, guess),), torch.float32, device)
+            self._w_flat = _new((max(size, guess),), torch.float32, self.buffer.device)
         elif self._w_used + size > self._w_flat.numel():
-            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32, device)
+            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32,
+                         self.buffer.device)
             grown[: self._w_used].copy_(self._w_flat[: self._w_used])
             self._w_flat = grown
         off = self._w_used
         self._w_used += size
         return off
 
-    def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None) -> tuple[Tensor, Tensor]:
-        _refuse_recompute()
-        n = self._len if n is None else n
-        if not 1 <= n <= self._len:
-            raise ValueError(f"cannot route over {n} sources: the stack holds {self._len}")
-        assert self.buffer is not None and self.shape is not None
-        B, T, D = self.shape
-        _check_heads(D, num_heads)
-        P = B * T
-        query, norm_weight = query.contiguous(), norm_weight.contiguous()
-        if not torch.is_grad_enabled():  # inference: nothing is saved
-            out = _new((P, D), self.buffer.dtype, self.buffer.device)
-            W = _new((n, P, num_heads), torch.float32, self.buffer.device)
-            launch_route_fwd(self.buffer, n, P, query, norm_weight, num_heads, eps, out, W)
-            return out.view(B, T, D), W.view(n, B, T, num_heads)
-        if self._bwd_next is not None:
-            raise RuntimeError("routing backend 'triton': this source stack has started its "
-                               "backward; build a new stack for a new forward pass")
-        woff = self._reserve_w(n * P * num_heads, num_heads, self.buffer.device)
-        call = len(self._calls)
-        self._calls.append(_Call(n, num_heads, eps, woff, query.detach(), norm_weight.detach(),
-                                 query.dtype, norm_weight.dtype))
-        self._calls_sources.append([j for j, _ in self._pending])
-        self._call_args.append((query, norm_weight))
-        xs = [x for _, x in self._pending]
-        self._pending = []
-        token_prev = self._token if self._token is not None else \
-            torch.empty(0, device=self.buffer.device, requires_grad=True)
-        out, self._token = _StackRoute.apply(self, call, query, norm_weight, token_prev, *xs)
-        W = self._w_flat[woff: woff + n * P * num_heads].view(n, B, T, num_heads)
-        return out.view(B, T, D), W
+    def _new_out(self) -> Tensor:
+        if self._out_chunk is None or self._out_used == self._out_chunk.shape[0]:
+            P, D = self.buffer.shape[1], self.buffer.shape[2]
+            self._out_chunk = _new((self._OUT_CHUNK, P, D), self.buffer.dtype, self.buffer.device)
+            self._out_used = 0
+        out = self._out_chunk[self._out_used]
+        self._out_used += 1
+        return out
 
-    def _forward_call(self, call: int) -> Tensor:
+    def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
         rec = self._calls[call]
-        query, norm_weight = self._call_args[call]
-        self._call_args[call] = None  # type: ignore[call-overload]
-        P, D = self.buffer.shape[1], self.buffer.shape[2]
-        out = _new((P, D), self.buffer.dtype, self.buffer.device)
-        W = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H].view(rec.n, P, rec.H)
+        rec.q, rec.g = query.detach(), norm_weight.detach()
+        P = self.buffer.shape[1]
+        out = self._new_out()
+        W = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]
         launch_route_fwd(self.buffer, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W)
         return out
 
@@ -289,6 +295,7 @@ class TritonSourceStack:
         self._bwd_next = call - 1
 
     def _begin_backward(self, top: int) -> None:
+        """Per-backward buffers, allocated once: douts, D'/S', q*g per call, call tables."""
         dev = self.buffer.device
         P, D = self.buffer.shape[1], self.buffer.shape[2]
         calls = self._calls[: top + 1]
@@ -301,46 +308,108 @@ class TritonSourceStack:
             s += P * rec.H
         self._s_flat = _new((s,), torch.float32, dev)
         self._soff = soffs
-        self._q32 = torch.stack([rec.q for rec in calls]).float()  # [calls, d]
-        self._g32 = torch.stack([rec.g for rec in calls]).float()
-        self._u = self._q32 * self._g32  # key-path direction q * g per call
+        self._u = torch.stack([rec.q for rec in calls]).float() * \
+            torch.stack([rec.g for rec in calls]).float()  # [calls, d] key-path direction q * g
         self._tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
             [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
              soffs + [0]], dtype=torch.int64).to(dev)
+        self._hmax = max(r.H for r in calls)
+        self._epart = None
 
     def _release_backward(self) -> None:
-        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_q32", "_g32", "_tables"):
+        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart"):
             setattr(self, name, None)
 
-    def _backward_call(self, call: int, dout: Tensor | None, out: Tensor) -> tuple[Tensor, Tensor]:
+    def _backward_call(self, call: int, dout: Tensor | None, out: Tensor
+                       ) -> tuple[Tensor, Tensor, Tensor]:
         self._enter_backward(call)
         rec = self._calls[call]
         P, D = self.buffer.shape[1], self.buffer.shape[2]
-        dout = torch.zeros_like(out) if dout is None else dout.reshape(P, D).contiguous()
-        block_k, block_p, num_warps = tile_config(D, rec.H)
-        grid = triton.cdiv(P, block_p)
-        epart = _new((grid, D), torch.float32, out.device)
-        size = rec.n * P * rec.H
-        stack_call_bwd_kernel[(grid,)](
-            self.buffer, P * D, dout, out, self._dout_buf[call],
-            self._w_flat[rec.woff: rec.woff + size], self._d_flat[rec.woff: rec.woff + size],
-            self._s_flat[self._soff[call]: self._soff[call] + P * rec.H], epart,
-            P, rec.n, rec.eps,
-            D=D, H=rec.H, K=D // rec.H, BLOCK_K=block_k, BLOCK_P=block_p,
-            ROUND_KEY=rounding_flags(self.buffer.dtype, rec.g_dtype)[0], num_warps=num_warps)
-        E = epart.sum(0)
-        return (E * self._g32[call]).to(rec.q_dtype), (E * self._q32[call]).to(rec.g_dtype)
-
-    def _gather(self, j: int, call: int) -> Tensor:
-        """Gradient of source j: every call c' in [call, top] that read it (n_c' > j)."""
-        P, D = self.buffer.shape[1], self.buffer.shape[2]
-        eps = self._calls[call].eps
-        block_d, block_p, num_warps = gather_config(D)
-        dx = _new((P, D), self.buffer.dtype, self.buffer.device)
+        dev = out.device
+        if dout is None:
+            dout = torch.zeros_like(out)
+        else:
+            dout = dout.reshape(P, D)
+            if not dout.is_contiguous():
+                dout = dout.contiguous()
+        H, HM = rec.H, self._hmax
+        block_p, num_warps, per_sm = stack_config(D, H, HM)
+        nprog = _programs(dev, triton.cdiv(P, block_p), per_sm)
+        if self._epart is None or self._epart.shape[0] < nprog:
+            self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
+        epart = self._epart[:nprog]
+        nj = rec.j1 - rec.j0
+        dx = _new((max(nj, 1), P, D), self.buffer.dtype, dev)
+        K, KM = D // H, D // HM
         t = self._tables
-        stack_gather_kernel[(triton.cdiv(P, block_p),)](
-            self.buffer, P * D, j, dx, self._dout_buf, P * D, self._u,
-            self._w_flat, self._d_flat, self._s_flat, t[0], t[1], t[2], t[3],
-            call, self._bwd_top + 1, P, eps,
-            D=D, BLOCK_D=block_d, BLOCK_P=block_p, num_warps=num_warps)
-        return dx.view(self.shape)
+        stack_bwd_kernel[(nprog,)](
+            self.buffer, P * D, dout, out, self._dout_buf, P * D,
+            self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
+            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps,
+            D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
+            BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
+            ROUND_KEY=_flags(self.buffer.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
+            num_warps=num_warps)
+        dq = _new(rec.q.shape, rec.q.dtype, dev)
+        dg = _new(rec.g.shape, rec.g.dtype, dev)
+        launch_dqdg(epart, rec.q, rec.g, dq, dg)
+        return dq, dg, dx
+
+
+class TritonSourceStack:
+    """Shared source buffer [capacity, B*T, d] for one forward pass (see module docstring).
+
+    This object holds the token that chains the calls' autograd nodes and the sources not yet
+    handed to a call; the buffers live in its `_StackState`, which the nodes keep."""
+
+    def __init__(self, capacity: int) -> None:
+        self._state = _StackState(capacity)
+        self._pending: list[tuple[int, Tensor]] = []  # sources appended since the last call
+        self._token: Tensor | None = None
+
+    def __getattr__(self, name: str):  # buffer, shape, capacity, _calls, _w_flat, ... (read)
+        return getattr(self.__dict__["_state"], name)
+
+    def __len__(self) -> int:
+        return self._state._len
+
+    def append(self, x: Tensor) -> None:  # x: [B, T, d]
+        st = self._state
+        st.append(x)
+        if x.requires_grad and torch.is_grad_enabled():
+            self._pending.append((st._len - 1, x))
+
+    def stacked(self, n: int | None = None) -> Tensor:
+        return self._state.stacked(n)
+
+    def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
+              n: int | None = None) -> tuple[Tensor, Tensor]:
+        _refuse_recompute()
+        st = self._state
+        n = st._len if n is None else n
+        if not 1 <= n <= st._len:
+            raise ValueError(f"cannot route over {n} sources: the stack holds {st._len}")
+        B, T, D = st.shape
+        _check_heads(D, num_heads)
+        P = B * T
+        query, norm_weight = query.contiguous(), norm_weight.contiguous()
+        if not torch.is_grad_enabled():  # inference: nothing is saved
+            out = _new((P, D), st.buffer.dtype, st.buffer.device)
+            W = _new((n, P, num_heads), torch.float32, st.buffer.device)
+            launch_route_fwd(st.buffer, n, P, query, norm_weight, num_heads, eps, out, W)
+            return out.view(B, T, D), W.view(n, B, T, num_heads)
+        if st._bwd_next is not None:
+            raise RuntimeError("routing backend 'triton': this source stack has started its "
+                               "backward; build a new stack for a new forward pass")
+        size = n * P * num_heads
+        woff = st._reserve_w(size, num_heads)
+        call = len(st._calls)
+        st._calls.append(_Call(n, num_heads, eps, woff, st._last_len, st._len))
+        st._last_len = st._len
+        rows = [j for j, _ in self._pending]
+        xs = [x for _, x in self._pending]
+        self._pending = []
+        token_prev = self._token if self._token is not None else \
+            torch.empty(0, device=st.buffer.device, requires_grad=True)
+        out, self._token = _StackRoute.apply(st, call, rows, query, norm_weight, token_prev, *xs)
+        return out.view(B, T, D), st._w_flat[woff: woff + size].view(n, B, T, num_heads)

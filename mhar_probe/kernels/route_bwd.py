@@ -14,12 +14,16 @@ Two kernels for the two ways of organising that sum:
 * `route_bwd_local_kernel` -- self-contained call (the delta form, or `route(sources, ...)`):
   two passes over the call's sources, gradients written straight to a fresh dV (the paper's
   per-call design, delta form; reads 2x, writes 1x per pair-element).
-* the shared-stack pair `stack_call_bwd_kernel` + `stack_gather_kernel`:
+* the shared-stack kernel `stack_bwd_kernel` (one launch per call, persistent grid):
   call c reads its sources once to form D'_{c,j} = D_{c,j} - <dout_c, out_c> (the shift keeps
   the covariance E free of cancellation), S'_c and E_c; the gradient of source j is then
   gathered once, when autograd reaches it, from every stored dout_{c'} (c' >= c) that read it:
       dv_j = sum_{c'} w_{c',j} dout_{c'} + r_j a_j - (r_j^3/d) <a_j, v_j> v_j,
       a_j  = sum_{c'} dl_{c',j} (q_{c'} * g_{c'})   (per head of call c').
+  Both halves run in the same program for the same positions (the gather of the sources
+  first read by call c follows that call's own D'/S' stores after a block barrier), so a
+  call's backward is one launch plus `dqdg_kernel`, which reduces the per-program E partials
+  in a fixed order (no atomics: bitwise repeatable).
   Bytes per pair-element: fwd 2 (read v) + bwd 2 (read v in the call kernel) + 2 (read dout in
   the gather) = 6 (bf16), against the 4 of DESIGN.md section 4 and the paper's ~14 (why not 4:
   see mhar_probe/kernels/README.md).
@@ -29,10 +33,15 @@ No atomics anywhere: dq/dg/dgate leave as per-program partials summed on the hos
 
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
+
+from mhar_probe.kernels.route_fwd import rsqrt_acc
 
 
 def route_bwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
@@ -96,7 +105,7 @@ def route_bwd_local_kernel(
         v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
         w = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
         dl = gt * w * (tl.sum(do * v, axis=2) - S)  # [BP, H]
-        r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+        r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
         kh = v * r[:, None, None]
         if ROUND_KEY:
             kh = kh.to(DV.dtype.element_ty).to(tl.float32)
@@ -114,11 +123,11 @@ def route_bwd_local_kernel(
 @triton.jit
 def _call_bwd_step(v, do, shift, wptr, dptr, Ssh, A, Bv, pmask, eps, D: tl.constexpr,
                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr):
-    """One source row of the call kernel: D' stored, S', A, Bv accumulated."""
+    """One source row of the call part: D' stored, S', A, Bv accumulated."""
     w = tl.load(wptr, mask=pmask[:, None], other=0.0)
     d_sh = tl.sum(do * v, axis=2) - shift  # [BP, H]
     tl.store(dptr, d_sh, mask=pmask[:, None])
-    r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)
+    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)
     kh = v * r[:, None, None]
     if ROUND_KEY:
         kh = kh.to(dtype).to(tl.float32)
@@ -127,97 +136,140 @@ def _call_bwd_step(v, do, shift, wptr, dptr, Ssh, A, Bv, pmask, eps, D: tl.const
 
 
 @triton.jit
-def stack_call_bwd_kernel(
-    V, stride_vn, DOUT, OUT, DOUT_SLOT,  # V [>=N, P, D]; DOUT/OUT [P, D]; DOUT_SLOT [P, D] copy
-    W, DSH, SSH,  # W/DSH: [N, P, H] fp32 (weights, shifted D'); SSH: [P, H] (shifted S')
-    EPART,  # [programs, D] fp32
-    P, N, eps,
+def stack_bwd_kernel(
+    V, stride_vn,  # V [cap, P, D] source buffer
+    DOUT, OUT,  # [P, D] this call's dout and output
+    DOUT_BUF, stride_dc,  # [calls, P, D] stored douts; this call's slot is written here
+    WALL, DALL, SALL,  # flat fp32: per call [n_c, P, H_c] weights / shifted D'; [P, H_c] S'
+    U,  # [calls, D] fp32: q_c * g_c
+    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call + sentinel
+    DX,  # [j1 - j0, P, D]: gradients of the sources first read by this call
+    EPART,  # [programs, D] fp32: per-program E partials of this call
+    call, top1, n, woff, soff, j0, j1, P, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
-    BLOCK_P: tl.constexpr, ROUND_KEY: tl.constexpr,
+    HM: tl.constexpr, KM: tl.constexpr, BLOCK_KM: tl.constexpr,
+    BLOCK_P: tl.constexpr, ROUND_KEY: tl.constexpr, HAS_GATHER: tl.constexpr,
 ):
     pid = tl.program_id(0)
-    offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)
+    nprog = tl.num_programs(0)
+    dtype = OUT.dtype.element_ty
+    # call part: [BP, H, BK] tile of this call's heads
     offs_h = tl.arange(0, H)
     offs_k = tl.arange(0, BLOCK_K)
     col = offs_h[:, None] * K + offs_k[None, :]
     cmask = (offs_k < K)[None, :] & (offs_h < H)[:, None]
-    pmask = offs_p < P
-    mask = pmask[:, None, None] & cmask[None, :, :]
-    row = offs_p.to(tl.int64)[:, None, None] * D + col[None, :, :]
-    hoff = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
-    do_raw = tl.load(DOUT + row, mask=mask, other=0.0)
-    tl.store(DOUT_SLOT + row, do_raw.to(DOUT_SLOT.dtype.element_ty), mask=mask)
-    do = do_raw.to(tl.float32)
-    shift = tl.sum(do * tl.load(OUT + row, mask=mask, other=0.0).to(tl.float32), axis=2)
-    Ssh = tl.zeros([BLOCK_P, H], tl.float32)
-    A = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j D'_j khat0_j
-    Bv = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j khat0_j
-    vptr = V + row
-    v_next = tl.load(vptr, mask=mask, other=0.0)  # software prefetch: next row in flight
-    for n in range(N - 1):
-        v = v_next.to(tl.float32)
+    # gather part: [BP, HM, BKM] tile, HM = the most heads of any call (each call's H divides it)
+    offs_hm = tl.arange(0, HM)
+    offs_km = tl.arange(0, BLOCK_KM)
+    colm = offs_hm[:, None] * KM + offs_km[None, :]
+    cmaskm = (offs_km < KM)[None, :] & (offs_hm < HM)[:, None]
+    E_acc = tl.zeros([H, BLOCK_K], tl.float32)
+    num_blocks = tl.cdiv(P, BLOCK_P)
+    for blk in range(pid, num_blocks, nprog):
+        offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
+        pmask = offs_p < P
+        mask = pmask[:, None, None] & cmask[None, :, :]
+        row = offs_p.to(tl.int64)[:, None, None] * D + col[None, :, :]
+        hoff = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+        do_raw = tl.load(DOUT + row, mask=mask, other=0.0)
+        vptr = V + row  # software prefetch: the next two source rows are in flight
+        v_n1 = tl.load(vptr, mask=mask, other=0.0)
         vptr += stride_vn
-        v_next = tl.load(vptr, mask=mask, other=0.0)
-        Ssh, A, Bv = _call_bwd_step(v, do, shift, W + n * P * H + hoff, DSH + n * P * H + hoff,
-                                    Ssh, A, Bv, pmask, eps, D, OUT.dtype.element_ty, ROUND_KEY)
-    Ssh, A, Bv = _call_bwd_step(v_next.to(tl.float32), do, shift, W + (N - 1) * P * H + hoff,
-                                DSH + (N - 1) * P * H + hoff, Ssh, A, Bv, pmask, eps, D,
-                                OUT.dtype.element_ty, ROUND_KEY)
-    tl.store(SSH + hoff, Ssh, mask=pmask[:, None])
-    E = A - Ssh[:, :, None] * Bv  # = sum_j w_j (D_j - S) khat0_j
-    tl.store(EPART + pid * D + col, tl.sum(E, axis=0), mask=cmask)
+        n_vec = tl.full([BLOCK_P], n, tl.int32)  # n as a tensor (n == 1 arrives as a constant)
+        v_n2 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
+        tl.store(DOUT_BUF + call * stride_dc + row, do_raw.to(dtype), mask=mask)
+        do = do_raw.to(tl.float32)
+        shift = tl.sum(do * tl.load(OUT + row, mask=mask, other=0.0).to(tl.float32), axis=2)
+        Ssh = tl.zeros([BLOCK_P, H], tl.float32)
+        A = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j D'_j khat0_j
+        Bv = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j khat0_j
+        for jj in range(n):
+            v = v_n1.to(tl.float32)
+            v_n1 = v_n2
+            vptr += stride_vn
+            v_n2 = tl.load(vptr, mask=mask & (n_vec > jj + 2)[:, None, None], other=0.0)
+            Ssh, A, Bv = _call_bwd_step(v, do, shift, WALL + woff + jj * P * H + hoff,
+                                        DALL + woff + jj * P * H + hoff, Ssh, A, Bv, pmask, eps,
+                                        D, dtype, ROUND_KEY)
+        tl.store(SALL + soff + hoff, Ssh, mask=pmask[:, None])
+        E_acc += tl.sum(A - Ssh[:, :, None] * Bv, axis=0)  # sum_j w_j (D_j - S) khat0_j
+        if HAS_GATHER:
+            tl.debug_barrier()  # this block's dout slot, D' and S' stores, read below by other threads
+            maskm = pmask[:, None, None] & cmaskm[None, :, :]
+            rowm = offs_p.to(tl.int64)[:, None, None] * D + colm[None, :, :]
+            for j in range(j0, j1):
+                vg = tl.load(V + j * stride_vn + rowm, mask=maskm, other=0.0).to(tl.float32)
+                rg = rsqrt_acc(tl.sum(tl.sum(vg * vg, axis=2), axis=1) / D + eps)  # [BP]
+                acc_v = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
+                acc_k = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
+                zero_h = tl.zeros([HM], tl.int64)
+                rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
+                do_next = tl.load(DOUT_BUF + call * stride_dc + rowm,
+                                  mask=maskm & rd[None, :, None], other=0.0)
+                for c in range(call, top1):
+                    rd = (zero_h + tl.load(CALL_N + c)) > j
+                    m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+                    dog = do_next.to(tl.float32)
+                    # tables carry a sentinel call (n = 0) after the last: no read past top1
+                    rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j
+                    do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowm,
+                                      mask=maskm & rd_next[None, :, None], other=0.0)
+                    hc = tl.load(CALL_H + c)
+                    hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
+                    pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
+                    wo = tl.load(CALL_WOFF + c) + j * P * hc
+                    wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+                    dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
+                    ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+                    u = tl.load(U + c * D + colm, mask=cmaskm, other=0.0)  # [HM, BKM]
+                    acc_v += wg[:, :, None] * dog
+                    acc_k += (wg * (dsh - ssh))[:, :, None] * u[None, :, :]
+                dot = tl.sum(tl.sum(acc_k * vg, axis=2), axis=1)
+                dx = acc_v + rg[:, None, None] * acc_k - (rg * rg * rg * dot / D)[:, None, None] * vg
+                tl.store(DX + (j - j0) * P * D + rowm, dx.to(DX.dtype.element_ty), mask=maskm)
+    tl.store(EPART + pid * D + col, E_acc, mask=cmask)
 
 
 @triton.jit
-def stack_gather_kernel(
-    V, stride_vn, j, DX,  # V [cap, P, D] source buffer; DX [P, D] gradient of source j
-    DOUT_BUF, stride_dc,  # [calls, P, D] stored douts
-    U,  # [calls, D] fp32: q_c * g_c
-    WALL, DALL, SALL,  # flat fp32: per call [n_c, P, H_c] weights / shifted D'; [P, H_c] S'
-    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call + sentinel
-    c_start, c_end, P, eps,
-    D: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_P: tl.constexpr,
-):
+def dqdg_kernel(EPART, rows, Q, G, DQ, DG, D: tl.constexpr, BLOCK_R: tl.constexpr,
+                BLOCK_D: tl.constexpr):
+    """E = sum of the per-program partials (fixed order); dq = g * E, dg = q * E (param dtypes)."""
     pid = tl.program_id(0)
-    offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)
-    offs_d = tl.arange(0, BLOCK_D)
-    pmask = offs_p < P
+    offs_d = pid * BLOCK_D + tl.arange(0, BLOCK_D)
     dmask = offs_d < D
-    mask = pmask[:, None] & dmask[None, :]
-    row = offs_p.to(tl.int64)[:, None] * D + offs_d[None, :]  # [BP, BD]
-    v = tl.load(V + j * stride_vn + row, mask=mask, other=0.0).to(tl.float32)
-    r = tl.rsqrt(tl.sum(v * v, axis=1) / D + eps)  # [BP]
-    acc_v = tl.zeros([BLOCK_P, BLOCK_D], tl.float32)
-    acc_k = tl.zeros([BLOCK_P, BLOCK_D], tl.float32)
-    zero_d = tl.zeros([BLOCK_D], tl.int64)
-    do_next = tl.load(DOUT_BUF + c_start * stride_dc + row,
-                      mask=mask & ((zero_d + tl.load(CALL_N + c_start)) > j)[None, :], other=0.0)
-    for c in range(c_start, c_end):
-        n = tl.load(CALL_N + c)
-        m = mask & ((zero_d + n) > j)[None, :]  # calls that did not read source j contribute nothing
-        do = do_next.to(tl.float32)
-        # tables carry a sentinel entry (n = 0) after the last call: no read past c_end
-        do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + row,
-                          mask=mask & ((zero_d + tl.load(CALL_N + c + 1)) > j)[None, :], other=0.0)
-        hc = tl.load(CALL_H + c)
-        hidx = (offs_d * hc) // D  # head of each column in call c
-        woff = tl.load(CALL_WOFF + c)
-        soff = tl.load(CALL_SOFF + c)
-        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, BD]
-        w = tl.load(WALL + woff + j * P * hc + pidx, mask=m, other=0.0)
-        dsh = tl.load(DALL + woff + j * P * hc + pidx, mask=m, other=0.0)
-        ssh = tl.load(SALL + soff + pidx, mask=m, other=0.0)
-        u = tl.load(U + c * D + offs_d, mask=dmask, other=0.0)
-        acc_v += w * do
-        acc_k += w * (dsh - ssh) * u[None, :]
-    dot = tl.sum(acc_k * v, axis=1)
-    dx = acc_v + r[:, None] * acc_k - (r * r * r * dot / D)[:, None] * v
-    tl.store(DX + row, dx.to(DX.dtype.element_ty), mask=mask)
+    acc = tl.zeros([BLOCK_R, BLOCK_D], tl.float32)
+    for r0 in range(0, rows, BLOCK_R):
+        offs_r = r0 + tl.arange(0, BLOCK_R)
+        acc += tl.load(EPART + offs_r[:, None] * D + offs_d[None, :],
+                       mask=(offs_r < rows)[:, None] & dmask[None, :], other=0.0)
+    E = tl.sum(acc, axis=0)
+    q = tl.load(Q + offs_d, mask=dmask, other=0.0).to(tl.float32)
+    g = tl.load(G + offs_d, mask=dmask, other=0.0).to(tl.float32)
+    tl.store(DQ + offs_d, (E * g).to(DQ.dtype.element_ty), mask=dmask)
+    tl.store(DG + offs_d, (E * q).to(DG.dtype.element_ty), mask=dmask)
 
 
-def gather_config(d: int) -> tuple[int, int, int]:
-    """(BLOCK_D, BLOCK_P, num_warps) for the gather's [BLOCK_P, BLOCK_D] tile."""
-    block_d = triton.next_power_of_2(d)
-    block_p = max(1, min(16, 2048 // block_d))
-    num_warps = 4 if block_d * block_p <= 2048 else 8
-    return block_d, block_p, num_warps
+def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, dg: Tensor) -> None:
+    rows, D = epart.shape  # narrow column blocks: D/32 programs, each 128 rows per step
+    dqdg_kernel[(triton.cdiv(D, 32),)](epart, rows, query.contiguous(), norm_weight.contiguous(),
+                                       dq, dg, D=D, BLOCK_R=128, BLOCK_D=32, num_warps=4)
+
+
+# (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps
+# override it (benchmarks/kernels/bench_routing.py --sweep).
+# Measured on an H200 (bench_routing.py --sweep 100M, device time, 2026-11-22); other shapes
+# use the heuristic below (not tuned: see mhar_probe/kernels/README.md).
+STACK_CONFIG: dict[tuple[int, int, int], tuple[int, int, int]] = {
+    (512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2)}
+if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
+    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
+        STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
+
+
+def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]:
+    hit = STACK_CONFIG.get((d, num_heads, max_heads))
+    if hit is not None:
+        return hit
+    width = num_heads * triton.next_power_of_2(d // num_heads)
+    block_p = max(1, min(16, 2048 // width))
+    return block_p, 4 if width * block_p <= 2048 else 8, 4

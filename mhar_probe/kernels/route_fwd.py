@@ -15,6 +15,9 @@ which the backward and the hooks read. `route_fwd_reference` is the plain torch 
 
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -52,21 +55,56 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
     return out, alpha
 
 
+# Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
+# (benchmarks/kernels/bench_routing.py --sweep). Missing entries use the heuristic below.
+# Measured on an H200 (bench_routing.py --sweep 100M, device time, 2026-11-22).
+FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {(512, 1): (4, 4), (512, 8): (4, 4)}
+if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
+    for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
+        FWD_CONFIG[(d_, h_)] = tuple(cfg_)
+
+
 def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     """(BLOCK_K, BLOCK_P, num_warps) for a [BLOCK_P, H, BLOCK_K] register tile."""
     K = d // num_heads
     block_k = triton.next_power_of_2(K)
     width = num_heads * block_k
-    block_p = max(1, min(16, 2048 // width))
+    hit = FWD_CONFIG.get((d, num_heads))
+    if hit is not None:
+        return block_k, hit[0], hit[1]
+    block_p = max(1, min(16, 4096 // width))
     num_warps = 4 if width * block_p <= 2048 else 8
     return block_k, block_p, num_warps
+
+
+# ---------------------------------------------------------------- accurate fp32 primitives
+# Triton lowers fp32 exp to ex2.approx(x * log2e) (the product's rounding costs up to
+# |x| * 2^-24 relative), rsqrt to rsqrt.approx and '/' to div.full (2 ulp). The routing
+# logits are O(10), so these cost ~1e-6 of relative error in the weights; the helpers below
+# keep every step within about an ulp (Cody-Waite reduction for exp, IEEE sqrt and division).
+@triton.jit
+def exp_acc(x):
+    x = tl.maximum(x, -200.0)  # exp(-inf) = 0 without NaN from the reduction; exp(-200) = 0 in fp32
+    k = tl.floor(x * 1.4426950408889634 + 0.5)
+    r = (x - k * 0.693145751953125) - k * 1.4286068202862268e-06  # ln2 = hi + lo, k * hi exact
+    return tl.exp2(r * 1.4426950408889634) * tl.exp2(k)
+
+
+@triton.jit
+def rsqrt_acc(x):
+    return tl.math.div_rn(1.0, tl.sqrt_rn(x))
+
+
+@triton.jit
+def div_acc(a, b):
+    return tl.math.div_rn(a, b)
 
 
 @triton.jit
 def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
               ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
     """Fold one source row [BP, H, BK] into the online softmax; store its raw logits."""
-    r = tl.rsqrt(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
     kh = v * r[:, None, None]
     if ROUND_KEY:
         kh = kh.to(dtype).to(tl.float32)
@@ -76,8 +114,8 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
     logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
     m_new = tl.maximum(m, logit)
-    scale = tl.exp(m - m_new)
-    e = tl.exp(logit - m_new)
+    scale = exp_acc(m - m_new)
+    e = exp_acc(logit - m_new)
     return m_new, l * scale + e, acc * scale[:, :, None] + e[:, :, None] * v
 
 
@@ -109,17 +147,19 @@ def route_fwd_kernel(
     m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_P, H], tl.float32)
     acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
-    vptr = V + row
-    v_next = tl.load(vptr, mask=mask, other=0.0)  # software prefetch: next row in flight
-    for n in range(N - 1):
-        v = v_next.to(tl.float32)
+    vptr = V + row  # software prefetch: the next two source rows are in flight
+    v_n1 = tl.load(vptr, mask=mask, other=0.0)
+    vptr += stride_vn
+    n_vec = tl.full([BLOCK_P], N, tl.int32)  # N as a tensor (N == 1 arrives as a constant)
+    v_n2 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
+    for n in range(N):
+        v = v_n1.to(tl.float32)
+        v_n1 = v_n2
         vptr += stride_vn
-        v_next = tl.load(vptr, mask=mask, other=0.0)
+        v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
         m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D,
                               OUT.dtype.element_ty, ROUND_KEY, ROUND_KEY2)
-    m, l, acc = _fwd_step(v_next.to(tl.float32), q, g, m, l, acc, wptr + (N - 1) * P * H, pmask,
-                          eps, D, OUT.dtype.element_ty, ROUND_KEY, ROUND_KEY2)
-    o = acc / l[:, :, None]
+    o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
             o = o * tl.load(GATE).to(tl.float32)
@@ -127,7 +167,7 @@ def route_fwd_kernel(
     tl.store(OUT + row, o.to(OUT.dtype.element_ty), mask=mask)
     for n in range(N):  # N*H scalars per position: raw logits -> exact weights
         lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-        tl.store(wptr + n * P * H, tl.exp(lg - m) / l, mask=pmask[:, None])
+        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
 
 
 def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
