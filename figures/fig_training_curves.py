@@ -10,7 +10,7 @@ from analysis.runs import select
 
 from .common import groups, scale_label
 from .registry import Output, Skip, generator
-from .style import COLUMN, METHOD_ORDER, method_color, method_label, new_figure, paper_style
+from .style import COLUMN, FULL, METHOD_ORDER, method_color, method_label, new_figure, paper_style
 
 NEEDS = "a baseline and an MHAR run with the same preset, corpus, LR, seed and steps"
 TAIL_FRACTION = 0.4  # the paper's inset: steps 12K-20K of 20K
@@ -48,13 +48,16 @@ def make(ctx) -> list[Output]:
         _, key, sub = chosen[preset]
         steps = sub["step"].values
         last = int(key["steps"])
-        span = max(3.0, last / 40)
+        span = max(5.0, last / 20)
         start = int(last * (1 - TAIL_FRACTION))
         curves = {}
         with paper_style():
-            fig, ax = new_figure(COLUMN, 0.72)
             use_inset = last >= MIN_STEPS_FOR_INSET
-            inset = ax.inset_axes([0.42, 0.38, 0.55, 0.5]) if use_inset else None
+            # the tail zoom sits in its own panel (the paper draws it as an inset; at small budgets
+            # the curves have not flattened and an inset would cover them)
+            fig, axes = new_figure(FULL if use_inset else COLUMN, 0.36 if use_inset else 0.72,
+                                   ncols=2 if use_inset else 1)
+            ax, inset = (axes[0], axes[1]) if use_inset else (axes, None)
             tail_vals = []
             for method in [m for m in METHOD_ORDER if m in set(sub["method"].values.tolist())]:
                 run = select(sub, method=method)
@@ -69,7 +72,7 @@ def make(ctx) -> list[Output]:
                 label = method_label(method) + (f" (H={int(hs[i])})" if method == "mhar" else "")
                 ax.plot(x, smooth, color=method_color(method), label=label)
                 if inset is not None:
-                    inset.plot(x, smooth, color=method_color(method))
+                    inset.plot(x[x >= start], smooth[x >= start], color=method_color(method))
                 tail_vals += smooth[x >= start].tolist()
                 curves[method] = dict(step=x.tolist(), ema=smooth.tolist(), run=str(run["run"].values[i]))
             if inset is not None:
@@ -77,14 +80,15 @@ def make(ctx) -> list[Output]:
                 pad = 0.08 * (hi - lo or 1e-3)
                 inset.set_xlim(start, last)
                 inset.set_ylim(lo - pad, hi + pad)
-                inset.tick_params(labelsize=5.5)
-                inset.set_title(f"steps {start}-{last}", fontsize=6, fontweight="normal")
+                inset.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
+                inset.set_title(f"tail: steps {start}-{last}", fontweight="normal")
+                inset.set_xlabel("step")
                 ax.indicate_inset_zoom(inset, edgecolor="#888888", alpha=0.6)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("step")
             ax.set_ylabel("training loss (EMA)")
             ax.set_title(f"{scale_label(preset)}, {key['corpus']}, lr {key['lr']:g}, seed {key['seed']}")
-            ax.legend(loc="lower left", fontsize=6.5)
+            ax.legend(loc="upper right", fontsize=6.5, frameon=False)
             name = f"training_curves_{preset}"
             paths = ctx.save_figure(fig, name)
         outputs.append(Output(name, paths, dict(curves=curves, inset=(start, last) if use_inset else None,

@@ -42,14 +42,21 @@ def head_grids(ds: xr.Dataset) -> list[HeadGrid]:
         hs = sorted(set(sub["H"].values.tolist()))
         grid = xr.DataArray(np.full((len(kvs), len(hs)), np.nan), coords={"kv": kvs, "H": hs}, dims=("kv", "H"))
         count = xr.zeros_like(grid)
+        cells = {}
         for kv in kvs:
             for h in hs:
                 cell = select(sub, kv=kv, H=h, method="mhar")
                 if cell.sizes["run"] == 0 and h == 1:
                     cell = select(sub, kv=kv, method="attnres")  # single-head = MHAR at H = 1
                 if cell.sizes["run"]:
-                    grid.loc[kv, h] = float(cell["tail_mean"].mean())
-                    count.loc[kv, h] = cell.sizes["run"]
+                    cells[kv, h] = cell
+        # average only over the seeds every cell has, so no cell gets a different seed mix
+        shared = set.intersection(*(set(c["seed"].values.tolist()) for c in cells.values())) if cells else set()
+        for (kv, h), cell in cells.items():
+            if shared:
+                cell = select(cell, seed=sorted(shared))
+            grid.loc[kv, h] = float(cell["tail_mean"].mean())
+            count.loc[kv, h] = cell.sizes["run"]
         if (np.isfinite(grid.values).sum(axis=1) >= 2).any():
             out.append(HeadGrid(key["preset"], key["corpus"], float(key["lr"]), int(key["steps"]), grid, count))
     return out

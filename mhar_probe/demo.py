@@ -31,7 +31,8 @@ from .errors import UserError
 DEMO_STEPS = 150
 RECIPE = dict(lr=2e-3, batch_size=8, eval_every=15, eval_batches=2, checkpoint_every=50,
               corpus_max_bytes=4_000_000)
-MAIN_GRID = dict(methods=["baseline", "hyper", "attnres", "mhar", "mhar_hw"], heads=[2, 4, 8], seeds=[42])
+MAIN_GRID = dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[2, 4, 8], seeds=[42])
+HW_GRID = dict(methods=["mhar_hw"], heads=[None], seeds=[42])  # one full-width query per KV group: H = KV
 SEED_GRID = dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])
 LADDER_WIDTHS = (64, 96)  # narrower baselines: with the d=128 baseline, three compute budgets
 EVAL_TASKS = "mhar_heldout_ppl,mhar_lastword"
@@ -102,6 +103,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False) -> in
 
 def _sweep(run_sweep, runs: Path, ladder: Path, steps: int, overwrite: bool) -> str:
     run_sweep(_grid(MAIN_GRID, steps), runs, overwrite=overwrite)
+    run_sweep(_grid(HW_GRID, steps), runs, overwrite=overwrite)
     run_sweep(_grid(SEED_GRID, steps), runs, overwrite=overwrite)
     for d in LADDER_WIDTHS:
         extra = dict(hidden_size=d, intermediate_size=3 * d)

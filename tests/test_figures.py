@@ -239,3 +239,19 @@ def test_cli_handler(runs, tmp_path, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "made     table_main" in out and "kv_grid_tiny.png" in out
+
+
+def test_head_grid_averages_only_seeds_shared_by_every_cell(tmp_path):
+    """A cell run with an extra seed must not be averaged over a different seed mix."""
+    from analysis.runs import load_runs
+    from figures.headgrid import head_grids
+    from figures.synthetic import tail_mean_of, write_run
+
+    r = {}
+    for seed in (1, 2):
+        r["h1", seed] = write_run(tmp_path, f"a{seed}", method="attnres", seed=seed, final_loss=3.0 + seed)
+    r["h2", 1] = write_run(tmp_path, "m2", method="mhar", H=2, seed=1, final_loss=3.5)
+    (grid,) = head_grids(load_runs(tmp_path))
+    assert grid.grid.sel(kv=2, H=1).item() == pytest.approx(tail_mean_of(r["h1", 1]))  # seed 2 left out
+    assert grid.grid.sel(kv=2, H=2).item() == pytest.approx(tail_mean_of(r["h2", 1]))
+    assert int(grid.n_seeds.sel(kv=2, H=1)) == 1
