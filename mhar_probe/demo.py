@@ -35,7 +35,7 @@ MAIN_GRID = dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[2, 4, 
 HW_GRID = dict(methods=["mhar_hw"], heads=[None], seeds=[42])  # one full-width query per KV group: H = KV
 SEED_GRID = dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])
 LADDER_WIDTHS = (64, 96)  # narrower baselines: with the d=128 baseline, three compute budgets
-EVAL_TASKS = "mhar_heldout_ppl,mhar_lastword"
+EVAL_TASKS = "mhar_heldout_ppl,mhar_lastword,mhar_nextline"
 EVAL_LIMIT = 200
 CAPTURE_TOKENS = 16384
 

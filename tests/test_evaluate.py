@@ -234,3 +234,21 @@ def test_mcnemar_without_task_skips_perplexity_task_with_a_note(arms):
     tasks = {r.task for r in cmp.rows}
     assert "mhar_lastword" in tasks and "mhar_heldout_ppl" not in tasks
     assert any("mhar_heldout_ppl" in n and "skipped" in n for n in cmp.notes)
+
+
+def test_nextline_items_are_deterministic_and_answerable_only_by_content():
+    from mhar_probe.data.document import Document
+    from mhar_probe.evaluate.heldout import nextline_items
+
+    docs = [Document(f"d{k}", "code", "\n".join(f"line {k}-{i} " + "x" * (10 + i % 5) for i in range(12)))
+            for k in range(3)]
+    a, b = nextline_items(docs), nextline_items(list(reversed(docs)))
+    assert a == b and len(a) == 3 * 11
+    for item in a:
+        doc, i = item["id"].split("^")
+        lines = next(d for d in docs if d.id == doc).text.splitlines()
+        real = item["choices"][item["label"]]
+        wrong = item["choices"][1 - item["label"]]
+        assert real == lines[int(i)] and item["context"].splitlines()[-1] == lines[int(i) - 1]
+        assert wrong not in lines and abs(len(wrong) - len(real)) <= 2  # another document, similar length
+    assert {it["label"] for it in a} == {0, 1}

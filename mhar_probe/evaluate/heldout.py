@@ -1,6 +1,6 @@
 """Offline harness tasks built from a run's held-out (validation) documents.
 
-Two tasks are shipped, both read by the LM Evaluation Harness from local jsonl files
+Three tasks are shipped, all read by the LM Evaluation Harness from local jsonl files
 (`dataset_path: json` + `data_files`), so nothing is downloaded:
 
 ``mhar_heldout_ppl``
@@ -20,6 +20,12 @@ Two tasks are shipped, both read by the LM Evaluation Harness from local jsonl f
     context" criterion, approximated by a copy. Contexts are at most `LW_CONTEXT_CHARS`
     characters starting at a line start, at least `LW_MIN_WORDS` words long, and do not
     overlap within a document.
+``mhar_nextline``
+    Two-way next-line choice (`output_type: multiple_choice`, metrics `acc`, `acc_norm`):
+    given up to `NL_CONTEXT_LINES` preceding lines of a held-out document, which of two lines
+    comes next -- the real one, or a line of similar length from another held-out document
+    of the same source. Small models score well above chance here (unlike last-word
+    accuracy), so paired McNemar tests between two tiny runs have discordant items to count.
 
 Items are ordered round-robin across documents (documents in id order), so the first N
 items that `--limit N` keeps mix every document. The builder is deterministic: the same
@@ -42,16 +48,21 @@ from ..data.cache import cache_subdir, write_dir_atomically
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 1
+BUILDER_VERSION = 2
 PPL_TASK = "mhar_heldout_ppl"
 LASTWORD_TASK = "mhar_lastword"
-SHIPPED_TASKS = (PPL_TASK, LASTWORD_TASK)
+NEXTLINE_TASK = "mhar_nextline"
+SHIPPED_TASKS = (PPL_TASK, LASTWORD_TASK, NEXTLINE_TASK)
 
 PPL_CHUNK_CHARS = 4000
 LW_CONTEXT_CHARS = 600
 LW_MIN_WORDS = 20
 LW_MAX_PER_DOC = 40
 LW_MAX_ITEMS = 2000
+NL_CONTEXT_LINES = 4
+NL_LINE_CHARS = (8, 80)  # target and distractor lengths (stripped)
+NL_MAX_PER_DOC = 30
+NL_MAX_ITEMS = 2000
 
 _WORD = re.compile(r"(?<= )[A-Za-z_][A-Za-z0-9_]{2,}\b")
 _STOP = frozenset(
@@ -137,6 +148,53 @@ def lastword_items(docs: Iterable[Document], max_total: int = LW_MAX_ITEMS) -> l
     return _round_robin(per_doc)[:max_total]
 
 
+def _stable_int(*parts: str) -> int:
+    return int(hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:12], 16)
+
+
+def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS) -> list[dict[str, Any]]:
+    """Two-way next-line items: context lines, [real next line, distractor] in a hashed order.
+
+    The distractor is an eligible line of another document of the same source whose length
+    is closest to the real line's (ties broken by a hash), so length alone gives no answer.
+    """
+    lo, hi = NL_LINE_CHARS
+    docs = sorted(docs, key=lambda d: d.id)
+    eligible = lambda ln: lo < len(ln.strip()) <= hi  # noqa: E731
+    pool: dict[str, list[tuple[int, str, str]]] = {}  # source -> (length, doc id, line)
+    for doc in docs:
+        for ln in doc.text.splitlines():
+            if eligible(ln):
+                pool.setdefault(doc.source, []).append((len(ln.rstrip()), doc.id, ln.rstrip()))
+    for lines in pool.values():
+        lines.sort()
+    per_doc = []
+    for doc in docs:
+        lines = [ln.rstrip() for ln in doc.text.splitlines()]
+        cands = [x for x in pool.get(doc.source, []) if x[1] != doc.id]
+        items = []
+        for i in range(1, len(lines)):
+            if len(items) >= NL_MAX_PER_DOC or not cands:
+                break
+            target = lines[i]
+            context = [ln for ln in lines[:i] if ln.strip()][-NL_CONTEXT_LINES:]
+            if not eligible(target) or not context:
+                continue
+            h = _stable_int(doc.id, str(i))
+            # the candidates nearest in length, then one of the closest few by hash
+            lens = [c[0] for c in cands]
+            j = min(range(len(cands)), key=lambda k: (abs(lens[k] - len(target)), (k * 2654435761 + h) % 97))
+            wrong = cands[j][2]
+            if wrong.strip() == target.strip():
+                continue
+            label = h % 2
+            choices = [target, wrong] if label == 0 else [wrong, target]
+            items.append({"id": f"{doc.id}^{i}", "source": doc.source, "context": "\n".join(context),
+                          "choices": choices, "label": label})
+        per_doc.append(items)
+    return _round_robin(per_doc)[:max_total]
+
+
 def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [x for row in zip_longest(*groups) for x in row if x is not None]
 
@@ -191,19 +249,44 @@ metadata:
 """
 
 
+def nextline_yaml(data_file: Path) -> str:
+    return f"""# Two-way next-line choice on held-out text (built by mhar eval).
+task: {NEXTLINE_TASK}
+dataset_path: json
+dataset_kwargs:
+  data_files:
+    test: {json.dumps(str(data_file))}
+output_type: multiple_choice
+test_split: test
+doc_to_text: "{{{{context}}}}\\n"
+doc_to_target: label
+doc_to_choice: "{{{{choices}}}}"
+target_delimiter: ""
+metric_list:
+  - metric: acc
+    aggregation: mean
+    higher_is_better: true
+  - metric: acc_norm
+    aggregation: mean
+    higher_is_better: true
+metadata:
+  version: {BUILDER_VERSION}.0
+"""
+
+
 # ----------------------------------------------------------------------------- files
 def _jsonl(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
 
 
 def write_heldout_tasks(val: list[Document], root: Path, data_root: Path | None = None) -> dict[str, int]:
-    """Write both tasks' data files and YAMLs into `root` (which must exist).
+    """Write every shipped task's data files and YAMLs into `root` (which must exist).
 
     The YAMLs name their data files under `data_root` (default `root`): the directory's
     final place when `root` is a temporary name for it.
     """
-    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val)}
-    yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml}
+    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val), NEXTLINE_TASK: nextline_items(val)}
+    yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml, NEXTLINE_TASK: nextline_yaml}
     for task, rows in items.items():
         data = root / f"{task}.jsonl"
         data.write_text(_jsonl(rows), encoding="utf-8")
