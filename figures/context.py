@@ -61,6 +61,18 @@ class Context:
         self.written += paths
         return paths
 
+    def routing_datasets(self) -> list[Path]:
+        """Captured routing datasets RUNS_DIR/*/routing.nc (`mhar capture RUN`), sorted; Skip when none."""
+        from mhar_probe.capture.runs import DEFAULT_DATASET
+
+        need = ["routing datasets: `mhar capture RUN` for attnres / mhar runs (writes RUN/routing.nc)"]
+        if self.runs_dir is None:
+            raise Skip("no runs directory given", need)
+        found = sorted(self.runs_dir.glob(f"*/{DEFAULT_DATASET}"))
+        if not found:
+            raise Skip(f"no captured routing datasets (*/{DEFAULT_DATASET}) under {self.runs_dir}", need)
+        return found
+
     def benchmark_files(self, subdir: str | None = None) -> list[Path]:
         """JSON files in the benchmark directories (or their `subdir`), sorted, de-duplicated."""
         found: dict[Path, None] = {}

@@ -24,8 +24,9 @@ Three tasks are shipped, all read by the LM Evaluation Harness from local jsonl 
     Two-way next-line choice (`output_type: multiple_choice`, metrics `acc`, `acc_norm`):
     given up to `NL_CONTEXT_LINES` preceding lines of a held-out document, which of two lines
     comes next -- the real one, or a line of similar length from another held-out document
-    of the same source. Small models score well above chance here (unlike last-word
-    accuracy), so paired McNemar tests between two tiny runs have discordant items to count.
+    of the same source. Every item is a binary choice, so even models too small to get a
+    last word right give two arms that disagree on some items, and a paired McNemar test
+    has discordant pairs to count (chance is 0.5; the demo's 150-step tiny models sit near it).
 
 Items are ordered round-robin across documents (documents in id order), so the first N
 items that `--limit N` keeps mix every document. The builder is deterministic: the same
