@@ -208,15 +208,3 @@ def test_sequence_longer_than_position_limit_is_refused():
     model = make("baseline")
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(torch.zeros(1, 65, dtype=torch.long))
-
-
-def test_sources_share_the_autocast_dtype():
-    """Under bf16 autocast the embedding joins the depth history in bf16, like the sublayer
-    outputs, so routing reads one 2-byte dtype instead of promoting every source to fp32."""
-    model = make("mhar")
-    seen = []
-    hook = model.sites[-1].hook_sources.register_forward_hook(lambda mod, args, out: seen.append(out.dtype))
-    with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
-        model(torch.randint(0, 97, (1, 5)), use_cache=False)
-    hook.remove()
-    assert seen == [torch.bfloat16]

@@ -145,8 +145,6 @@ class MHARModel(MHARPreTrainedModel):
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
         stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources)
-        if torch.is_autocast_enabled(emb.device.type):  # sublayer outputs come out in the autocast
-            emb = emb.to(torch.get_autocast_dtype(emb.device.type))  # dtype: keep one source dtype
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1
