@@ -77,6 +77,16 @@ def bench_method(method: str, args: argparse.Namespace, device: torch.device) ->
     return result
 
 
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or "cpu"
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="tiny")
@@ -96,7 +106,7 @@ def main() -> None:
     rows = [bench_method(m, args, device) for m in args.methods]
     base = next((r["tokens_per_s"] for r in rows if r["method"] == "baseline"), None)
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                device=torch.cuda.get_device_name() if device.type == "cuda" else platform.processor() or "cpu",
+                device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
                 cpu_threads=torch.get_num_threads(), torch=torch.__version__, python=platform.python_version(),
                 package=__version__, args=vars(args))
     if args.out:
