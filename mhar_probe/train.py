@@ -74,13 +74,17 @@ class TrainConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(values) - names
-        if unknown:
-            raise UserError(f"unknown training options: {', '.join(sorted(unknown))}")
-        if "betas" in values:
-            values = {**values, "betas": tuple(values["betas"])}
-        return cls(**values)
+        return options_from_dict(cls, values, "training")
+
+
+def options_from_dict(cls, values: dict[str, Any], what: str):
+    """Build an options dataclass from JSON-like values; unknown keys are a UserError."""
+    unknown = set(values) - {f.name for f in fields(cls)}
+    if unknown:
+        raise UserError(f"unknown {what} options: {', '.join(sorted(unknown))}")
+    if "betas" in values:
+        values = {**values, "betas": tuple(values["betas"])}
+    return cls(**values)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

@@ -15,7 +15,7 @@ The first update (t = 0) therefore has rate 0: it only fills AdamW's moments.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserError
@@ -61,13 +61,9 @@ class CPTConfig:
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CPTConfig":
-        names = {f.name for f in fields(cls)}
-        unknown = set(values) - names
-        if unknown:
-            raise UserError(f"unknown mid-training options: {', '.join(sorted(unknown))}")
-        if "betas" in values:
-            values = {**values, "betas": tuple(values["betas"])}
-        return cls(**values)
+        from ..train import options_from_dict
+
+        return options_from_dict(cls, values, "mid-training")
 
     @property
     def floor(self) -> float:

@@ -49,7 +49,7 @@ from ..data.cache import cache_subdir, write_dir_atomically
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 2
+BUILDER_VERSION = 3
 PPL_TASK = "mhar_heldout_ppl"
 LASTWORD_TASK = "mhar_lastword"
 NEXTLINE_TASK = "mhar_nextline"
@@ -201,78 +201,35 @@ def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
 
 
 # ----------------------------------------------------------------------------- YAMLs
+def task_yaml(title: str, task: str, data_file: Path, body: str,
+              metrics: list[tuple[str, str, bool]]) -> str:
+    """A harness task YAML over one local jsonl file; `metrics` are (name, aggregation, higher_is_better)."""
+    metric_list = "".join(f"  - metric: {m}\n    aggregation: {agg}\n    higher_is_better: {str(hib).lower()}\n"
+                          for m, agg, hib in metrics)
+    return (f"# {title} (built by mhar eval).\ntask: {task}\ndataset_path: json\ndataset_kwargs:\n"
+            f"  data_files:\n    test: {json.dumps(str(data_file))}\n{body}test_split: test\n"
+            f"metric_list:\n{metric_list}metadata:\n  version: {BUILDER_VERSION}.0\n")
+
+
 def ppl_yaml(data_file: Path) -> str:
-    return f"""# Held-out perplexity on the training corpus's validation split (built by mhar eval).
-task: {PPL_TASK}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {json.dumps(str(data_file))}
-output_type: loglikelihood_rolling
-test_split: test
-doc_to_text: ""
-doc_to_target: "{{{{text}}}}"
-metric_list:
-  - metric: word_perplexity
-    aggregation: weighted_perplexity
-    higher_is_better: false
-  - metric: byte_perplexity
-    aggregation: weighted_perplexity
-    higher_is_better: false
-  - metric: bits_per_byte
-    aggregation: bits_per_byte
-    higher_is_better: false
-metadata:
-  version: {BUILDER_VERSION}.0
-"""
+    return task_yaml("Held-out perplexity on the training corpus's validation split", PPL_TASK, data_file,
+                     'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n',
+                     [("word_perplexity", "weighted_perplexity", False),
+                      ("byte_perplexity", "weighted_perplexity", False),
+                      ("bits_per_byte", "bits_per_byte", False)])
 
 
 def lastword_yaml(data_file: Path) -> str:
-    return f"""# LAMBADA-style last-word prediction on held-out text (built by mhar eval).
-task: {LASTWORD_TASK}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {json.dumps(str(data_file))}
-output_type: loglikelihood
-test_split: test
-doc_to_text: "{{{{context}}}}"
-doc_to_target: "{{{{target}}}}"
-metric_list:
-  - metric: perplexity
-    aggregation: perplexity
-    higher_is_better: false
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: {BUILDER_VERSION}.0
-"""
+    return task_yaml("LAMBADA-style last-word prediction on held-out text", LASTWORD_TASK, data_file,
+                     'output_type: loglikelihood\ndoc_to_text: "{{context}}"\ndoc_to_target: "{{target}}"\n',
+                     [("perplexity", "perplexity", False), ("acc", "mean", True)])
 
 
 def nextline_yaml(data_file: Path) -> str:
-    return f"""# Two-way next-line choice on held-out text (built by mhar eval).
-task: {NEXTLINE_TASK}
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {json.dumps(str(data_file))}
-output_type: multiple_choice
-test_split: test
-doc_to_text: "{{{{context}}}}\\n"
-doc_to_target: label
-doc_to_choice: "{{{{choices}}}}"
-target_delimiter: ""
-metric_list:
-  - metric: acc
-    aggregation: mean
-    higher_is_better: true
-  - metric: acc_norm
-    aggregation: mean
-    higher_is_better: true
-metadata:
-  version: {BUILDER_VERSION}.0
-"""
+    return task_yaml("Two-way next-line choice on held-out text", NEXTLINE_TASK, data_file,
+                     'output_type: multiple_choice\ndoc_to_text: "{{context}}\\n"\ndoc_to_target: label\n'
+                     'doc_to_choice: "{{choices}}"\ntarget_delimiter: ""\n',
+                     [("acc", "mean", True), ("acc_norm", "mean", True)])
 
 
 # ----------------------------------------------------------------------------- files
