@@ -78,7 +78,11 @@ def table_rows(report, name: str, source: str = "yours") -> list[list]:
 def test_every_generator_renders(report):
     assert not report.failed, report.failed
     assert set(report.made) == set(load_generators()) - set(report.skipped)
-    assert not report.skipped, {k: s.reason for k, s in report.skipped.items()}
+    # the synthetic runs have no captured routing datasets: those generators are exercised in
+    # tests/test_figures_routing.py, and here they must skip (not fail) naming what they need
+    routing = {"depth_read", "depth_map", "perhead", "table_probe", "table_headalign"}
+    assert set(report.skipped) == routing, {k: s.reason for k, s in report.skipped.items()}
+    assert all("routing.nc" in s.reason or "captured" in s.reason for s in report.skipped.values())
     for outputs in report.made.values():
         for o in outputs:
             for p in o.paths:
