@@ -1,5 +1,6 @@
 """Readers for benchmark result files (JSON): training throughput (benchmarks/train_throughput.py:
-{meta: {args: {preset, backend, ...}, device}, results: [{method, tokens_per_s, peak_memory_gb}]})
+{meta: {args: {preset, backend, ...}, device}, results: [{method, tokens_per_s, peak_memory_gb}]},
+or several such documents under "runs")
 and routing kernels (benchmarks/kernels/bench_routing.py: {meta: {device}, rows: [{shape, H,
 backend, fwdbwd_ms | microbatch_ms | oom}]}). Files of other shapes are ignored."""
 
@@ -18,13 +19,21 @@ def _load(path: Path) -> dict[str, Any] | None:
     return doc if isinstance(doc, dict) else None
 
 
+def _is_throughput(doc: Any) -> bool:
+    return isinstance(doc, dict) and isinstance(doc.get("results"), list) and bool(doc["results"]) and all(
+        isinstance(r, dict) and "method" in r and "tokens_per_s" in r for r in doc["results"])
+
+
 def throughput_files(paths: list[Path]) -> list[tuple[Path, dict[str, Any]]]:
+    """Every throughput document: a file holding one, or one per backend under "runs"
+    ({meta, runs: {backend: {meta, results}}}, as one device call over several backends writes)."""
     out = []
     for p in paths:
         doc = _load(p)
-        if doc and isinstance(doc.get("results"), list) and all(
-                isinstance(r, dict) and "method" in r and "tokens_per_s" in r for r in doc["results"]) and doc["results"]:
+        if _is_throughput(doc):
             out.append((p, doc))
+        elif doc and isinstance(doc.get("runs"), dict):
+            out.extend((p, sub) for _, sub in sorted(doc["runs"].items()) if _is_throughput(sub))
     return out
 
 

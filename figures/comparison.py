@@ -59,8 +59,12 @@ def compare_methods(ds: xr.Dataset, preset: str, corpus: str) -> MethodCompariso
         cells["mhar"] = dict(method="mhar", H=H_main)
     if H_over is not None:
         cells["mhar_over"] = dict(method="mhar", H=H_over)
-    for key, where in cells.items():
-        value, n = cell_mean(sub, **where)
+    present = {key: select(sub, **where) for key, where in cells.items()}
+    present = {key: runs for key, runs in present.items() if runs.sizes["run"]}
+    # every cell averages the same seeds (those all present cells share), so deltas stay paired
+    shared = set.intersection(*(set(r["seed"].values.tolist()) for r in present.values())) if present else set()
+    for key, runs in present.items():
+        value, n = cell_mean(runs, seed=sorted(shared)) if shared else cell_mean(runs)
         if n:
             cmp.loss[key], cmp.n[key] = value, n
     return cmp if len(cmp.loss) >= 2 else None

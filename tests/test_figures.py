@@ -259,3 +259,30 @@ def test_head_grid_averages_only_seeds_shared_by_every_cell(tmp_path):
     assert grid.grid.sel(kv=2, H=1).item() == pytest.approx(tail_mean_of(r["h1", 1]))  # seed 2 left out
     assert grid.grid.sel(kv=2, H=2).item() == pytest.approx(tail_mean_of(r["h2", 1]))
     assert int(grid.n_seeds.sel(kv=2, H=1)) == 1
+
+
+def test_throughput_reader_expands_per_backend_documents(tmp_path):
+    from figures.benchfiles import throughput_files
+
+    doc = lambda be, tps: {"meta": {"args": {"preset": "100m", "backend": be}},  # noqa: E731
+                           "results": [{"method": "mhar", "tokens_per_s": tps}]}
+    (tmp_path / "one.json").write_text(json.dumps(doc("eager", 1.0)))
+    (tmp_path / "many.json").write_text(json.dumps({"meta": {}, "runs": {"triton": doc("triton", 3.0),
+                                                                           "compile": doc("compile", 2.0)}}))
+    (tmp_path / "other.json").write_text(json.dumps({"rows": []}))
+    found = throughput_files(sorted(tmp_path.glob("*.json")))
+    assert [(p.name, d["meta"]["args"]["backend"]) for p, d in found] == [
+        ("many.json", "compile"), ("many.json", "triton"), ("one.json", "eager")]
+
+
+def test_main_comparison_averages_only_shared_seeds(tmp_path):
+    from analysis.runs import load_runs
+    from figures.comparison import compare_methods
+    from figures.synthetic import tail_mean_of, write_run
+
+    b1 = write_run(tmp_path, "b1", method="baseline", seed=1, final_loss=3.0)
+    write_run(tmp_path, "b2", method="baseline", seed=2, final_loss=4.0)
+    m1 = write_run(tmp_path, "m1", method="mhar", H=2, seed=1, final_loss=2.9)
+    cmp = compare_methods(load_runs(tmp_path), "tiny", "embedded")
+    assert cmp.loss["baseline"] == pytest.approx(tail_mean_of(b1)) and cmp.n["baseline"] == 1
+    assert cmp.loss["mhar"] == pytest.approx(tail_mean_of(m1))
