@@ -107,3 +107,12 @@ def test_scale_label_separates_overridden_sizes():
     assert scale_label("tiny", 64, 4) == "tiny/d64L4"
     assert scale_label("1b", 1280, 36) == "1b"
     assert scale_label("custom", 64, 2) == "custom" and scale_label("tiny", None, None) == "tiny"
+
+
+def test_paired_seed_deltas_never_pair_runs_of_different_sizes():
+    mk = lambda method, seed, scale, loss: dict(method=method, H=None, kv=2, lr=1e-3, seed=seed,  # noqa: E731
+                                                preset="tiny", scale=scale, tail_mean=loss, path=f"{method}{seed}{scale}")
+    runs = [mk("baseline", 1, "tiny", 5.0), mk("baseline", 1, "tiny/d64L4", 6.0), mk("mhar", 1, "tiny", 4.9),
+            mk("mhar", 1, "tiny/d64L4", 5.7)]
+    rows = {r.preset: r for r in paired_seed_deltas(runs)}
+    assert rows["tiny"].deltas == [pytest.approx(-0.1)] and rows["tiny/d64L4"].deltas == [pytest.approx(-0.3)]

@@ -167,6 +167,12 @@ def t_interval(x: Sequence[float], level: float = 0.95) -> tuple[float, float, f
     return mean, sd, se, mean - half, mean + half
 
 
+def _field(r: RunRecord, f: str) -> Any:
+    """A record's value for pairing; "preset" means the run's scale (preset, or preset/dXLY when
+    the width or depth was overridden), so runs of different sizes are never paired."""
+    return (r.get("scale") or r.get("preset")) if f == "preset" else r.get(f)
+
+
 def paired_seed_deltas(
     runs: Sequence[RunRecord],
     *,
@@ -180,12 +186,12 @@ def paired_seed_deltas(
     groups: dict[tuple, dict[Any, RunRecord]] = defaultdict(dict)
     for r in runs:
         if r["method"] == baseline:
-            key = tuple(r.get(f) for f in pair_on)
+            key = tuple(_field(r, f) for f in pair_on)
             if key in base:
                 raise StatsError(f"two baseline runs for {dict(zip(pair_on, key))}: {base[key]['path']} and {r['path']}")
             base[key] = r
         else:
-            g = (r.get("preset"), r["method"], r.get("H"), r.get("kv"), r.get("lr"))
+            g = (_field(r, "preset"), r["method"], r.get("H"), r.get("kv"), r.get("lr"))
             if r.get("seed") in groups[g]:
                 raise StatsError(f"two runs of {g} with seed {r.get('seed')}: {groups[g][r.get('seed')]['path']} "
                                  f"and {r['path']}")
@@ -196,7 +202,7 @@ def paired_seed_deltas(
     for (preset, method, H, kv, lr), by_seed in groups.items():
         seeds, deltas, unpaired = [], [], []
         for seed, r in sorted(by_seed.items(), key=lambda kv_: str(kv_[0])):
-            b = base.get(tuple(r.get(f) for f in pair_on))
+            b = base.get(tuple(_field(r, f) for f in pair_on))
             if b is None:
                 unpaired.append(seed)
                 continue
