@@ -15,7 +15,7 @@ from .tables import Cell, Table
 
 NEEDS = ("captured mhar and mhar_hw runs of one shape and seed, mhar H = mhar_hw KV groups "
          "(mhar train --method mhar_hw; mhar capture RUN)")
-COLUMNS = ["Scale / runs", "MHAR", "MHAR-HW", "Δ(hw - mh)", "max |D| MHAR", "max |D| HW",
+COLUMNS = ["Scale / runs", "MHAR", "MHAR-HW", "Δ(hw - mh)", "Max dev. MHAR", "Max dev. HW",
            "KL excess MHAR", "KL excess HW", "Consensus r"]
 KEYS = ("MHAR val loss", "MHAR-HW val loss", "Delta (hw - mh)", "max |D| MHAR", "max |D| MHAR-HW",
         "slice-KL excess MHAR", "slice-KL excess MHAR-HW", "consensus routing r")
@@ -54,7 +54,7 @@ def make(ctx) -> list[Output]:
         t.add([Cell(f"{scale_label(p['scale'])} (paper)", p["scale"]), Cell.num(p["mhar"]), Cell.num(p["mhar_hw"]),
                Cell.num(p["delta"], "{:+.3f}", bold=True), *[Cell("-")] * 5], source="paper", rule_before=i == 0)
     t.notes.append("Loss: the last val_loss in each run's metrics.jsonl (final-step eval, like the paper); "
-                   "max |D|: per-head deviation at the first ten sites; KL excess: within-head slice-KL minus "
+                   "max dev.: max |per-head deviation| at the first ten sites; KL excess: within-head slice-KL minus "
                    "its random-query null; consensus r: correlation of the two runs' head-mean routing.")
-    t.notes.append(f"Paper: {paper['what']} ({paper['ref']}).")
+    t.notes.append(f"Paper (italic rows, figures/paper_values_routing.json): {paper['what']} ({paper['ref']}).")
     return [Output("table_headalign", ctx.write_table(t), dict(table=t, values=values))]

@@ -58,5 +58,5 @@ def make(ctx) -> list[Output]:
     if matched is not None:
         t.notes.append(f"Matched-N KL ratio: median over source counts N <= {int(matched.num_sources.max())} "
                        f"of each run's KL / {runs[0].name}'s KL at the same N.")
-    t.notes.append("Paper: " + paper["what"] + f" ({paper['ref']}).")
+    t.notes.append("Paper (italic rows, figures/paper_values_routing.json): " + paper["what"] + f" ({paper['ref']}).")
     return [Output("table_probe", ctx.write_table(t), dict(table=t, values=values))]
