@@ -68,13 +68,15 @@ def make_depth_read(ctx) -> list[Output]:
     norm = Normalize(0.0, vmax)
     with paper_style():
         fig, axes = new_figure(FULL, 0.3 + 0.02 * n, ncols=len(panels), sharey=True)
-        for ax, (title, sub, m, heads) in zip(np.atleast_1d(axes), panels):
+        for k, (ax, (title, sub, m, heads)) in enumerate(zip(np.atleast_1d(axes), panels)):
             im = ax.imshow(m, cmap=WEIGHT_CMAP, norm=norm, aspect="auto", interpolation="nearest")
             ax.set_title(f"{title}\n{sub}", loc="left", fontsize=7)
             ax.set_xlabel(f"channel c (d = {m.shape[1]})")
             ax.set_xticks([0, m.shape[1] - 1], ["0", str(m.shape[1] - 1)])
             for b in range(1, heads):  # head boundaries
                 ax.axvline(b * m.shape[1] // heads - 0.5, color="white", lw=0.5, alpha=0.8)
+            if k > 0 and m.shape[0] <= MAX_TICKS and heads <= 8:  # the routed panels' weights
+                annotate_blocks(ax, m, heads, norm)
         axes[0].set_ylabel(f"depth row (site {ref.ds.site_label.values[site]})")
         _ticks(axes[0], "y", labels)
         cbar = fig.colorbar(im, ax=list(np.atleast_1d(axes)), shrink=0.9, pad=0.01)
@@ -85,6 +87,18 @@ def make_depth_read(ctx) -> list[Output]:
     notes = [f"{t}: numeric rank {v['rank']}" for t, v in data.items()]
     notes.append("pre-norm row n = running state after source n; routed rows = the sources themselves")
     return [Output("depth_read", paths, dict(panels=data, runs=[c.name for c in chosen], site=site), notes)]
+
+
+def annotate_blocks(ax, m: np.ndarray, heads: int, norm: Normalize) -> None:
+    """Write each (row, head block) weight at the block's centre, dark text on light cells."""
+    cmap = plt.get_cmap(WEIGHT_CMAP)
+    width = m.shape[1] // heads
+    for i in range(m.shape[0]):
+        for h in range(heads):
+            v = float(m[i, h * width])
+            r, g, b, _ = cmap(norm(v))
+            ax.text(h * width + (width - 1) / 2, i, f"{v:.2f}", ha="center", va="center", fontsize=6,
+                    color="black" if 0.299 * r + 0.587 * g + 0.114 * b > 0.5 else "white")
 
 
 def head_mean_map(c: Captured) -> np.ndarray:

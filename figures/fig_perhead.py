@@ -46,7 +46,7 @@ def caption(stats, paper: dict) -> str:
     null = f"{float(stats.null_max_abs_mean):.3f}"
     if np.isfinite(float(stats.null_max_abs_std)):
         null += f" ± {float(stats.null_max_abs_std):.3f}"
-    return (f"max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm random query; "
+    return (f"Dark: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm random query; "
             f"replication r = {float(stats.replication_r):.2f} (disjoint halves);\n"
             f"mean cross-head r = {float(stats.cross_head_corr_mean):.2f} "
             f"(independent heads: {float(stats.cross_head_corr_independent):.2f}). "
@@ -89,7 +89,7 @@ def make(ctx) -> list[Output]:
             for ax in axes[:, 0]:
                 ax.set_ylabel("routing site")
             cbar = fig.colorbar(im, ax=list(axes.flat), shrink=0.85, pad=0.01)
-            cbar.set_label(r"$\bar w_h - \bar w$ (dark: unavailable)")
+            cbar.set_label(r"$\bar w_h - \bar w$")
             cbar.outline.set_visible(False)
             fig.suptitle(f"Per-head deviation from the head consensus (MHAR, H={c.H}, {c.scale})",
                          x=0.0, ha="left", fontsize=8.5, fontweight="bold")

@@ -15,7 +15,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-BUDGET_S = 240  # each notebook, two loaded cores
+BUDGET_S = 120  # each notebook, two loaded cores (they take 5-25 s)
 
 
 def venv_kernel(tmp_path: Path, monkeypatch) -> str:
@@ -47,7 +47,6 @@ def test_notebook_is_committed_without_outputs(path):
 def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     monkeypatch.setenv("MHAR_NOTEBOOK_DIR", str(tmp_path / "work"))
     monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path.parent / "mhar-nb-cache"))
-    monkeypatch.setenv("MPLBACKEND", "Agg")
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name=venv_kernel(tmp_path, monkeypatch),
                             resources={"metadata": {"path": str(tmp_path)}})
