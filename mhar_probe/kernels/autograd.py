@@ -186,7 +186,8 @@ class _StackRoute(torch.autograd.Function):
         stack: _StackState = ctx.stack
         (out,) = ctx.saved_tensors
         need = ctx.needs_input_grad
-        dq, dg, dx = stack._backward_call(ctx.call, dout, out)
+        dts = set(ctx.src_dtypes)  # the kernel writes dx in the sources' own dtype when they share
+        dq, dg, dx = stack._backward_call(ctx.call, dout, out, dts.pop() if len(dts) == 1 else None)
         j0 = stack._calls[ctx.call].j0
         dxs = [dx[j - j0].view(stack.shape).to(dt) if need[6 + i] else None
                for i, (j, dt) in enumerate(zip(ctx.rows, ctx.src_dtypes))]
@@ -310,9 +311,13 @@ class _StackState:
         self._soff = soffs
         self._u = torch.stack([rec.q for rec in calls]).float() * \
             torch.stack([rec.g for rec in calls]).float()  # [calls, d] key-path direction q * g
-        self._tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
+        tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
             [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
-             soffs + [0]], dtype=torch.int64).to(dev)
+             soffs + [0]], dtype=torch.int64, pin_memory=dev.type == "cuda")
+        # From pinned memory the copy is asynchronous; from pageable memory it would wait for
+        # the whole forward pass to finish before backward could queue anything (measured: the
+        # GPU then idled while the host caught up, 10-50 ms per step on an H100).
+        self._tables = tables.to(dev, non_blocking=True)
         self._hmax = max(r.H for r in calls)
         self._epart = None
 
@@ -320,8 +325,11 @@ class _StackState:
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart"):
             setattr(self, name, None)
 
-    def _backward_call(self, call: int, dout: Tensor | None, out: Tensor
-                       ) -> tuple[Tensor, Tensor, Tensor]:
+    def _backward_call(self, call: int, dout: Tensor | None, out: Tensor,
+                       dx_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor]:
+        """One call's backward; the gradients of the sources it gathers come back as one
+        [j1 - j0, P, d] tensor in `dx_dtype` (default: the stack's), rounded once from fp32
+        (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
         self._enter_backward(call)
         rec = self._calls[call]
         P, D = self.buffer.shape[1], self.buffer.shape[2]
@@ -339,7 +347,7 @@ class _StackState:
             self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
         epart = self._epart[:nprog]
         nj = rec.j1 - rec.j0
-        dx = _new((max(nj, 1), P, D), self.buffer.dtype, dev)
+        dx = _new((max(nj, 1), P, D), dx_dtype or self.buffer.dtype, dev)
         K, KM = D // H, D // HM
         t = self._tables
         stack_bwd_kernel[(nprog,)](
