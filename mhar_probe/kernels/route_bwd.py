@@ -256,11 +256,12 @@ def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, d
 
 
 # (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps
-# override it (benchmarks/kernels/bench_routing.py --sweep).
-# Measured on an H200 (bench_routing.py --sweep 100M, device time, 2026-11-22); other shapes
-# use the heuristic below (not tuned: see mhar_probe/kernels/README.md).
+# override it (benchmarks/kernels/bench_routing.py --sweep). Measured by device time on the
+# training microbatches of the cost table (fp32 stack; H100, 2026-11-22; the 100M H=1 entry
+# on an H200 at the benchmark shape); other shapes use the heuristic below, fitted to them.
 STACK_CONFIG: dict[tuple[int, int, int], tuple[int, int, int]] = {
-    (512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2)}
+    (512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
+    (1280, 8, 8): (2, 4, 2)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
@@ -271,5 +272,6 @@ def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]
     if hit is not None:
         return hit
     width = num_heads * triton.next_power_of_2(d // num_heads)
-    block_p = max(1, min(16, 2048 // width))
-    return block_p, 4 if width * block_p <= 2048 else 8, 4
+    if width <= 512:
+        return 4, 4, 2
+    return (1, 4, 4) if width <= 1024 else (2, 4, 2)

@@ -57,8 +57,11 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 
 # Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
 # (benchmarks/kernels/bench_routing.py --sweep). Missing entries use the heuristic below.
-# Measured on an H200 (bench_routing.py --sweep 100M, device time, 2026-11-22).
-FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {(512, 1): (4, 4), (512, 8): (4, 4)}
+# Measured by device time on the training microbatches of the cost table (fp32 stack, as under
+# bf16 autocast; H100, 2026-11-22, benchmarks/kernels/results_h100.md): small position blocks
+# and 4 warps win, because more programs keep more source rows in flight.
+FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {
+    (512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
@@ -72,9 +75,8 @@ def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     hit = FWD_CONFIG.get((d, num_heads))
     if hit is not None:
         return block_k, hit[0], hit[1]
-    block_p = max(1, min(16, 4096 // width))
-    num_warps = 4 if width * block_p <= 2048 else 8
-    return block_k, block_p, num_warps
+    block_p = max(1, min(4, 1024 // width))
+    return block_k, block_p, 4 if width * block_p <= 2048 else 8
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
