@@ -33,5 +33,8 @@ demo: setup
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
 
+bench: setup
+	$(VENV)/bin/mhar bench routing --out benchmarks/kernels/results_local.json
+
 clean:
 	rm -rf $(VENV) demo_out .pytest_cache

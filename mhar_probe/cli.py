@@ -146,6 +146,7 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
 
     from analysis.probes.cli import add_probe_subparser
 
+    from .bench.cli import add_bench_subparser
     from .capture.cli import add_capture_subparser
     from .convert.cli import add_convert_subparser
     from .cpt.cli import add_cpt_subparser
@@ -154,7 +155,8 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
     from figures.cli import add_figures_subparser
 
     return [add_sweep_subparser, add_capture_subparser, add_probe_subparser, add_eval_subparser,
-            add_stats_subparser, add_figures_subparser, add_convert_subparser, add_cpt_subparser]
+            add_stats_subparser, add_figures_subparser, add_convert_subparser, add_cpt_subparser,
+            add_bench_subparser]
 
 
 def main(argv: Sequence[str] | None = None) -> int:

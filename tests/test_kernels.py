@@ -253,3 +253,24 @@ def test_stack_pending_sources_gathered_once():
     ref = run(torch.float64, ListSourceStack(4, lambda *a, **k: route64(*a, **k)))
     for a, b in zip(got, ref):
         assert rel(a, b) < 2e-5
+
+
+# ---------------------------------------------------------------- `mhar bench routing` CLI
+@pytest.mark.parametrize("argv,message", [
+    (["--shapes", "7B"], "unknown shape(s) 7B"),
+    (["--backends", "triton,cuda"], "unknown backend(s) cuda"),
+])
+def test_bench_routing_refuses_bad_input(argv, message, capsys):
+    from mhar_probe.cli import main
+
+    assert main(["bench", "routing", *argv]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_bench_routing_needs_a_gpu(capsys):
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is visible")
+    from mhar_probe.cli import main
+
+    assert main(["bench", "routing", "--shapes", "100M"]) == 2
+    assert "CUDA GPU" in capsys.readouterr().err

@@ -1,0 +1,1 @@
+"""Benchmarks that ship with the package (`mhar bench ...`): GPU-only, results as JSON."""

@@ -1,0 +1,360 @@
+"""Routing kernel benchmark: all routing calls of one microbatch, fwd / bwd / fwd+bwd.
+
+One GPU call runs everything: copy bandwidth, the paper's kernel-table shapes for each backend
+(eager, compile, triton, and FLA's `fused_attnres` at H=1 when `fla-core` is installed; same
+inputs, each checked against eager), the 8B delta per-call shape, and prints a table.
+    mhar bench routing --out results.json          (or: python -m mhar_probe.bench.routing)
+
+Timing: CUDA events around the region, warm-up, median of repeats. The byte floor is
+4 bytes x d x (B*T) x pairs / copy bandwidth (DESIGN.md section 4); pairs = sum_s N_s.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import statistics
+import time
+
+import torch
+
+from mhar_probe.errors import UserError
+from mhar_probe.model.routing import get_backend
+
+SHAPES = {  # name: (d, L, B, T)
+    "100M": (512, 12, 2, 2048),
+    "350M": (1024, 24, 1, 1024),
+    "1B": (1280, 36, 1, 1024),
+    # the training microbatches of the paper's cost table (8x2048, 4x1024, 2x1024)
+    "100M-train": (512, 12, 8, 2048),
+    "350M-train": (1024, 24, 4, 1024),
+    "1B-train": (1280, 36, 2, 1024),
+}
+DTYPE = torch.bfloat16  # --dtype float32: the promoted stack of bf16 autocast training
+
+
+def cuda_time(fn, warmup: int, repeat: int) -> float:
+    for _ in range(warmup):
+        fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        torch.cuda.synchronize()
+        times.append(a.elapsed_time(b))
+    return statistics.median(times)
+
+
+def kernel_ms(fn) -> dict[str, float]:
+    """Device time per kernel name (torch.profiler), one run after warm-up: where time goes."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        fn()
+        torch.cuda.synchronize()
+    out: dict[str, float] = {}
+    for evt in prof.key_averages():
+        t = getattr(evt, "self_device_time_total", 0) or getattr(evt, "self_cuda_time_total", 0)
+        if t:
+            out[evt.key[:60]] = out.get(evt.key[:60], 0.0) + t / 1e3
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:8])
+
+
+def copy_bandwidth() -> float:
+    """GB/s of a large device-to-device copy (bytes read + bytes written)."""
+    x = torch.randn(1 << 28, device="cuda", dtype=torch.bfloat16)
+    y = torch.empty_like(x)
+    ms = cuda_time(lambda: y.copy_(x), 5, 20)
+    return 2 * x.numel() * 2 / ms / 1e6
+
+
+def make_inputs(d, L, B, T, seed=0):
+    S = 2 * L + 1
+    g = torch.Generator(device="cuda").manual_seed(seed)
+    xs = [torch.randn(B, T, d, device="cuda", generator=g).to(DTYPE).requires_grad_() for _ in range(S)]
+    qs = [(torch.randn(d, device="cuda", generator=g) * 0.1).bfloat16().requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16().requires_grad_() for _ in range(S)]
+    douts = [torch.randn(B, T, d, device="cuda", generator=g).to(DTYPE) for _ in range(S)]
+    return xs, qs, gs, douts
+
+
+class _FLAStack:
+    """FLA's `fused_attnres` (H = 1 only) behind the stack interface: a list of sources, one
+    fused call per site over the prefix (FLA's own pointer-table design; weights not returned)."""
+
+    def __init__(self, capacity: int) -> None:
+        self.sources: list[torch.Tensor] = []
+
+    def append(self, x: torch.Tensor) -> None:
+        self.sources.append(x)
+
+    def route(self, q, g, H, eps, n):
+        from fla.ops.attnres import fused_attnres
+
+        assert H == 1, "FLA's fused_attnres is single-head"
+        return fused_attnres(q, self.sources[:n], g, rms_eps=eps), None
+
+
+def fla_backend():
+    from types import SimpleNamespace
+
+    import fla.ops.attnres  # noqa: F401  (fails here if the wheel is not installed)
+    return SimpleNamespace(name="fla", new_stack=_FLAStack)
+
+
+def chain_fwd(backend, xs, qs, gs, H):
+    """The model's order: append source s, route over [0, s+1); 2L+1 calls and sources."""
+    stack = backend.new_stack(len(xs))
+    outs = []
+    for s in range(len(xs)):
+        stack.append(xs[s])
+        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1)[0])
+    return outs
+
+
+def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
+    xs, qs, gs, douts = make_inputs(d, L, B, T)
+    S = 2 * L + 1
+    pairs = S * (S + 1) // 2
+    P = B * T
+    floor_bytes = 4 * d * P * pairs
+    rows = []
+    with torch.no_grad():  # correctness of every backend's last (widest) output against eager's
+        ref = chain_fwd(get_backend("eager"), xs, qs, gs, H)[-1].float()
+    for bname in backends:
+        if bname == "fla" and H != 1:
+            continue
+        try:
+            be = fla_backend() if bname == "fla" else get_backend(bname)
+        except ImportError as exc:
+            print(f"{name:5s} H={H:<2d} {bname:8s} skipped: {exc}", flush=True)
+            continue
+        leaves = xs + qs + gs
+
+        def fwd():
+            return chain_fwd(be, xs, qs, gs, H)
+
+        def fwdbwd():
+            outs = fwd()
+            torch.autograd.backward(outs, douts)
+            for t in leaves:
+                t.grad = None
+
+        try:
+            t0 = time.time()
+            fwdbwd()  # compile / autotune outside the timings
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            rep = repeat if bname == "triton" else max(3, repeat // 3)
+            ms_f = cuda_time(fwd, 2, rep)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            ms_fb = cuda_time(fwdbwd, 2, rep)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+        except torch.OutOfMemoryError:
+            rows.append(dict(shape=name, H=H, backend=bname, oom=True))
+            torch.cuda.empty_cache()
+            continue
+        floor_ms = floor_bytes / (bw * 1e6)
+        with torch.no_grad():
+            last = fwd()[-1].float()
+        err = ((last - ref).abs().max() / ref.abs().max()).item()
+        prof = kernel_ms(fwdbwd) if bname == "triton" and profile else {}
+        rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()),shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
+                         fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
+                         floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
+                         effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first,
+                         last_out_rel_err_vs_eager=err))
+        print(f"{name:5s} H={H:<2d} {bname:8s} fwd {ms_f:8.3f}  bwd {ms_fb - ms_f:8.3f}  "
+              f"fwd+bwd {ms_fb:8.3f} ms  floor {floor_ms:6.3f} ms ({floor_ms / ms_fb:5.1%})  "
+              f"peak +{peak:5.2f} GiB  err {err:.1e}" + (f"  GPU-busy {sum(prof.values()):6.3f} ms" if prof else ""),
+              flush=True)
+    return rows
+
+
+def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
+    """8B delta form: one self-contained call (null + block deltas, partial, gate) fwd+bwd."""
+    g = torch.Generator(device="cuda").manual_seed(1)
+    src = torch.randn(N, B, T, d, device="cuda", generator=g).bfloat16().requires_grad_()
+    q = (0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16().requires_grad_()
+    w = torch.ones(d, device="cuda").bfloat16().requires_grad_()
+    part = torch.randn(B, T, d, device="cuda", generator=g).bfloat16().requires_grad_()
+    gate = torch.tensor(0.1, device="cuda").requires_grad_()
+    dout = torch.randn(B, T, d, device="cuda", generator=g).bfloat16()
+    rows = []
+    for bname in backends:
+        if bname == "fla":  # FLA has no delta form (partial stream + gate)
+            continue
+        be = get_backend(bname)
+
+        def fb():
+            out, _ = be.route(src, q, w, H, 1e-6, partial=part, gate=gate)
+            torch.autograd.backward(out, dout)
+
+        try:
+            fb()
+            ms = cuda_time(fb, 2, repeat)
+        except torch.OutOfMemoryError:
+            rows.append(dict(shape="8B-delta", backend=bname, oom=True))
+            continue
+        per_mb = ms * (2 * L + 1)
+        rows.append(dict(shape="8B-delta", d=d, H=H, N=N, B=B, T=T, backend=bname,
+                         call_fwdbwd_ms=ms, microbatch_ms=per_mb))
+        print(f"8B-delta H=8 {bname:8s} one call fwd+bwd {ms:8.3f} ms; x{2 * L + 1} calls = "
+              f"{per_mb:8.1f} ms/microbatch", flush=True)
+    return rows
+
+
+def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str) -> list[dict]:
+    """Launch-configuration sweep of the triton kernels per shape/H, judged by device time
+    (torch.profiler kernel sums: wall time here is dominated by host noise). Writes the chosen
+    configs as JSON for MHAR_KERNEL_CONFIG (read at import by route_fwd / route_bwd)."""
+    from mhar_probe.kernels import route_bwd, route_fwd
+
+    fwd_cfgs = [(1, 4), (2, 4), (4, 4), (8, 4), (2, 8), (4, 8), (8, 8), (16, 8)]
+    stack_cfgs = [(1, 4, 4), (2, 4, 2), (2, 4, 3), (4, 4, 2), (4, 8, 1), (4, 8, 2), (8, 8, 1), (2, 8, 2),
+                  (1, 8, 2)]
+    rows = []
+    for name in shapes:
+        d, L, B, T = SHAPES[name]
+        xs, qs, gs, douts = make_inputs(d, L, B, T)
+        for H in heads:
+            be = get_backend("triton")
+
+            def fb():
+                outs = chain_fwd(be, xs, qs, gs, H)
+                torch.autograd.backward(outs, douts)
+                for t in xs + qs + gs:
+                    t.grad = None
+
+            def gpu(prefix):
+                fb()
+                ks = kernel_ms(fb)
+                return sum(v for k, v in ks.items() if k.startswith(prefix)), ks
+
+            for cfg in fwd_cfgs:
+                route_fwd.FWD_CONFIG[(d, H)] = cfg
+                ms, _ = gpu("route_fwd")
+                rows.append(dict(sweep="fwd", shape=name, H=H, cfg=cfg, gpu_ms=ms))
+            best_f = min((r for r in rows if r["sweep"] == "fwd" and r["shape"] == name and r["H"] == H),
+                         key=lambda r: r["gpu_ms"])
+            route_fwd.FWD_CONFIG[(d, H)] = best_f["cfg"]
+            for cfg in stack_cfgs:
+                route_bwd.STACK_CONFIG[(d, H, H)] = cfg
+                ms, _ = gpu("stack_bwd")
+                rows.append(dict(sweep="stack", shape=name, H=H, cfg=cfg, gpu_ms=ms))
+            best = min((r for r in rows if r["sweep"] == "stack" and r["shape"] == name and r["H"] == H),
+                       key=lambda r: r["gpu_ms"])
+            route_bwd.STACK_CONFIG[(d, H, H)] = best["cfg"]
+            print(f"SWEEP {name} H={H}: fwd " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in rows
+                  if r["sweep"] == "fwd" and r["shape"] == name and r["H"] == H) + " | stack " +
+                  " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in rows
+                           if r["sweep"] == "stack" and r["shape"] == name and r["H"] == H), flush=True)
+            json.dump(dict(fwd=[[d_, h_, *c] for (d_, h_), c in route_fwd.FWD_CONFIG.items()],
+                           stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()]),
+                      open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
+    return rows
+
+
+def host_profile(name: str, H: int, iters: int = 20) -> None:
+    """Where the host's time goes in the triton chain (Python functions by own time)."""
+    import cProfile
+    import pstats
+
+    d, L, B, T = SHAPES[name]
+    xs, qs, gs, douts = make_inputs(d, L, B, T)
+    be = get_backend("triton")
+
+    def fb():
+        outs = chain_fwd(be, xs, qs, gs, H)
+        torch.autograd.backward(outs, douts)
+        for t in xs + qs + gs:
+            t.grad = None
+
+    for _ in range(3):
+        fb()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    prof = cProfile.Profile()
+    prof.enable()
+    for _ in range(iters):
+        fb()
+    prof.disable()
+    torch.cuda.synchronize()
+    host = (time.perf_counter() - t0) / iters * 1e3
+    print(f"HOST {name} H={H}: {host:.2f} ms per fwd+bwd under cProfile ({2 * L + 1} calls)")
+    pstats.Stats(prof).sort_stats("tottime").print_stats(22)
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """One clear message for input the user can fix (the CLI turns it into exit status 2)."""
+    unknown = [b for b in args.backends.split(",") if b not in ("triton", "compile", "eager", "fla")]
+    if unknown:
+        raise UserError(f"unknown backend(s) {', '.join(unknown)}; choose from triton, compile, eager, fla")
+    bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
+    if bad:
+        raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
+    if not torch.cuda.is_available():
+        raise UserError("the routing benchmark times the kernels on a CUDA GPU; none is visible here")
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(prog="mhar bench routing", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--out", default="results.json")
+    ap.add_argument("--backends", default="triton,compile,eager")
+    ap.add_argument("--heads", default="1,8")
+    ap.add_argument("--shapes", default="100M,350M,1B")
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--no-delta", action="store_true")
+    ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
+                    help="source/dout storage (float32: bf16 autocast training's promoted stack)")
+    ap.add_argument("--host-profile", action="store_true",
+                    help="cProfile the host side of the triton chain (first shape, first H) and print it")
+    args = ap.parse_args(argv)
+    check_arguments(args)
+    import triton
+
+    import mhar_probe.kernels  # noqa: F401  (registers 'triton')
+
+    global DTYPE
+    DTYPE = getattr(torch, args.dtype)
+    torch._dynamo.config.cache_size_limit = 64
+    backends = args.backends.split(",")
+    bw = copy_bandwidth()
+    meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
+                torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
+                copy_gbps=bw, dtype=args.dtype)
+    print(json.dumps(meta), flush=True)
+    rows = []
+    if args.host_profile:
+        host_profile(args.shapes.split(",")[0], int(args.heads.split(",")[0]))
+    if args.sweep:
+        rows += sweep(bw, args.repeat, args.sweep.split(","), list(map(int, args.heads.split(","))),
+                      args.out.replace(".json", "_tuned.json"))
+    for name in args.shapes.split(","):
+        for H in map(int, args.heads.split(",")):
+            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat)
+            json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+    if not args.no_delta:
+        rows += bench_delta(backends, bw, max(5, args.repeat // 2))
+    json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+    print("\nshape  H  backend   fwd+bwd ms   vs triton  floor frac")
+    tri = {(r["shape"], r.get("H")): r for r in rows if r["backend"] == "triton" and "fwdbwd_ms" in r}
+    for r in rows:
+        if "fwdbwd_ms" not in r or "sweep" in r:
+            continue
+        t = tri.get((r["shape"], r["H"]))
+        print(f"{r['shape']:5s} {r['H']:2d} {r['backend']:8s} {r['fwdbwd_ms']:10.3f} "
+              f"{r['fwdbwd_ms'] / t['fwdbwd_ms'] if t else float('nan'):9.2f}x {r['floor_fraction']:9.1%}")
+
+
+if __name__ == "__main__":
+    main()
