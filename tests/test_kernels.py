@@ -255,6 +255,54 @@ def test_stack_pending_sources_gathered_once():
         assert rel(a, b) < 2e-5
 
 
+@pytest.mark.parametrize("first_k", [1, 2])
+def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
+    """Autocast's layout: an fp32 source 0 beside half-precision sublayer outputs. The stack
+    keeps source 0 in its own fp32 row and the rest in a half-precision buffer (half the bytes),
+    and must compute exactly what the promoted fp32 stack computes: bitwise equal outputs,
+    weights and gradients, and the eager reference on the torch.stack-promoted sources."""
+    gen = torch.Generator().manual_seed(11)
+    B, T, D, S = 1, 3, 12, 5
+    x0 = torch.randn(B, T, D, generator=gen)
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1 + first_k - 1)]
+    heads = [1, 2, 4, 2, 1]
+
+    def run(stack):
+        leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
+        x0_, q_, g_, M_ = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
+        stack.append(x0_)  # fp32, as the embedding under autocast
+        for k in range(1, first_k):  # more sources before the first call (gathered together)
+            stack.append(torch.tanh(x0_ @ M_[S - 2 + k]).half())
+        loss, outs, wts = 0.0, [], []
+        for s in range(S):
+            out, w = stack.route(q_[s], g_[s], heads[s], EPS, len(stack))
+            outs.append(out)
+            wts.append(w)
+            loss = loss + (out.float() * (s + 1)).sin().sum()
+            if len(stack) < stack.capacity:
+                stack.append(torch.tanh(out.float() @ M_[s]).half())  # half, as bf16 under autocast
+        return outs, wts, torch.autograd.grad(loss, leaves)
+
+    cap = S + first_k - 1
+    split_stack = TritonSourceStack(cap)
+    split = run(split_stack)
+    assert split_stack.row0.dtype == torch.float32 and split_stack.buffer.dtype == torch.float16
+    monkeypatch.setattr(kad, "SPLIT_ROW0", False)
+    promoted_stack = TritonSourceStack(cap)
+    promoted = run(promoted_stack)
+    assert promoted_stack.buffer.dtype == torch.float32
+    for a, b in zip(split[0] + split[1] + list(split[2]), promoted[0] + promoted[1] + list(promoted[2])):
+        assert a.dtype == b.dtype and torch.equal(a, b)
+    eager = run(ListSourceStack(cap, route_reference))
+    assert all(o.dtype == torch.float32 for o in split[0])
+    for a, b in zip(split[0], eager[0]):
+        assert rel(a, b) < 1e-5
+    for a, b in zip(split[2], eager[2]):  # eager rounds each call's share of a half source's
+        assert rel(a, b) < 3e-3           # gradient to half, the kernel rounds their fp32 sum
+
+
 # ---------------------------------------------------------------- `mhar bench routing` CLI
 @pytest.mark.parametrize("argv,message", [
     (["--shapes", "7B"], "unknown shape(s) 7B"),

@@ -12,6 +12,7 @@ Timing: CUDA events around the region, warm-up, median of repeats. The byte floo
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import statistics
@@ -31,7 +32,26 @@ SHAPES = {  # name: (d, L, B, T)
     "350M-train": (1024, 24, 4, 1024),
     "1B-train": (1280, 36, 2, 1024),
 }
-DTYPE = torch.bfloat16  # --dtype float32: the promoted stack of bf16 autocast training
+DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
+# Earlier states of the triton kernels, timed beside the current one in the same process:
+# Triton's own launch path (no cached kernels), the whole stack in the promoted dtype, or both.
+VARIANTS = {"triton-nofast": (False, True), "triton-promoted": (True, False),
+            "triton-prev": (False, False)}
+BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
+
+
+@contextlib.contextmanager
+def kernel_variant(name: str):
+    """Set the kernels' launch path and stack layout for backend `name` (restored after)."""
+    from mhar_probe.kernels import autograd as kad, launch as kl
+
+    fast, split = VARIANTS.get(name, (True, True))
+    old = kl.FAST, kad.SPLIT_ROW0
+    kl.FAST, kad.SPLIT_ROW0 = kl.DEFAULT_FAST and fast, split
+    try:
+        yield
+    finally:
+        kl.FAST, kad.SPLIT_ROW0 = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -75,12 +95,18 @@ def copy_bandwidth() -> float:
 
 
 def make_inputs(d, L, B, T, seed=0):
+    """Sources, queries, norm weights, douts. `mixed` is bf16 autocast's layout: an fp32
+    embedding, bf16 sublayer outputs, fp32 routed outputs (so fp32 douts)."""
     S = 2 * L + 1
     g = torch.Generator(device="cuda").manual_seed(seed)
-    xs = [torch.randn(B, T, d, device="cuda", generator=g).to(DTYPE).requires_grad_() for _ in range(S)]
+    src_dtype = torch.bfloat16 if DTYPE == "mixed" else DTYPE
+    xs = [torch.randn(B, T, d, device="cuda", generator=g).to(torch.float32 if i == 0 and DTYPE == "mixed"
+                                                              else src_dtype).requires_grad_()
+          for i in range(S)]
     qs = [(torch.randn(d, device="cuda", generator=g) * 0.1).bfloat16().requires_grad_() for _ in range(S)]
     gs = [(1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16().requires_grad_() for _ in range(S)]
-    douts = [torch.randn(B, T, d, device="cuda", generator=g).to(DTYPE) for _ in range(S)]
+    douts = [torch.randn(B, T, d, device="cuda", generator=g).to(torch.float32 if DTYPE == "mixed" else DTYPE)
+             for _ in range(S)]
     return xs, qs, gs, douts
 
 
@@ -131,7 +157,7 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
         if bname == "fla" and H != 1:
             continue
         try:
-            be = fla_backend() if bname == "fla" else get_backend(bname)
+            be = fla_backend() if bname == "fla" else get_backend(bname.split("-")[0])
         except ImportError as exc:
             print(f"{name:5s} H={H:<2d} {bname:8s} skipped: {exc}", flush=True)
             continue
@@ -146,26 +172,27 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
             for t in leaves:
                 t.grad = None
 
-        try:
-            t0 = time.time()
-            fwdbwd()  # compile / autotune outside the timings
-            torch.cuda.synchronize()
-            first = time.time() - t0
-            rep = repeat if bname == "triton" else max(3, repeat // 3)
-            ms_f = cuda_time(fwd, 2, rep)
-            torch.cuda.reset_peak_memory_stats()
-            base = torch.cuda.memory_allocated()
-            ms_fb = cuda_time(fwdbwd, 2, rep)
-            peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-        except torch.OutOfMemoryError:
-            rows.append(dict(shape=name, H=H, backend=bname, oom=True))
-            torch.cuda.empty_cache()
-            continue
+        with kernel_variant(bname):
+            try:
+                t0 = time.time()
+                fwdbwd()  # compile / autotune outside the timings
+                torch.cuda.synchronize()
+                first = time.time() - t0
+                rep = repeat if bname.startswith("triton") else max(3, repeat // 3)
+                ms_f = cuda_time(fwd, 2, rep)
+                torch.cuda.reset_peak_memory_stats()
+                base = torch.cuda.memory_allocated()
+                ms_fb = cuda_time(fwdbwd, 2, rep)
+                peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+            except torch.OutOfMemoryError:
+                rows.append(dict(shape=name, H=H, backend=bname, oom=True))
+                torch.cuda.empty_cache()
+                continue
+            with torch.no_grad():
+                last = fwd()[-1].float()
+            prof = kernel_ms(fwdbwd) if bname.startswith("triton") and profile else {}
         floor_ms = floor_bytes / (bw * 1e6)
-        with torch.no_grad():
-            last = fwd()[-1].float()
         err = ((last - ref).abs().max() / ref.abs().max()).item()
-        prof = kernel_ms(fwdbwd) if bname == "triton" and profile else {}
         rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()),shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
                          fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
@@ -191,15 +218,16 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
     for bname in backends:
         if bname == "fla":  # FLA has no delta form (partial stream + gate)
             continue
-        be = get_backend(bname)
+        be = get_backend(bname.split("-")[0])
 
         def fb():
             out, _ = be.route(src, q, w, H, 1e-6, partial=part, gate=gate)
             torch.autograd.backward(out, dout)
 
         try:
-            fb()
-            ms = cuda_time(fb, 2, repeat)
+            with kernel_variant(bname):
+                fb()
+                ms = cuda_time(fb, 2, repeat)
         except torch.OutOfMemoryError:
             rows.append(dict(shape="8B-delta", backend=bname, oom=True))
             continue
@@ -294,9 +322,9 @@ def host_profile(name: str, H: int, iters: int = 20) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """One clear message for input the user can fix (the CLI turns it into exit status 2)."""
-    unknown = [b for b in args.backends.split(",") if b not in ("triton", "compile", "eager", "fla")]
+    unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
     if unknown:
-        raise UserError(f"unknown backend(s) {', '.join(unknown)}; choose from triton, compile, eager, fla")
+        raise UserError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(BACKENDS)}")
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
     if bad:
         raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
@@ -314,8 +342,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32"],
-                    help="source/dout storage (float32: bf16 autocast training's promoted stack)")
+    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
+                    help="source/dout storage (mixed: bf16 autocast training's layout, an fp32 "
+                         "embedding and bf16 sublayer outputs; float32: all fp32)")
     ap.add_argument("--host-profile", action="store_true",
                     help="cProfile the host side of the triton chain (first shape, first H) and print it")
     args = ap.parse_args(argv)
@@ -325,7 +354,7 @@ def main(argv: list[str] | None = None) -> None:
     import mhar_probe.kernels  # noqa: F401  (registers 'triton')
 
     global DTYPE
-    DTYPE = getattr(torch, args.dtype)
+    DTYPE = "mixed" if args.dtype == "mixed" else getattr(torch, args.dtype)
     torch._dynamo.config.cache_size_limit = 64
     backends = args.backends.split(",")
     bw = copy_bandwidth()

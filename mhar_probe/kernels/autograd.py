@@ -26,12 +26,18 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels.route_bwd import (
-    launch_dqdg, route_bwd_local_kernel, stack_bwd_kernel, stack_config,
+    ROUTE_BWD_LOCAL, STACK_BWD, launch_dqdg, stack_config,
 )
 from mhar_probe.kernels.route_fwd import launch_route_fwd, rounding_flags, tile_config
 
 # Tests set this to fill every kernel output with NaN before the kernel writes it.
 POISON = os.environ.get("MHAR_KERNELS_POISON", "") == "1"
+# Under autocast the embedding (source 0) is fp32 and every sublayer output bf16. The stack
+# keeps source 0 in its own row and the rest in a bf16 buffer, and the kernels compute in the
+# promoted dtype (fp32), as torch.stack + the reference would: the same function with 2 bytes
+# per source element read instead of 4. MHAR_STACK_SPLIT_ROW0=0 promotes the whole buffer
+# instead (the earlier layout; kept for the benchmark's comparison).
+SPLIT_ROW0 = os.environ.get("MHAR_STACK_SPLIT_ROW0", "1") != "0"
 
 
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -89,11 +95,11 @@ class _RouteLocal(torch.autograd.Function):
         epart = _new((grid, D), torch.float32, sources.device)
         gpart = _new((grid,), torch.float32, sources.device)
         has_gate = ctx.has_partial and gate is not None
-        route_bwd_local_kernel[(grid,)](
-            sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
-            epart, gpart, P, N, ctx.eps,
-            D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
-            ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0], num_warps=num_warps)
+        ROUTE_BWD_LOCAL(
+            grid, (sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
+                   epart, gpart, P, N, ctx.eps),
+            dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
+                 ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0]), num_warps)
         dq = _new(query.shape, query.dtype, query.device)
         dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
         launch_dqdg(epart, query, norm_weight, dq, dg)
@@ -166,6 +172,7 @@ class _Call:
     woff: int  # element offset of this call's W [n, P, H] in the stack's flat weight buffer
     j0: int  # rows [j0, j1) were appended since the previous call: gathered by this call's node
     j1: int
+    dtype: torch.dtype  # promoted dtype of rows [0, n): the call's output and key rounding
     q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
     g: Tensor | None = None
 
@@ -200,14 +207,22 @@ class _StackRoute(torch.autograd.Function):
 class _StackState:
     """Everything a stack's backward needs. It holds no autograd outputs (the chaining token
     lives in `TritonSourceStack`), so nodes that keep it in their ctx form no reference cycle:
-    a forward without backward frees its buffers as soon as the outputs are dropped."""
+    a forward without backward frees its buffers as soon as the outputs are dropped.
+
+    Source 0 is kept as its own [P, d] row (`row0`, a reference to the appended tensor, as a
+    Python list of sources would hold it); sources 1.. are copied into `buffer` [capacity, P, d]
+    (its row 0 is unused), allocated at the second append in that source's dtype. Under
+    autocast that is an fp32 embedding beside a bf16 buffer; every call computes in the
+    promoted dtype of the rows it reads, as torch.stack of them would."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.row0: Tensor | None = None
         self.buffer: Tensor | None = None
         self.shape: tuple[int, int, int] | None = None
+        self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
         self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
@@ -223,62 +238,83 @@ class _StackState:
         _refuse_recompute()
         if self._len >= self.capacity:
             raise RuntimeError(f"source stack is full ({self.capacity} sources)")
-        if self.buffer is None:
+        if self.row0 is None:
             _check_device(x)
             B, T, D = x.shape
             self.shape = (B, T, D)
-            self.buffer = torch.empty((self.capacity, B * T, D), dtype=x.dtype, device=x.device)
-        elif x.shape != self.shape or x.device != self.buffer.device:
+            self.row0 = x.detach().reshape(B * T, D).contiguous()
+            self.dtype = x.dtype
+            self._len = 1
+            return
+        if x.shape != self.shape or x.device != self.row0.device:
             raise ValueError(f"source {self._len} has shape {tuple(x.shape)} on {x.device}; "
-                             f"the stack holds {self.shape} on {self.buffer.device}")
-        elif x.dtype != self.buffer.dtype:  # mixed dtypes (autocast): promote, as torch.stack does
+                             f"the stack holds {self.shape} on {self.row0.device}")
+        if self.buffer is None:
+            dtype = x.dtype if SPLIT_ROW0 else torch.promote_types(self.row0.dtype, x.dtype)
+            self.buffer = torch.empty((self.capacity, *self.row0.shape), dtype=dtype,
+                                      device=x.device)
+        elif x.dtype != self.buffer.dtype:  # a wider source: promote, as torch.stack does
             wide = torch.promote_types(self.buffer.dtype, x.dtype)
             if wide != self.buffer.dtype:
-                if self._calls:
+                if any(rec.n > 1 for rec in self._calls):
                     raise ValueError(f"source {self._len} ({x.dtype}) is wider than the stack's "
-                                     f"{self.buffer.dtype} after routing has started")
+                                     f"{self.buffer.dtype} after routing over it has started")
                 self.buffer = self.buffer.to(wide)
         self.buffer[self._len].view(self.shape).copy_(x.detach())
+        self.dtype = torch.promote_types(self.dtype, x.dtype)
         self._len += 1
 
     def __len__(self) -> int:
         return self._len
 
-    def stacked(self, n: int | None = None) -> Tensor:  # [n, B, T, d], a view of the buffer
+    @property
+    def rows(self) -> Tensor:  # [>=1, P, d]: what the kernels index rows n >= 1 in
+        return self.row0.unsqueeze(0) if self.buffer is None else self.buffer
+
+    def _dtype_of(self, n: int) -> torch.dtype:
+        """Promoted dtype of rows [0, n)."""
+        return self.row0.dtype if n == 1 else torch.promote_types(self.row0.dtype, self.buffer.dtype)
+
+    def stacked(self, n: int | None = None) -> Tensor:  # [n, B, T, d] (a copy unless n == 1)
         n = self._len if n is None else n
-        assert self.buffer is not None and self.shape is not None
-        return self.buffer[:n].view(n, *self.shape)
+        assert self.row0 is not None and self.shape is not None
+        if n == 1:
+            return self.row0.view(1, *self.shape)
+        dtype = self._dtype_of(n)
+        return torch.cat([self.row0.view(1, *self.shape).to(dtype),
+                          self.buffer[1:n].view(n - 1, *self.shape).to(dtype)])
 
     def _reserve_w(self, size: int, H: int) -> int:
+        dev = self.row0.device
         if self._w_flat is None:
-            P = self.buffer.shape[1]
-            guess = P * H * self.capacity * (self.capacity + 1) // 2
-            self._w_flat = _new((max(size, guess),), torch.float32, self.buffer.device)
+            guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
+            self._w_flat = _new((max(size, guess),), torch.float32, dev)
         elif self._w_used + size > self._w_flat.numel():
-            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32,
-                         self.buffer.device)
+            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32, dev)
             grown[: self._w_used].copy_(self._w_flat[: self._w_used])
             self._w_flat = grown
         off = self._w_used
         self._w_used += size
         return off
 
-    def _new_out(self) -> Tensor:
-        if self._out_chunk is None or self._out_used == self._out_chunk.shape[0]:
-            P, D = self.buffer.shape[1], self.buffer.shape[2]
-            self._out_chunk = _new((self._OUT_CHUNK, P, D), self.buffer.dtype, self.buffer.device)
+    def _new_out(self, dtype: torch.dtype) -> Tensor:
+        chunk = self._out_chunk
+        if chunk is None or self._out_used == chunk.shape[0] or chunk.dtype != dtype:
+            chunk = self._out_chunk = _new((self._OUT_CHUNK, *self.row0.shape), dtype,
+                                           self.row0.device)
             self._out_used = 0
-        out = self._out_chunk[self._out_used]
+        out = chunk[self._out_used]
         self._out_used += 1
         return out
 
     def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
         rec = self._calls[call]
         rec.q, rec.g = query.detach(), norm_weight.detach()
-        P = self.buffer.shape[1]
-        out = self._new_out()
+        P = self.row0.shape[0]
+        out = self._new_out(rec.dtype)
         W = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]
-        launch_route_fwd(self.buffer, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W)
+        launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
+                         v0=self.row0)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -297,11 +333,11 @@ class _StackState:
 
     def _begin_backward(self, top: int) -> None:
         """Per-backward buffers, allocated once: douts, D'/S', q*g per call, call tables."""
-        dev = self.buffer.device
-        P, D = self.buffer.shape[1], self.buffer.shape[2]
+        dev = self.row0.device
+        P, D = self.row0.shape
         calls = self._calls[: top + 1]
         self._bwd_top = top
-        self._dout_buf = _new((top + 1, P, D), self.buffer.dtype, dev)
+        self._dout_buf = _new((top + 1, P, D), self.dtype, dev)
         self._d_flat = _new((self._w_used,), torch.float32, dev)
         soffs, s = [], 0
         for rec in calls:
@@ -332,7 +368,7 @@ class _StackState:
         (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
         self._enter_backward(call)
         rec = self._calls[call]
-        P, D = self.buffer.shape[1], self.buffer.shape[2]
+        P, D = self.row0.shape
         dev = out.device
         if dout is None:
             dout = torch.zeros_like(out)
@@ -347,17 +383,19 @@ class _StackState:
             self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
         epart = self._epart[:nprog]
         nj = rec.j1 - rec.j0
-        dx = _new((max(nj, 1), P, D), dx_dtype or self.buffer.dtype, dev)
+        dx = _new((max(nj, 1), P, D), dx_dtype or self.dtype, dev)
         K, KM = D // H, D // HM
         t = self._tables
-        stack_bwd_kernel[(nprog,)](
-            self.buffer, P * D, dout, out, self._dout_buf, P * D,
-            self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
-            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps,
-            D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
-            BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
-            ROUND_KEY=_flags(self.buffer.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
-            num_warps=num_warps)
+        STACK_BWD(
+            nprog,
+            (self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
+             self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
+             call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps),
+            dict(D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
+                 BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
+                 ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
+                 GATHER0=nj > 0 and rec.j0 == 0),
+            num_warps)
         dq = _new(rec.q.shape, rec.q.dtype, dev)
         dg = _new(rec.g.shape, rec.g.dtype, dev)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
@@ -402,9 +440,10 @@ class TritonSourceStack:
         P = B * T
         query, norm_weight = query.contiguous(), norm_weight.contiguous()
         if not torch.is_grad_enabled():  # inference: nothing is saved
-            out = _new((P, D), st.buffer.dtype, st.buffer.device)
-            W = _new((n, P, num_heads), torch.float32, st.buffer.device)
-            launch_route_fwd(st.buffer, n, P, query, norm_weight, num_heads, eps, out, W)
+            dev = st.row0.device
+            out = _new((P, D), st._dtype_of(n), dev)
+            W = _new((n, P, num_heads), torch.float32, dev)
+            launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0)
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "
@@ -412,12 +451,12 @@ class TritonSourceStack:
         size = n * P * num_heads
         woff = st._reserve_w(size, num_heads)
         call = len(st._calls)
-        st._calls.append(_Call(n, num_heads, eps, woff, st._last_len, st._len))
+        st._calls.append(_Call(n, num_heads, eps, woff, st._last_len, st._len, st._dtype_of(n)))
         st._last_len = st._len
         rows = [j for j, _ in self._pending]
         xs = [x for _, x in self._pending]
         self._pending = []
         token_prev = self._token if self._token is not None else \
-            torch.empty(0, device=st.buffer.device, requires_grad=True)
+            torch.empty(0, device=st.row0.device, requires_grad=True)
         out, self._token = _StackRoute.apply(st, call, rows, query, norm_weight, token_prev, *xs)
         return out.view(B, T, D), st._w_flat[woff: woff + size].view(n, B, T, num_heads)

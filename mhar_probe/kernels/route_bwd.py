@@ -41,6 +41,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route_fwd import rsqrt_acc
 
 
@@ -136,8 +137,44 @@ def _call_bwd_step(v, do, shift, wptr, dptr, Ssh, A, Bv, pmask, eps, D: tl.const
 
 
 @triton.jit
+def _gather_source(vg, j, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm, pmask,
+                   DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,
+                   P, eps, D: tl.constexpr, HM: tl.constexpr, BLOCK_P: tl.constexpr,
+                   BLOCK_KM: tl.constexpr):
+    """dv_j for one block of positions (vg: source row j, fp32 [BP, HM, BKM]) from every stored
+    dout of the calls c >= call that read source j."""
+    rg = rsqrt_acc(tl.sum(tl.sum(vg * vg, axis=2), axis=1) / D + eps)  # [BP]
+    acc_v = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
+    acc_k = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
+    zero_h = tl.zeros([HM], tl.int64)
+    rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
+    do_next = tl.load(DOUT_BUF + call * stride_dc + rowm, mask=maskm & rd[None, :, None], other=0.0)
+    for c in range(call, top1):
+        rd = (zero_h + tl.load(CALL_N + c)) > j
+        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+        dog = do_next.to(tl.float32)
+        # tables carry a sentinel call (n = 0) after the last: no read past top1
+        rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j
+        do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowm,
+                          mask=maskm & rd_next[None, :, None], other=0.0)
+        hc = tl.load(CALL_H + c)
+        hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
+        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
+        wo = tl.load(CALL_WOFF + c) + j * P * hc
+        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+        dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
+        ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+        u = tl.load(U + c * D + colm, mask=cmaskm, other=0.0)  # [HM, BKM]
+        acc_v += wg[:, :, None] * dog
+        acc_k += (wg * (dsh - ssh))[:, :, None] * u[None, :, :]
+    dot = tl.sum(tl.sum(acc_k * vg, axis=2), axis=1)
+    return acc_v + rg[:, None, None] * acc_k - (rg * rg * rg * dot / D)[:, None, None] * vg
+
+
+@triton.jit
 def stack_bwd_kernel(
-    V, stride_vn,  # V [cap, P, D] source buffer
+    V0,  # [P, D] source row 0 (its own tensor; may be wider than the buffer)
+    V, stride_vn,  # V [cap, P, D] source buffer (rows >= 1)
     DOUT, OUT,  # [P, D] this call's dout and output
     DOUT_BUF, stride_dc,  # [calls, P, D] stored douts; this call's slot is written here
     WALL, DALL, SALL,  # flat fp32: per call [n_c, P, H_c] weights / shifted D'; [P, H_c] S'
@@ -149,10 +186,11 @@ def stack_bwd_kernel(
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     HM: tl.constexpr, KM: tl.constexpr, BLOCK_KM: tl.constexpr,
     BLOCK_P: tl.constexpr, ROUND_KEY: tl.constexpr, HAS_GATHER: tl.constexpr,
+    GATHER0: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
-    dtype = OUT.dtype.element_ty
+    dtype = OUT.dtype.element_ty  # the call's promoted source dtype (rounding of the key)
     # call part: [BP, H, BK] tile of this call's heads
     offs_h = tl.arange(0, H)
     offs_k = tl.arange(0, BLOCK_K)
@@ -172,18 +210,21 @@ def stack_bwd_kernel(
         row = offs_p.to(tl.int64)[:, None, None] * D + col[None, :, :]
         hoff = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
         do_raw = tl.load(DOUT + row, mask=mask, other=0.0)
-        vptr = V + row  # software prefetch: the next two source rows are in flight
-        v_n1 = tl.load(vptr, mask=mask, other=0.0)
-        vptr += stride_vn
+        v0 = tl.load(V0 + row, mask=mask, other=0.0)
         n_vec = tl.full([BLOCK_P], n, tl.int32)  # n as a tensor (n == 1 arrives as a constant)
-        v_n2 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
-        tl.store(DOUT_BUF + call * stride_dc + row, do_raw.to(dtype), mask=mask)
+        vptr = V + stride_vn + row  # software prefetch: the next two source rows are in flight
+        v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
+        vptr += stride_vn
+        v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
+        tl.store(DOUT_BUF + call * stride_dc + row, do_raw.to(DOUT_BUF.dtype.element_ty), mask=mask)
         do = do_raw.to(tl.float32)
         shift = tl.sum(do * tl.load(OUT + row, mask=mask, other=0.0).to(tl.float32), axis=2)
         Ssh = tl.zeros([BLOCK_P, H], tl.float32)
         A = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j D'_j khat0_j
         Bv = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)  # sum_j w_j khat0_j
-        for jj in range(n):
+        Ssh, A, Bv = _call_bwd_step(v0.to(tl.float32), do, shift, WALL + woff + hoff,
+                                    DALL + woff + hoff, Ssh, A, Bv, pmask, eps, D, dtype, ROUND_KEY)
+        for jj in range(1, n):
             v = v_n1.to(tl.float32)
             v_n1 = v_n2
             vptr += stride_vn
@@ -197,35 +238,19 @@ def stack_bwd_kernel(
             tl.debug_barrier()  # this block's dout slot, D' and S' stores, read below by other threads
             maskm = pmask[:, None, None] & cmaskm[None, :, :]
             rowm = offs_p.to(tl.int64)[:, None, None] * D + colm[None, :, :]
-            for j in range(j0, j1):
+            jlo = j0
+            if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
+                vg = tl.load(V0 + rowm, mask=maskm, other=0.0).to(tl.float32)
+                dx = _gather_source(vg, 0, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm,
+                                    pmask, DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N, CALL_H,
+                                    CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KM)
+                tl.store(DX + rowm, dx.to(DX.dtype.element_ty), mask=maskm)
+                jlo = j0 + 1
+            for j in range(jlo, j1):
                 vg = tl.load(V + j * stride_vn + rowm, mask=maskm, other=0.0).to(tl.float32)
-                rg = rsqrt_acc(tl.sum(tl.sum(vg * vg, axis=2), axis=1) / D + eps)  # [BP]
-                acc_v = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
-                acc_k = tl.zeros([BLOCK_P, HM, BLOCK_KM], tl.float32)
-                zero_h = tl.zeros([HM], tl.int64)
-                rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
-                do_next = tl.load(DOUT_BUF + call * stride_dc + rowm,
-                                  mask=maskm & rd[None, :, None], other=0.0)
-                for c in range(call, top1):
-                    rd = (zero_h + tl.load(CALL_N + c)) > j
-                    m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
-                    dog = do_next.to(tl.float32)
-                    # tables carry a sentinel call (n = 0) after the last: no read past top1
-                    rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j
-                    do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowm,
-                                      mask=maskm & rd_next[None, :, None], other=0.0)
-                    hc = tl.load(CALL_H + c)
-                    hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
-                    pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
-                    wo = tl.load(CALL_WOFF + c) + j * P * hc
-                    wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-                    dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
-                    ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
-                    u = tl.load(U + c * D + colm, mask=cmaskm, other=0.0)  # [HM, BKM]
-                    acc_v += wg[:, :, None] * dog
-                    acc_k += (wg * (dsh - ssh))[:, :, None] * u[None, :, :]
-                dot = tl.sum(tl.sum(acc_k * vg, axis=2), axis=1)
-                dx = acc_v + rg[:, None, None] * acc_k - (rg * rg * rg * dot / D)[:, None, None] * vg
+                dx = _gather_source(vg, j, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm,
+                                    pmask, DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N, CALL_H,
+                                    CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KM)
                 tl.store(DX + (j - j0) * P * D + rowm, dx.to(DX.dtype.element_ty), mask=maskm)
     tl.store(EPART + pid * D + col, E_acc, mask=cmask)
 
@@ -249,10 +274,15 @@ def dqdg_kernel(EPART, rows, Q, G, DQ, DG, D: tl.constexpr, BLOCK_R: tl.constexp
     tl.store(DG + offs_d, (E * q).to(DG.dtype.element_ty), mask=dmask)
 
 
+_DQDG = Launcher(dqdg_kernel)
+STACK_BWD = Launcher(stack_bwd_kernel)
+ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
+
+
 def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, dg: Tensor) -> None:
     rows, D = epart.shape  # narrow column blocks: D/32 programs, each 128 rows per step
-    dqdg_kernel[(triton.cdiv(D, 32),)](epart, rows, query.contiguous(), norm_weight.contiguous(),
-                                       dq, dg, D=D, BLOCK_R=128, BLOCK_D=32, num_warps=4)
+    _DQDG(triton.cdiv(D, 32), (epart, rows, query.contiguous(), norm_weight.contiguous(), dq, dg),
+          dict(D=D, BLOCK_R=128, BLOCK_D=32), 4)
 
 
 # (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps

@@ -15,6 +15,7 @@ which the backward and the hooks read. `route_fwd_reference` is the plain torch 
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -23,6 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.kernels.launch import Launcher
 from mhar_probe.model.routing import route_reference
 
 
@@ -123,7 +125,8 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
 
 @triton.jit
 def route_fwd_kernel(
-    V, stride_vn,  # sources: row n of position p at V + n*stride_vn + p*D
+    V0,  # [P, D] source row 0 (its own tensor: under autocast the fp32 embedding)
+    V, stride_vn,  # sources n >= 1: row n of position p at V + n*stride_vn + p*D
     Q, G,  # [D] query, key-norm weight
     PARTIAL, GATE,  # [P, D], [] (delta form only)
     OUT,  # [P, D]
@@ -145,22 +148,26 @@ def route_fwd_kernel(
     q = tl.load(Q + col, mask=cmask, other=0.0).to(tl.float32)
     g = tl.load(G + col, mask=cmask, other=0.0).to(tl.float32)
     wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+    cdtype = OUT.dtype.element_ty  # the promoted dtype of the routed sources (rounding)
 
     m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
     l = tl.zeros([BLOCK_P, H], tl.float32)
     acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
-    vptr = V + row  # software prefetch: the next two source rows are in flight
-    v_n1 = tl.load(vptr, mask=mask, other=0.0)
-    vptr += stride_vn
+    v0 = tl.load(V0 + row, mask=mask, other=0.0)
     n_vec = tl.full([BLOCK_P], N, tl.int32)  # N as a tensor (N == 1 arrives as a constant)
-    v_n2 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
-    for n in range(N):
+    vptr = V + stride_vn + row  # software prefetch: the next two source rows are in flight
+    v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
+    vptr += stride_vn
+    v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
+    m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
+                          ROUND_KEY, ROUND_KEY2)
+    for n in range(1, N):
         v = v_n1.to(tl.float32)
         v_n1 = v_n2
         vptr += stride_vn
         v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
-        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D,
-                              OUT.dtype.element_ty, ROUND_KEY, ROUND_KEY2)
+        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
+                              ROUND_KEY, ROUND_KEY2)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -172,27 +179,32 @@ def route_fwd_kernel(
         tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
 
 
+@functools.lru_cache(maxsize=None)
 def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
     """Where the reference rounds: normed.to(storage), then weight * normed in promoted dtype."""
     return storage != torch.float32, torch.promote_types(weight, storage) != torch.float32 and \
         torch.promote_types(weight, storage) == storage
 
 
+_FWD = Launcher(route_fwd_kernel)
+
+
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
-                     gate: Tensor | None = None) -> None:
-    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place)."""
+                     gate: Tensor | None = None, v0: Tensor | None = None) -> None:
+    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place).
+
+    Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
+    fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
+    output follow `out.dtype`, the promoted dtype of the routed sources."""
     D = V.shape[-1]
     H = num_heads
     block_k, block_p, num_warps = tile_config(D, H)
-    rk, rk2 = rounding_flags(V.dtype, norm_weight.dtype)
+    rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
     has_partial = partial is not None
-    grid = (triton.cdiv(P, block_p),)
-    route_fwd_kernel[grid](
-        V, V.stride(0), query, norm_weight,
-        partial if has_partial else out, gate if gate is not None else query,
-        out, W, P, N, eps,
-        D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p,
-        HAS_PARTIAL=has_partial, HAS_GATE=has_partial and gate is not None,
-        ROUND_KEY=rk, ROUND_KEY2=rk2, num_warps=num_warps,
-    )
+    _FWD(triton.cdiv(P, block_p),
+         (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
+          partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps),
+         dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
+              HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2),
+         num_warps)
