@@ -111,6 +111,11 @@ def main() -> None:
         res[f"route_fwd_launch_us_fast{int(fast)}"] = per_launch_us(
             lambda: launch_route_fwd(buf, 1, P, qs[0], gs[0], H, 1e-6, out, W, v0=stack.row0), 500)
     kl.FAST = kl.DEFAULT_FAST
+    from mhar_probe.kernels import route_bwd, route_fwd
+    res["fast_path"] = dict(hooks=kl._hooks_installed(), **{
+        name: (lau.broken_reason or "ok", len(lau._cache)) for name, lau in
+        [("fwd", route_fwd._FWD), ("stack", route_bwd.STACK_BWD), ("dqdg", route_bwd._DQDG)]})
+    print("FAST PATH", res["fast_path"])
 
     prof = cProfile.Profile()
     prof.enable()

@@ -245,9 +245,10 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
     configs as JSON for MHAR_KERNEL_CONFIG (read at import by route_fwd / route_bwd)."""
     from mhar_probe.kernels import route_bwd, route_fwd
 
-    fwd_cfgs = [(1, 4), (2, 4), (4, 4), (8, 4), (2, 8), (4, 8), (8, 8), (16, 8)]
-    stack_cfgs = [(1, 4, 4), (2, 4, 2), (2, 4, 3), (4, 4, 2), (4, 8, 1), (4, 8, 2), (8, 8, 1), (2, 8, 2),
-                  (1, 8, 2)]
+    # (BLOCK_P, num_warps) and (BLOCK_P, num_warps, programs per SM). One or two warps per
+    # program keep the per-row reductions inside a warp (no block barrier per source row).
+    fwd_cfgs = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4)]
+    stack_cfgs = [(1, 1, 16), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2), (4, 8, 2)]
     rows = []
     for name in shapes:
         d, L, B, T = SHAPES[name]
@@ -342,6 +343,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
+    ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
                     help="source/dout storage (mixed: bf16 autocast training's layout, an fp32 "
                          "embedding and bf16 sublayer outputs; float32: all fp32)")
@@ -368,6 +370,9 @@ def main(argv: list[str] | None = None) -> None:
     if args.sweep:
         rows += sweep(bw, args.repeat, args.sweep.split(","), list(map(int, args.heads.split(","))),
                       args.out.replace(".json", "_tuned.json"))
+        if args.sweep_only:
+            json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
+            return
     for name in args.shapes.split(","):
         for H in map(int, args.heads.split(",")):
             rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat)

@@ -66,6 +66,7 @@ class Launcher:
         if flags != sorted(flags):  # the direct call passes constexprs after the other arguments
             raise TypeError(f"{fn.__name__}: constexpr parameters must come last")
         self._cache: dict[tuple, object] = {}
+        self.broken_reason = "" if params is not None else "no JITFunction (interpreter)"
 
     def __call__(self, grid: int, args: tuple, consts: dict, num_warps: int) -> None:
         if not FAST or self._broken or _hooks_installed():
@@ -81,6 +82,7 @@ class Launcher:
         try:
             kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, None, None, None,
                        *args, *cvals)
-        except TypeError:  # this Triton's launcher takes other arguments: use its own path
+        except TypeError as exc:  # this Triton's launcher takes other arguments: its own path
             self._broken = True
+            self.broken_reason = f"{type(exc).__name__}: {exc}"
             self.fn[(grid,)](*args, **consts, num_warps=num_warps)
