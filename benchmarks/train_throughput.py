@@ -31,21 +31,20 @@ PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline med
 
 
 # "METHOD/VARIANT" runs METHOD with an earlier state of the triton kernels, for ratios measured
-# in the same process: nofast = Triton's own launch path; promoted = the whole source stack in
-# the promoted dtype (fp32 under autocast); prev = both (the kernels before 2026-11-23).
-VARIANTS = {"": (True, True), "nofast": (False, True), "promoted": (True, False), "prev": (False, False)}
+# in the same process (see mhar_probe.bench.routing.VARIANTS): promoted = the whole stack in
+# fp32 under autocast; prevcfg = the launch configs of 2026-11-22; prev = both.
+VARIANTS = ("", "promoted", "prevcfg", "prev")
 
 
 def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> dict:
+    from mhar_probe.bench.routing import kernel_variant
+
     method, _, variant = name.partition("/")
     if variant not in VARIANTS:
         raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
                          f"{', '.join(v for v in VARIANTS if v)}")
-    if args.backend == "triton":
-        from mhar_probe.kernels import autograd as kad, launch as kl
-        kl.FAST = kl.DEFAULT_FAST and VARIANTS[variant][0]
-        kad.SPLIT_ROW0 = VARIANTS[variant][1]
-    result = _bench_method(method, args, device)
+    with kernel_variant(f"triton-{variant}" if variant else "triton"):
+        result = _bench_method(method, args, device)
     result["method"] = name
     return result
 

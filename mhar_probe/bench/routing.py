@@ -19,6 +19,7 @@ import statistics
 import time
 
 import torch
+import triton
 
 from mhar_probe.errors import UserError
 from mhar_probe.model.routing import get_backend
@@ -34,24 +35,49 @@ SHAPES = {  # name: (d, L, B, T)
 }
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
 # Earlier states of the triton kernels, timed beside the current one in the same process:
-# Triton's own launch path (no cached kernels), the whole stack in the promoted dtype, or both.
-VARIANTS = {"triton-nofast": (False, True), "triton-promoted": (True, False),
-            "triton-prev": (False, False)}
+# the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
+# 2026-11-22, or both.
+VARIANTS = {"triton-promoted": (False, False), "triton-prevcfg": (True, True),
+            "triton-prev": (False, True)}  # name: (split row 0, previous launch configs)
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
+
+
+def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
+    """route_fwd launch configs as of 2026-11-22 (table and heuristic)."""
+    block_k = triton.next_power_of_2(d // num_heads)
+    hit = {(512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}.get((d, num_heads))
+    if hit:
+        return block_k, *hit
+    width = num_heads * block_k
+    block_p = max(1, min(4, 1024 // width))
+    return block_k, block_p, 4 if width * block_p <= 2048 else 8
+
+
+def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]:
+    """stack_bwd launch configs as of 2026-11-22 (table and heuristic)."""
+    hit = {(512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
+           (1280, 8, 8): (2, 4, 2)}.get((d, num_heads, max_heads))
+    if hit:
+        return hit
+    width = num_heads * triton.next_power_of_2(d // num_heads)
+    return (4, 4, 2) if width <= 512 else (1, 4, 4) if width <= 1024 else (2, 4, 2)
 
 
 @contextlib.contextmanager
 def kernel_variant(name: str):
-    """Set the kernels' launch path and stack layout for backend `name` (restored after)."""
-    from mhar_probe.kernels import autograd as kad, launch as kl
+    """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
+    from mhar_probe.kernels import autograd as kad, route_fwd
 
-    fast, split = VARIANTS.get(name, (True, True))
-    old = kl.FAST, kad.SPLIT_ROW0
-    kl.FAST, kad.SPLIT_ROW0 = kl.DEFAULT_FAST and fast, split
+    split, prev_cfg = VARIANTS.get(name, (True, False))
+    old = kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config
+    kad.SPLIT_ROW0 = split
+    if prev_cfg:
+        route_fwd.tile_config = kad.tile_config = _prev_tile_config
+        kad.stack_config = _prev_stack_config
     try:
         yield
     finally:
-        kl.FAST, kad.SPLIT_ROW0 = old
+        kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

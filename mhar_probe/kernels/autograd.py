@@ -26,7 +26,7 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels.route_bwd import (
-    ROUTE_BWD_LOCAL, STACK_BWD, launch_dqdg, stack_config,
+    launch_dqdg, route_bwd_local_kernel, stack_bwd_kernel, stack_config,
 )
 from mhar_probe.kernels.route_fwd import launch_route_fwd, rounding_flags, tile_config
 
@@ -95,11 +95,11 @@ class _RouteLocal(torch.autograd.Function):
         epart = _new((grid, D), torch.float32, sources.device)
         gpart = _new((grid,), torch.float32, sources.device)
         has_gate = ctx.has_partial and gate is not None
-        ROUTE_BWD_LOCAL(
-            grid, (sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
-                   epart, gpart, P, N, ctx.eps),
-            dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
-                 ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0]), num_warps)
+        route_bwd_local_kernel[(grid,)](
+            sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
+            epart, gpart, P, N, ctx.eps,
+            D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
+            ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0], num_warps=num_warps)
         dq = _new(query.shape, query.dtype, query.device)
         dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
         launch_dqdg(epart, query, norm_weight, dq, dg)
@@ -386,16 +386,14 @@ class _StackState:
         dx = _new((max(nj, 1), P, D), dx_dtype or self.dtype, dev)
         K, KM = D // H, D // HM
         t = self._tables
-        STACK_BWD(
-            nprog,
-            (self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
-             self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
-             call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps),
-            dict(D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
-                 BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
-                 ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
-                 GATHER0=nj > 0 and rec.j0 == 0),
-            num_warps)
+        stack_bwd_kernel[(nprog,)](
+            self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
+            self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
+            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps,
+            D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
+            BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
+            ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
+            GATHER0=nj > 0 and rec.j0 == 0, num_warps=num_warps)
         dq = _new(rec.q.shape, rec.q.dtype, dev)
         dg = _new(rec.g.shape, rec.g.dtype, dev)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)

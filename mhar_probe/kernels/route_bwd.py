@@ -41,7 +41,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route_fwd import rsqrt_acc
 
 
@@ -274,25 +273,21 @@ def dqdg_kernel(EPART, rows, Q, G, DQ, DG, D: tl.constexpr, BLOCK_R: tl.constexp
     tl.store(DG + offs_d, (E * q).to(DG.dtype.element_ty), mask=dmask)
 
 
-_DQDG = Launcher(dqdg_kernel)
-STACK_BWD = Launcher(stack_bwd_kernel)
-ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
-
-
 def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, dg: Tensor) -> None:
     rows, D = epart.shape  # narrow column blocks: D/32 programs, each 128 rows per step
-    _DQDG(triton.cdiv(D, 32), (epart, rows, query.contiguous(), norm_weight.contiguous(), dq, dg),
-          dict(D=D, BLOCK_R=128, BLOCK_D=32), 4)
+    dqdg_kernel[(triton.cdiv(D, 32),)](epart, rows, query.contiguous(), norm_weight.contiguous(),
+                                       dq, dg, D=D, BLOCK_R=128, BLOCK_D=32, num_warps=4)
 
 
 # (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps
-# override it (benchmarks/kernels/bench_routing.py --sweep). Measured by device time on the
-# training microbatches of the cost table (fp32 stack; H100, 2026-11-22; the 100M H=1 entry
-# on an H200 at the benchmark shape); other shapes use the heuristic below, fitted to them.
+# override it (`mhar bench routing --sweep`). Measured by device time on an H100: (512, 1, 1) at
+# the kernel-table shape (2026-11-22), the others at the cost table's training microbatches in
+# autocast's layout (2026-11-23): one warp per position block and 16 programs per SM (350M:
+# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms). Other shapes use the heuristic below.
 STACK_CONFIG: dict[tuple[int, int, int], tuple[int, int, int]] = {
-    (512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
-    (1280, 8, 8): (2, 4, 2)}
-if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
+    (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
+    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (2, 4, 2)}
+if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
 
@@ -302,6 +297,4 @@ def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]
     if hit is not None:
         return hit
     width = num_heads * triton.next_power_of_2(d // num_heads)
-    if width <= 512:
-        return 4, 4, 2
-    return (1, 4, 4) if width <= 1024 else (2, 4, 2)
+    return (1, 1, 16) if width <= 1024 else (2, 4, 2)

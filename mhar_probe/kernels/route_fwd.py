@@ -24,7 +24,6 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mhar_probe.kernels.launch import Launcher
 from mhar_probe.model.routing import route_reference
 
 
@@ -58,13 +57,15 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 
 
 # Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
-# (benchmarks/kernels/bench_routing.py --sweep). Missing entries use the heuristic below.
-# Measured by device time on the training microbatches of the cost table (fp32 stack, as under
-# bf16 autocast; H100, 2026-11-22, benchmarks/kernels/results_h100.md): small position blocks
-# and 4 warps win, because more programs keep more source rows in flight.
+# (`mhar bench routing --sweep`). Missing entries use the heuristic below. Measured by device
+# time (H100): (512, 1) at the kernel-table shape (2026-11-22); the others at the cost table's
+# training microbatches in autocast's layout (fp32 embedding, bf16 buffer; 2026-11-23,
+# benchmarks/kernels/results_h100.md): one or two warps per position keep the per-row RMS and
+# logit reductions inside a warp, with no block barrier per source row (350M: 7.3 -> 7.2 ms,
+# 100M H=4: 4.3 -> 3.7 ms; bf16 kernel-table 100M H=8: 1.41 -> 0.94 ms).
 FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {
-    (512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}
-if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by bench_routing.py --sweep (JSON file)
+    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (2, 4)}
+if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
 
@@ -77,8 +78,9 @@ def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     hit = FWD_CONFIG.get((d, num_heads))
     if hit is not None:
         return block_k, hit[0], hit[1]
-    block_p = max(1, min(4, 1024 // width))
-    return block_k, block_p, 4 if width * block_p <= 2048 else 8
+    if width <= 1024:
+        return block_k, 1, max(1, width // 512)
+    return block_k, 2, 4 if width <= 2048 else 8
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
@@ -186,9 +188,6 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
         torch.promote_types(weight, storage) == storage
 
 
-_FWD = Launcher(route_fwd_kernel)
-
-
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None) -> None:
@@ -202,9 +201,9 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     block_k, block_p, num_warps = tile_config(D, H)
     rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
     has_partial = partial is not None
-    _FWD(triton.cdiv(P, block_p),
-         (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-          partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps),
-         dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
-              HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2),
-         num_warps)
+    route_fwd_kernel[(triton.cdiv(P, block_p),)](
+        V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
+        partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps,
+        D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
+        HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2,
+        num_warps=num_warps)
