@@ -283,10 +283,11 @@ def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, d
 # override it (`mhar bench routing --sweep`). Measured by device time on an H100: (512, 1, 1) at
 # the kernel-table shape (2026-11-22), the others at the cost table's training microbatches in
 # autocast's layout (2026-11-23): one warp per position block and 16 programs per SM (350M:
-# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms). Other shapes use the heuristic below.
+# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms; 1B (1, 2, 8): 33.6 -> 31.2 ms). Other
+# shapes use the heuristic below.
 STACK_CONFIG: dict[tuple[int, int, int], tuple[int, int, int]] = {
     (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
-    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (2, 4, 2)}
+    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 2, 8)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
@@ -297,4 +298,6 @@ def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]
     if hit is not None:
         return hit
     width = num_heads * triton.next_power_of_2(d // num_heads)
-    return (1, 1, 16) if width <= 1024 else (2, 4, 2)
+    # one warp per 1024 columns; register-heavy wider tiles spill (measured: 1B with (2, 1, 16)
+    # took 453 ms against 31 ms with (1, 2, 8))
+    return (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)

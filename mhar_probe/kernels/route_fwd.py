@@ -62,9 +62,9 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # training microbatches in autocast's layout (fp32 embedding, bf16 buffer; 2026-11-23,
 # benchmarks/kernels/results_h100.md): one or two warps per position keep the per-row RMS and
 # logit reductions inside a warp, with no block barrier per source row (350M: 7.3 -> 7.2 ms,
-# 100M H=4: 4.3 -> 3.7 ms; bf16 kernel-table 100M H=8: 1.41 -> 0.94 ms).
+# 100M H=4: 4.3 -> 3.7 ms, 1B: 18.3 -> 16.1 ms; bf16 kernel-table 100M H=8: 1.41 -> 0.94 ms).
 FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {
-    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (2, 4)}
+    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (1, 4)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
@@ -78,9 +78,7 @@ def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     hit = FWD_CONFIG.get((d, num_heads))
     if hit is not None:
         return block_k, hit[0], hit[1]
-    if width <= 1024:
-        return block_k, 1, max(1, width // 512)
-    return block_k, 2, 4 if width <= 2048 else 8
+    return block_k, 1, max(1, min(8, width // 512))  # 512 -> 1 warp ... 2048 -> 4, wider -> 8
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
