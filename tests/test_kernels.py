@@ -93,6 +93,19 @@ def test_per_call_backward(N, D, H, delta):
         assert rel(a, b) < 1e-5
 
 
+@pytest.mark.parametrize("rows", [7, 600])  # both block shapes of the fixed-order reduction
+def test_dqdg_reduction(rows):
+    from mhar_probe.kernels.route_bwd import launch_dqdg
+
+    gen = torch.Generator().manual_seed(rows)
+    epart = torch.randn(rows, 40, generator=gen).to(DEV)
+    q, g = (torch.randn(40, generator=gen).to(DEV) for _ in range(2))
+    dq, dg = torch.full_like(q, float("nan")), torch.full_like(g, float("nan"))
+    launch_dqdg(epart, q, g, dq, dg)
+    E = epart.double().sum(0)
+    assert rel(dq, E * g.double()) < 1e-6 and rel(dg, E * q.double()) < 1e-6
+
+
 def test_closed_form_reference_matches_autograd():
     src, q, w, dout = make(4, 1, 2, 12, torch.float64)
     leaves = [t.clone().requires_grad_() for t in (src, q, w)]

@@ -2,6 +2,7 @@
 # The whole routing benchmark on one GPU machine, in two calls of the device tool (10 min each):
 #   bash benchmarks/kernels/device_run.sh tests-kernels   GPU tests + kernel table (triton, the
 #                                                         kernels of 2026-11-22, compile; 3 shapes, H=1/8)
+#   bash benchmarks/kernels/device_run.sh host            host time per routing call (cProfile)
 #   bash benchmarks/kernels/device_run.sh train           autocast-layout kernel table at the training
 #                                                         microbatches + end-to-end cost table
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
@@ -14,10 +15,11 @@ case "${1:-tests-kernels}" in
   tests-kernels)
     timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       tests/test_convert.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -12
+    timeout 440 python -m mhar_probe.bench.routing --out "$OUT/bench.json" --no-delta \
+      --backends triton,triton-prev,compile --repeat 10 --graph 2>&1 | grep -v -i warn | tee "$OUT/bench.log" | tail -22 ;;
+  host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
-      2>&1 | tail -1
-    timeout 320 python -m mhar_probe.bench.routing --out "$OUT/bench.json" --no-delta \
-      --backends triton,triton-prev,compile --repeat 10 2>&1 | grep -v -i warn | tee "$OUT/bench.log" | tail -22 ;;
+      2>&1 | tail -1 ;;
   train)
     timeout 200 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-promoted,triton-prevcfg,triton-prev \

@@ -33,6 +33,7 @@ SHAPES = {  # name: (d, L, B, T)
     "350M-train": (1024, 24, 4, 1024),
     "1B-train": (1280, 36, 2, 1024),
 }
+GRAPH = False  # --graph: also time CUDA-graph replays of fwd+bwd
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
 # Earlier states of the triton kernels, timed beside the current one in the same process:
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
@@ -93,6 +94,24 @@ def cuda_time(fn, warmup: int, repeat: int) -> float:
         torch.cuda.synchronize()
         times.append(a.elapsed_time(b))
     return statistics.median(times)
+
+
+def graph_ms(fn, repeat: int) -> float:
+    """Median ms of replaying a CUDA graph of fn (fwd + bwd): the device's time for the same
+    work with the host's launch overhead taken out (this VM's host is slower than the GPU)."""
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            fn()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    ms = cuda_time(graph.replay, 3, repeat)
+    del graph
+    torch.cuda.empty_cache()
+    return ms
 
 
 def kernel_ms(fn) -> dict[str, float]:
@@ -217,16 +236,26 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
             with torch.no_grad():
                 last = fwd()[-1].float()
             prof = kernel_ms(fwdbwd) if bname.startswith("triton") and profile else {}
+            graph = None
+            if GRAPH:
+                try:
+                    graph = graph_ms(fwdbwd, rep)
+                except Exception as exc:  # noqa: BLE001 - recorded, the wall-clock row stands
+                    print(f"{name:5s} H={H:<2d} {bname:8s} graph capture failed: "
+                          f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
+                    torch.cuda.empty_cache()
         floor_ms = floor_bytes / (bw * 1e6)
         err = ((last - ref).abs().max() / ref.abs().max()).item()
         rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()),shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
                          fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
                          effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first,
-                         last_out_rel_err_vs_eager=err))
+                         last_out_rel_err_vs_eager=err, graph_fwdbwd_ms=graph,
+                         graph_floor_fraction=floor_ms / graph if graph else None))
         print(f"{name:5s} H={H:<2d} {bname:8s} fwd {ms_f:8.3f}  bwd {ms_fb - ms_f:8.3f}  "
               f"fwd+bwd {ms_fb:8.3f} ms  floor {floor_ms:6.3f} ms ({floor_ms / ms_fb:5.1%})  "
-              f"peak +{peak:5.2f} GiB  err {err:.1e}" + (f"  GPU-busy {sum(prof.values()):6.3f} ms" if prof else ""),
+              f"peak +{peak:5.2f} GiB  err {err:.1e}" + (f"  GPU-busy {sum(prof.values()):6.3f} ms" if prof else "")
+              + (f"  graph {graph:7.3f} ms ({floor_ms / graph:5.1%})" if graph else ""),
               flush=True)
     return rows
 
@@ -370,6 +399,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
     ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
+    ap.add_argument("--graph", action="store_true",
+                    help="also time a CUDA-graph replay of each backend's fwd+bwd (no host launch cost)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
                     help="source/dout storage (mixed: bf16 autocast training's layout, an fp32 "
                          "embedding and bf16 sublayer outputs; float32: all fp32)")
@@ -381,7 +412,8 @@ def main(argv: list[str] | None = None) -> None:
 
     import mhar_probe.kernels  # noqa: F401  (registers 'triton')
 
-    global DTYPE
+    global DTYPE, GRAPH
+    GRAPH = args.graph
     DTYPE = "mixed" if args.dtype == "mixed" else getattr(torch, args.dtype)
     torch._dynamo.config.cache_size_limit = 64
     backends = args.backends.split(",")
@@ -406,14 +438,17 @@ def main(argv: list[str] | None = None) -> None:
     if not args.no_delta:
         rows += bench_delta(backends, bw, max(5, args.repeat // 2))
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
-    print("\nshape  H  backend   fwd+bwd ms   vs triton  floor frac")
+    print("\nshape  H  backend        fwd+bwd ms  vs triton  floor frac | graph ms  vs triton  floor frac")
     tri = {(r["shape"], r.get("H")): r for r in rows if r["backend"] == "triton" and "fwdbwd_ms" in r}
+    nan = float("nan")
     for r in rows:
         if "fwdbwd_ms" not in r or "sweep" in r:
             continue
-        t = tri.get((r["shape"], r["H"]))
-        print(f"{r['shape']:5s} {r['H']:2d} {r['backend']:8s} {r['fwdbwd_ms']:10.3f} "
-              f"{r['fwdbwd_ms'] / t['fwdbwd_ms'] if t else float('nan'):9.2f}x {r['floor_fraction']:9.1%}")
+        t = tri.get((r["shape"], r["H"])) or {}
+        g, tg = r.get("graph_fwdbwd_ms") or nan, t.get("graph_fwdbwd_ms") or nan
+        print(f"{r['shape']:5s} {r['H']:2d} {r['backend']:15s} {r['fwdbwd_ms']:9.3f} "
+              f"{r['fwdbwd_ms'] / t.get('fwdbwd_ms', nan):9.2f}x {r['floor_fraction']:9.1%} | "
+              f"{g:8.3f} {g / tg:9.2f}x {r['floor_ms'] / g:9.1%}")
 
 
 if __name__ == "__main__":

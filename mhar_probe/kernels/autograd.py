@@ -104,7 +104,9 @@ class _RouteLocal(torch.autograd.Function):
         dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
         launch_dqdg(epart, query, norm_weight, dq, dg)
         dpartial = dout.to(ctx.partial_dtype) if ctx.has_partial else None
-        dgate = gpart.sum().reshape(gate.shape).to(gate.dtype) if has_gate else None
+        # the gate's gradient sums <dout, mix> over every position (cancellation-prone): the
+        # per-program partials are added in float64
+        dgate = gpart.sum(dtype=torch.float64).reshape(gate.shape).to(gate.dtype) if has_gate else None
         return dV, dq, dg, dpartial, dgate, None, None
 
 

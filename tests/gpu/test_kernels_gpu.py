@@ -101,8 +101,15 @@ def test_fp32_delta_matches_reference():
     r = grads(lambda s, a, b, p, g: route_reference(s, a, b, H, EPS, partial=p, gate=g),
               [src, q, w, partial, gate], dout)
     errs = [rel(a, b) for a, b in zip(t, r)]
-    record(test="fp32_delta", errs=errs)
-    assert max(errs) <= 2.5e-6, errs
+    # The gate's gradient is one scalar summed over every position and channel: its rounding
+    # depends on the summation order in both paths, so it is judged against float64 truth:
+    # triton's error no larger than eager fp32's (or 2.5e-6).
+    r64 = grads(lambda s, a, b, p, g: route_reference_f64(s, a, b, H, EPS, partial=p, gate=g),
+                [t_.double() for t_ in (src, q, w, partial, gate)], dout.double())
+    gate_t, gate_e = rel(t[-1], r64[-1]), rel(r[-1], r64[-1])
+    record(test="fp32_delta", errs=errs, gate_err_vs_f64=gate_t, eager_gate_err_vs_f64=gate_e)
+    assert max(errs[:-1]) <= 2.5e-6, errs
+    assert gate_t <= max(2.5e-6, gate_e), (gate_t, gate_e)
 
 
 def chain(stack, x0, qs, gs, Ms, heads, hw=0):
