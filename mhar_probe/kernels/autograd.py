@@ -3,8 +3,9 @@
 * `route_triton(sources, query, g, H, eps, partial=None, gate=None)` -- self-contained call
   (delta form, or any stacked [N, B, T, d] tensor). Saves the sources and W; composes with
   activation checkpointing and FSDP because it is a pure function of its inputs.
-* `TritonSourceStack` -- one [capacity, B*T, d] buffer per forward pass; every source is
-  copied in once by `append`, every routing call reads rows [0, n) of it. In backward each
+* `TritonSourceStack` -- one [capacity, B*T, d] buffer per forward pass; every source after
+  the first is copied in once by `append` (source 0 stays its own row, so an fp32 embedding can
+  sit beside a bf16 buffer), every routing call reads rows [0, n). In backward each
   call stores its dout and shifted logit gradients (O(1) rows), and a source's gradient is
   gathered once, by the node of the first call made after it was appended.
 
