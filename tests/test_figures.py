@@ -60,8 +60,9 @@ def runs(tmp_path_factory) -> Path:
         results=[dict(method="baseline", tokens_per_s=1000.0, peak_memory_gb=1.0),
                  dict(method="mhar", tokens_per_s=640.0, peak_memory_gb=1.25)])))
     (bench / "kernels" / "routing.json").write_text(json.dumps(dict(meta=dict(device="H100"), rows=[
-        dict(shape="100M", H=8, backend="compile", fwdbwd_ms=30.0),
-        dict(shape="100M", H=8, backend="triton", fwdbwd_ms=6.0, floor_ms=0.92),
+        dict(shape="100M", H=8, backend="compile", fwdbwd_ms=30.0, graph_fwdbwd_ms=24.0),
+        dict(shape="100M", H=8, backend="triton", fwdbwd_ms=6.0, floor_ms=0.92, graph_fwdbwd_ms=3.0),
+        dict(shape="100M", H=8, backend="triton-prev", fwdbwd_ms=7.0, graph_fwdbwd_ms=4.0),
         dict(shape="100M", H=8, backend="eager", oom=True)])))
     return root
 
@@ -186,6 +187,8 @@ def test_width_table(report, runs):
 def test_cost_kernel_corpus_tables(report):
     assert report.made["table_cost"][0].data["ratios"][("train_throughput_tiny.json", "mhar")] == pytest.approx(0.64)
     assert report.made["table_kernel_speed"][0].data["speedups"][("routing.json", "100M", 8)] == pytest.approx(5.0)
+    assert report.made["table_kernel_speed"][0].data["graph_speedups"][("routing.json", "100M", 8)] == \
+        pytest.approx(8.0)  # device time: compile 24 / triton 3 (the other backend rows are ignored)
     md = (report.out / "table_kernel_speed.md").read_text()
     assert "OOM" in md and "5.3x" in md  # yours (eager OOM) and the paper's speedup
     rows = table_rows(report, "table_corpus")
