@@ -43,7 +43,12 @@ def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> d
     if variant not in VARIANTS:
         raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
                          f"{', '.join(v for v in VARIANTS if v)}")
-    with kernel_variant(f"triton-{variant}" if variant else "triton"):
+    if variant and args.backend != "triton":
+        raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {args.backend})")
+    if variant:
+        with kernel_variant(f"triton-{variant}"):
+            result = _bench_method(method, args, device)
+    else:
         result = _bench_method(method, args, device)
     result["method"] = name
     return result

@@ -19,7 +19,6 @@ import statistics
 import time
 
 import torch
-import triton
 
 from mhar_probe.errors import UserError
 from mhar_probe.model.routing import get_backend
@@ -45,6 +44,8 @@ BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     """route_fwd launch configs as of 2026-11-22 (table and heuristic)."""
+    import triton  # here, not at import: `mhar bench` must give its GPU message where Triton is absent
+
     block_k = triton.next_power_of_2(d // num_heads)
     hit = {(512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}.get((d, num_heads))
     if hit:
@@ -56,6 +57,8 @@ def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
 
 def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]:
     """stack_bwd launch configs as of 2026-11-22 (table and heuristic)."""
+    import triton
+
     hit = {(512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
            (1280, 8, 8): (2, 4, 2)}.get((d, num_heads, max_heads))
     if hit:
