@@ -89,13 +89,22 @@ def apply_fsdp(model: nn.Module, info: DistInfo, reshard_after_forward: bool = T
     if not dist.is_initialized():
         raise UserError("--fsdp needs a process group: launch with torchrun (even --nproc_per_node 1)")
     mesh = init_device_mesh(info.device.type, (info.world_size,))
-    scalars = {p for p in model.parameters() if p.ndim == 0}  # fully_shard cannot shard these
+    scalars = replicated_params(model)  # fully_shard cannot shard 0-dim parameters
     for unit in shard_units(model):
         fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward,
-                    ignored_params=scalars or None)
-    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, ignored_params=scalars or None)
-    model._replicated_params = sorted(scalars, key=id)  # type: ignore[attr-defined]
+                    ignored_params=set(scalars) or None)
+    fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward, ignored_params=set(scalars) or None)
+    model._replicated_params = scalars  # type: ignore[attr-defined]
     return model.to(info.device)  # buffers and replicated parameters outside any unit
+
+
+def replicated_params(model: nn.Module) -> list[nn.Parameter]:
+    """The 0-dim parameters (delta gates), in `named_parameters` order.
+
+    The order must be the same on every rank because `sync_replicated_grads` all-reduces them
+    as one flat tensor; memory addresses (`id`) differ between processes and are no order.
+    """
+    return [p for _, p in model.named_parameters() if p.ndim == 0]
 
 
 def sync_replicated_grads(model: nn.Module) -> None:

@@ -14,7 +14,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM
-from mhar_probe.parallel import clip_grad_norm, decoder_layers, shard_units
+from mhar_probe.parallel import clip_grad_norm, decoder_layers, replicated_params, shard_units
 from mhar_probe.rundir import read_metrics
 from mhar_probe.train import TrainConfig, train
 
@@ -36,6 +36,18 @@ def test_shard_units_follow_how_layers_are_called():
     ours = MHARForCausalLM(MHARConfig.from_preset("tiny", vocab_size=64, num_hidden_layers=2))
     units = shard_units(ours)
     assert units == [m for layer in ours.model.layers for m in (layer.self_attn, layer.mlp)]
+
+
+def test_replicated_params_follow_module_order():
+    """The delta gates are all-reduced as one flat tensor, so every rank must list them in the
+    same order: module order. (Sorting by `id` paired different gates across ranks whenever the
+    processes' heaps laid them out differently, about one run in six.)"""
+    model = MHARForCausalLM(MHARConfig.from_preset("tiny", vocab_size=64, num_hidden_layers=2,
+                                                   residual_method="delta"))
+    names = {id(p): n for n, p in model.named_parameters()}
+    listed = [names[id(p)] for p in replicated_params(model)]
+    expected = [n for n, p in model.named_parameters() if p.ndim == 0]
+    assert listed == expected and len(listed) == 2 * 2 + 1
 
 
 def test_clip_matches_torch_on_plain_parameters():
