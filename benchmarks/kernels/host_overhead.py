@@ -70,32 +70,12 @@ def main() -> None:
         for t in leaves:
             t.grad = None
 
-    for _ in range(3):
-        fwd()
-        bwd()
-    f_ms, b_ms = [], []
-    for _ in range(args.iters):
-        torch.cuda.synchronize()
-        t0 = time.perf_counter()
-        fwd()
-        t1 = time.perf_counter()
-        bwd()
-        t2 = time.perf_counter()
-        torch.cuda.synchronize()
-        f_ms.append((t1 - t0) * 1e3)
-        b_ms.append((t2 - t1) * 1e3)
-    calls = 2 * L + 1
-    res = dict(shape=args.shape, H=H, calls=calls, device=torch.cuda.get_device_name(),
-               fwd_host_ms=statistics.median(f_ms), bwd_host_ms=statistics.median(b_ms))
-
-    # one launch of a small torch op and of an allocation, for scale
-    x = torch.empty(16, device="cuda")
-    res["torch_add_us"] = per_launch_us(lambda: x.add_(1.0))
-    res["torch_empty_PxD_us"] = per_launch_us(lambda: torch.empty((B * T, d), device="cuda"))
-
-    # one Triton launch of the forward kernel at this shape (N = 1)
+    from mhar_probe.kernels import launch
     from mhar_probe.kernels.route_fwd import launch_route_fwd
 
+    calls = 2 * L + 1
+    res = dict(shape=args.shape, H=H, calls=calls, device=torch.cuda.get_device_name(),
+               launch_hooks=[repr(h) for h in launch._hooks()])
     stack = be.new_stack(calls)
     with torch.no_grad():
         for s in range(calls):
@@ -103,10 +83,36 @@ def main() -> None:
     P = B * T
     out = torch.empty((P, d), dtype=stack.rows.dtype, device="cuda")
     W = torch.empty((calls, P, H), dtype=torch.float32, device="cuda")
-    res["route_fwd_launch_us"] = per_launch_us(
-        lambda: launch_route_fwd(stack.rows, 1, P, qs[0], gs[0], H, 1e-6, out, W, v0=stack.row0), 500)
+    # Triton's own launch path, then the direct launches (kernels/launch.py), in one process
+    for direct, tag in ((False, "jit"), (True, "direct")):
+        launch.DIRECT = direct
+        for _ in range(3):
+            fwd()
+            bwd()
+        f_ms, b_ms = [], []
+        for _ in range(args.iters):
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            fwd()
+            t1 = time.perf_counter()
+            bwd()
+            t2 = time.perf_counter()
+            torch.cuda.synchronize()
+            f_ms.append((t1 - t0) * 1e3)
+            b_ms.append((t2 - t1) * 1e3)
+        res[f"fwd_host_ms_{tag}"] = statistics.median(f_ms)
+        res[f"bwd_host_ms_{tag}"] = statistics.median(b_ms)
+        res[f"us_per_call_{tag}"] = (res[f"fwd_host_ms_{tag}"] + res[f"bwd_host_ms_{tag}"]) / calls * 1e3
+        # one launch of the forward kernel at this shape (N = 1)
+        res[f"route_fwd_launch_us_{tag}"] = per_launch_us(
+            lambda: launch_route_fwd(stack.rows, 1, P, qs[0], gs[0], H, 1e-6, out, W, v0=stack.row0), 500)
 
-    prof = cProfile.Profile()
+    # one launch of a small torch op and of an allocation, for scale
+    x = torch.empty(16, device="cuda")
+    res["torch_add_us"] = per_launch_us(lambda: x.add_(1.0))
+    res["torch_empty_PxD_us"] = per_launch_us(lambda: torch.empty((B * T, d), device="cuda"))
+
+    prof = cProfile.Profile()  # with the direct launches
     prof.enable()
     for _ in range(5):
         fwd()
@@ -117,9 +123,11 @@ def main() -> None:
     res["cprofile_top"] = s.getvalue()
     print(s.getvalue()[-6000:])
     print(json.dumps({k: v for k, v in res.items() if k != "cprofile_top"}))
-    print(f"HOST {args.shape} H={H}: fwd {res['fwd_host_ms']:.2f} ms, bwd {res['bwd_host_ms']:.2f} ms "
-          f"for {calls} calls = {(res['fwd_host_ms'] + res['bwd_host_ms']) / calls * 1e3:.0f} us/call; "
-          f"one route_fwd launch {res['route_fwd_launch_us']:.1f} us; torch add {res['torch_add_us']:.1f} us")
+    for tag in ("jit", "direct"):
+        print(f"HOST {args.shape} H={H} {tag:>6}: fwd {res[f'fwd_host_ms_{tag}']:.2f} ms, bwd "
+              f"{res[f'bwd_host_ms_{tag}']:.2f} ms for {calls} calls = {res[f'us_per_call_{tag}']:.0f} us/call; "
+              f"one route_fwd launch {res[f'route_fwd_launch_us_{tag}']:.1f} us")
+    print(f"torch add {res['torch_add_us']:.1f} us; hooks {res['launch_hooks']}")
     if args.out:
         json.dump(res, open(args.out, "w"), indent=1)
 

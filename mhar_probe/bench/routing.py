@@ -37,8 +37,9 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # Earlier states of the triton kernels, timed beside the current one in the same process:
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
-VARIANTS = {"triton-promoted": (False, False), "triton-prevcfg": (True, True),
-            "triton-prev": (False, True)}  # name: (split row 0, previous launch configs)
+# name: (split row 0, launch configs of 2026-11-22, direct launches); "triton" is (True, False, True)
+VARIANTS = {"triton-promoted": (False, False, True), "triton-prevcfg": (True, True, True),
+            "triton-prev": (False, True, False), "triton-jitlaunch": (True, False, False)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -70,18 +71,18 @@ def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int
 @contextlib.contextmanager
 def kernel_variant(name: str):
     """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
-    from mhar_probe.kernels import autograd as kad, route_fwd
+    from mhar_probe.kernels import autograd as kad, launch, route_fwd
 
-    split, prev_cfg = VARIANTS.get(name, (True, False))
-    old = kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config
-    kad.SPLIT_ROW0 = split
+    split, prev_cfg, direct = VARIANTS.get(name, (True, False, launch.DIRECT))
+    old = kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT
+    kad.SPLIT_ROW0, launch.DIRECT = split, direct
     if prev_cfg:
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
     try:
         yield
     finally:
-        kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config = old
+        kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

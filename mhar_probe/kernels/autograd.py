@@ -22,13 +22,11 @@ import os
 from dataclasses import dataclass
 
 import torch
-import triton
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mhar_probe.kernels.route_bwd import (
-    launch_dqdg, route_bwd_local_kernel, stack_bwd_kernel, stack_config,
-)
+from mhar_probe.kernels.route_bwd import ROUTE_BWD_LOCAL, STACK_BWD, launch_dqdg, stack_config
+from mhar_probe.kernels.launch import cdiv, next_pow2
 from mhar_probe.kernels.route_fwd import launch_route_fwd, rounding_flags, tile_config
 
 # Tests set this to fill every kernel output with NaN before the kernel writes it.
@@ -91,16 +89,16 @@ class _RouteLocal(torch.autograd.Function):
             dout = torch.zeros((B, T, D), dtype=sources.dtype, device=sources.device)
         dout = dout.contiguous()
         block_k, block_p, num_warps = tile_config(D, H)
-        grid = triton.cdiv(P, block_p)
+        grid = cdiv(P, block_p)
         dV = _new((N, B, T, D), sources.dtype, sources.device)
         epart = _new((grid, D), torch.float32, sources.device)
         gpart = _new((grid,), torch.float32, sources.device)
         has_gate = ctx.has_partial and gate is not None
-        route_bwd_local_kernel[(grid,)](
+        ROUTE_BWD_LOCAL(grid, (
             sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
-            epart, gpart, P, N, ctx.eps,
-            D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
-            ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0], num_warps=num_warps)
+            epart, gpart, P, N, ctx.eps),
+            dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
+                 ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0]), num_warps)
         dq = _new(query.shape, query.dtype, query.device)
         dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
         launch_dqdg(epart, query, norm_weight, dq, dg)
@@ -184,7 +182,8 @@ class _StackRoute(torch.autograd.Function):
     @staticmethod
     def forward(ctx, stack: "TritonSourceStack", call: int, rows: list[int], query: Tensor,
                 norm_weight: Tensor, token_prev: Tensor, *new_sources: Tensor):  # type: ignore[override]
-        out = stack._forward_call(call, query, norm_weight)  # stack: the _StackState
+        # [B, T, d] from here: a view taken outside would add an autograd node per call
+        out = stack._forward_call(call, query, norm_weight).view(stack.shape)  # stack: the _StackState
         ctx.stack, ctx.call, ctx.rows = stack, call, rows
         ctx.src_dtypes = [x.dtype for x in new_sources]
         ctx.save_for_backward(out)
@@ -199,7 +198,7 @@ class _StackRoute(torch.autograd.Function):
         dts = set(ctx.src_dtypes)  # the kernel writes dx in the sources' own dtype when they share
         dq, dg, dx = stack._backward_call(ctx.call, dout, out, dts.pop() if len(dts) == 1 else None)
         j0 = stack._calls[ctx.call].j0
-        dxs = [dx[j - j0].view(stack.shape).to(dt) if need[6 + i] else None
+        dxs = [dx[j - j0].to(dt) if need[6 + i] else None
                for i, (j, dt) in enumerate(zip(ctx.rows, ctx.src_dtypes))]
         if ctx.call == 0:
             stack._release_backward()
@@ -367,7 +366,7 @@ class _StackState:
     def _backward_call(self, call: int, dout: Tensor | None, out: Tensor,
                        dx_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """One call's backward; the gradients of the sources it gathers come back as one
-        [j1 - j0, P, d] tensor in `dx_dtype` (default: the stack's), rounded once from fp32
+        [j1 - j0, B, T, d] tensor in `dx_dtype` (default: the stack's), rounded once from fp32
         (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
         self._enter_backward(call)
         rec = self._calls[call]
@@ -381,22 +380,22 @@ class _StackState:
                 dout = dout.contiguous()
         H, HM = rec.H, self._hmax
         block_p, num_warps, per_sm = stack_config(D, H, HM)
-        nprog = _programs(dev, triton.cdiv(P, block_p), per_sm)
+        nprog = _programs(dev, cdiv(P, block_p), per_sm)
         if self._epart is None or self._epart.shape[0] < nprog:
             self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
         epart = self._epart[:nprog]
         nj = rec.j1 - rec.j0
-        dx = _new((max(nj, 1), P, D), dx_dtype or self.dtype, dev)
+        dx = _new((max(nj, 1), *self.shape), dx_dtype or self.dtype, dev)  # [nj, B, T, d]
         K, KM = D // H, D // HM
         t = self._tables
-        stack_bwd_kernel[(nprog,)](
+        STACK_BWD(nprog, (
             self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
             self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
-            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps,
-            D=D, H=H, K=K, BLOCK_K=triton.next_power_of_2(K), HM=HM, KM=KM,
-            BLOCK_KM=triton.next_power_of_2(KM), BLOCK_P=block_p,
-            ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
-            GATHER0=nj > 0 and rec.j0 == 0, num_warps=num_warps)
+            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps),
+            dict(D=D, H=H, K=K, BLOCK_K=next_pow2(K), HM=HM, KM=KM,
+                 BLOCK_KM=next_pow2(KM), BLOCK_P=block_p,
+                 ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
+                 GATHER0=nj > 0 and rec.j0 == 0), num_warps)
         dq = _new(rec.q.shape, rec.q.dtype, dev)
         dg = _new(rec.g.shape, rec.g.dtype, dev)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
@@ -460,4 +459,4 @@ class TritonSourceStack:
         token_prev = self._token if self._token is not None else \
             torch.empty(0, device=st.row0.device, requires_grad=True)
         out, self._token = _StackRoute.apply(st, call, rows, query, norm_weight, token_prev, *xs)
-        return out.view(B, T, D), st._w_flat[woff: woff + size].view(n, B, T, num_heads)
+        return out, st._w_flat[woff: woff + size].view(n, B, T, num_heads)

@@ -43,6 +43,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels.route_fwd import rsqrt_acc
 
 
@@ -280,8 +281,13 @@ def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, d
     # the one-warp stack configs leave up to 16 partial rows per SM: narrower blocks then give
     # more programs (measured: 1B with 32-column blocks, 1.0 ms of dqdg per step against 0.3)
     block_d, block_r = (32, 128) if rows <= 512 else (8, 256)
-    dqdg_kernel[(triton.cdiv(D, block_d),)](epart, rows, query.contiguous(), norm_weight.contiguous(),
-                                            dq, dg, D=D, BLOCK_R=block_r, BLOCK_D=block_d, num_warps=4)
+    _DQDG(cdiv(D, block_d), (epart, rows, query.contiguous(), norm_weight.contiguous(), dq, dg),
+          dict(D=D, BLOCK_R=block_r, BLOCK_D=block_d), 4)
+
+
+_DQDG = Launcher(dqdg_kernel)
+STACK_BWD = Launcher(stack_bwd_kernel)
+ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
 
 
 # (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps
@@ -302,7 +308,7 @@ def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]
     hit = STACK_CONFIG.get((d, num_heads, max_heads))
     if hit is not None:
         return hit
-    width = num_heads * triton.next_power_of_2(d // num_heads)
+    width = num_heads * next_pow2(d // num_heads)
     # one warp per 1024 columns; register-heavy wider tiles spill (measured: 1B with (2, 1, 16)
     # took 453 ms against 31 ms with (1, 2, 8))
     return (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)

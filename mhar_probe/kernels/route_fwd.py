@@ -24,6 +24,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.model.routing import route_reference
 
 
@@ -73,7 +74,7 @@ if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep
 def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
     """(BLOCK_K, BLOCK_P, num_warps) for a [BLOCK_P, H, BLOCK_K] register tile."""
     K = d // num_heads
-    block_k = triton.next_power_of_2(K)
+    block_k = next_pow2(K)
     width = num_heads * block_k
     hit = FWD_CONFIG.get((d, num_heads))
     if hit is not None:
@@ -199,9 +200,11 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     block_k, block_p, num_warps = tile_config(D, H)
     rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
     has_partial = partial is not None
-    route_fwd_kernel[(triton.cdiv(P, block_p),)](
-        V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-        partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps,
-        D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
-        HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2,
-        num_warps=num_warps)
+    _FWD(cdiv(P, block_p),
+         (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
+          partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps),
+         dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
+              HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2), num_warps)
+
+
+_FWD = Launcher(route_fwd_kernel)

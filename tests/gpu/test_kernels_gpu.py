@@ -275,3 +275,28 @@ def test_bitwise_repeatable():
     r1, r2 = grads(f, leaves, dout), grads(f, leaves, dout)
     assert all(torch.equal(x, y) for x, y in zip(r1, r2))
     record(test="bitwise", ok=True)
+
+
+def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
+    """The direct launch (`kernels/launch.py`) must pick the very kernel Triton's own lookup picks:
+    the chain and the delta call give bitwise the same outputs and gradients through both paths,
+    and the direct path is really taken (its launch counters move)."""
+    from mhar_probe.kernels import launch
+    from mhar_probe.kernels.route_bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD
+    from mhar_probe.kernels.route_fwd import _FWD
+
+    src, q, w, dout = inputs(9, 2, 37, 4096, seed=1)
+    leaves = [src.bfloat16(), q, w, torch.randn(2, 37, 4096, device="cuda").bfloat16(),
+              torch.tensor(0.2, device="cuda")]
+    f = lambda s, a_, b_, p, g: route_triton(s, a_, b_, 8, EPS, partial=p, gate=g)  # noqa: E731
+    results = {}
+    for i, direct in enumerate((False, True, True)):  # run 2 fills the cache, run 3 launches from it
+        monkeypatch.setattr(launch, "DIRECT", direct)
+        before = [k.direct_launches for k in (_FWD, STACK_BWD, _DQDG, ROUTE_BWD_LOCAL)]
+        results[direct] = (run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3), grads(f, leaves, dout))
+        after = [k.direct_launches for k in (_FWD, STACK_BWD, _DQDG, ROUTE_BWD_LOCAL)]
+        if i != 1:
+            assert [a > b for a, b in zip(after, before)] == [direct] * 4, (direct, before, after)
+    for a, b in zip(results[False], results[True]):
+        assert all(torch.equal(x, y) for x, y in zip(a, b))
+    record(test="direct_launch", ok=True)

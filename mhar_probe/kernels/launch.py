@@ -1,0 +1,108 @@
+"""Direct launches of compiled Triton kernels: the same kernel Triton would pick, less host time.
+
+`kernel[grid](*args, **constexprs)` binds every argument, specialises each one, builds a cache
+key from the specialisation and a string of the options, looks the compiled kernel up, checks
+the kernel's globals, builds the launch metadata and only then launches. A routing call makes
+two or three launches, and on the GPU machine's host that path costs 30-55 us per launch
+(`benchmarks/kernels/host_overhead.py`), a large share of a routing call's host time.
+
+`Launcher` goes through Triton's own path the first time it sees a specialisation, keeps the
+compiled kernel Triton returns under its own key, and afterwards launches it the way Triton's
+`run` does after its lookup:
+
+    kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata,
+               kernel.launch_metadata(grid, stream, *args), enter_hook, exit_hook, *args)
+
+so installed launch hooks (profilers) still see every launch. The key holds everything Triton
+specialises a non-constexpr argument on -- a tensor's dtype and whether its address is
+16-byte aligned; an integer's width and whether it is 1 or divisible by 16; a bool's value;
+floats are not specialised -- plus the constexpr values and `num_warps`, so it picks exactly
+the kernel Triton's lookup would pick (it may keep more entries, never fewer).
+
+Triton's path is always taken under the interpreter (`TRITON_INTERPRET=1`, nothing is
+compiled) and when `DIRECT` is off (`MHAR_DIRECT_LAUNCH=0`; the benchmarks flip the module
+switch to compare both in one process).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+
+DIRECT = os.environ.get("MHAR_DIRECT_LAUNCH", "1") != "0"
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
+
+try:  # Triton >= 3.4 keeps its launch hooks in `knobs`
+    from triton import knobs as _knobs
+
+    def _hooks() -> tuple[Any, Any]:
+        rt = _knobs.runtime
+        return rt.launch_enter_hook, rt.launch_exit_hook
+except ImportError:  # pragma: no cover - older Triton
+    _knobs = None
+
+    def _hooks() -> tuple[Any, Any]:
+        return None, None
+
+
+def cdiv(a: int, b: int) -> int:
+    """ceil(a / b) for host code (`triton.cdiv` is a constexpr function: ~5 us per host call)."""
+    return -(-a // b)
+
+
+def next_pow2(n: int) -> int:
+    """Smallest power of two >= n (n >= 1), for host code, as `triton.next_power_of_2`."""
+    return 1 << (n - 1).bit_length()
+
+
+def _spec(a: Any) -> Any:
+    """What Triton's binder specialises a non-constexpr argument on."""
+    if isinstance(a, torch.Tensor):
+        return a.dtype, (a.data_ptr() & 15) == 0
+    if isinstance(a, bool):
+        return "b", a
+    if isinstance(a, int):
+        return a == 1, (a & 15) == 0, -0x80000000 <= a <= 0x7FFFFFFF, a >= 1 << 63
+    if a is None:
+        return None
+    return type(a)
+
+
+class Launcher:
+    """Launches one `@triton.jit` kernel on a 1-D grid: `Launcher(fn)(grid, args, consts, num_warps)`.
+
+    `args` are the kernel's non-constexpr arguments in order, `consts` its constexprs by name
+    (every constexpr parameter); the kernel must declare its constexprs after the others."""
+
+    def __init__(self, fn: Any) -> None:
+        self.fn = fn
+        params = getattr(fn, "params", None)
+        self._direct_ok = params is not None and not _INTERPRET and _knobs is not None
+        self.const_names = [p.name for p in params or () if p.is_constexpr]
+        flags = [p.is_constexpr for p in params or ()]
+        if flags != sorted(flags):  # the direct call passes constexprs after the other arguments
+            raise TypeError(f"{fn.__name__}: constexpr parameters must come last")
+        self._cache: dict[tuple, Any] = {}
+        self.direct_launches = 0  # counted so tests can check the path is taken
+
+    def __call__(self, grid: int, args: tuple, consts: dict[str, Any], num_warps: int) -> None:
+        if not (DIRECT and self._direct_ok):
+            self.fn[(grid,)](*args, **consts, num_warps=num_warps)
+            return
+        cvals = tuple([consts[n] for n in self.const_names])
+        key = (num_warps, cvals, tuple([_spec(a) for a in args]))
+        kernel = self._cache.get(key)
+        if kernel is None:  # Triton's path: compiles if needed, launches, returns the kernel
+            kernel = self.fn[(grid,)](*args, **consts, num_warps=num_warps)
+            if kernel is not None and hasattr(kernel, "launch_metadata"):
+                self._cache[key] = kernel
+            return
+        stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
+        enter, exit_ = _hooks()
+        full = (*args, *cvals)
+        meta = kernel.launch_metadata((grid, 1, 1), stream, *full)
+        kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, exit_,
+                   *full)
+        self.direct_launches += 1
