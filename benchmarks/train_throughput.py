@@ -33,9 +33,10 @@ PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline med
 # "METHOD/VARIANT" runs METHOD with an earlier state of the triton kernels, for ratios measured
 # in the same process (see mhar_probe.bench.routing.VARIANTS): promoted = the whole stack in
 # fp32 under autocast; prevcfg = the launch configs of 2026-11-22; prev = the kernels of
-# 2026-11-22 (both, and Triton's own launch path); jitlaunch = Triton's launch path instead of
-# the direct launches of mhar_probe/kernels/launch.py.
-VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch")
+# 2026-11-22 (both, Triton's own launch path, padded heads); jitlaunch = Triton's launch path
+# instead of the direct launches of mhar_probe/kernels/launch.py; padded = one padded tile per
+# head in the forward kernel (no two-tile split of widths like 160).
+VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch", "padded")
 
 
 def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> dict:

@@ -67,6 +67,47 @@ def test_forward_matches_reference(N, D, H, dtype):
     assert W.shape == (N, 1, 3, H) and out.dtype == dtype
 
 
+def test_head_split_rule():
+    from mhar_probe.kernels.route_fwd import head_split
+
+    assert head_split(160) == (128, 32, 32) and head_split(1280) == (1024, 256, 256)  # 1B: H=8, H=1
+    assert head_split(12) == (8, 4, 4) and head_split(3) == (2, 1, 1)
+    for K in range(1, 300):
+        split, pad = head_split(K), 1 << (K - 1).bit_length()
+        if split is None:  # a power of two, or two tiles would not save lanes
+            k1 = 1 << (K.bit_length() - 1)
+            assert K == k1 or k1 + (1 << (K - k1 - 1).bit_length()) >= pad
+        else:
+            k1, k2, bk2 = split
+            assert k1 + k2 == K and k1 & (k1 - 1) == 0 and bk2 >= k2 and k1 + bk2 < pad
+
+
+@pytest.mark.parametrize("D,H,dtype,delta", [(12, 2, torch.float32, True), (10, 1, torch.float32, False),
+                                             (24, 8, torch.float16, False), (12, 1, torch.float16, True)])
+def test_split_head_forward_matches_padded_and_float64(monkeypatch, D, H, dtype, delta):
+    """Head widths that are not powers of two run as two exact tiles (route_fwd_split_kernel):
+    the same function as the padded single tile, to fp32 rounding, and as the float64 truth."""
+    from mhar_probe.kernels import route_fwd
+
+    N = 5
+    src, q, w, _ = make(N, 1, 3, D, dtype, seed=4)
+    partial = torch.randn(1, 3, D, generator=torch.Generator().manual_seed(5)).to(DEV, dtype) if delta else None
+    gate = torch.tensor(0.7, device=DEV) if delta else None
+    runs, used = {}, []
+    real = route_fwd._FWD_SPLIT
+    monkeypatch.setattr(route_fwd, "_FWD_SPLIT", lambda *a: (used.append(1), real(*a)))
+    for split in (True, False):
+        monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split)
+        runs[split] = route_triton(src, q, w, H, EPS, partial=partial, gate=gate)
+        assert len(used) == 1  # the split kernel ran once, in the first run only
+    ref_out, ref_W = route64(src, q, w, H, partial=partial, gate=gate, round_to=dtype)
+    tol = 1e-6 if dtype == torch.float32 else 2e-3
+    for out, W in runs.values():
+        assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
+    assert rel(runs[True][1], runs[False][1]) < 1e-6  # fp32 weights: rounding of the row sums only
+    assert rel(runs[True][0], runs[False][0]) < (1e-6 if dtype == torch.float32 else 1e-3)
+
+
 def test_forward_bad_heads():
     src, q, w, _ = make(2, 1, 1, 12, torch.float32)
     with pytest.raises(ValueError, match="divisible"):
@@ -137,8 +178,16 @@ def _chain(backend_stack, sources0, queries, norms, mixers, heads, hw_groups=0):
     return loss, weights
 
 
-@pytest.mark.parametrize("hw", [0, 2])
-def test_shared_stack_chain(hw):
+@pytest.mark.parametrize("hw,split_heads", [(0, True), (2, True), (0, False)])
+def test_shared_stack_chain(monkeypatch, hw, split_heads):
+    """d = 12 with H in (1, 2, 4): head widths 12, 6, 3 run as two exact tiles (8+4, 4+2, 2+1)
+    unless the split is switched off (one padded tile per head)."""
+    from mhar_probe.kernels import route_bwd, route_fwd
+
+    monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
+    used = []
+    real = kad.STACK_BWD_SPLIT
+    monkeypatch.setattr(kad, "STACK_BWD_SPLIT", lambda *a: (used.append(1), real(*a)))
     L, B, T, D = 3, 1, 3, 12
     S = 2 * L + 1
     gen = torch.Generator().manual_seed(3)
@@ -162,6 +211,7 @@ def test_shared_stack_chain(hw):
         assert rel(a, b) < 1e-5
     for a, b in zip(grads, ref_grads):
         assert rel(a, b) < 2e-5
+    assert bool(used) == split_heads and route_bwd.STACK_BWD_SPLIT is real
 
 
 def test_no_grad_path_saves_nothing_and_matches():

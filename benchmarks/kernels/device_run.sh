@@ -2,7 +2,10 @@
 # The whole routing benchmark on one GPU machine, in two calls of the device tool (10 min each):
 #   bash benchmarks/kernels/device_run.sh tests-kernels   GPU tests + kernel table (triton, the
 #                                                         kernels of 2026-11-22, compile; 3 shapes, H=1/8)
-#   bash benchmarks/kernels/device_run.sh host            host time per routing call (cProfile)
+#   bash benchmarks/kernels/device_run.sh host            host time per routing call, Triton's launch
+#                                                         path against the direct launches (cProfile)
+#   bash benchmarks/kernels/device_run.sh split-host      GPU tests, then 1B A/B of the two-tile heads and
+#                                                         the direct launches (kernel + end to end), host
 #   bash benchmarks/kernels/device_run.sh train           autocast-layout kernel table at the training
 #                                                         microbatches + end-to-end cost table
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
@@ -17,6 +20,17 @@ case "${1:-tests-kernels}" in
       tests/test_convert.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -12
     timeout 440 python -m mhar_probe.bench.routing --out "$OUT/bench.json" --no-delta \
       --backends triton,triton-prev,compile --repeat 10 --graph 2>&1 | grep -v -i warn | tee "$OUT/bench.log" | tail -22 ;;
+  split-host)  # one short call: GPU tests, then the two-tile heads and direct launches A/B at 1B
+    timeout 170 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -12
+    timeout 100 python -m mhar_probe.bench.routing --out "$OUT/bench_1b.json" --no-delta --dtype mixed \
+      --shapes 1B-train --heads 8 --backends triton,triton-padded,triton-jitlaunch --repeat 5 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_1b.log" | tail -8
+    timeout 120 python benchmarks/train_throughput.py --preset 1b --batch 2 --seq 1024 --vocab 151936 \
+      --methods baseline mhar mhar/padded mhar/jitlaunch baseline mhar --backend triton --warmup 2 \
+      --steps 6 --out "$OUT/train_1b.json" 2>&1 | grep -v -i warn | tail -9
+    timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
+      2>&1 | tail -3 ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;

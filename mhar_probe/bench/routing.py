@@ -37,9 +37,11 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # Earlier states of the triton kernels, timed beside the current one in the same process:
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
-# name: (split row 0, launch configs of 2026-11-22, direct launches); "triton" is (True, False, True)
-VARIANTS = {"triton-promoted": (False, False, True), "triton-prevcfg": (True, True, True),
-            "triton-prev": (False, True, False), "triton-jitlaunch": (True, False, False)}
+# name: (split row 0, launch configs of 2026-11-22, direct launches, two-tile heads);
+# "triton" is (True, False, True, True). Each variant but `prev` undoes one change.
+VARIANTS = {"triton-promoted": (False, False, True, True), "triton-prevcfg": (True, True, True, True),
+            "triton-jitlaunch": (True, False, False, True), "triton-padded": (True, False, True, False),
+            "triton-prev": (False, True, False, False)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -73,16 +75,18 @@ def kernel_variant(name: str):
     """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
     from mhar_probe.kernels import autograd as kad, launch, route_fwd
 
-    split, prev_cfg, direct = VARIANTS.get(name, (True, False, launch.DIRECT))
-    old = kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT
-    kad.SPLIT_ROW0, launch.DIRECT = split, direct
+    split, prev_cfg, direct, heads = VARIANTS.get(name, (True, False, launch.DIRECT, route_fwd.SPLIT_HEADS))
+    old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
+           route_fwd.SPLIT_HEADS)
+    kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS = split, direct, heads
     if prev_cfg:
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
     try:
         yield
     finally:
-        kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT = old
+        (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
+         route_fwd.SPLIT_HEADS) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

@@ -25,9 +25,12 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mhar_probe.kernels.route_bwd import ROUTE_BWD_LOCAL, STACK_BWD, launch_dqdg, stack_config
+from mhar_probe.kernels import route_fwd
+from mhar_probe.kernels.route_bwd import (
+    ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
+)
 from mhar_probe.kernels.launch import cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import launch_route_fwd, rounding_flags, tile_config
+from mhar_probe.kernels.route_fwd import head_split, launch_route_fwd, rounding_flags, tile_config
 
 # Tests set this to fill every kernel output with NaN before the kernel writes it.
 POISON = os.environ.get("MHAR_KERNELS_POISON", "") == "1"
@@ -176,6 +179,7 @@ class _Call:
     dtype: torch.dtype  # promoted dtype of rows [0, n): the call's output and key rounding
     q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
     g: Tensor | None = None
+    w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward)
 
 
 class _StackRoute(torch.autograd.Function):
@@ -200,9 +204,9 @@ class _StackRoute(torch.autograd.Function):
         j0 = stack._calls[ctx.call].j0
         dxs = [dx[j - j0].to(dt) if need[6 + i] else None
                for i, (j, dt) in enumerate(zip(ctx.rows, ctx.src_dtypes))]
+        dtoken = stack._no_grad_token if need[5] else None  # ordering only: never read
         if ctx.call == 0:
             stack._release_backward()
-        dtoken = torch.empty(0, device=out.device) if need[5] else None
         return (None, None, None, dq if need[3] else None, dg if need[4] else None, dtoken, *dxs)
 
 
@@ -314,7 +318,7 @@ class _StackState:
         rec.q, rec.g = query.detach(), norm_weight.detach()
         P = self.row0.shape[0]
         out = self._new_out(rec.dtype)
-        W = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]
+        W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
                          v0=self.row0)
         return out
@@ -356,11 +360,12 @@ class _StackState:
         # the whole forward pass to finish before backward could queue anything (measured: the
         # GPU then idled while the host caught up, 10-50 ms per step on an H100).
         self._tables = tables.to(dev, non_blocking=True)
+        self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
         self._epart = None
 
     def _release_backward(self) -> None:
-        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart"):
+        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token"):
             setattr(self, name, None)
 
     def _backward_call(self, call: int, dout: Tensor | None, out: Tensor,
@@ -388,14 +393,19 @@ class _StackState:
         dx = _new((max(nj, 1), *self.shape), dx_dtype or self.dtype, dev)  # [nj, B, T, d]
         K, KM = D // H, D // HM
         t = self._tables
-        STACK_BWD(nprog, (
-            self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
-            self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
-            call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps),
-            dict(D=D, H=H, K=K, BLOCK_K=next_pow2(K), HM=HM, KM=KM,
-                 BLOCK_KM=next_pow2(KM), BLOCK_P=block_p,
-                 ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
-                 GATHER0=nj > 0 and rec.j0 == 0), num_warps)
+        args = (self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
+                self._w_flat, self._d_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], dx, epart,
+                call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps)
+        flags = dict(BLOCK_P=block_p, ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
+                     GATHER0=nj > 0 and rec.j0 == 0)
+        split, split_m = (head_split(K), head_split(KM)) if route_fwd.SPLIT_HEADS else (None, None)
+        if split is not None and split_m is not None:  # head widths like 160: two exact tiles
+            STACK_BWD_SPLIT(nprog, args, dict(
+                D=D, H=H, K=K, K1=split[0], K2=split[1], BLOCK_K2=split[2], HM=HM, KM=KM,
+                KM1=split_m[0], KM2=split_m[1], BLOCK_KM2=split_m[2], **flags), num_warps)
+        else:
+            STACK_BWD(nprog, args, dict(D=D, H=H, K=K, BLOCK_K=next_pow2(K), HM=HM, KM=KM,
+                                        BLOCK_KM=next_pow2(KM), **flags), num_warps)
         dq = _new(rec.q.shape, rec.q.dtype, dev)
         dg = _new(rec.g.shape, rec.g.dtype, dev)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
@@ -459,4 +469,4 @@ class TritonSourceStack:
         token_prev = self._token if self._token is not None else \
             torch.empty(0, device=st.row0.device, requires_grad=True)
         out, self._token = _StackRoute.apply(st, call, rows, query, norm_weight, token_prev, *xs)
-        return out, st._w_flat[woff: woff + size].view(n, B, T, num_heads)
+        return out, st._calls[call].w.view(n, B, T, num_heads)

@@ -257,6 +257,190 @@ def stack_bwd_kernel(
     tl.store(EPART + pid * D + col, E_acc, mask=cmask)
 
 
+# ------------------------------------------- head width not a power of two: two exact tiles
+# As route_fwd_split_kernel: each head's K columns are read as [.., K1] + [.., BLOCK_K2] tiles
+# (160 = 128 + 32 at 1B) instead of one tile padded to a power of two (256: 37.5% idle lanes).
+# Same sums as `_call_bwd_step` / `_gather_source` / `stack_bwd_kernel`, the row reductions
+# adding the two tiles' partial sums. Used when both the call's and the widest call's head
+# width split (for a given d either every head width splits or none does).
+@triton.jit
+def _call_bwd_step_split(va, vb, doa, dob, shift, wptr, dptr, Ssh, Aa, Ab, Bva, Bvb, pmask, eps,
+                         D: tl.constexpr, dtype: tl.constexpr, ROUND_KEY: tl.constexpr):
+    w = tl.load(wptr, mask=pmask[:, None], other=0.0)
+    d_sh = tl.sum(doa * va, axis=2) + tl.sum(dob * vb, axis=2) - shift  # [BP, H]
+    tl.store(dptr, d_sh, mask=pmask[:, None])
+    ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
+    r = rsqrt_acc(ss / D + eps)
+    kha = va * r[:, None, None]
+    khb = vb * r[:, None, None]
+    if ROUND_KEY:
+        kha = kha.to(dtype).to(tl.float32)
+        khb = khb.to(dtype).to(tl.float32)
+    wd = w * d_sh
+    return (Ssh + wd, Aa + wd[:, :, None] * kha, Ab + wd[:, :, None] * khb,
+            Bva + w[:, :, None] * kha, Bvb + w[:, :, None] * khb)
+
+
+@triton.jit
+def _gather_source_split(vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm, colma, colmb,
+                         maskma, maskmb, cmaskma, cmaskmb, pmask, DOUT_BUF, stride_dc, WALL, DALL,
+                         SALL, U, CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr,
+                         HM: tl.constexpr, BLOCK_P: tl.constexpr, KM1: tl.constexpr,
+                         BLOCK_KM2: tl.constexpr):
+    """`_gather_source` for a source row held as two tiles; returns dv_j as the two tiles."""
+    ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
+    rg = rsqrt_acc(ss / D + eps)  # [BP]
+    acc_va = tl.zeros([BLOCK_P, HM, KM1], tl.float32)
+    acc_vb = tl.zeros([BLOCK_P, HM, BLOCK_KM2], tl.float32)
+    acc_ka = tl.zeros([BLOCK_P, HM, KM1], tl.float32)
+    acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KM2], tl.float32)
+    zero_h = tl.zeros([HM], tl.int64)
+    rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
+    dna = tl.load(DOUT_BUF + call * stride_dc + rowma, mask=maskma & rd[None, :, None], other=0.0)
+    dnb = tl.load(DOUT_BUF + call * stride_dc + rowmb, mask=maskmb & rd[None, :, None], other=0.0)
+    for c in range(call, top1):
+        rd = (zero_h + tl.load(CALL_N + c)) > j
+        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+        doga = dna.to(tl.float32)
+        dogb = dnb.to(tl.float32)
+        rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j  # sentinel call (n = 0) after the last
+        dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowma, mask=maskma & rd_next[None, :, None],
+                      other=0.0)
+        dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowmb, mask=maskmb & rd_next[None, :, None],
+                      other=0.0)
+        hc = tl.load(CALL_H + c)
+        hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
+        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
+        wo = tl.load(CALL_WOFF + c) + j * P * hc
+        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+        dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
+        ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+        ua = tl.load(U + c * D + colma, mask=cmaskma, other=0.0)  # [HM, KM1]
+        ub = tl.load(U + c * D + colmb, mask=cmaskmb, other=0.0)  # [HM, BKM2]
+        acc_va += wg[:, :, None] * doga
+        acc_vb += wg[:, :, None] * dogb
+        coef = (wg * (dsh - ssh))[:, :, None]
+        acc_ka += coef * ua[None, :, :]
+        acc_kb += coef * ub[None, :, :]
+    dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
+    fac = (rg * rg * rg * dot / D)[:, None, None]
+    return (acc_va + rg[:, None, None] * acc_ka - fac * vga,
+            acc_vb + rg[:, None, None] * acc_kb - fac * vgb)
+
+
+@triton.jit
+def stack_bwd_split_kernel(
+    V0, V, stride_vn, DOUT, OUT, DOUT_BUF, stride_dc, WALL, DALL, SALL, U,  # as stack_bwd_kernel
+    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, DX, EPART,
+    call, top1, n, woff, soff, j0, j1, P, eps,
+    D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+    BLOCK_K2: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KM1: tl.constexpr,
+    KM2: tl.constexpr, BLOCK_KM2: tl.constexpr, BLOCK_P: tl.constexpr, ROUND_KEY: tl.constexpr,
+    HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    dtype = OUT.dtype.element_ty
+    # call part: [BP, H, K1] + [BP, H, BK2] tiles of this call's heads
+    offs_h = tl.arange(0, H)
+    offs_a = tl.arange(0, K1)
+    offs_b = tl.arange(0, BLOCK_K2)
+    cola = offs_h[:, None] * K + offs_a[None, :]
+    colb = offs_h[:, None] * K + K1 + offs_b[None, :]
+    cmaska = (offs_a < K1)[None, :] & (offs_h < H)[:, None]
+    cmaskb = (offs_b < K2)[None, :] & (offs_h < H)[:, None]
+    # gather part: the same split of the widest call's heads (HM)
+    offs_hm = tl.arange(0, HM)
+    offs_ma = tl.arange(0, KM1)
+    offs_mb = tl.arange(0, BLOCK_KM2)
+    colma = offs_hm[:, None] * KM + offs_ma[None, :]
+    colmb = offs_hm[:, None] * KM + KM1 + offs_mb[None, :]
+    cmaskma = (offs_ma < KM1)[None, :] & (offs_hm < HM)[:, None]
+    cmaskmb = (offs_mb < KM2)[None, :] & (offs_hm < HM)[:, None]
+    E_acca = tl.zeros([H, K1], tl.float32)
+    E_accb = tl.zeros([H, BLOCK_K2], tl.float32)
+    num_blocks = tl.cdiv(P, BLOCK_P)
+    for blk in range(pid, num_blocks, nprog):
+        offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
+        pmask = offs_p < P
+        maska = pmask[:, None, None] & cmaska[None, :, :]
+        maskb = pmask[:, None, None] & cmaskb[None, :, :]
+        rowp = offs_p.to(tl.int64)[:, None, None] * D
+        rowa = rowp + cola[None, :, :]
+        rowb = rowp + colb[None, :, :]
+        hoff = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+        doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
+        dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
+        v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
+        v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
+        n_vec = tl.full([BLOCK_P], n, tl.int32)
+        pa = V + stride_vn + rowa  # software prefetch: the next two source rows are in flight
+        pb = V + stride_vn + rowb
+        v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
+        v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
+        pa += stride_vn
+        pb += stride_vn
+        v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
+        v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+        tl.store(DOUT_BUF + call * stride_dc + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
+        tl.store(DOUT_BUF + call * stride_dc + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
+        doa = doa_raw.to(tl.float32)
+        dob = dob_raw.to(tl.float32)
+        shift = tl.sum(doa * tl.load(OUT + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
+            tl.sum(dob * tl.load(OUT + rowb, mask=maskb, other=0.0).to(tl.float32), axis=2)
+        Ssh = tl.zeros([BLOCK_P, H], tl.float32)
+        Aa = tl.zeros([BLOCK_P, H, K1], tl.float32)
+        Ab = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
+        Bva = tl.zeros([BLOCK_P, H, K1], tl.float32)
+        Bvb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
+        Ssh, Aa, Ab, Bva, Bvb = _call_bwd_step_split(
+            v0a.to(tl.float32), v0b.to(tl.float32), doa, dob, shift, WALL + woff + hoff,
+            DALL + woff + hoff, Ssh, Aa, Ab, Bva, Bvb, pmask, eps, D, dtype, ROUND_KEY)
+        for jj in range(1, n):
+            va = v1a.to(tl.float32)
+            vb = v1b.to(tl.float32)
+            v1a = v2a
+            v1b = v2b
+            pa += stride_vn
+            pb += stride_vn
+            v2a = tl.load(pa, mask=maska & (n_vec > jj + 2)[:, None, None], other=0.0)
+            v2b = tl.load(pb, mask=maskb & (n_vec > jj + 2)[:, None, None], other=0.0)
+            Ssh, Aa, Ab, Bva, Bvb = _call_bwd_step_split(
+                va, vb, doa, dob, shift, WALL + woff + jj * P * H + hoff,
+                DALL + woff + jj * P * H + hoff, Ssh, Aa, Ab, Bva, Bvb, pmask, eps, D, dtype, ROUND_KEY)
+        tl.store(SALL + soff + hoff, Ssh, mask=pmask[:, None])
+        E_acca += tl.sum(Aa - Ssh[:, :, None] * Bva, axis=0)
+        E_accb += tl.sum(Ab - Ssh[:, :, None] * Bvb, axis=0)
+        if HAS_GATHER:
+            tl.debug_barrier()  # this block's dout slot, D' and S' stores, read below by other threads
+            maskma = pmask[:, None, None] & cmaskma[None, :, :]
+            maskmb = pmask[:, None, None] & cmaskmb[None, :, :]
+            rowma = rowp + colma[None, :, :]
+            rowmb = rowp + colmb[None, :, :]
+            jlo = j0
+            if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
+                vga = tl.load(V0 + rowma, mask=maskma, other=0.0).to(tl.float32)
+                vgb = tl.load(V0 + rowmb, mask=maskmb, other=0.0).to(tl.float32)
+                dxa, dxb = _gather_source_split(
+                    vga, vgb, 0, call, top1, rowma, rowmb, offs_p, offs_hm, colma, colmb, maskma,
+                    maskmb, cmaskma, cmaskmb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N,
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, KM1, BLOCK_KM2)
+                tl.store(DX + rowma, dxa.to(DX.dtype.element_ty), mask=maskma)
+                tl.store(DX + rowmb, dxb.to(DX.dtype.element_ty), mask=maskmb)
+                jlo = j0 + 1
+            for j in range(jlo, j1):
+                vga = tl.load(V + j * stride_vn + rowma, mask=maskma, other=0.0).to(tl.float32)
+                vgb = tl.load(V + j * stride_vn + rowmb, mask=maskmb, other=0.0).to(tl.float32)
+                dxa, dxb = _gather_source_split(
+                    vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm, colma, colmb, maskma,
+                    maskmb, cmaskma, cmaskmb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N,
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, KM1, BLOCK_KM2)
+                tl.store(DX + (j - j0) * P * D + rowma, dxa.to(DX.dtype.element_ty), mask=maskma)
+                tl.store(DX + (j - j0) * P * D + rowmb, dxb.to(DX.dtype.element_ty), mask=maskmb)
+    tl.store(EPART + pid * D + cola, E_acca, mask=cmaska)
+    tl.store(EPART + pid * D + colb, E_accb, mask=cmaskb)
+
+
 @triton.jit
 def dqdg_kernel(EPART, rows, Q, G, DQ, DG, D: tl.constexpr, BLOCK_R: tl.constexpr,
                 BLOCK_D: tl.constexpr):
@@ -287,6 +471,7 @@ def launch_dqdg(epart: Tensor, query: Tensor, norm_weight: Tensor, dq: Tensor, d
 
 _DQDG = Launcher(dqdg_kernel)
 STACK_BWD = Launcher(stack_bwd_kernel)
+STACK_BWD_SPLIT = Launcher(stack_bwd_split_kernel)
 ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
 
 

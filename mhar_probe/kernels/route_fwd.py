@@ -180,6 +180,120 @@ def route_fwd_kernel(
         tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
 
 
+# ------------------------------------------- head width not a power of two: two exact tiles
+# A [BP, H, BLOCK_K] tile pads each head's K columns to a power of two: at 1B (d1280, H8,
+# K = 160 -> 256) 37.5% of the lanes are masked, yet they execute every instruction. When it
+# saves lanes, the split kernel reads each head as two tiles of K1 (the largest power of two
+# <= K) and K2 = K - K1 (padded to BLOCK_K2) columns: 160 = 128 + 32, 1280 = 1024 + 256 (H=1),
+# 96 = 64 + 32. Same function; the row sums add the two tiles' partial sums.
+def head_split(K: int) -> tuple[int, int, int] | None:
+    """(K1, K2, BLOCK_K2) when two tiles cover a head in fewer lanes than one padded tile."""
+    k1 = 1 << (K.bit_length() - 1)
+    k2 = K - k1
+    if k2 == 0 or k1 + next_pow2(k2) >= next_pow2(K):
+        return None
+    return k1, k2, next_pow2(k2)
+
+
+@triton.jit
+def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
+                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
+    """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
+    ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
+    r = rsqrt_acc(ss / D + eps)  # [BP]
+    kha = va * r[:, None, None]
+    khb = vb * r[:, None, None]
+    if ROUND_KEY:
+        kha = kha.to(dtype).to(tl.float32)
+        khb = khb.to(dtype).to(tl.float32)
+    kha = kha * ga[None, :, :]
+    khb = khb * gb[None, :, :]
+    if ROUND_KEY2:
+        kha = kha.to(dtype).to(tl.float32)
+        khb = khb.to(dtype).to(tl.float32)
+    logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
+    tl.store(wptr, logit, mask=pmask[:, None])
+    m_new = tl.maximum(m, logit)
+    scale = exp_acc(m - m_new)
+    e = exp_acc(logit - m_new)
+    return (m_new, l * scale + e, acca * scale[:, :, None] + e[:, :, None] * va,
+            accb * scale[:, :, None] + e[:, :, None] * vb)
+
+
+@triton.jit
+def route_fwd_split_kernel(
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W,  # as route_fwd_kernel
+    P, N, eps,
+    D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+    BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
+    HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
+    offs_h = tl.arange(0, H)
+    offs_a = tl.arange(0, K1)
+    offs_b = tl.arange(0, BLOCK_K2)
+    cola = offs_h[:, None] * K + offs_a[None, :]  # [H, K1]: columns [0, K1) of each head
+    colb = offs_h[:, None] * K + K1 + offs_b[None, :]  # [H, BK2]: columns [K1, K) of each head
+    cmaska = (offs_a < K1)[None, :] & (offs_h < H)[:, None]
+    cmaskb = (offs_b < K2)[None, :] & (offs_h < H)[:, None]
+    pmask = offs_p < P
+    maska = pmask[:, None, None] & cmaska[None, :, :]
+    maskb = pmask[:, None, None] & cmaskb[None, :, :]
+    rowp = offs_p.to(tl.int64)[:, None, None] * D
+    rowa = rowp + cola[None, :, :]  # [BP, H, K1]
+    rowb = rowp + colb[None, :, :]  # [BP, H, BK2]
+    qa = tl.load(Q + cola, mask=cmaska, other=0.0).to(tl.float32)
+    qb = tl.load(Q + colb, mask=cmaskb, other=0.0).to(tl.float32)
+    ga = tl.load(G + cola, mask=cmaska, other=0.0).to(tl.float32)
+    gb = tl.load(G + colb, mask=cmaskb, other=0.0).to(tl.float32)
+    wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+    cdtype = OUT.dtype.element_ty
+
+    m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+    l = tl.zeros([BLOCK_P, H], tl.float32)
+    acca = tl.zeros([BLOCK_P, H, K1], tl.float32)
+    accb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
+    v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
+    v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
+    n_vec = tl.full([BLOCK_P], N, tl.int32)
+    pa = V + stride_vn + rowa  # software prefetch: the next two source rows are in flight
+    pb = V + stride_vn + rowb
+    v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
+    v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
+    pa += stride_vn
+    pb += stride_vn
+    v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
+    v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+    m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
+                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
+    for n in range(1, N):
+        va = v1a.to(tl.float32)
+        vb = v1b.to(tl.float32)
+        v1a = v2a
+        v1b = v2b
+        pa += stride_vn
+        pb += stride_vn
+        v2a = tl.load(pa, mask=maska & (n_vec > n + 2)[:, None, None], other=0.0)
+        v2b = tl.load(pb, mask=maskb & (n_vec > n + 2)[:, None, None], other=0.0)
+        m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr + n * P * H,
+                                           pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
+    oa = div_acc(acca, l[:, :, None])
+    ob = div_acc(accb, l[:, :, None])
+    if HAS_PARTIAL:
+        if HAS_GATE:
+            gate = tl.load(GATE).to(tl.float32)
+            oa = oa * gate
+            ob = ob * gate
+        oa = tl.load(PARTIAL + rowa, mask=maska, other=0.0).to(tl.float32) + oa
+        ob = tl.load(PARTIAL + rowb, mask=maskb, other=0.0).to(tl.float32) + ob
+    tl.store(OUT + rowa, oa.to(OUT.dtype.element_ty), mask=maska)
+    tl.store(OUT + rowb, ob.to(OUT.dtype.element_ty), mask=maskb)
+    for n in range(N):  # N*H scalars per position: raw logits -> exact weights
+        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
+        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+
+
 @functools.lru_cache(maxsize=None)
 def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
     """Where the reference rounds: normed.to(storage), then weight * normed in promoted dtype."""
@@ -197,14 +311,25 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     output follow `out.dtype`, the promoted dtype of the routed sources."""
     D = V.shape[-1]
     H = num_heads
+    K = D // H
     block_k, block_p, num_warps = tile_config(D, H)
     rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
     has_partial = partial is not None
-    _FWD(cdiv(P, block_p),
-         (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-          partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps),
-         dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_PARTIAL=has_partial,
-              HAS_GATE=has_partial and gate is not None, ROUND_KEY=rk, ROUND_KEY2=rk2), num_warps)
+    args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
+            partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps)
+    flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_partial and gate is not None,
+                 ROUND_KEY=rk, ROUND_KEY2=rk2)
+    split = head_split(K) if SPLIT_HEADS else None
+    if split is not None:
+        k1, k2, block_k2 = split
+        _FWD_SPLIT(cdiv(P, block_p), args, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags),
+                   num_warps)
+    else:
+        _FWD(cdiv(P, block_p), args, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps)
 
 
+# MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
+# benchmark's `triton-padded` variant compares both in one process).
+SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 _FWD = Launcher(route_fwd_kernel)
+_FWD_SPLIT = Launcher(route_fwd_split_kernel)
