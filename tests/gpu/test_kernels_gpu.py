@@ -280,23 +280,31 @@ def test_bitwise_repeatable():
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     """The direct launch (`kernels/launch.py`) must pick the very kernel Triton's own lookup picks:
     the chain and the delta call give bitwise the same outputs and gradients through both paths,
-    and the direct path is really taken (its launch counters move)."""
+    and the direct path is really taken (the launch counters of each kernel family move; the
+    chain's d = 1280 runs the two-tile kernels, the delta call's d = 4096 the single-tile ones)."""
     from mhar_probe.kernels import launch
-    from mhar_probe.kernels.route_bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD
-    from mhar_probe.kernels.route_fwd import _FWD
+    from mhar_probe.kernels.route_bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT
+    from mhar_probe.kernels.route_fwd import _FWD, _FWD_SPLIT
+
+    families = [(_FWD,), (_FWD_SPLIT,), (STACK_BWD_SPLIT,), (_DQDG,), (ROUTE_BWD_LOCAL,)]
+
+    def counts():
+        return [sum(k.direct_launches for k in fam) for fam in families]
 
     src, q, w, dout = inputs(9, 2, 37, 4096, seed=1)
     leaves = [src.bfloat16(), q, w, torch.randn(2, 37, 4096, device="cuda").bfloat16(),
               torch.tensor(0.2, device="cuda")]
     f = lambda s, a_, b_, p, g: route_triton(s, a_, b_, 8, EPS, partial=p, gate=g)  # noqa: E731
     results = {}
+    before_all = STACK_BWD.direct_launches
     for i, direct in enumerate((False, True, True)):  # run 2 fills the cache, run 3 launches from it
         monkeypatch.setattr(launch, "DIRECT", direct)
-        before = [k.direct_launches for k in (_FWD, STACK_BWD, _DQDG, ROUTE_BWD_LOCAL)]
+        before = counts()
         results[direct] = (run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3), grads(f, leaves, dout))
-        after = [k.direct_launches for k in (_FWD, STACK_BWD, _DQDG, ROUTE_BWD_LOCAL)]
+        after = counts()
         if i != 1:
-            assert [a > b for a, b in zip(after, before)] == [direct] * 4, (direct, before, after)
+            assert [a > b for a, b in zip(after, before)] == [direct] * len(families), (direct, before, after)
+    assert STACK_BWD.direct_launches == before_all  # d = 1280 splits: the padded stack kernel is not used
     for a, b in zip(results[False], results[True]):
         assert all(torch.equal(x, y) for x, y in zip(a, b))
     record(test="direct_launch", ok=True)
