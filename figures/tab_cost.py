@@ -1,5 +1,9 @@
 """Table cost (and maincost): training throughput relative to the same-run baseline and peak
-memory, per preset and routing backend, from benchmarks/train_throughput.py result files."""
+memory, per preset and routing backend, from benchmarks/train_throughput.py result files.
+
+A file may run methods several times (`--methods baseline mhar baseline mhar`) and kernel variants
+(`mhar/padded`): each row is compared with the nearest baseline run before it (pairwise), and a
+variant is labelled with its kernels."""
 
 from __future__ import annotations
 
@@ -14,6 +18,13 @@ NEEDS = ("a throughput file: python benchmarks/train_throughput.py --preset P --
 COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
 
 
+def _nearest_baseline(results: list[dict], i: int) -> float | None:
+    before = [r["tokens_per_s"] for r in results[:i + 1] if r["method"] == "baseline"]
+    if before:
+        return before[-1]
+    return next((r["tokens_per_s"] for r in results[i:] if r["method"] == "baseline"), None)
+
+
 @generator("table_cost", kind="table", paper_ref="tab:cost, tab:maincost", needs=NEEDS)
 def make(ctx) -> list[Output]:
     files = throughput_files(ctx.benchmark_files())
@@ -25,16 +36,26 @@ def make(ctx) -> list[Output]:
     for path, doc in files:
         meta = doc.get("meta", {})
         args = meta.get("args", {})
-        base = next((r["tokens_per_s"] for r in doc["results"] if r["method"] == "baseline"), None)
-        for i, r in enumerate(doc["results"]):
+        results = doc["results"]
+        seen: dict[str, int] = {}
+        for i, r in enumerate(results):
+            # pairwise: against the nearest baseline run before this row (else the first after it);
+            # a file that runs every method twice then gives one ratio per pair
+            base = _nearest_baseline(results, i)
             ratio = r["tokens_per_s"] / base if base else None
-            backend = "-" if r["method"] in ("baseline", "hyper") else str(args.get("backend", "?"))
+            method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
+            backend = "-" if method in ("baseline", "hyper") else str(args.get("backend", "?"))
+            if variant:
+                backend = f"{backend}-{variant}"
+            label = method_label(method) + (f" ({variant} kernels)" if variant else "")
             t.add([Cell(scale_label(str(args.get("preset", "?"))), args.get("preset")),
-                   Cell(method_label(r["method"]), r["method"]), Cell(backend, backend),
+                   Cell(label, r["method"]), Cell(backend, backend),
                    Cell.num(r["tokens_per_s"], "{:,.0f}"), Cell.num(ratio, "{:.2f}", suffix="x"),
                    Cell.num(r.get("peak_memory_gb"), "{:.2f}"), Cell(str(meta.get("device", "?")), meta.get("device")),
                    Cell(path.name, path.name)], rule_before=i == 0 and bool(t.rows))
-            ratios[(path.name, r["method"])] = ratio
+            k = seen[r["method"]] = seen.get(r["method"], -1) + 1
+            ratios[(path.name, r["method"], k)] = ratio
+            ratios.setdefault((path.name, r["method"]), ratio)  # the first run of each method
         if meta.get("device") and "cuda" not in str(r.get("peak_memory_kind", "cuda")):
             t.notes.append(f"{path.name}: peak memory is the process max RSS ({r.get('peak_memory_kind')}), "
                            "not GPU memory")

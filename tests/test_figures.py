@@ -58,7 +58,10 @@ def runs(tmp_path_factory) -> Path:
     (bench / "train_throughput_tiny.json").write_text(json.dumps(dict(
         meta=dict(device="cpu", args=dict(preset="tiny", backend="eager")),
         results=[dict(method="baseline", tokens_per_s=1000.0, peak_memory_gb=1.0),
-                 dict(method="mhar", tokens_per_s=640.0, peak_memory_gb=1.25)])))
+                 dict(method="mhar", tokens_per_s=640.0, peak_memory_gb=1.25),
+                 dict(method="mhar/padded", tokens_per_s=500.0, peak_memory_gb=1.25),
+                 dict(method="baseline", tokens_per_s=800.0, peak_memory_gb=1.0),
+                 dict(method="mhar", tokens_per_s=720.0, peak_memory_gb=1.25)])))
     (bench / "kernels" / "routing.json").write_text(json.dumps(dict(meta=dict(device="H100"), rows=[
         dict(shape="100M", H=8, backend="compile", fwdbwd_ms=30.0, graph_fwdbwd_ms=24.0),
         dict(shape="100M", H=8, backend="triton", fwdbwd_ms=6.0, floor_ms=0.92, graph_fwdbwd_ms=3.0),
@@ -185,7 +188,13 @@ def test_width_table(report, runs):
 
 
 def test_cost_kernel_corpus_tables(report):
-    assert report.made["table_cost"][0].data["ratios"][("train_throughput_tiny.json", "mhar")] == pytest.approx(0.64)
+    ratios = report.made["table_cost"][0].data["ratios"]
+    assert ratios[("train_throughput_tiny.json", "mhar")] == pytest.approx(0.64)
+    assert ratios[("train_throughput_tiny.json", "mhar", 1)] == pytest.approx(0.9)  # against the 2nd baseline
+    assert ratios[("train_throughput_tiny.json", "mhar/padded", 0)] == pytest.approx(0.5)
+    assert ratios[("train_throughput_tiny.json", "baseline", 1)] == pytest.approx(1.0)
+    assert any(r[1] == "mhar/padded" and r[2] == "eager-padded" for r in table_rows(report, "table_cost"))
+    assert "MHAR (padded kernels)" in (report.out / "table_cost.md").read_text()
     assert report.made["table_kernel_speed"][0].data["speedups"][("routing.json", "100M", 8)] == pytest.approx(5.0)
     assert report.made["table_kernel_speed"][0].data["graph_speedups"][("routing.json", "100M", 8)] == \
         pytest.approx(8.0)  # device time: compile 24 / triton 3 (the other backend rows are ignored)
