@@ -385,3 +385,29 @@ def test_bench_routing_needs_a_gpu(capsys):
 
     assert main(["bench", "routing", "--shapes", "100M"]) == 2
     assert "CUDA GPU" in capsys.readouterr().err
+
+
+def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
+    """`launch.Launcher` caches compiled kernels under its own key (`_spec` per argument), so two
+    arguments with the same key must get the same specialisation from Triton's own binder
+    (`native_specialize_impl`); otherwise a cached launch would run a kernel compiled for other
+    assumptions (e.g. divisibility by 16, or an argument equal to 1 folded into a constant)."""
+    jit = pytest.importorskip("triton.runtime.jit")
+    native = getattr(jit, "native_specialize_impl", None)
+    if native is None:
+        pytest.skip("this Triton has no native_specialize_impl")
+    from triton.backends.compiler import BaseBackend
+
+    from mhar_probe.kernels.launch import _spec
+
+    buf = torch.zeros(64, dtype=torch.float32)
+    half = torch.zeros(64, dtype=torch.float16)
+    args = [0, 1, 2, 15, 16, 17, 32, 48, -1, -16, 2**31 - 16, 2**31 - 1, 2**31, 2**32, -2**31, -2**31 - 1,
+            2**63 - 1, 2**63, 0.0, 1.0, 1.5, True, False, None,
+            buf, buf[1:], buf[4:], buf[2:], half, half[1:], half[8:], half[4:], buf.double(), buf.int()]
+    key = {}
+    for a in args:
+        k = _spec(a)
+        triton_spec = native(BaseBackend, a, False, True, True)
+        assert key.setdefault(k, triton_spec) == triton_spec, (a, k, key[k], triton_spec)
+    assert len(key) >= 12  # the keys do separate what Triton separates (not one key for all)
