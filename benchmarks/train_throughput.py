@@ -143,8 +143,9 @@ def main() -> None:
           f"V{args.vocab} backend={args.backend}  {meta['date']}")
     print("| method | params | tokens/s | vs baseline | peak mem (GB) |")
     print("|---|---:|---:|---:|---:|")
-    for r in rows:
-        ratio = f"{r['tokens_per_s'] / base:.2f}x" if base else "-"
+    for i, r in enumerate(rows):  # pairwise: against the latest baseline run before this row
+        near = next((b["tokens_per_s"] for b in rows[i::-1] if b["method"] == "baseline"), base)
+        ratio = f"{r['tokens_per_s'] / near:.2f}x" if near else "-"
         print(f"| {r['method']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {ratio} | {r['peak_memory_gb']:.2f} |")
     if device.type == "cuda" and args.preset == "100m" and base:
         print(f"paper baseline at 100M on an H100: {PAPER_BASELINE_100M_TOK_S:,.0f} tokens/s; "
