@@ -75,10 +75,10 @@ class Context:
 
     def benchmark_files(self, subdir: str | None = None) -> list[Path]:
         """JSON files in the benchmark directories (or their `subdir`), sorted, de-duplicated."""
-        found: dict[Path, None] = {}
+        found: dict[Path, Path] = {}  # resolved -> as listed (a linked file keeps its link's name)
         for root in self.benchmarks:
             base = root / subdir if subdir else root
             if base.is_dir():
                 for p in sorted(base.glob("*.json")):
-                    found[p.resolve()] = None
-        return list(found)
+                    found.setdefault(p.resolve(), p)
+        return list(found.values())
