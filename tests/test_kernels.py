@@ -178,24 +178,27 @@ def _chain(backend_stack, sources0, queries, norms, mixers, heads, hw_groups=0):
     return loss, weights
 
 
-@pytest.mark.parametrize("hw,split_heads", [(0, True), (2, True), (0, False)])
-def test_shared_stack_chain(monkeypatch, hw, split_heads):
+@pytest.mark.parametrize("hw,split_heads,D,head_cycle", [
+    (0, True, 12, (1, 2, 4)), (2, True, 12, (1, 2, 4)), (0, False, 12, (1, 2, 4)),
+    (0, True, 40, (8, 2, 8)), (0, False, 16, (1, 4, 2))])
+def test_shared_stack_chain(monkeypatch, hw, split_heads, D, head_cycle):
     """d = 12 with H in (1, 2, 4): head widths 12, 6, 3 run as two exact tiles (8+4, 4+2, 2+1)
-    unless the split is switched off (one padded tile per head)."""
+    unless the split is switched off (one padded tile per head); d = 40 with H = 8 splits 5 = 4+1
+    (narrowest second tile, as d/H = 40 at H = 32 of d1280); d = 16 has power-of-two heads only."""
     from mhar_probe.kernels import route_bwd, route_fwd
 
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
     used = []
     real = kad.STACK_BWD_SPLIT
     monkeypatch.setattr(kad, "STACK_BWD_SPLIT", lambda *a: (used.append(1), real(*a)))
-    L, B, T, D = 3, 1, 3, 12
+    L, B, T = 3, 1, 3
     S = 2 * L + 1
     gen = torch.Generator().manual_seed(3)
     x0 = torch.randn(B, T, D, generator=gen)
     qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
     gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
     Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1)]
-    heads = [(1, 2, 4)[s % 3] for s in range(S)]
+    heads = [head_cycle[s % 3] for s in range(S)]
 
     def run(dtype, stack):
         leaves = [t.to(DEV, dtype).requires_grad_() for t in [x0] + qs + gs + Ms]
@@ -211,7 +214,7 @@ def test_shared_stack_chain(monkeypatch, hw, split_heads):
         assert rel(a, b) < 1e-5
     for a, b in zip(grads, ref_grads):
         assert rel(a, b) < 2e-5
-    assert bool(used) == split_heads and route_bwd.STACK_BWD_SPLIT is real
+    assert bool(used) == (split_heads and D % 16 != 0) and route_bwd.STACK_BWD_SPLIT is real
 
 
 def test_no_grad_path_saves_nothing_and_matches():
