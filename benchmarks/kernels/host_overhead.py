@@ -2,8 +2,10 @@
 
 Prints, for one shape: host milliseconds of the forward and of the backward of all routing
 calls of one microbatch (time.perf_counter with no synchronisation: the GPU runs behind, so
-this is the host's own time), the cost of one launch of the forward kernel through Triton's
-path, a small torch op and an allocation for scale, and a cProfile of the chain by own time.
+this is the host's own time) and the cost of one launch of the forward kernel, each through
+Triton's launch path and through the direct launches (alternated over `--rounds` rounds in one
+process; the ratio is the median of the per-round ratios), a small torch op and an allocation
+for scale, and a cProfile of the chain by own time.
 
     python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out host.json
 """
@@ -52,7 +54,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shape", default="100M")
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--iters", type=int, default=10, help="fwd+bwd iterations per arm and round")
+    ap.add_argument("--rounds", type=int, default=6, help="alternations of the two launch paths")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     d, L, B, T = SHAPES[args.shape]
@@ -83,29 +86,48 @@ def main() -> None:
     P = B * T
     out = torch.empty((P, d), dtype=stack.rows.dtype, device="cuda")
     W = torch.empty((calls, P, H), dtype=torch.float32, device="cuda")
-    # Triton's own launch path, then the direct launches (kernels/launch.py), in one process
-    for direct, tag in ((False, "jit"), (True, "direct")):
+    # Triton's own launch path against the direct launches (kernels/launch.py), alternated
+    # round by round in one process: this VM's host speed drifts within a call (a small torch op
+    # moved 1.6x between two calls), so each round measures the two arms seconds apart and the
+    # reported ratio is the median over rounds.
+    arms = ((False, "jit"), (True, "direct"))
+    for direct, _ in arms:  # compile and fill the direct path's cache
         launch.DIRECT = direct
-        for _ in range(3):
+        for _ in range(2):
             fwd()
             bwd()
-        f_ms, b_ms = [], []
-        for _ in range(args.iters):
-            torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            fwd()
-            t1 = time.perf_counter()
-            bwd()
-            t2 = time.perf_counter()
-            torch.cuda.synchronize()
-            f_ms.append((t1 - t0) * 1e3)
-            b_ms.append((t2 - t1) * 1e3)
-        res[f"fwd_host_ms_{tag}"] = statistics.median(f_ms)
-        res[f"bwd_host_ms_{tag}"] = statistics.median(b_ms)
+    samples = {tag: dict(fwd=[], bwd=[], launch=[]) for _, tag in arms}
+    ratios = []
+    for _ in range(args.rounds):
+        per_round = {}
+        for direct, tag in arms:
+            launch.DIRECT = direct
+            for _ in range(args.iters):
+                torch.cuda.synchronize()
+                t0 = time.perf_counter()
+                fwd()
+                t1 = time.perf_counter()
+                bwd()
+                t2 = time.perf_counter()
+                torch.cuda.synchronize()
+                samples[tag]["fwd"].append((t1 - t0) * 1e3)
+                samples[tag]["bwd"].append((t2 - t1) * 1e3)
+            # one launch of the forward kernel at this shape (N = 1)
+            samples[tag]["launch"].append(per_launch_us(
+                lambda: launch_route_fwd(stack.rows, 1, P, qs[0], gs[0], H, 1e-6, out, W, v0=stack.row0), 200))
+            n = args.iters
+            per_round[tag] = statistics.median(
+                [f + b for f, b in zip(samples[tag]["fwd"][-n:], samples[tag]["bwd"][-n:])])
+        ratios.append(per_round["jit"] / per_round["direct"])
+    launch.DIRECT = True
+    for _, tag in arms:
+        res[f"fwd_host_ms_{tag}"] = statistics.median(samples[tag]["fwd"])
+        res[f"bwd_host_ms_{tag}"] = statistics.median(samples[tag]["bwd"])
         res[f"us_per_call_{tag}"] = (res[f"fwd_host_ms_{tag}"] + res[f"bwd_host_ms_{tag}"]) / calls * 1e3
-        # one launch of the forward kernel at this shape (N = 1)
-        res[f"route_fwd_launch_us_{tag}"] = per_launch_us(
-            lambda: launch_route_fwd(stack.rows, 1, P, qs[0], gs[0], H, 1e-6, out, W, v0=stack.row0), 500)
+        res[f"route_fwd_launch_us_{tag}"] = statistics.median(samples[tag]["launch"])
+    res["rounds"] = args.rounds
+    res["host_ratio_jit_over_direct_per_round"] = ratios
+    res["host_ratio_jit_over_direct_median"] = statistics.median(ratios)
 
     # one launch of a small torch op and of an allocation, for scale
     x = torch.empty(16, device="cuda")
@@ -127,6 +149,9 @@ def main() -> None:
         print(f"HOST {args.shape} H={H} {tag:>6}: fwd {res[f'fwd_host_ms_{tag}']:.2f} ms, bwd "
               f"{res[f'bwd_host_ms_{tag}']:.2f} ms for {calls} calls = {res[f'us_per_call_{tag}']:.0f} us/call; "
               f"one route_fwd launch {res[f'route_fwd_launch_us_{tag}']:.1f} us")
+    print(f"host time, Triton's path / direct, median over {args.rounds} alternated rounds: "
+          f"{res['host_ratio_jit_over_direct_median']:.3f} (per round: "
+          f"{', '.join(f'{r:.3f}' for r in res['host_ratio_jit_over_direct_per_round'])})")
     print(f"torch add {res['torch_add_us']:.1f} us; hooks {res['launch_hooks']}")
     if args.out:
         json.dump(res, open(args.out, "w"), indent=1)
