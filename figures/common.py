@@ -61,6 +61,13 @@ def cell_mean(ds: xr.Dataset, var: str = "tail_mean", **where: Any) -> tuple[flo
     return (float(sub[var].mean()) if n else float("nan")), n
 
 
+def shared_seeds(ds: xr.Dataset, cells: list[dict[str, Any]]) -> list[int]:
+    """Seeds present in every cell (each a `select` filter): averaging only these keeps the
+    cells' differences paired by seed. Empty when the cells share none."""
+    sets = [set(select(ds, **c)["seed"].values.tolist()) for c in cells]
+    return sorted(set.intersection(*sets)) if sets else []
+
+
 def run_records(ds: xr.Dataset) -> list[dict[str, Any]]:
     """The runs as analysis.stats.curves run records (method, H, kv, lr, seed, preset, tail_mean, path)."""
     recs = []

@@ -7,13 +7,40 @@ from __future__ import annotations
 from analysis.runs import select
 from analysis.stats.curves import best_vs_best
 
-from .common import choose_mhar_H, groups, run_records, scale_label
+from .common import choose_mhar_H, groups, run_records, scale_label, shared_seeds
 from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
 
 NEEDS = "baseline and method runs at two or more learning rates (mhar sweep --lrs 1e-4 5e-4 1e-3 ...)"
 COLUMNS = ["Scale", "Method", "Tail-mean by LR", "Best LR", "Tail-mean at best", "Delta vs best baseline"]
+
+
+def _paired_lr_cells(sub):
+    """Each (method, H) keeps the seeds all its LR cells share (when they share any), so its best
+    LR is chosen on paired seeds; returns the selection and what was left out."""
+    keep, dropped = [], []
+    for m, h in sorted(set(zip(sub["method"].values.tolist(), sub["H"].values.tolist()))):
+        cell = select(sub, method=m, H=h)
+        lrs = sorted(set(cell["lr"].values.tolist()))
+        seeds = shared_seeds(cell, [dict(lr=lr) for lr in lrs])
+        extra = sorted(set(cell["seed"].values.tolist()) - set(seeds)) if seeds else []
+        if extra:
+            dropped.append(f"{m}{'' if m != 'mhar' else f' H={h}'} seed{'s' if len(extra) > 1 else ''} "
+                           f"{', '.join(map(str, extra))}")
+        keep += [n for n, s in zip(cell["run"].values.tolist(), cell["seed"].values.tolist())
+                 if not seeds or s in seeds]
+    return sub.sel(run=keep), dropped
+
+
+def _paired_delta(sub, row, base_row) -> float:
+    """tail-mean(method at its best LR) - tail-mean(baseline at its best LR), both averaged over
+    the seeds the two cells share (all of each cell's seeds when they share none)."""
+    a = dict(method=row.method, H=row.H, lr=float(row.best_lr))
+    b = dict(method=base_row.method, H=base_row.H, lr=float(base_row.best_lr))
+    seeds = shared_seeds(sub, [a, b])
+    paired = dict(seed=seeds) if seeds else {}
+    return float(select(sub, **a, **paired)["tail_mean"].mean() - select(sub, **b, **paired)["tail_mean"].mean())
 
 
 @generator("table_lr_sweep", kind="table", paper_ref="tab:lrsweep", needs=NEEDS)
@@ -27,7 +54,14 @@ def make(ctx) -> list[Output]:
         base_kv = int(select(sub, method="baseline")["kv"].values[0])
         sub = select(sub, kv=base_kv)
         H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
+        sub, dropped = _paired_lr_cells(sub)
+        if dropped:
+            t.notes.append(f"{scale_label(key['preset'])}, {key['corpus']}: each method's learning rates "
+                           f"compared on the seeds all its LR cells share (left out: {'; '.join(dropped)}).")
         rows = [r for r in best_vs_best(run_records(sub)) if r.method != "mhar" or r.H == H]
+        base_row = min((r for r in rows if r.method == "baseline"), key=lambda r: r.tail_mean)
+        for r in rows:  # delta over the seeds the method's and the baseline's best cells share
+            r.delta = _paired_delta(sub, r, base_row)
         rows.sort(key=lambda r: METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99)
         first = True
         for r in rows:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analysis.runs import select
 
-from .common import cell_mean, choose_mhar_H, groups, pick_lr
+from .common import cell_mean, choose_mhar_H, groups, pick_lr, shared_seeds
 from .registry import Output, Skip, generator
 from .tables import Cell, Table
 
@@ -29,9 +29,14 @@ def make(ctx) -> list[Output]:
         for i, d in enumerate(widths):
             w = select(sub, hidden_size=d)
             H = choose_mhar_H(select(w, method="mhar")["H"].values.tolist(), key["kv"])
-            base, _ = cell_mean(w, method="baseline")
-            single, _ = cell_mean(w, method="attnres")
-            mhar, _ = cell_mean(w, method="mhar", H=H)
+            cells = [dict(method="baseline"), dict(method="attnres"), dict(method="mhar", H=H)]
+            seeds = shared_seeds(w, cells)  # the same seeds in all three cells: deltas stay paired
+            if seeds and any(set(select(w, **c)["seed"].values.tolist()) - set(seeds) for c in cells):
+                t.notes.append(f"d{d}: averaged over the seeds all three cells share ({', '.join(map(str, seeds))}).")
+            paired = dict(seed=seeds) if seeds else {}
+            base, _ = cell_mean(w, method="baseline", **paired)
+            single, _ = cell_mean(w, method="attnres", **paired)
+            mhar, _ = cell_mean(w, method="mhar", H=H, **paired)
             presets = "/".join(sorted(set(w["preset"].values.tolist())))
             t.add([Cell(f"d{d} ({presets}), L{key['layers']}, kv{key['kv']}, H{H}", d), Cell.num(base),
                    Cell.num(single, delta=single - base), Cell.num(mhar, delta=mhar - base),

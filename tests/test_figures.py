@@ -47,6 +47,9 @@ def runs(tmp_path_factory) -> Path:
     for method, final in (("baseline", 2.9), ("attnres", 2.87), ("mhar", 2.84)):
         write_run(root, f"wide-{method}", method=method, H=8 if method == "mhar" else None, kv=2, hidden_size=256,
                   seed=1, steps=80, final_loss=final)
+    # an extra seed in one cell only: the width and LR tables must average the seeds all cells share
+    write_run(root, "wide-baseline-s2", method="baseline", kv=2, hidden_size=256, seed=2, steps=80, final_loss=2.5)
+    write_run(root, "baseline-s4-lr0.0005", method="baseline", kv=2, seed=4, lr=5e-4, steps=80, final_loss=2.5)
     for method, final in (("baseline", 3.5), ("hyper", 3.48), ("attnres", 3.47), ("mhar", 3.40)):
         write_run(root, f"web-{method}", method=method, H=8 if method == "mhar" else None, kv=2, seed=1, steps=80,
                   final_loss=final, corpus="web.jsonl", flops_per_token=1.01e6 if method == "mhar" else 1e6)
@@ -159,8 +162,10 @@ def test_lr_sweep_and_seeds(report, runs):
     best = report.made["table_lr_sweep"][0].data["best"]
     mhar = best[("embedded", "tiny", 80, "mhar")]
     assert mhar.best_lr == 5e-4 and mhar.H == 8
-    base = np.mean([tail_mean_of(runs / f"baseline-s{s}-lr0.0005") for s in (1, 2, 3)])
+    base = np.mean([tail_mean_of(runs / f"baseline-s{s}-lr0.0005") for s in (1, 2, 3)])  # not seed 4
     assert mhar.delta == pytest.approx(mhar.tail_mean - base)
+    assert best[("embedded", "tiny", 80, "baseline")].tail_mean == pytest.approx(base)
+    assert any("left out: baseline seed 4)" in n for n in report.made["table_lr_sweep"][0].data["table"].notes)
     deltas = report.made["table_seeds"][0].data["deltas"]
     d = deltas[("embedded", "tiny", 80, "mhar", 8)]
     expect = [tail_mean_of(runs / f"mhar8-s{s}-lr0.0005") - tail_mean_of(runs / f"baseline-s{s}-lr0.0005")
@@ -185,6 +190,9 @@ def test_width_table(report, runs):
     wide = cells[("embedded", 4, 2, 80, 256)]
     assert wide["mhar"] == pytest.approx(tail_mean_of(runs / "wide-mhar"))
     assert wide["attnres"] == pytest.approx(tail_mean_of(runs / "wide-attnres"))
+    # the baseline's extra seed 2 has no partner in the other cells: left out, and said so
+    assert wide["baseline"] == pytest.approx(tail_mean_of(runs / "wide-baseline"))
+    assert "d256: averaged over the seeds all three cells share (1)." in report.made["table_width"][0].data["table"].notes
 
 
 def test_cost_kernel_corpus_tables(report):
