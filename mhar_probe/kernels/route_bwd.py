@@ -44,7 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import rsqrt_acc
+from mhar_probe.kernels.route_fwd import prefetch_split, rsqrt_acc, split_cols
 
 
 def route_bwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
@@ -343,20 +343,10 @@ def stack_bwd_split_kernel(
     dtype = OUT.dtype.element_ty
     # call part: [BP, H, K1] + [BP, H, BK2] tiles of this call's heads
     offs_h = tl.arange(0, H)
-    offs_a = tl.arange(0, K1)
-    offs_b = tl.arange(0, BLOCK_K2)
-    cola = offs_h[:, None] * K + offs_a[None, :]
-    colb = offs_h[:, None] * K + K1 + offs_b[None, :]
-    cmaska = (offs_a < K1)[None, :] & (offs_h < H)[:, None]
-    cmaskb = (offs_b < K2)[None, :] & (offs_h < H)[:, None]
+    cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)
     # gather part: the same split of the widest call's heads (HM)
     offs_hm = tl.arange(0, HM)
-    offs_ma = tl.arange(0, KM1)
-    offs_mb = tl.arange(0, BLOCK_KM2)
-    colma = offs_hm[:, None] * KM + offs_ma[None, :]
-    colmb = offs_hm[:, None] * KM + KM1 + offs_mb[None, :]
-    cmaskma = (offs_ma < KM1)[None, :] & (offs_hm < HM)[:, None]
-    cmaskmb = (offs_mb < KM2)[None, :] & (offs_hm < HM)[:, None]
+    colma, colmb, cmaskma, cmaskmb = split_cols(HM, KM, KM1, KM2, BLOCK_KM2)
     E_acca = tl.zeros([H, K1], tl.float32)
     E_accb = tl.zeros([H, BLOCK_K2], tl.float32)
     num_blocks = tl.cdiv(P, BLOCK_P)
@@ -374,14 +364,7 @@ def stack_bwd_split_kernel(
         v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
         v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
         n_vec = tl.full([BLOCK_P], n, tl.int32)
-        pa = V + stride_vn + rowa  # software prefetch: the next two source rows are in flight
-        pb = V + stride_vn + rowb
-        v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
-        v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
-        pa += stride_vn
-        pb += stride_vn
-        v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
-        v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+        pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
         tl.store(DOUT_BUF + call * stride_dc + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
         tl.store(DOUT_BUF + call * stride_dc + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
         doa = doa_raw.to(tl.float32)

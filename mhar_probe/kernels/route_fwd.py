@@ -196,6 +196,36 @@ def head_split(K: int) -> tuple[int, int, int] | None:
 
 
 @triton.jit
+def split_cols(H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
+               BLOCK_K2: tl.constexpr):
+    """Columns and masks of the two tiles of H heads of width K = K1 + K2 within a d-row:
+    [H, K1] (columns [0, K1) of each head) and [H, BLOCK_K2] (columns [K1, K), padded)."""
+    offs_h = tl.arange(0, H)
+    offs_a = tl.arange(0, K1)
+    offs_b = tl.arange(0, BLOCK_K2)
+    cola = offs_h[:, None] * K + offs_a[None, :]
+    colb = offs_h[:, None] * K + K1 + offs_b[None, :]
+    cmaska = (offs_a < K1)[None, :] & (offs_h < H)[:, None]
+    cmaskb = (offs_b < K2)[None, :] & (offs_h < H)[:, None]
+    return cola, colb, cmaska, cmaskb
+
+
+@triton.jit
+def prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec):
+    """Rows 1 and 2 of V (two tiles each) in flight before the loop over rows; returns the
+    pointers at row 2 and the four tiles (rows past n_vec read as zeros)."""
+    pa = V + stride_vn + rowa
+    pb = V + stride_vn + rowb
+    v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
+    v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
+    pa += stride_vn
+    pb += stride_vn
+    v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
+    v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+    return pa, pb, v1a, v1b, v2a, v2b
+
+
+@triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
                     dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
@@ -231,12 +261,7 @@ def route_fwd_split_kernel(
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
-    offs_a = tl.arange(0, K1)
-    offs_b = tl.arange(0, BLOCK_K2)
-    cola = offs_h[:, None] * K + offs_a[None, :]  # [H, K1]: columns [0, K1) of each head
-    colb = offs_h[:, None] * K + K1 + offs_b[None, :]  # [H, BK2]: columns [K1, K) of each head
-    cmaska = (offs_a < K1)[None, :] & (offs_h < H)[:, None]
-    cmaskb = (offs_b < K2)[None, :] & (offs_h < H)[:, None]
+    cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
     pmask = offs_p < P
     maska = pmask[:, None, None] & cmaska[None, :, :]
     maskb = pmask[:, None, None] & cmaskb[None, :, :]
@@ -257,14 +282,7 @@ def route_fwd_split_kernel(
     v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
     v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
     n_vec = tl.full([BLOCK_P], N, tl.int32)
-    pa = V + stride_vn + rowa  # software prefetch: the next two source rows are in flight
-    pb = V + stride_vn + rowb
-    v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
-    v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
-    pa += stride_vn
-    pb += stride_vn
-    v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
-    v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+    pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
                                        acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
     for n in range(1, N):
