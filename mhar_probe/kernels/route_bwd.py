@@ -44,7 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import prefetch_split, rsqrt_acc, split_cols
+from mhar_probe.kernels.route_fwd import advance_split, prefetch_split, rsqrt_acc, split_cols
 
 
 def route_bwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
@@ -139,6 +139,23 @@ def _call_bwd_step(v, do, shift, wptr, dptr, Ssh, A, Bv, pmask, eps, D: tl.const
 
 
 @triton.jit
+def _pair_weights(j, c, offs_p, offs_hm, pmask, zero_h, WALL, DALL, SALL, CALL_N, CALL_H, CALL_WOFF,
+                  CALL_SOFF, P, HM: tl.constexpr):
+    """w_{c,j} and dl_{c,j} = w (D' - S') of call c and source j per position and sub-head
+    [BP, HM] (each of call c's heads covers HM / H_c sub-heads; zero where c does not read j)."""
+    rd = (zero_h + tl.load(CALL_N + c)) > j  # [HM]: does call c read source j
+    m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+    hc = tl.load(CALL_H + c)
+    hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
+    pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
+    wo = tl.load(CALL_WOFF + c) + j * P * hc
+    wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+    dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
+    ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+    return wg, wg * (dsh - ssh)
+
+
+@triton.jit
 def _gather_source(vg, j, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm, pmask,
                    DOUT_BUF, stride_dc, WALL, DALL, SALL, U, CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,
                    P, eps, D: tl.constexpr, HM: tl.constexpr, BLOCK_P: tl.constexpr,
@@ -152,23 +169,16 @@ def _gather_source(vg, j, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     do_next = tl.load(DOUT_BUF + call * stride_dc + rowm, mask=maskm & rd[None, :, None], other=0.0)
     for c in range(call, top1):
-        rd = (zero_h + tl.load(CALL_N + c)) > j
-        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         dog = do_next.to(tl.float32)
         # tables carry a sentinel call (n = 0) after the last: no read past top1
         rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j
         do_next = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowm,
                           mask=maskm & rd_next[None, :, None], other=0.0)
-        hc = tl.load(CALL_H + c)
-        hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
-        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
-        wo = tl.load(CALL_WOFF + c) + j * P * hc
-        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-        dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
-        ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+        wg, dl = _pair_weights(j, c, offs_p, offs_hm, pmask, zero_h, WALL, DALL, SALL, CALL_N, CALL_H,
+                               CALL_WOFF, CALL_SOFF, P, HM)
         u = tl.load(U + c * D + colm, mask=cmaskm, other=0.0)  # [HM, BKM]
         acc_v += wg[:, :, None] * dog
-        acc_k += (wg * (dsh - ssh))[:, :, None] * u[None, :, :]
+        acc_k += dl[:, :, None] * u[None, :, :]
     dot = tl.sum(tl.sum(acc_k * vg, axis=2), axis=1)
     return acc_v + rg[:, None, None] * acc_k - (rg * rg * rg * dot / D)[:, None, None] * vg
 
@@ -299,8 +309,6 @@ def _gather_source_split(vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm,
     dna = tl.load(DOUT_BUF + call * stride_dc + rowma, mask=maskma & rd[None, :, None], other=0.0)
     dnb = tl.load(DOUT_BUF + call * stride_dc + rowmb, mask=maskmb & rd[None, :, None], other=0.0)
     for c in range(call, top1):
-        rd = (zero_h + tl.load(CALL_N + c)) > j
-        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         doga = dna.to(tl.float32)
         dogb = dnb.to(tl.float32)
         rd_next = (zero_h + tl.load(CALL_N + c + 1)) > j  # sentinel call (n = 0) after the last
@@ -308,20 +316,14 @@ def _gather_source_split(vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm,
                       other=0.0)
         dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowmb, mask=maskmb & rd_next[None, :, None],
                       other=0.0)
-        hc = tl.load(CALL_H + c)
-        hidx = (offs_hm * hc) // HM  # head of call c owning each sub-head
-        pidx = offs_p[:, None] * hc + hidx[None, :]  # [BP, HM]
-        wo = tl.load(CALL_WOFF + c) + j * P * hc
-        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-        dsh = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
-        ssh = tl.load(SALL + tl.load(CALL_SOFF + c) + pidx, mask=m2, other=0.0)
+        wg, dl = _pair_weights(j, c, offs_p, offs_hm, pmask, zero_h, WALL, DALL, SALL, CALL_N, CALL_H,
+                               CALL_WOFF, CALL_SOFF, P, HM)
         ua = tl.load(U + c * D + colma, mask=cmaskma, other=0.0)  # [HM, KM1]
         ub = tl.load(U + c * D + colmb, mask=cmaskmb, other=0.0)  # [HM, BKM2]
         acc_va += wg[:, :, None] * doga
         acc_vb += wg[:, :, None] * dogb
-        coef = (wg * (dsh - ssh))[:, :, None]
-        acc_ka += coef * ua[None, :, :]
-        acc_kb += coef * ub[None, :, :]
+        acc_ka += dl[:, :, None] * ua[None, :, :]
+        acc_kb += dl[:, :, None] * ub[None, :, :]
     dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
     fac = (rg * rg * rg * dot / D)[:, None, None]
     return (acc_va + rg[:, None, None] * acc_ka - fac * vga,
@@ -380,14 +382,8 @@ def stack_bwd_split_kernel(
             v0a.to(tl.float32), v0b.to(tl.float32), doa, dob, shift, WALL + woff + hoff,
             DALL + woff + hoff, Ssh, Aa, Ab, Bva, Bvb, pmask, eps, D, dtype, ROUND_KEY)
         for jj in range(1, n):
-            va = v1a.to(tl.float32)
-            vb = v1b.to(tl.float32)
-            v1a = v2a
-            v1b = v2b
-            pa += stride_vn
-            pb += stride_vn
-            v2a = tl.load(pa, mask=maska & (n_vec > jj + 2)[:, None, None], other=0.0)
-            v2b = tl.load(pb, mask=maskb & (n_vec > jj + 2)[:, None, None], other=0.0)
+            va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
+                                                               maska, maskb, n_vec, jj)
             Ssh, Aa, Ab, Bva, Bvb = _call_bwd_step_split(
                 va, vb, doa, dob, shift, WALL + woff + jj * P * H + hoff,
                 DALL + woff + jj * P * H + hoff, Ssh, Aa, Ab, Bva, Bvb, pmask, eps, D, dtype, ROUND_KEY)

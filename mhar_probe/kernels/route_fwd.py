@@ -226,6 +226,18 @@ def prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec):
 
 
 @triton.jit
+def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n):
+    """Inside the loop over rows: hand out row n (fp32), shift row n+1 up, load row n+2."""
+    va = v1a.to(tl.float32)
+    vb = v1b.to(tl.float32)
+    pa += stride_vn
+    pb += stride_vn
+    v3a = tl.load(pa, mask=maska & (n_vec > n + 2)[:, None, None], other=0.0)
+    v3b = tl.load(pb, mask=maskb & (n_vec > n + 2)[:, None, None], other=0.0)
+    return va, vb, pa, pb, v2a, v2b, v3a, v3b
+
+
+@triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
                     dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
@@ -286,14 +298,8 @@ def route_fwd_split_kernel(
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
                                        acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
     for n in range(1, N):
-        va = v1a.to(tl.float32)
-        vb = v1b.to(tl.float32)
-        v1a = v2a
-        v1b = v2b
-        pa += stride_vn
-        pb += stride_vn
-        v2a = tl.load(pa, mask=maska & (n_vec > n + 2)[:, None, None], other=0.0)
-        v2b = tl.load(pb, mask=maskb & (n_vec > n + 2)[:, None, None], other=0.0)
+        va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
+                                                           maska, maskb, n_vec, n)
         m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr + n * P * H,
                                            pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
     oa = div_acc(acca, l[:, :, None])
