@@ -6,6 +6,8 @@
 #                                                         path against the direct launches (cProfile)
 #   bash benchmarks/kernels/device_run.sh split-host      GPU tests, then 1B A/B of the two-tile heads and
 #                                                         the direct launches (kernel + end to end), host
+#   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
+#                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   bash benchmarks/kernels/device_run.sh train           autocast-layout kernel table at the training
 #                                                         microbatches + end-to-end cost table
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
@@ -31,6 +33,20 @@ case "${1:-tests-kernels}" in
       --steps 6 --out "$OUT/train_1b.json" 2>&1 | grep -v -i warn | tail -9
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -3 ;;
+  ncu)  # kernel filter : launches to skip : launches to profile, per shape (late calls: many sources)
+    SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
+      --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
+    METRICS="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes.sum.per_second"
+    for job in 1B-train:route_fwd:60:2 1B-train:stack_bwd:12:2 1B-train:dqdg:12:1 \
+               100M-train:route_fwd:20:1 100M-train:stack_bwd:4:1 100M-train:dqdg:4:1; do
+      IFS=: read -r shape kern skip count <<< "$job"
+      timeout 85 ncu --clock-control none --profile-from-start off -k "regex:$kern" --launch-skip "$skip" \
+        --launch-count "$count" $SECTIONS $METRICS --csv --page details \
+        python benchmarks/kernels/ncu_routing.py --shape "$shape" --heads 8 --dtype mixed \
+        > "$OUT/ncu_${shape}_$kern.csv" 2> "$OUT/ncu_${shape}_$kern.err"
+      echo "$shape $kern: rc $? ($(wc -l < "$OUT/ncu_${shape}_$kern.csv") csv lines)"; tail -2 "$OUT/ncu_${shape}_$kern.err"
+    done
+    python benchmarks/kernels/ncu_routing.py --summarise "$OUT"/ncu_*.csv --out "$OUT/ncu_summary.json" ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
