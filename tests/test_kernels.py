@@ -414,3 +414,43 @@ def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
         triton_spec = native(BaseBackend, a, False, True, True)
         assert key.setdefault(k, triton_spec) == triton_spec, (a, k, key[k], triton_spec)
     assert len(key) >= 12  # the keys do separate what Triton separates (not one key for all)
+
+
+class _RecordingKernel:
+    """Stands in for a @triton.jit object: records the launch options, then launches the real one."""
+
+    def __init__(self, fn, seen):
+        self.fn, self.seen = fn, seen
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.seen.append({k: kwargs.get(k) for k in ("num_warps", "maxnreg")})
+            return self.fn[grid](*args, **kwargs)
+        return run
+
+
+def test_register_cap_in_a_config_reaches_the_launch(monkeypatch):
+    """A launch config may carry a register cap (FWD_CONFIG: a third entry, STACK_CONFIG: a
+    fourth); it must reach Triton's launch as `maxnreg` and leave the function unchanged (the
+    interpreter ignores it: here the values are checked against float64)."""
+    from mhar_probe.kernels import route_bwd, route_fwd
+
+    D, H = 16, 4
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), (1, 1, 64))
+    monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, H, H), (1, 1, 16, 96))
+    seen_f, seen_b = [], []
+    monkeypatch.setattr(route_fwd._FWD, "fn", _RecordingKernel(route_fwd._FWD.fn, seen_f))
+    monkeypatch.setattr(route_bwd.STACK_BWD, "fn", _RecordingKernel(route_bwd.STACK_BWD.fn, seen_b))
+    src, q, w, dout = make(3, 1, 3, D, torch.float32)
+    leaves = [t.clone().requires_grad_() for t in (src, q, w)]
+    stack = TritonSourceStack(3)
+    for i in range(3):
+        stack.append(leaves[0][i])
+    out, _ = stack.route(leaves[1], leaves[2], H, EPS, 3)
+    got = torch.autograd.grad(out, leaves, dout)
+    leaves64 = [t.double().requires_grad_() for t in (src, q, w)]
+    ref_out, _ = route64(*leaves64, H)
+    ref = torch.autograd.grad(ref_out, leaves64, dout.double())
+    assert rel(out, ref_out) < 1e-6
+    assert all(rel(a, b) < 1e-5 for a, b in zip(got, ref))
+    assert seen_f == [{"num_warps": 1, "maxnreg": 64}] and seen_b == [{"num_warps": 1, "maxnreg": 96}]

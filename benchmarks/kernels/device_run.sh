@@ -8,6 +8,7 @@
 #                                                         the direct launches (kernel + end to end), host
 #   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
+#   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
 #   bash benchmarks/kernels/device_run.sh train           autocast-layout kernel table at the training
 #                                                         microbatches + end-to-end cost table
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
@@ -47,6 +48,12 @@ case "${1:-tests-kernels}" in
       echo "$shape $kern: rc $? ($(wc -l < "$OUT/ncu_${shape}_$kern.csv") csv lines)"; tail -2 "$OUT/ncu_${shape}_$kern.err"
     done
     python benchmarks/kernels/ncu_routing.py --summarise "$OUT"/ncu_*.csv --out "$OUT/ncu_summary.json" ;;
+  sweep)  # launch configs incl. register caps: SHAPES (default 1B-train), KERNELS (default fwd,stack)
+    timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k register_cap 2>&1 \
+      | tee "$OUT/pytest_regcap.log" | grep -E "passed|failed|Error|^E  " | tail -4
+    timeout 500 python -m mhar_probe.bench.routing --out "$OUT/sweep.json" --no-delta --dtype mixed --heads 8 \
+      --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,stack}" --sweep-only --repeat 3 2>&1 \
+      | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
@@ -61,3 +68,5 @@ case "${1:-tests-kernels}" in
         --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -7
     done ;;
 esac
+# the device tool returns a few files only: everything also goes back as one archive
+(cd "$OUT" && tar czf all.tgz --exclude all.tgz . 2>/dev/null)

@@ -40,7 +40,7 @@ def main() -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--iters", type=int, default=30)
     args = ap.parse_args()
-    launch.Launcher.__call__ = lambda self, grid, a, consts, num_warps: None  # no kernels
+    launch.Launcher.__call__ = lambda self, grid, a, consts, num_warps, maxnreg=None: None  # no kernels
     torch.manual_seed(0)
     S, d = 2 * args.layers + 1, args.d
     xs = [torch.randn(1, 4, d, requires_grad=True) for _ in range(S)]

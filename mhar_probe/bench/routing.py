@@ -45,29 +45,29 @@ VARIANTS = {"triton-promoted": (False, False, True, True), "triton-prevcfg": (Tr
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
-def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
+def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int, None]:
     """route_fwd launch configs as of 2026-11-22 (table and heuristic)."""
     import triton  # here, not at import: `mhar bench` must give its GPU message where Triton is absent
 
     block_k = triton.next_power_of_2(d // num_heads)
     hit = {(512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}.get((d, num_heads))
     if hit:
-        return block_k, *hit
+        return block_k, *hit, None
     width = num_heads * block_k
     block_p = max(1, min(4, 1024 // width))
-    return block_k, block_p, 4 if width * block_p <= 2048 else 8
+    return block_k, block_p, 4 if width * block_p <= 2048 else 8, None
 
 
-def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]:
+def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, None]:
     """stack_bwd launch configs as of 2026-11-22 (table and heuristic)."""
     import triton
 
     hit = {(512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
            (1280, 8, 8): (2, 4, 2)}.get((d, num_heads, max_heads))
     if hit:
-        return hit
+        return (*hit, None)
     width = num_heads * triton.next_power_of_2(d // num_heads)
-    return (4, 4, 2) if width <= 512 else (1, 4, 4) if width <= 1024 else (2, 4, 2)
+    return (4, 4, 2, None) if width <= 512 else (1, 4, 4, None) if width <= 1024 else (2, 4, 2, None)
 
 
 @contextlib.contextmanager
@@ -302,16 +302,26 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
     return rows
 
 
-def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str) -> list[dict]:
+# Launch configurations the sweep tries: (BLOCK_P, num_warps[, maxnreg]) for the forward and
+# (BLOCK_P, num_warps, programs per SM[, maxnreg]) for the stack backward. One or two warps per
+# program keep the per-row reductions inside a warp (no block barrier per source row); maxnreg
+# trades registers for resident warps (Nsight Compute at the 100M training shape: the stack
+# kernel takes 218 registers, so 8 one-warp programs fit on an SM, not the 16 the grid assumes).
+SWEEP_FWD = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4),
+             (1, 1, 96), (1, 1, 80), (1, 2, 96), (1, 2, 80), (1, 4, 64)]
+SWEEP_STACK = [(1, 1, 16), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2), (4, 8, 2),
+               (1, 1, 8), (1, 1, 16, 128), (1, 1, 12, 168), (1, 1, 20, 96), (1, 2, 8, 128), (1, 2, 6, 168)]
+
+
+def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,
+          kernels: tuple[str, ...] = ("fwd", "stack")) -> list[dict]:
     """Launch-configuration sweep of the triton kernels per shape/H, judged by device time
     (torch.profiler kernel sums: wall time here is dominated by host noise). Writes the chosen
     configs as JSON for MHAR_KERNEL_CONFIG (read at import by route_fwd / route_bwd)."""
     from mhar_probe.kernels import route_bwd, route_fwd
 
-    # (BLOCK_P, num_warps) and (BLOCK_P, num_warps, programs per SM). One or two warps per
-    # program keep the per-row reductions inside a warp (no block barrier per source row).
-    fwd_cfgs = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4)]
-    stack_cfgs = [(1, 1, 16), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2), (4, 8, 2)]
+    plans = [(k, cfgs, prefix) for k, cfgs, prefix in (("fwd", SWEEP_FWD, "route_fwd"),
+                                                      ("stack", SWEEP_STACK, "stack_bwd")) if k in kernels]
     rows = []
     for name in shapes:
         d, L, B, T = SHAPES[name]
@@ -325,29 +335,18 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                 for t in xs + qs + gs:
                     t.grad = None
 
-            def gpu(prefix):
-                fb()
-                ks = kernel_ms(fb)
-                return sum(v for k, v in ks.items() if k.startswith(prefix)), ks
-
-            for cfg in fwd_cfgs:
-                route_fwd.FWD_CONFIG[(d, H)] = cfg
-                ms, _ = gpu("route_fwd")
-                rows.append(dict(sweep="fwd", shape=name, H=H, cfg=cfg, gpu_ms=ms))
-            best_f = min((r for r in rows if r["sweep"] == "fwd" and r["shape"] == name and r["H"] == H),
-                         key=lambda r: r["gpu_ms"])
-            route_fwd.FWD_CONFIG[(d, H)] = best_f["cfg"]
-            for cfg in stack_cfgs:
-                route_bwd.STACK_CONFIG[(d, H, H)] = cfg
-                ms, _ = gpu("stack_bwd")
-                rows.append(dict(sweep="stack", shape=name, H=H, cfg=cfg, gpu_ms=ms))
-            best = min((r for r in rows if r["sweep"] == "stack" and r["shape"] == name and r["H"] == H),
-                       key=lambda r: r["gpu_ms"])
-            route_bwd.STACK_CONFIG[(d, H, H)] = best["cfg"]
-            print(f"SWEEP {name} H={H}: fwd " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in rows
-                  if r["sweep"] == "fwd" and r["shape"] == name and r["H"] == H) + " | stack " +
-                  " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in rows
-                           if r["sweep"] == "stack" and r["shape"] == name and r["H"] == H), flush=True)
+            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H)), "stack": (route_bwd.STACK_CONFIG, (d, H, H))}
+            for kind, cfgs, prefix in plans:
+                table, key = tables[kind]
+                for cfg in cfgs:
+                    table[key] = cfg
+                    fb()  # compiles
+                    ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(prefix))
+                    rows.append(dict(sweep=kind, shape=name, H=H, cfg=cfg, gpu_ms=ms))
+                mine = [r for r in rows if r["sweep"] == kind and r["shape"] == name and r["H"] == H]
+                table[key] = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
+                print(f"SWEEP {name} H={H} {kind}: " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in mine)
+                      + f" -> {table[key]}", flush=True)
             json.dump(dict(fwd=[[d_, h_, *c] for (d_, h_), c in route_fwd.FWD_CONFIG.items()],
                            stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()]),
                       open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
@@ -392,6 +391,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
     if bad:
         raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
+    odd = [k for k in args.sweep_kernels.split(",") if k not in ("fwd", "stack")]
+    if odd:
+        raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from fwd, stack")
     if not torch.cuda.is_available():
         raise UserError("the routing benchmark times the kernels on a CUDA GPU; none is visible here")
 
@@ -407,6 +409,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
     ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
+    ap.add_argument("--sweep-kernels", default="fwd,stack", help="which kernels the sweep tunes")
     ap.add_argument("--graph", action="store_true",
                     help="also time a CUDA-graph replay of each backend's fwd+bwd (no host launch cost)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
@@ -435,7 +438,7 @@ def main(argv: list[str] | None = None) -> None:
         host_profile(args.shapes.split(",")[0], int(args.heads.split(",")[0]))
     if args.sweep:
         rows += sweep(bw, args.repeat, args.sweep.split(","), list(map(int, args.heads.split(","))),
-                      args.out.replace(".json", "_tuned.json"))
+                      args.out.replace(".json", "_tuned.json"), tuple(args.sweep_kernels.split(",")))
         if args.sweep_only:
             json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
             return

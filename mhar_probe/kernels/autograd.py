@@ -91,7 +91,7 @@ class _RouteLocal(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros((B, T, D), dtype=sources.dtype, device=sources.device)
         dout = dout.contiguous()
-        block_k, block_p, num_warps = tile_config(D, H)
+        block_k, block_p, num_warps, _ = tile_config(D, H)
         grid = cdiv(P, block_p)
         dV = _new((N, B, T, D), sources.dtype, sources.device)
         epart = _new((grid, D), torch.float32, sources.device)
@@ -384,7 +384,7 @@ class _StackState:
             if not dout.is_contiguous():
                 dout = dout.contiguous()
         H, HM = rec.H, self._hmax
-        block_p, num_warps, per_sm = stack_config(D, H, HM)
+        block_p, num_warps, per_sm, maxnreg = stack_config(D, H, HM)
         nprog = _programs(dev, cdiv(P, block_p), per_sm)
         if self._epart is None or self._epart.shape[0] < nprog:
             self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
@@ -402,10 +402,10 @@ class _StackState:
         if split is not None and split_m is not None:  # head widths like 160: two exact tiles
             STACK_BWD_SPLIT(nprog, args, dict(
                 D=D, H=H, K=K, K1=split[0], K2=split[1], BLOCK_K2=split[2], HM=HM, KM=KM,
-                KM1=split_m[0], KM2=split_m[1], BLOCK_KM2=split_m[2], **flags), num_warps)
+                KM1=split_m[0], KM2=split_m[1], BLOCK_KM2=split_m[2], **flags), num_warps, maxnreg)
         else:
             STACK_BWD(nprog, args, dict(D=D, H=H, K=K, BLOCK_K=next_pow2(K), HM=HM, KM=KM,
-                                        BLOCK_KM=next_pow2(KM), **flags), num_warps)
+                                        BLOCK_KM=next_pow2(KM), **flags), num_warps, maxnreg)
         dq = _new(rec.q.shape, rec.q.dtype, dev)
         dg = _new(rec.g.shape, rec.g.dtype, dev)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)

@@ -16,7 +16,7 @@ compiled kernel Triton returns under its own key, and afterwards launches it the
 so installed launch hooks (profilers) still see every launch. The key holds everything Triton
 specialises a non-constexpr argument on -- a tensor's dtype and whether its address is
 16-byte aligned; an integer's width and whether it is 1 or divisible by 16; a bool's value;
-floats are not specialised -- plus the constexpr values and `num_warps`, so it picks exactly
+floats are not specialised -- plus the constexpr values, `num_warps` and `maxnreg`, so it picks exactly
 the kernel Triton's lookup would pick (it may keep more entries, never fewer).
 
 Triton's path is always taken under the interpreter (`TRITON_INTERPRET=1`, nothing is
@@ -71,7 +71,7 @@ def _spec(a: Any) -> Any:
 
 
 class Launcher:
-    """Launches one `@triton.jit` kernel on a 1-D grid: `Launcher(fn)(grid, args, consts, num_warps)`.
+    """Launches one `@triton.jit` kernel on a 1-D grid: `Launcher(fn)(grid, args, consts, num_warps[, maxnreg])`.
 
     `args` are the kernel's non-constexpr arguments in order, `consts` its constexprs by name
     (every constexpr parameter); the kernel must declare its constexprs after the others."""
@@ -87,15 +87,18 @@ class Launcher:
         self._cache: dict[tuple, Any] = {}
         self.direct_launches = 0  # counted so tests can check the path is taken
 
-    def __call__(self, grid: int, args: tuple, consts: dict[str, Any], num_warps: int) -> None:
+    def __call__(self, grid: int, args: tuple, consts: dict[str, Any], num_warps: int,
+                 maxnreg: int | None = None) -> None:
+        """`maxnreg` caps the registers per thread (PTX .maxnreg; None: the compiler's choice)."""
+        opts = {"num_warps": num_warps} if maxnreg is None else {"num_warps": num_warps, "maxnreg": maxnreg}
         if not (DIRECT and self._direct_ok):
-            self.fn[(grid,)](*args, **consts, num_warps=num_warps)
+            self.fn[(grid,)](*args, **consts, **opts)
             return
         cvals = tuple([consts[n] for n in self.const_names])
-        key = (num_warps, cvals, tuple([_spec(a) for a in args]))
+        key = (num_warps, maxnreg, cvals, tuple([_spec(a) for a in args]))
         kernel = self._cache.get(key)
         if kernel is None:  # Triton's path: compiles if needed, launches, returns the kernel
-            kernel = self.fn[(grid,)](*args, **consts, num_warps=num_warps)
+            kernel = self.fn[(grid,)](*args, **consts, **opts)
             if kernel is not None and hasattr(kernel, "launch_metadata"):
                 self._cache[key] = kernel
             return

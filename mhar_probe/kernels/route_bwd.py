@@ -460,7 +460,8 @@ ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
 # autocast's layout (2026-11-23): one warp per position block and 16 programs per SM (350M:
 # 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms; 1B (1, 2, 8): 33.6 -> 31.2 ms). Other
 # shapes use the heuristic below.
-STACK_CONFIG: dict[tuple[int, int, int], tuple[int, int, int]] = {
+# An optional fourth entry caps the registers per thread (maxnreg), for occupancy.
+STACK_CONFIG: dict[tuple[int, int, int], tuple[int, ...]] = {
     (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
     (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 2, 8)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
@@ -468,11 +469,13 @@ if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
 
 
-def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int]:
+def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, int | None]:
+    """(BLOCK_P, num_warps, programs per SM, maxnreg) of the stack backward kernel."""
     hit = STACK_CONFIG.get((d, num_heads, max_heads))
     if hit is not None:
-        return hit
+        return hit[0], hit[1], hit[2], (hit[3] or None) if len(hit) > 3 else None
     width = num_heads * next_pow2(d // num_heads)
     # one warp per 1024 columns; register-heavy wider tiles spill (measured: 1B with (2, 1, 16)
     # took 453 ms against 31 ms with (1, 2, 8))
-    return (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)
+    cfg = (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)
+    return (*cfg, None)

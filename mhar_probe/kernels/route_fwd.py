@@ -64,22 +64,23 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # benchmarks/kernels/results_h100.md): one or two warps per position keep the per-row RMS and
 # logit reductions inside a warp, with no block barrier per source row (350M: 7.3 -> 7.2 ms,
 # 100M H=4: 4.3 -> 3.7 ms, 1B: 18.3 -> 16.1 ms; bf16 kernel-table 100M H=8: 1.41 -> 0.94 ms).
-FWD_CONFIG: dict[tuple[int, int], tuple[int, int]] = {
+# An optional third entry caps the registers per thread (maxnreg), for occupancy.
+FWD_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {
     (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (1, 4)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
 
 
-def tile_config(d: int, num_heads: int) -> tuple[int, int, int]:
-    """(BLOCK_K, BLOCK_P, num_warps) for a [BLOCK_P, H, BLOCK_K] register tile."""
+def tile_config(d: int, num_heads: int) -> tuple[int, int, int, int | None]:
+    """(BLOCK_K, BLOCK_P, num_warps, maxnreg) for a [BLOCK_P, H, BLOCK_K] register tile."""
     K = d // num_heads
     block_k = next_pow2(K)
     width = num_heads * block_k
     hit = FWD_CONFIG.get((d, num_heads))
     if hit is not None:
-        return block_k, hit[0], hit[1]
-    return block_k, 1, max(1, min(8, width // 512))  # 512 -> 1 warp ... 2048 -> 4, wider -> 8
+        return block_k, hit[0], hit[1], (hit[2] or None) if len(hit) > 2 else None
+    return block_k, 1, max(1, min(8, width // 512)), None  # 512 -> 1 warp ... 2048 -> 4, wider -> 8
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
@@ -336,7 +337,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     D = V.shape[-1]
     H = num_heads
     K = D // H
-    block_k, block_p, num_warps = tile_config(D, H)
+    block_k, block_p, num_warps, maxnreg = tile_config(D, H)
     rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
     has_partial = partial is not None
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
@@ -347,9 +348,9 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     if split is not None:
         k1, k2, block_k2 = split
         _FWD_SPLIT(cdiv(P, block_p), args, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags),
-                   num_warps)
+                   num_warps, maxnreg)
     else:
-        _FWD(cdiv(P, block_p), args, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps)
+        _FWD(cdiv(P, block_p), args, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg)
 
 
 # MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
