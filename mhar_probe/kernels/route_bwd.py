@@ -458,12 +458,14 @@ ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
 # override it (`mhar bench routing --sweep`). Measured by device time on an H100: (512, 1, 1) at
 # the kernel-table shape (2026-11-22), the others at the cost table's training microbatches in
 # autocast's layout (2026-11-23): one warp per position block and 16 programs per SM (350M:
-# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms; 1B (1, 2, 8): 33.6 -> 31.2 ms). Other
-# shapes use the heuristic below.
-# An optional fourth entry caps the registers per thread (maxnreg), for occupancy.
+# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms; 1B with the padded heads (1, 2, 8): 33.6 ->
+# 31.2 ms; 1B with two-tile heads (1, 1, 16): 26.4 -> 24.6 ms). Other shapes use the heuristic below.
+# An optional fourth entry caps the registers per thread (maxnreg), for occupancy. The kernel
+# takes 218-255 registers, so only 8 one-warp programs are resident per SM (Nsight Compute), but
+# every cap tried spills and loses (1B: 107 ms at 128 registers against 24.6 ms uncapped).
 STACK_CONFIG: dict[tuple[int, int, int], tuple[int, ...]] = {
     (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
-    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 2, 8)}
+    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 1, 16)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)

@@ -60,13 +60,16 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
 # (`mhar bench routing --sweep`). Missing entries use the heuristic below. Measured by device
 # time (H100): (512, 1) at the kernel-table shape (2026-11-22); the others at the cost table's
-# training microbatches in autocast's layout (fp32 embedding, bf16 buffer; 2026-11-23,
-# benchmarks/kernels/results_h100.md): one or two warps per position keep the per-row RMS and
-# logit reductions inside a warp, with no block barrier per source row (350M: 7.3 -> 7.2 ms,
-# 100M H=4: 4.3 -> 3.7 ms, 1B: 18.3 -> 16.1 ms; bf16 kernel-table 100M H=8: 1.41 -> 0.94 ms).
-# An optional third entry caps the registers per thread (maxnreg), for occupancy.
+# training microbatches in autocast's layout (2026-11-23, benchmarks/kernels/results_h100.md): one
+# or two warps per position keep the per-row RMS and logit reductions inside a warp, with no
+# block barrier per source row (350M: 7.3 -> 7.2 ms, 100M H=4: 4.3 -> 3.7 ms; bf16 kernel-table
+# 100M H=8: 1.41 -> 0.94 ms). 1B (d/H = 160, two-tile heads): one warp, 14.5 -> 9.2 ms per step
+# (the padded kernel had preferred four; Nsight Compute showed the four-warp split kernel at 31%
+# of DRAM bandwidth, stalled on its cross-warp reductions).
+# An optional third entry caps the registers per thread (maxnreg); the caps tried so far spill
+# and lose (1B: 99 ms with one warp at 96 registers).
 FWD_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {
-    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (1, 4)}
+    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (1, 1)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)

@@ -313,14 +313,17 @@ def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
 @pytest.mark.parametrize("D", [1024, 1280])
 def test_register_cap_is_bitwise_neutral(monkeypatch, D):
     """A maxnreg launch option (the configs may cap registers for occupancy) changes register
-    allocation only: the chain's outputs and gradients stay bitwise equal (d = 1024 runs the
-    single-tile kernels, d = 1280 the two-tile ones); a cap low enough to spill still computes
-    the same values."""
+    allocation only: with the same block size and warps, the chain's outputs and gradients stay
+    bitwise equal (d = 1024 runs the single-tile kernels, d = 1280 the two-tile ones); a cap low
+    enough to spill still computes the same values. (Other warp counts may reduce in another
+    order, so they are not expected to be bitwise equal.)"""
     from mhar_probe.kernels import route_bwd, route_fwd
 
     base = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (1, 1, 64))
-    monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, 8, 8), (1, 1, 16, 96))
+    _, bp, nw, _ = route_fwd.tile_config(D, 8)
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (bp, nw, 64))
+    sbp, snw, per_sm, _ = route_bwd.stack_config(D, 8, 8)
+    monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, 8, 8), (sbp, snw, per_sm, 96))
     capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
     assert all(torch.equal(a, b) for a, b in zip(base, capped))
     record(test="register_cap", D=D, ok=True)
