@@ -367,6 +367,15 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
         assert rel(a, b) < 1e-5
     for a, b in zip(split[2], eager[2]):  # eager rounds each call's share of a half source's
         assert rel(a, b) < 3e-3           # gradient to half, the kernel rounds their fp32 sum
+    # the opt-in approximation (douts stored in the buffer's half precision): the forward is
+    # untouched, the gradients move by about half-precision rounding, and they do move
+    monkeypatch.setattr(kad, "SPLIT_ROW0", True)
+    monkeypatch.setattr(kad, "BF16_DOUTS", True)
+    approx = run(TritonSourceStack(cap))
+    assert all(torch.equal(a, b) for a, b in zip(approx[0] + approx[1], split[0] + split[1]))
+    assert any(not torch.equal(a, b) for a, b in zip(approx[2], split[2]))
+    for a, b in zip(approx[2], split[2]):
+        assert rel(a, b) < 5e-3
 
 
 # ---------------------------------------------------------------- `mhar bench routing` CLI

@@ -37,11 +37,14 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # Earlier states of the triton kernels, timed beside the current one in the same process:
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
-# name: (split row 0, launch configs of 2026-11-22, direct launches, two-tile heads);
-# "triton" is (True, False, True, True). Each variant but `prev` undoes one change.
-VARIANTS = {"triton-promoted": (False, False, True, True), "triton-prevcfg": (True, True, True, True),
-            "triton-jitlaunch": (True, False, False, True), "triton-padded": (True, False, True, False),
-            "triton-prev": (False, True, False, False)}
+# name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
+# split_heads=True, bf16_douts=False). Each variant but `prev` changes one thing: promoted, prevcfg,
+# jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
+# (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys.
+VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
+            "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
+            "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False),
+            "triton-bf16dout": dict(bf16_douts=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -75,18 +78,21 @@ def kernel_variant(name: str):
     """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
     from mhar_probe.kernels import autograd as kad, launch, route_fwd
 
-    split, prev_cfg, direct, heads = VARIANTS.get(name, (True, False, launch.DIRECT, route_fwd.SPLIT_HEADS))
+    v = VARIANTS.get(name, {})
     old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-           route_fwd.SPLIT_HEADS)
-    kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS = split, direct, heads
-    if prev_cfg:
+           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS)
+    if name in VARIANTS:  # anything else ("triton") runs the current state
+        kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS = (
+            v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
+            v.get("bf16_douts", False))
+    if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
     try:
         yield
     finally:
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-         route_fwd.SPLIT_HEADS) = old
+         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

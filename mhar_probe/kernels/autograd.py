@@ -40,6 +40,12 @@ POISON = os.environ.get("MHAR_KERNELS_POISON", "") == "1"
 # per source element read instead of 4. MHAR_STACK_SPLIT_ROW0=0 promotes the whole buffer
 # instead (the earlier layout; kept for the benchmark's comparison).
 SPLIT_ROW0 = os.environ.get("MHAR_STACK_SPLIT_ROW0", "1") != "0"
+# Opt-in approximation (off by default): store the calls' douts, which the gathers read, in the
+# buffer's dtype (bf16 under autocast) instead of the promoted dtype (fp32 there). That halves
+# the gather's dout bytes (8 -> 6 bytes per pair-element under autocast) but rounds the value
+# path of every source gradient through bf16 douts, so the gradients are no longer the
+# reference's up to fp32 rounding. MHAR_STACK_DOUT_BF16=1 turns it on.
+BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
 
 
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -343,7 +349,8 @@ class _StackState:
         P, D = self.row0.shape
         calls = self._calls[: top + 1]
         self._bwd_top = top
-        self._dout_buf = _new((top + 1, P, D), self.dtype, dev)
+        dout_dtype = self.buffer.dtype if BF16_DOUTS and self.buffer is not None else self.dtype
+        self._dout_buf = _new((top + 1, P, D), dout_dtype, dev)
         self._d_flat = _new((self._w_used,), torch.float32, dev)
         soffs, s = [], 0
         for rec in calls:
