@@ -9,7 +9,7 @@
 #   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
-#   bash benchmarks/kernels/device_run.sh train           autocast-layout kernel table at the training
+#   PRESETS=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at the training
 #                                                         microbatches + end-to-end cost table
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
@@ -57,15 +57,15 @@ case "${1:-tests-kernels}" in
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
-  train)
-    timeout 200 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
-      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-promoted,triton-prevcfg,triton-prev \
-      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -14
-    for preset in 100m:8:2048 350m:4:1024 1b:2:1024; do
+  train)  # PRESETS (default: all three) as preset:batch:seq
+    timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-bf16dout,triton-prev \
+      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12
+    for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
       IFS=: read -r p b t <<< "$preset"
-      timeout 130 python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" --vocab 151936 \
-        --methods baseline mhar mhar/prev baseline mhar --backend triton --warmup 2 --steps 8 \
-        --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -7
+      timeout 200 python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" --vocab 151936 \
+        --methods baseline mhar mhar/bf16dout baseline mhar mhar/bf16dout --backend triton --warmup 2 --steps 8 \
+        --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
     done ;;
 esac
 # the device tool returns a few files only: everything also goes back as one archive
