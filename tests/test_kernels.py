@@ -400,7 +400,7 @@ def test_bench_routing_needs_a_gpu(capsys):
 
 
 def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
-    """`launch.Launcher` caches compiled kernels under its own key (`_spec` per argument), so two
+    """`launch.Launcher` caches compiled kernels under its own key (`spec_key`), so two
     arguments with the same key must get the same specialisation from Triton's own binder
     (`native_specialize_impl`); otherwise a cached launch would run a kernel compiled for other
     assumptions (e.g. divisibility by 16, or an argument equal to 1 folded into a constant)."""
@@ -410,7 +410,7 @@ def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
         pytest.skip("this Triton has no native_specialize_impl")
     from triton.backends.compiler import BaseBackend
 
-    from mhar_probe.kernels.launch import _spec
+    from mhar_probe.kernels.launch import spec_key
 
     buf = torch.zeros(64, dtype=torch.float32)
     half = torch.zeros(64, dtype=torch.float16)
@@ -419,7 +419,7 @@ def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
             buf, buf[1:], buf[4:], buf[2:], half, half[1:], half[8:], half[4:], buf.double(), buf.int()]
     key = {}
     for a in args:
-        k = _spec(a)
+        k = spec_key((a,))
         triton_spec = native(BaseBackend, a, False, True, True)
         assert key.setdefault(k, triton_spec) == triton_spec, (a, k, key[k], triton_spec)
     assert len(key) >= 12  # the keys do separate what Triton separates (not one key for all)

@@ -337,23 +337,35 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
     output follow `out.dtype`, the promoted dtype of the routed sources."""
+    has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
-    H = num_heads
-    K = D // H
-    block_k, block_p, num_warps, maxnreg = tile_config(D, H)
-    rk, rk2 = rounding_flags(out.dtype, norm_weight.dtype)
-    has_partial = partial is not None
+    plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
+                has_gate, SPLIT_HEADS)
+    plan = _FWD_PLANS.get(plan_key)
+    if plan is None:
+        plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
+    launcher, block_p, consts, num_warps, maxnreg = plan
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-            partial if has_partial else out, gate if gate is not None else query, out, W, P, N, eps)
-    flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_partial and gate is not None,
-                 ROUND_KEY=rk, ROUND_KEY2=rk2)
-    split = head_split(K) if SPLIT_HEADS else None
+            partial if has_partial else out, gate if has_gate else query, out, W, P, N, eps)
+    launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
+
+
+def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
+              has_partial: bool, has_gate: bool, split_heads: bool):
+    """(launcher, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built once per
+    key, which holds everything it is built from, including the launch config (so a sweep or a
+    benchmark variant that changes the configs gets new plans). Host time per routing call
+    matters: `benchmarks/kernels/host_overhead.py`."""
+    K = D // H
+    block_k, block_p, num_warps, maxnreg = config
+    rk, rk2 = rounding_flags(out_dtype, weight_dtype)
+    flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk, ROUND_KEY2=rk2)
+    split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split
-        _FWD_SPLIT(cdiv(P, block_p), args, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags),
-                   num_warps, maxnreg)
-    else:
-        _FWD(cdiv(P, block_p), args, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg)
+        return _FWD_SPLIT, block_p, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags), \
+            num_warps, maxnreg
+    return _FWD, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg
 
 
 # MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
@@ -361,3 +373,4 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
+_FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd
