@@ -6,6 +6,7 @@
 #                                                         path against the direct launches (cProfile)
 #   bash benchmarks/kernels/device_run.sh split-host      GPU tests, then 1B A/B of the two-tile heads and
 #                                                         the direct launches (kernel + end to end), host
+#   OLD=dir bash benchmarks/kernels/device_run.sh host-ab  host time per routing call against an older tree
 #   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
@@ -54,6 +55,15 @@ case "${1:-tests-kernels}" in
     timeout 500 python -m mhar_probe.bench.routing --out "$OUT/sweep.json" --no-delta --dtype mixed --heads 8 \
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,stack}" --sweep-only --repeat 3 2>&1 \
       | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
+  host-ab)  # host time per routing call, this tree against OLD (a copy of an earlier mhar_probe/,
+    # carried to the device), alternated process by process (this VM's host speed drifts)
+    for round in 1 2 3; do
+      for arm in old new; do
+        if [ "$arm" = old ]; then pp="$OLD"; else pp=.; fi
+        PYTHONPATH="$pp" timeout 80 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --rounds 2 \
+          --out "$OUT/host_${arm}_$round.json" 2>&1 | grep "HOST.*direct" | sed "s/^/$arm round $round: /"
+      done
+    done ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
