@@ -48,7 +48,7 @@ def run_chain(shape: str, heads: int, dtype: str) -> None:
 
 
 STALL = re.compile(r"smsp__average_warps_issue_stalled_(\w+)_per_issue_active\.ratio")
-KEEP = {  # (section or "", metric name) -> short label
+KEEP = {  # ncu metric name -> short label
     "Duration": "duration", "DRAM Throughput": "dram_pct", "Memory Throughput": "mem_pct",
     "Achieved Occupancy": "occupancy_pct", "Theoretical Occupancy": "theoretical_occupancy_pct",
     "Registers Per Thread": "registers", "Block Size": "block", "Grid Size": "grid",

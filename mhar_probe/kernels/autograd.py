@@ -406,8 +406,8 @@ class _StackState:
     def _backward_call(self, call: int, dout: Tensor | None, out: Tensor,
                        dx_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """One call's backward; the gradients of the sources it gathers come back as one
-        [j1 - j0, B, T, d] tensor ([B, T, d] when j1 - j0 <= 1) in `dx_dtype` (default: the stack's), rounded once from fp32
-        (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
+        [j1 - j0, B, T, d] tensor ([B, T, d] when j1 - j0 <= 1) in `dx_dtype` (default: the
+        stack's), rounded once from fp32 (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
         self._enter_backward(call)
         rec = self._calls[call]
         P, D = self.row0.shape

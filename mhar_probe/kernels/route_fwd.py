@@ -344,7 +344,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
-    launcher, block_p, consts, num_warps, maxnreg = plan
+    split, block_p, consts, num_warps, maxnreg = plan
+    launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, W, P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
@@ -352,9 +353,9 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, split_heads: bool):
-    """(launcher, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built once per
-    key, which holds everything it is built from, including the launch config (so a sweep or a
-    benchmark variant that changes the configs gets new plans). Host time per routing call
+    """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
+    once per key, which holds everything it is built from, including the launch config (so a
+    sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
     matters: `benchmarks/kernels/host_overhead.py`."""
     K = D // H
     block_k, block_p, num_warps, maxnreg = config
@@ -363,9 +364,9 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split
-        return _FWD_SPLIT, block_p, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags), \
+        return True, block_p, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags), \
             num_warps, maxnreg
-    return _FWD, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg
+    return False, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg
 
 
 # MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
