@@ -10,8 +10,12 @@
 #   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
-#   PRESETS=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at the training
-#                                                         microbatches + end-to-end cost table
+#   PRESETS=.. VARIANT=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at
+#                                                         the training microbatches + end-to-end cost table,
+#                                                         triton against triton-$VARIANT (default bf16dout)
+#   bash benchmarks/kernels/device_run.sh collect         every GPU test (the 4-bytes/pair backward's
+#                                                         included), then its kernel table at the training
+#                                                         microbatches against the current backward
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
 set -o pipefail
@@ -67,16 +71,25 @@ case "${1:-tests-kernels}" in
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
-  train)  # PRESETS (default: all three) as preset:batch:seq
+  train)  # PRESETS (default: all three) as preset:batch:seq; VARIANT (default bf16dout)
+    V=${VARIANT:-bf16dout}
     timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
-      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-bf16dout,triton-prev \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-$V,triton-prev \
       --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12
     for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
       IFS=: read -r p b t <<< "$preset"
       timeout 200 python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" --vocab 151936 \
-        --methods baseline mhar mhar/bf16dout baseline mhar mhar/bf16dout --backend triton --warmup 2 --steps 8 \
+        --methods baseline mhar mhar/$V baseline mhar mhar/$V --backend triton --warmup 2 --steps 8 \
         --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
     done ;;
+  collect)  # first GPU run of the 4-bytes/pair backward: all GPU tests, then its kernel table
+    timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 60 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
+      | tee "$OUT/pytest_collect_small.log" | grep -E "passed|failed|Error|^E  " | tail -6
+    timeout 200 python -m mhar_probe.bench.routing --out "$OUT/bench_collect.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-collect,triton-bf16dout \
+      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_collect.log" | tail -12 ;;
 esac
 # the device tool returns a few files only: everything also goes back as one archive
 (cd "$OUT" && tar czf all.tgz --exclude all.tgz . 2>/dev/null)

@@ -40,11 +40,12 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
 # split_heads=True, bf16_douts=False). Each variant but `prev` changes one thing: promoted, prevcfg,
 # jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
-# (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys.
+# (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys;
+# collect is the 4-bytes/pair backward (route_bwd_collect.py), opt-in until measured on a GPU.
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False),
-            "triton-bf16dout": dict(bf16_douts=True)}
+            "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -80,11 +81,11 @@ def kernel_variant(name: str):
 
     v = VARIANTS.get(name, {})
     old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS)
+           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT)
     if name in VARIANTS:  # anything else ("triton") runs the current state
-        kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS = (
+        kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
-            v.get("bf16_douts", False))
+            v.get("bf16_douts", False), v.get("collect", False))
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
@@ -92,7 +93,7 @@ def kernel_variant(name: str):
         yield
     finally:
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS) = old
+         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -173,7 +174,7 @@ class _FLAStack:
     """FLA's `fused_attnres` (H = 1 only) behind the stack interface: a list of sources, one
     fused call per site over the prefix (FLA's own pointer-table design; weights not returned)."""
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, params=None) -> None:
         self.sources: list[torch.Tensor] = []
 
     def append(self, x: torch.Tensor) -> None:
@@ -195,7 +196,7 @@ def fla_backend():
 
 def chain_fwd(backend, xs, qs, gs, H):
     """The model's order: append source s, route over [0, s+1); 2L+1 calls and sources."""
-    stack = backend.new_stack(len(xs))
+    stack = backend.new_stack(len(xs), params=list(zip(qs, gs)))
     outs = []
     for s in range(len(xs)):
         stack.append(xs[s])

@@ -19,6 +19,7 @@ that touches the shared stack) is refused with a message; the delta path is not 
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
@@ -26,6 +27,9 @@ from torch import Tensor
 from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels import route_fwd
+from mhar_probe.kernels.route_bwd_collect import (
+    STACK_GATHER, launch_collect_dqdg, launch_pair_e, tile_split,
+)
 from mhar_probe.kernels.route_bwd import (
     ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
 )
@@ -46,6 +50,11 @@ SPLIT_ROW0 = os.environ.get("MHAR_STACK_SPLIT_ROW0", "1") != "0"
 # path of every source gradient through bf16 douts, so the gradients are no longer the
 # reference's up to fp32 rounding. MHAR_STACK_DOUT_BF16=1 turns it on.
 BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
+# The 4-bytes/pair backward (`route_bwd_collect.py`): no call re-reads its sources; the first
+# call's autograd node returns every call's query and key-norm gradient, so it needs the
+# stack built with the routing parameters (`TritonSourceStack(capacity, params=...)`, which the
+# model passes). Off by default until it is measured on a GPU; MHAR_STACK_COLLECT=1 turns it on.
+COLLECT = os.environ.get("MHAR_STACK_COLLECT", "") == "1"
 
 
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
@@ -172,6 +181,7 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
 # ------------------------------------------------------------------------ shared-stack path
 _NUM_SMS: dict[int, int] = {}
 _FLAGS: dict[tuple[torch.dtype, torch.dtype], tuple[bool, bool]] = {}
+_ROUND_MODE = {torch.bfloat16: 1, torch.float16: 2}  # key rounding of a call (pair_e_kernel)
 
 
 def _programs(device: torch.device, blocks: int, per_sm: int) -> int:
@@ -204,6 +214,7 @@ class _Call:
     q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
     g: Tensor | None = None
     w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward)
+    res: Tensor | None = None  # collect mode, non-fp32 output: its rounding residual (forward)
 
 
 class _StackRoute(torch.autograd.Function):
@@ -213,7 +224,9 @@ class _StackRoute(torch.autograd.Function):
         # [B, T, d] from here: a view taken outside would add an autograd node per call
         out = stack._forward_call(call, query, norm_weight).view(stack.shape)  # stack: the _StackState
         ctx.stack, ctx.call, ctx.rows = stack, call, rows
-        ctx.src_dtypes = [x.dtype for x in new_sources]
+        # collect mode: the first call also takes every site's (query, key-norm weight), after
+        # its sources, and returns their gradients
+        ctx.src_dtypes = [x.dtype for x in new_sources[: len(rows)]]
         ctx.save_for_backward(out)
         return out, out.new_empty(0)
 
@@ -225,6 +238,7 @@ class _StackRoute(torch.autograd.Function):
         need = ctx.needs_input_grad
         dts = set(ctx.src_dtypes)  # the kernel writes dx in the sources' own dtype when they share
         dq, dg, dx = stack._backward_call(ctx.call, dout, out, dts.pop() if len(dts) == 1 else None)
+        nsrc = len(ctx.src_dtypes)
         j0 = stack._calls[ctx.call].j0
         if dx.dim() == 3:  # one source gathered: dx is its [B, T, d] gradient
             dxs = [(dx if dx.dtype == dt else dx.to(dt)) if need[6 + i] else None
@@ -233,9 +247,11 @@ class _StackRoute(torch.autograd.Function):
             dxs = [dx[j - j0].to(dt) if need[6 + i] else None
                    for i, (j, dt) in enumerate(zip(ctx.rows, ctx.src_dtypes))]
         dtoken = stack._no_grad_token if need[5] else None  # ordering only: never read
+        params = stack._param_grads(need[6 + nsrc:]) if stack.collect and ctx.call == 0 else []
         if ctx.call == 0:
             stack._release_backward()
-        return (None, None, None, dq if need[3] else None, dg if need[4] else None, dtoken, *dxs)
+        return (None, None, None, dq if need[3] else None, dg if need[4] else None, dtoken, *dxs,
+                *params)
 
 
 _stack_route_apply = _fast_apply(_StackRoute)
@@ -253,9 +269,21 @@ class _StackState:
     promoted dtype of the rows it reads, as torch.stack of them would."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
+    _E_BLOCK_C = 16  # readers per program of pair_e_kernel
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
         self.capacity = capacity
+        # collect mode: every routing call's (query, key-norm weight) is known up front, one
+        # entry per site in call order; a [G, d] query is G calls, one per row (mhar_hw)
+        self.collect = COLLECT and params is not None
+        self._sites: list[tuple[Tensor, Tensor]] = list(params) if self.collect else []
+        self._expect: list[tuple[int, int]] = []  # per call: (site, row; -1 for a [d] query)
+        self._site_call0: list[int] = []
+        for site, (q, _) in enumerate(self._sites):
+            self._site_call0.append(len(self._expect))
+            self._expect += [(site, -1)] if q.dim() == 1 else [(site, r) for r in range(q.shape[0])]
+        self._res_chunk: Tensor | None = None
+        self._res_used = 0
         self.row0: Tensor | None = None
         self.buffer: Tensor | None = None
         self._row_views: tuple[Tensor, ...] = ()  # buffer rows as [B, T, d] views
@@ -347,14 +375,44 @@ class _StackState:
         self._out_used += 1
         return out
 
+    def _new_res(self, dtype: torch.dtype) -> Tensor:
+        chunk = self._res_chunk
+        if chunk is None or self._res_used == chunk.shape[0] or chunk.dtype != dtype:
+            chunk = self._res_chunk = _new((self._OUT_CHUNK, *self.row0.shape), dtype,
+                                           self.row0.device)
+            self._res_used = 0
+        res = chunk[self._res_used]
+        self._res_used += 1
+        return res
+
+    def _check_params(self, call: int, query: Tensor, norm_weight: Tensor) -> None:
+        """Collect mode: call `call` must route with the parameters the stack was built with."""
+        if call >= len(self._expect):
+            raise ValueError(f"routing call {call}: the source stack was built with the parameters "
+                             f"of {len(self._expect)} routing calls (params=...)")
+        site, row = self._expect[call]
+        qp, gp = self._sites[site]
+        if row < 0:
+            same_q = query is qp
+        else:
+            same_q = query.shape == qp.shape[1:] and \
+                query.data_ptr() == qp.data_ptr() + row * qp.stride(0) * qp.element_size()
+        if not (same_q and norm_weight is gp):
+            raise ValueError(
+                f"routing call {call} reads a query or key-norm weight other than site {site}'s "
+                f"{'' if row < 0 else f'(row {row}) '}that the source stack was built with: "
+                "`params` must list every site's (query, key-norm weight) in call order")
+
     def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
         rec = self._calls[call]
         rec.q, rec.g = query.detach(), norm_weight.detach()
         P = self.row0.shape[0]
         out = self._new_out(rec.dtype)
         W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
+        if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
+            rec.res = self._new_res(rec.dtype)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0)
+                         v0=self.row0, res=rec.res)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -386,11 +444,23 @@ class _StackState:
             s += P * rec.H
         self._s_flat = _new((s,), torch.float32, dev)
         self._soff = soffs
-        self._u = torch.stack([rec.q for rec in calls]).float() * \
-            torch.stack([rec.g for rec in calls]).float()  # [calls, d] key-path direction q * g
+        qs = torch.stack([rec.q for rec in calls]).float()
+        gs = torch.stack([rec.g for rec in calls]).float()
+        self._u = qs * gs  # [calls, d] key-path direction q * g
+        poffs = [0]
+        for rec in calls:
+            poffs.append(poffs[-1] + rec.n)
+        rmode = [_ROUND_MODE.get(rec.dtype, 0) for rec in calls]
         tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
             [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
-             soffs + [0]], dtype=torch.int64, pin_memory=dev.type == "cuda")
+             soffs + [0], poffs, rmode + [0]], dtype=torch.int64, pin_memory=dev.type == "cuda")
+        if self.collect:
+            self._sh_flat = _new((s,), torch.float32, dev)
+            self._rall = _new((self._len, P), torch.float32, dev)
+            self._qg = torch.stack([qs, gs], 1)  # [calls, 2, d]
+            self._e_pairs = _new((poffs[-1], D), torch.float32, dev)
+            self._modes = frozenset(rmode)
+            self._build_items(calls, top, dev)
         # From pinned memory the copy is asynchronous; from pageable memory it would wait for
         # the whole forward pass to finish before backward could queue anything (measured: the
         # GPU then idled while the host caught up, 10-50 ms per step on an H100).
@@ -399,15 +469,54 @@ class _StackState:
         self._hmax = max(r.H for r in calls)
         self._epart = None
 
+    def _build_items(self, calls: list[_Call], top: int, dev: torch.device) -> None:
+        """Work items of pair_e_kernel: (source j, first call of a block of its readers); the
+        readers of j are among the calls from the one that gathers it (the first call after j
+        was appended) to the top call. Source 0's items first (it is read from row 0)."""
+        items: list[int] = []
+        n0 = 0
+        for c, rec in enumerate(calls):
+            for j in range(rec.j0, rec.j1):
+                for c0 in range(c, top + 1, self._E_BLOCK_C):
+                    items += (j, c0)
+                if j == 0:
+                    n0 = len(items) // 2
+        t = torch.tensor(items or [0, 0], dtype=torch.int64, pin_memory=dev.type == "cuda")
+        self._items = t.view(-1, 2).to(dev, non_blocking=True)
+        self._items_n = (n0, len(items) // 2)
+
     def _release_backward(self) -> None:
-        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token"):
+        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items"):
             setattr(self, name, None)
+        for rec in self._calls:
+            rec.res = None
+
+    def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
+        """Collect mode, first call's node: (dquery, dnorm) of every site, flattened."""
+        dq_all, dg_all = self._dq_all, self._dg_all  # [calls, d] fp32
+        ncalls = dq_all.shape[0]
+        grads: list[Tensor | None] = []
+        for site, (qp, gp) in enumerate(self._sites):
+            c0 = self._site_call0[site]
+            G = 1 if qp.dim() == 1 else qp.shape[0]
+            if c0 + G > ncalls:  # never routed in this forward
+                grads += [None, None]
+                continue
+            dq = dq_all[c0] if qp.dim() == 1 else dq_all[c0:c0 + G]
+            dg = dg_all[c0] if G == 1 else dg_all[c0:c0 + G].sum(0)
+            grads.append((dq if dq.dtype == qp.dtype else dq.to(qp.dtype)) if need[2 * site] else None)
+            grads.append((dg if dg.dtype == gp.dtype else dg.to(gp.dtype)) if need[2 * site + 1] else None)
+        self._dq_all = self._dg_all = None
+        return grads
 
     def _backward_call(self, call: int, dout: Tensor | None, out: Tensor,
                        dx_dtype: torch.dtype | None = None) -> tuple[Tensor, Tensor, Tensor]:
         """One call's backward; the gradients of the sources it gathers come back as one
         [j1 - j0, B, T, d] tensor ([B, T, d] when j1 - j0 <= 1) in `dx_dtype` (default: the
         stack's), rounded once from fp32 (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
+        if self.collect:
+            return self._backward_call_collect(call, dout, out, dx_dtype)
         self._enter_backward(call)
         rec = self._calls[call]
         P, D = self.row0.shape
@@ -447,6 +556,56 @@ class _StackState:
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
         return dq, dg, dx
 
+    def _backward_call_collect(self, call: int, dout: Tensor | None, out: Tensor,
+                               dx_dtype: torch.dtype | None) -> tuple[None, None, Tensor]:
+        """`_backward_call` of the 4-bytes/pair design (route_bwd_collect.py): the call's own
+        part is O(1) rows (dout, shift, S'); the query gradients of all calls are formed by
+        the first call's node (`_param_grads`)."""
+        self._enter_backward(call)
+        rec = self._calls[call]
+        P, D = self.row0.shape
+        dev = out.device
+        if dout is None:
+            dout = torch.zeros_like(out)
+        else:
+            dout = dout.reshape(P, D)
+            if not dout.is_contiguous():
+                dout = dout.contiguous()
+        H, HM = rec.H, self._hmax
+        block_p, num_warps, per_sm, maxnreg = stack_config(D, H, HM)
+        nprog = _programs(dev, cdiv(P, block_p), per_sm)
+        nj = rec.j1 - rec.j0
+        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
+        KM = D // HM
+        ka, block_ka, kb, block_kb = tile_split(KM)
+        t = self._tables
+        res = rec.res
+        args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
+                P * D, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
+                t[0], t[1], t[2], t[3], dx, call, self._bwd_top + 1, self._soff[call], rec.j0,
+                rec.j1, P, rec.eps)
+        STACK_GATHER(nprog, args, dict(
+            D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
+            BLOCK_P=block_p, HAS_RES=res is not None, HAS_GATHER=nj > 0, GATHER0=nj > 0 and rec.j0 == 0),
+            num_warps, maxnreg)
+        if call == 0:  # every source is gathered: E of every pair, then every call's dq, dg
+            top1 = self._bwd_top + 1
+            n0, nitems = self._items_n
+            items = self._items
+            launch_pair_e(self.row0, items[:n0], n0, self._rall, self._d_flat, t, self._e_pairs,
+                          top1, P, D, HM, self._E_BLOCK_C, self._modes)
+            if self.buffer is not None:
+                launch_pair_e(self.buffer, items[n0:], nitems - n0, self._rall, self._d_flat, t,
+                              self._e_pairs, top1, P, D, HM, self._E_BLOCK_C, self._modes)
+            ncalls = len(self._calls)
+            self._dq_all = _new((ncalls, D), torch.float32, dev)
+            self._dg_all = _new((ncalls, D), torch.float32, dev)
+            launch_collect_dqdg(self._e_pairs, self._qg, t, self._dq_all, self._dg_all, top1, D)
+            if top1 < ncalls:  # calls after the one backward started from: no gradient
+                self._dq_all[top1:].zero_()
+                self._dg_all[top1:].zero_()
+        return None, None, dx
+
 
 class TritonSourceStack:
     """Shared source buffer [capacity, B*T, d] for one forward pass (see module docstring).
@@ -454,8 +613,8 @@ class TritonSourceStack:
     This object holds the token that chains the calls' autograd nodes and the sources not yet
     handed to a call; the buffers live in its `_StackState`, which the nodes keep."""
 
-    def __init__(self, capacity: int) -> None:
-        self._state = _StackState(capacity)
+    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
+        self._state = _StackState(capacity, params)
         self._pending: list[tuple[int, Tensor]] = []  # sources appended since the last call
         self._token: Tensor | None = None
 
@@ -494,9 +653,11 @@ class TritonSourceStack:
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "
                                "backward; build a new stack for a new forward pass")
+        call = len(st._calls)
+        if st.collect:  # before anything is recorded: a refused call leaves the stack as it was
+            st._check_params(call, query, norm_weight)
         size = n * P * num_heads
         woff = st._reserve_w(size, num_heads)
-        call = len(st._calls)
         st._calls.append(_Call(n, num_heads, eps, woff, st._last_len, st._len, st._dtype_of(n)))
         st._last_len = st._len
         rows = [j for j, _ in self._pending]
@@ -504,5 +665,7 @@ class TritonSourceStack:
         self._pending = []
         token_prev = self._token if self._token is not None else \
             torch.empty(0, device=st.row0.device, requires_grad=True)
+        if st.collect and call == 0:  # the node that runs last returns every site's gradients
+            xs += [t for pair in st._sites for t in pair]
         out, self._token = _stack_route_apply(st, call, rows, query, norm_weight, token_prev, *xs)
         return out, st._calls[call].w.view(n, B, T, num_heads)

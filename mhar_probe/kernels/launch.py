@@ -87,7 +87,8 @@ def spec_key(args: tuple) -> tuple:
 
 
 class Launcher:
-    """Launches one `@triton.jit` kernel on a 1-D grid: `Launcher(fn)(grid, args, consts, num_warps[, maxnreg])`.
+    """Launches one `@triton.jit` kernel: `Launcher(fn)(grid, args, consts, num_warps[, maxnreg])`,
+    `grid` an int (1-D) or a tuple of up to three ints.
 
     `args` are the kernel's non-constexpr arguments in order, `consts` its constexprs by name
     (every constexpr parameter); the kernel must declare its constexprs after the others."""
@@ -103,25 +104,25 @@ class Launcher:
         self._cache: dict[tuple, Any] = {}
         self.direct_launches = 0  # counted so tests can check the path is taken
 
-    def __call__(self, grid: int, args: tuple, consts: dict[str, Any], num_warps: int,
-                 maxnreg: int | None = None) -> None:
+    def __call__(self, grid: int | tuple[int, ...], args: tuple, consts: dict[str, Any],
+                 num_warps: int, maxnreg: int | None = None) -> None:
         """`maxnreg` caps the registers per thread (PTX .maxnreg; None: the compiler's choice)."""
         opts = {"num_warps": num_warps} if maxnreg is None else {"num_warps": num_warps, "maxnreg": maxnreg}
+        grid3 = (grid, 1, 1) if grid.__class__ is int else (*grid, 1, 1, 1)[:3]
         if not (DIRECT and self._direct_ok):
-            self.fn[(grid,)](*args, **consts, **opts)
+            self.fn[grid3](*args, **consts, **opts)
             return
         cvals = tuple([consts[n] for n in self.const_names])
         key = (num_warps, maxnreg, cvals, spec_key(args))
         kernel = self._cache.get(key)
         if kernel is None:  # Triton's path: compiles if needed, launches, returns the kernel
-            kernel = self.fn[(grid,)](*args, **consts, **opts)
+            kernel = self.fn[grid3](*args, **consts, **opts)
             if kernel is not None and hasattr(kernel, "launch_metadata"):
                 self._cache[key] = kernel
             return
         stream = torch._C._cuda_getCurrentRawStream(torch.cuda.current_device())
         enter, exit_ = _hooks()
         full = (*args, *cvals)
-        meta = kernel.launch_metadata((grid, 1, 1), stream, *full)
-        kernel.run(grid, 1, 1, stream, kernel.function, kernel.packed_metadata, meta, enter, exit_,
-                   *full)
+        meta = kernel.launch_metadata(grid3, stream, *full)
+        kernel.run(*grid3, stream, kernel.function, kernel.packed_metadata, meta, enter, exit_, *full)
         self.direct_launches += 1

@@ -136,10 +136,11 @@ def route_fwd_kernel(
     PARTIAL, GATE,  # [P, D], [] (delta form only)
     OUT,  # [P, D]
     W,  # [N, P, H] fp32: routing weights
+    RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
-    ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+    ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
@@ -178,7 +179,10 @@ def route_fwd_kernel(
         if HAS_GATE:
             o = o * tl.load(GATE).to(tl.float32)
         o = tl.load(PARTIAL + row, mask=mask, other=0.0).to(tl.float32) + o
-    tl.store(OUT + row, o.to(OUT.dtype.element_ty), mask=mask)
+    o_st = o.to(OUT.dtype.element_ty)
+    tl.store(OUT + row, o_st, mask=mask)
+    if HAS_RES:
+        tl.store(RES + row, (o - o_st.to(tl.float32)).to(RES.dtype.element_ty), mask=mask)
     for n in range(N):  # N*H scalars per position: raw logits -> exact weights
         lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
         tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
@@ -268,11 +272,12 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
 
 @triton.jit
 def route_fwd_split_kernel(
-    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W,  # as route_fwd_kernel
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES,  # as route_fwd_kernel
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+    HAS_RES: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
@@ -315,8 +320,13 @@ def route_fwd_split_kernel(
             ob = ob * gate
         oa = tl.load(PARTIAL + rowa, mask=maska, other=0.0).to(tl.float32) + oa
         ob = tl.load(PARTIAL + rowb, mask=maskb, other=0.0).to(tl.float32) + ob
-    tl.store(OUT + rowa, oa.to(OUT.dtype.element_ty), mask=maska)
-    tl.store(OUT + rowb, ob.to(OUT.dtype.element_ty), mask=maskb)
+    oa_st = oa.to(OUT.dtype.element_ty)
+    ob_st = ob.to(OUT.dtype.element_ty)
+    tl.store(OUT + rowa, oa_st, mask=maska)
+    tl.store(OUT + rowb, ob_st, mask=maskb)
+    if HAS_RES:
+        tl.store(RES + rowa, (oa - oa_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maska)
+        tl.store(RES + rowb, (ob - ob_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maskb)
     for n in range(N):  # N*H scalars per position: raw logits -> exact weights
         lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
         tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
@@ -331,8 +341,10 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
 
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
-                     gate: Tensor | None = None, v0: Tensor | None = None) -> None:
-    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place).
+                     gate: Tensor | None = None, v0: Tensor | None = None,
+                     res: Tensor | None = None) -> None:
+    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
+    `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
@@ -340,19 +352,20 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
-                has_gate, SPLIT_HEADS)
+                has_gate, SPLIT_HEADS, res is not None)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
     split, block_p, consts, num_warps, maxnreg = plan
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-            partial if has_partial else out, gate if has_gate else query, out, W, P, N, eps)
+            partial if has_partial else out, gate if has_gate else query, out, W,
+            out if res is None else res, P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, split_heads: bool):
+              has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False):
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
@@ -360,7 +373,8 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     K = D // H
     block_k, block_p, num_warps, maxnreg = config
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
-    flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk, ROUND_KEY2=rk2)
+    flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
+                 ROUND_KEY2=rk2, HAS_RES=has_res)
     split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split

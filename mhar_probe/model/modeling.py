@@ -144,7 +144,8 @@ class MHARModel(MHARPreTrainedModel):
         return streams.view(-1, n, *streams.shape[1:]).sum(dim=1)  # [B, T, d]
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
-        stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources)
+        params = [(site.query, site.key_norm.weight) for site in self.sites]  # in call order
+        stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1

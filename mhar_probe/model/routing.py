@@ -12,8 +12,11 @@ to a residual stream through a gate: out = partial + gate * routed.
 
 Backends share one interface so that model code never changes:
   * `route(sources, ...)`: one self-contained call on a stacked [N, B, T, d] tensor;
-  * `new_stack(capacity)`: a `SourceStack` that receives each source once (`append`) and
-    routes over any prefix of them (`route(query, g, H, n)`) -- the shared-buffer form.
+  * `new_stack(capacity, params=None)`: a `SourceStack` that receives each source once
+    (`append`) and routes over any prefix of them (`route(query, g, H, n)`) -- the
+    shared-buffer form. `params` lists every site's (query, key-norm weight) in call order
+    (a [G, d] query is G calls); a backend may use it to form all of their gradients in one
+    place (triton's 4-bytes/pair backward), the others ignore it.
 `eager` is the reference, `compile` is the same code under torch.compile, and `triton`
 (mhar_probe.kernels) registers itself on import.
 """
@@ -21,6 +24,7 @@ Backends share one interface so that model code never changes:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Callable, Protocol
 
 import torch
@@ -81,8 +85,9 @@ RouteFn = Callable[..., tuple[Tensor, Tensor]]
 class ListSourceStack:
     """Keeps sources in a Python list and stacks the prefix at every call (the reference path)."""
 
-    def __init__(self, capacity: int, route_fn: RouteFn = route_reference) -> None:
-        self.capacity = capacity
+    def __init__(self, capacity: int, route_fn: RouteFn = route_reference,
+                 params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
+        self.capacity = capacity  # params: accepted for the common interface, not needed here
         self.sources: list[Tensor] = []
         self._route_fn = route_fn
 
@@ -108,7 +113,7 @@ class RoutingBackend:
 
     name: str
     route: RouteFn
-    new_stack: Callable[[int], SourceStack]
+    new_stack: Callable[..., SourceStack]  # (capacity, params=None)
 
 
 _BACKENDS: dict[str, RoutingBackend] = {}
@@ -130,8 +135,10 @@ def _route_compiled(*args, **kwargs) -> tuple[Tensor, Tensor]:
     return _compiled_route()(*args, **kwargs)
 
 
-register_backend(RoutingBackend("eager", route_reference, lambda cap: ListSourceStack(cap, route_reference)))
-register_backend(RoutingBackend("compile", _route_compiled, lambda cap: ListSourceStack(cap, _route_compiled)))
+register_backend(RoutingBackend("eager", route_reference,
+                                lambda cap, params=None: ListSourceStack(cap, route_reference)))
+register_backend(RoutingBackend("compile", _route_compiled,
+                                lambda cap, params=None: ListSourceStack(cap, _route_compiled)))
 
 
 def get_backend(name: str) -> RoutingBackend:

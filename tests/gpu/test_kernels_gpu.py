@@ -117,8 +117,8 @@ def chain(stack, x0, qs, gs, Ms, heads, hw=0):
     outs, ws = [], []
     for s, (q, g, H) in enumerate(zip(qs, gs, heads)):
         n = len(stack)
-        if hw and s % 2 == 0:
-            reads = [stack.route(q * (k + 1), g, 1, EPS, n) for k in range(hw)]
+        if hw and s % 2 == 0:  # a [hw, d] query (collect runs): one read per row, as mhar_hw
+            reads = [stack.route(q[k] if q.dim() == 2 else q * (k + 1), g, 1, EPS, n) for k in range(hw)]
             x = sum(o for o, _ in reads) / hw
             ws += [w for _, w in reads]
         else:
@@ -130,44 +130,52 @@ def chain(stack, x0, qs, gs, Ms, heads, hw=0):
     return sum((o.float() * (i + 1) / len(outs)).sin().sum() for i, o in enumerate(outs)), ws
 
 
-def run_chain(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=0, seed=0):
+def run_chain(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=0, seed=0, collect=False):
+    """collect: the stack is built with the sites' parameters (the 4-bytes/pair backward when
+    MHAR_STACK_COLLECT is on), and a head-aligned site owns a [hw, d] query, as the model's."""
     S = 2 * L + 1
     g = torch.Generator(device="cuda").manual_seed(seed)
     x0 = torch.randn(2, 37, D, device="cuda", generator=g)
-    qs = [torch.randn(D, device="cuda", generator=g) * 2 / D**0.5 for _ in range(S)]
+    qs = [torch.randn(*((hw,) if collect and hw and s % 2 == 0 else ()), D, device="cuda", generator=g)
+          * 2 / D**0.5 for s in range(S)]
     gs = [1 + 0.2 * torch.randn(D, device="cuda", generator=g) for _ in range(S)]
     Ms = [torch.randn(D, D, device="cuda", generator=g) / D**0.5 for _ in range(S - 1)]
     leaves = [t.to(dtype).requires_grad_() for t in [x0] + qs + gs]
     Ms = [m.to(dtype) for m in Ms]
     hs = [heads[s % len(heads)] for s in range(S)]
-    loss, ws = chain(make_stack(S), leaves[0], leaves[1:S + 1], leaves[S + 1:], Ms, hs, hw)
+    stack = make_stack(S, params=list(zip(leaves[1:S + 1], leaves[S + 1:]))) if collect else make_stack(S)
+    loss, ws = chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:], Ms, hs, hw)
     return [loss.detach()] + [w.detach() for w in ws] + list(torch.autograd.grad(loss, leaves))
 
 
-def _f64_stack(S):
+def _f64_stack(S, params=None):
     return ListSourceStack(S, lambda *a, **k: route_reference_f64(*a, **k))
 
 
-def _f64_stack_rounded(S):  # float64, with the normalised key rounded to bf16 as in the reference
+def _eager_stack(S, params=None):
+    return ListSourceStack(S, route_reference)
+
+
+def _f64_stack_rounded(S, params=None):  # float64, with the normalised key rounded to bf16 as in the reference
     return ListSourceStack(S, lambda *a, **k: route_reference_f64(*a, round_to=torch.bfloat16, **k))
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_fp32_shared_stack_chain(hw):
+def test_fp32_shared_stack_chain(hw, collect):
     """Chained sites amplify fp32 rounding, so the yardstick is fp32 itself: triton's error
     against float64 must stay within 1.5x of the eager fp32 path's (plus the raw gap recorded)."""
-    t = run_chain(TritonSourceStack, torch.float32, hw=hw)
-    r = run_chain(lambda S: ListSourceStack(S, route_reference), torch.float32, hw=hw)
-    truth = run_chain(_f64_stack, torch.float64, hw=hw)
+    t = run_chain(TritonSourceStack, torch.float32, hw=hw, collect=collect)
+    r = run_chain(_eager_stack, torch.float32, hw=hw, collect=collect)
+    truth = run_chain(_f64_stack, torch.float64, hw=hw, collect=collect)
     errs = [rel(a, b) for a, b in zip(t, r)]
     et = [rel(a, b) for a, b in zip(t, truth)]
     ee = [rel(a, b) for a, b in zip(r, truth)]
-    record(test="fp32_chain", hw=hw, triton_vs_eager_max=max(errs), triton_vs_f64_max=max(et),
+    record(test="fp32_chain", hw=hw, collect=collect, triton_vs_eager_max=max(errs), triton_vs_f64_max=max(et),
            eager_vs_f64_max=max(ee), loss=errs[0])
     assert max(et) <= 1.5 * max(ee) + 1e-7, (max(et), max(ee))
 
 
-def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0):
+def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, collect=False):
     """Routing alone, many calls over one stack: every source is a leaf (bf16 values, the same
     for every path) and every call's output gradient is given, so the only difference between
     two runs is the routing implementation (no chain of shared bf16 ops amplifying flips).
@@ -178,25 +186,40 @@ def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0):
     qs = [torch.randn(D, device="cuda", generator=g) * 2 / D**0.5 for _ in range(S)]
     gs = [1 + 0.2 * torch.randn(D, device="cuda", generator=g) for _ in range(S)]
     douts = [torch.randn(2, 37, D, device="cuda", generator=g) for _ in range(S)]
+    if collect and hw:  # the G sibling reads as rows of one [G, d] query (equal rows: same function)
+        qs = [q.expand(hw, D).contiguous() if s % 2 == 0 else q for s, q in enumerate(qs)]
     leaves = [t.bfloat16().to(dtype).requires_grad_() for t in xs + qs + gs]
     xs, qs, gs = leaves[:S], leaves[S:2 * S], leaves[2 * S:]
-    stack, loss, ws = make_stack(S), 0.0, []
+    stack = make_stack(S, params=list(zip(qs, gs))) if collect else make_stack(S)
+    loss, ws = 0.0, []
     for s in range(S):
         stack.append(xs[s])
         if hw and s % 2 == 0:
             for k in range(hw):
-                o, w = stack.route(qs[s], gs[s], 1, EPS, s + 1)
+                o, w = stack.route(qs[s][k] if qs[s].dim() == 2 else qs[s], gs[s], 1, EPS, s + 1)
                 loss = loss + (o.double() * douts[s].double() * (k + 1)).sum()
                 ws.append(w)
         else:
             o, w = stack.route(qs[s], gs[s], heads[s % len(heads)], EPS, s + 1)
             loss = loss + (o.double() * douts[s].double()).sum()
             ws.append(w)
-    return [w.detach() for w in ws] + list(torch.autograd.grad(loss, leaves))
+    grads = list(torch.autograd.grad(loss, leaves))
+    if collect and hw:  # back to one gradient per sibling-read query, as without collect
+        grads = [gr.sum(0) if gr.dim() == 2 else gr for gr in grads]
+    return [w.detach() for w in ws] + grads
+
+
+@pytest.fixture(params=[False, True], ids=["", "collect"])
+def collect(request, monkeypatch):
+    """Each stack test once more with the 4-bytes/pair backward (route_bwd_collect.py)."""
+    import mhar_probe.kernels.autograd as kad
+
+    monkeypatch.setattr(kad, "COLLECT", request.param)
+    return request.param
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_bf16_stack_no_worse_than_eager(hw):
+def test_bf16_stack_no_worse_than_eager(hw, collect):
     """The bf16 claim, isolated: on every routing weight and every gradient, triton's error
     against the float64 truth is no larger than eager bf16's, or within what bf16 itself costs
     (the reference function in float64 with its bf16 key rounding, result stored in bf16).
@@ -206,22 +229,23 @@ def test_bf16_stack_no_worse_than_eager(hw):
     error here): measured on an H100, both paths' max errors sat 1.1-1.7x above that floor and
     traded places by up to 13% on dq/dg. Max errors are recorded too."""
     for seed in range(2):
-        truth = stack_reads(_f64_stack, torch.float64, hw=hw, seed=seed)
-        t = stack_reads(TritonSourceStack, torch.bfloat16, hw=hw, seed=seed)
-        e = stack_reads(lambda S: ListSourceStack(S, route_reference), torch.bfloat16, hw=hw, seed=seed)
-        keyround = stack_reads(_f64_stack_rounded, torch.float64, hw=hw, seed=seed)
+        kw = dict(hw=hw, seed=seed, collect=collect)
+        truth = stack_reads(_f64_stack, torch.float64, **kw)
+        t = stack_reads(TritonSourceStack, torch.bfloat16, **kw)
+        e = stack_reads(_eager_stack, torch.bfloat16, **kw)
+        keyround = stack_reads(_f64_stack_rounded, torch.float64, **kw)
         n_w = len(truth) - 3 * 13  # routing weights first, then the 3S gradients
         floor = [rel_rms(k.bfloat16() if i >= n_w else k, x) for i, (k, x) in enumerate(zip(keyround, truth))]
         et = [rel_rms(a, b) for a, b in zip(t, truth)]
         ee = [rel_rms(a, b) for a, b in zip(e, truth)]
-        record(test="bf16_stack", hw=hw, seed=seed, triton=et, eager=ee, bf16_floor=floor,
+        record(test="bf16_stack", hw=hw, seed=seed, collect=collect, triton=et, eager=ee, bf16_floor=floor,
                triton_max=[rel(a, b) for a, b in zip(t, truth)], eager_max=[rel(a, b) for a, b in zip(e, truth)])
         bad = [(i, a, b, f) for i, (a, b, f) in enumerate(zip(et, ee, floor)) if a > 1.01 * max(b, f)]
         assert not bad, bad
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_bf16_chain_no_worse_than_eager(hw):
+def test_bf16_chain_no_worse_than_eager(hw, collect):
     """bf16 chain through a model-like stack of tanh(x @ M) sublayers: triton's worst gradient
     errors against a float64 truth are no larger than eager bf16's. Both paths share every bf16
     op outside routing, so per-gradient ratios scatter by +-20-40% from rounding flips the chain
@@ -230,9 +254,10 @@ def test_bf16_chain_no_worse_than_eager(hw):
     import math
     logs, worst = [], []
     for seed in range(4):
-        truth = run_chain(_f64_stack, torch.float64, hw=hw, seed=seed)
-        t = run_chain(TritonSourceStack, torch.bfloat16, hw=hw, seed=seed)
-        e = run_chain(lambda S: ListSourceStack(S, route_reference), torch.bfloat16, hw=hw, seed=seed)
+        kw = dict(hw=hw, seed=seed, collect=collect)
+        truth = run_chain(_f64_stack, torch.float64, **kw)
+        t = run_chain(TritonSourceStack, torch.bfloat16, **kw)
+        e = run_chain(_eager_stack, torch.bfloat16, **kw)
         et = [rel(a, b) for a, b in zip(t, truth)]
         ee = [rel(a, b) for a, b in zip(e, truth)]
         k = len(truth) - (1 + 2 * 13)  # index of the first gradient (x0, queries, norm weights)
@@ -240,12 +265,12 @@ def test_bf16_chain_no_worse_than_eager(hw):
         pairs = [(a, b) for a, b in zip(gt, ge) if a > 0 and b > 0]
         logs += [math.log(a / b) for a, b in pairs]
         worst.append((max(gt), max(ge)))
-        record(test="bf16_chain", hw=hw, seed=seed, triton_grad_err_max=max(gt),
+        record(test="bf16_chain", hw=hw, seed=seed, collect=collect, triton_grad_err_max=max(gt),
                eager_grad_err_max=max(ge), triton_loss_err=et[0], eager_loss_err=ee[0],
                grad_err_ratio_geomean=math.exp(sum(math.log(a / b) for a, b in pairs) / len(pairs)),
                per_grad=list(zip(gt, ge)))
     ratio = math.exp(sum(logs) / len(logs))
-    record(test="bf16_chain_pooled", hw=hw, grad_err_ratio_geomean=ratio, worst=worst)
+    record(test="bf16_chain_pooled", hw=hw, collect=collect, grad_err_ratio_geomean=ratio, worst=worst)
     assert sum(a for a, _ in worst) <= sum(b for _, b in worst), worst
 
 
@@ -264,9 +289,9 @@ def test_bf16_per_call_no_worse_than_eager(N, D, H):
         assert a <= b * 1.01, (et, ee)  # so equal-to-5-digits errors are common: 1% slack)
 
 
-def test_bitwise_repeatable():
-    a = run_chain(TritonSourceStack, torch.bfloat16, hw=0, seed=3)
-    b = run_chain(TritonSourceStack, torch.bfloat16, hw=0, seed=3)
+def test_bitwise_repeatable(collect):
+    a = run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3, collect=collect)
+    b = run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3, collect=collect)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     src, q, w, dout = inputs(9, 2, 37, 4096, seed=1)
     leaves = [src.bfloat16(), q, w, torch.randn(2, 37, 4096, device="cuda").bfloat16(),
@@ -274,7 +299,7 @@ def test_bitwise_repeatable():
     f = lambda s, a_, b_, p, g: route_triton(s, a_, b_, 8, EPS, partial=p, gate=g)  # noqa: E731
     r1, r2 = grads(f, leaves, dout), grads(f, leaves, dout)
     assert all(torch.equal(x, y) for x, y in zip(r1, r2))
-    record(test="bitwise", ok=True)
+    record(test="bitwise", collect=collect, ok=True)
 
 
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):

@@ -1,0 +1,339 @@
+"""Shared-stack backward at 4 bytes per pair-element: no call re-reads its sources.
+
+Notation as `route_bwd.py` (call c, source j, per head h of call c; khat0_j = round(v_j r_j)):
+
+    shift_c   = <dout_c, out_c>                          (per head; O(1) rows per call)
+    S'_c      = <dout_c, mix_c - out_c>                  (0 for an fp32 output; else the forward's
+                                                          stored rounding residual res_c)
+    D'_{c,j}  = <dout_c, v_j> - shift_c                  (formed in the gather of source j)
+    dl_{c,j}  = w_{c,j} (D'_{c,j} - S'_c)                (stored: [P, H_c] fp32 per pair)
+    dv_j      = sum_c w_{c,j} dout_c + r_j a_j - (r_j^3/d) <a_j, v_j> v_j,
+    a_j       = sum_c dl_{c,j} (q_c * g_c)
+    E_{c,j}   = sum_p dl_{c,j,p} khat0_{j,p}             (per column, its head's dl)
+    dq_c      = g_c * sum_j E_{c,j},   dg_c = q_c * sum_j E_{c,j}
+
+S'_c is the exact identity sum_j w_{c,j} D'_{c,j} = <dout_c, sum_j w_{c,j} v_j - out_c> (the
+weights sum to one), so the gather needs no pass over call c's sources. Three kernels:
+
+* `stack_gather_kernel` (one launch per call c, persistent grid): stores dout_c, shift_c and
+  S'_c for a block of positions, then (block barrier, same positions) gathers every source
+  first read by call c from the stored douts of all calls that read it, storing dl_{c',j}.
+  Source rows are read once here (and once in the forward): fwd 2 + gather 2 bytes per
+  pair-element for bf16 douts (4 for the fp32 douts of autocast's fp32 outputs).
+* `pair_e_kernel` (once per backward, after source 0's gather): E_{c,j} for every pair, one
+  program per (source j, block of its readers, column block), each summing over all positions in
+  a fixed order; it reads each source row once more (O(L) rows in all, not O(L^2)).
+* `collect_dqdg_kernel`: dq_c, dg_c for every call from the E_{c,j} in a fixed order of j.
+No atomics: bitwise repeatable. The gradients of every call's query and key-norm weight are
+complete only after source 0's gather, so the autograd node that runs last (the first call's)
+returns them all; see `autograd.py` (`TritonSourceStack(capacity, params=...)`).
+`collect_reference` is the plain torch reading of the decomposition, used by the tests.
+"""
+
+from __future__ import annotations
+
+import torch
+import triton
+import triton.language as tl
+from torch import Tensor
+
+from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
+from mhar_probe.kernels.route_fwd import rsqrt_acc
+
+
+def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tensor, int]],
+                      weights: list[Tensor], douts: list[Tensor], outs: list[Tensor],
+                      residuals: list[Tensor | None], eps: float, round_to: list[torch.dtype | None]
+                      ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
+    """The decomposition above in float64: (dv_j [P, d] per source, dq_c, dg_c per call).
+
+    sources: [P, d] rows; calls: (n, q, g, H) in call order; weights[c]: [n, P, H];
+    douts/outs/residuals[c]: [P, d] (residual None: S'_c = 0); round_to[c]: key rounding."""
+    f = torch.float64
+    P, D = sources[0].shape
+    dv = [torch.zeros(P, D, dtype=f) for _ in sources]
+    dq, dg = [], []
+    for c, (n, q, g, H) in enumerate(calls):
+        K = D // H
+        do = douts[c].to(f).view(P, H, K)
+        shift = (do * outs[c].to(f).view(P, H, K)).sum(-1)  # [P, H]
+        s = 0.0 if residuals[c] is None else (do * residuals[c].to(f).view(P, H, K)).sum(-1)
+        u = (q.to(f) * g.to(f)).view(H, K)
+        E = torch.zeros(H, K, dtype=f)
+        for j in range(n):
+            v = sources[j].to(f)
+            w = weights[c][j].to(f)  # [P, H]
+            dl = w * ((do * v.view(P, H, K)).sum(-1) - shift - s)
+            r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+            kh = v * r
+            if round_to[c] is not None:
+                kh = kh.to(round_to[c]).to(f)
+            E += torch.einsum("ph,phk->hk", dl, kh.view(P, H, K))
+            dk = (dl[..., None] * u).reshape(P, D)
+            dv[j] += r * dk - r.pow(3) / D * (dk * v).sum(-1, keepdim=True) * v \
+                + (w[..., None] * do).reshape(P, D)
+        dq.append(g.to(f) * E.reshape(D))
+        dg.append(q.to(f) * E.reshape(D))
+    return dv, dq, dg
+
+
+@triton.jit
+def _tile_cols(HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
+               KB: tl.constexpr, BLOCK_KB: tl.constexpr):
+    """Columns and masks of a row of HM sub-heads of width KM = KA + KB as two tiles,
+    [HM, BLOCK_KA] (columns [0, KA) of each sub-head) and [HM, BLOCK_KB] ([KA, KM)). One padded
+    tile per head is KA = KM, KB = 0 (BLOCK_KB = 1, all masked); a width like 160 is 128 + 32."""
+    offs_h = tl.arange(0, HM)
+    offs_a = tl.arange(0, BLOCK_KA)
+    offs_b = tl.arange(0, BLOCK_KB)
+    cola = offs_h[:, None] * KM + offs_a[None, :]
+    colb = offs_h[:, None] * KM + KA + offs_b[None, :]
+    cmaska = (offs_a < KA)[None, :] & (offs_h < HM)[:, None]
+    cmaskb = (offs_b < KB)[None, :] & (offs_h < HM)[:, None]
+    return cola, colb, cmaska, cmaskb
+
+
+@triton.jit
+def _head_sum(x, hc, HM: tl.constexpr):
+    """x [BP, HM] of sub-head partial sums -> every sub-head holds its call head's total
+    (the call has hc heads, hc divides HM, head of sub-head a = a * hc // HM)."""
+    grp = (tl.arange(0, HM) * hc) // HM
+    same = (grp[:, None] == grp[None, :]).to(tl.float32)  # [HM, HM]
+    return tl.sum(x[:, None, :] * same[None, :, :], axis=2)
+
+
+@triton.jit
+def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                    cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
+                    BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr):
+    """dv_j (two tiles) and r_j for one block of positions from every stored dout of the calls
+    c >= call that read source j; stores dl_{c,j}."""
+    ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
+    rg = rsqrt_acc(ss / D + eps)  # [BP]
+    acc_va = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+    acc_vb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    acc_ka = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+    acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    zero_h = tl.zeros([HM], tl.int64)
+    rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
+    dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+    dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+    for c in range(call, top1):
+        doga = dna.to(tl.float32)
+        dogb = dnb.to(tl.float32)
+        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+        rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
+        dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+        dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        hc = tl.load(CALL_H + c)
+        pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
+        wo = tl.load(CALL_WOFF + c) + j * P * hc
+        so = tl.load(CALL_SOFF + c)
+        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+        sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
+        sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
+        ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
+        if hc != HM:
+            ds = _head_sum(ds, hc, HM)
+        dl = wg * ((ds - sh) - sr)
+        tl.store(DALL + wo + pidx, dl, mask=m2)
+        ua = tl.load(U + c * D + cola, mask=cmaska, other=0.0)  # [HM, BKA]
+        ub = tl.load(U + c * D + colb, mask=cmaskb, other=0.0)
+        acc_va += wg[:, :, None] * doga
+        acc_vb += wg[:, :, None] * dogb
+        acc_ka += dl[:, :, None] * ua[None, :, :]
+        acc_kb += dl[:, :, None] * ub[None, :, :]
+    dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
+    fac = (rg * rg * rg * dot / D)[:, None, None]
+    return (acc_va + rg[:, None, None] * acc_ka - fac * vga,
+            acc_vb + rg[:, None, None] * acc_kb - fac * vgb, rg)
+
+
+@triton.jit
+def stack_gather_kernel(
+    V0, V, stride_vn,  # source row 0 [P, D] (its own tensor); buffer [cap, P, D] (rows >= 1)
+    DOUT, OUT, RES,  # [P, D] this call's dout, output and (HAS_RES) rounding residual
+    DOUT_BUF, stride_dc,  # [calls, P, D] stored douts; this call's slot is written here
+    WALL, DALL,  # flat fp32, per call [n_c, P, H_c]: weights (read) / dl (written by gathers)
+    SHALL, SALL,  # flat fp32, per call [P, H_c]: shift_c and S'_c (this call's written here)
+    U,  # [calls, D] fp32: q_c * g_c
+    RALL,  # [cap, P] fp32: r_j of every gathered source (read by pair_e_kernel)
+    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call + sentinel (n = 0)
+    DX,  # [j1 - j0, P, D]: gradients of the sources first read by this call
+    call, top1, soff, j0, j1, P, eps,
+    D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
+    BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
+    HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    nprog = tl.num_programs(0)
+    # one tile layout throughout: HM sub-heads (the most heads of any call; each call's H divides it)
+    offs_hm = tl.arange(0, HM)
+    cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB)
+    own = (offs_hm * H) // HM  # this call's head of each sub-head
+    num_blocks = tl.cdiv(P, BLOCK_P)
+    for blk in range(pid, num_blocks, nprog):
+        offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
+        pmask = offs_p < P
+        maska = pmask[:, None, None] & cmaska[None, :, :]
+        maskb = pmask[:, None, None] & cmaskb[None, :, :]
+        rowp = offs_p.to(tl.int64)[:, None, None] * D
+        rowa = rowp + cola[None, :, :]
+        rowb = rowp + colb[None, :, :]
+        doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
+        dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
+        tl.store(DOUT_BUF + call * stride_dc + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
+        tl.store(DOUT_BUF + call * stride_dc + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
+        doa = doa_raw.to(tl.float32)
+        dob = dob_raw.to(tl.float32)
+        sh = tl.sum(doa * tl.load(OUT + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
+            tl.sum(dob * tl.load(OUT + rowb, mask=maskb, other=0.0).to(tl.float32), axis=2)
+        if H != HM:
+            sh = _head_sum(sh, H, HM)
+        hidx = offs_p[:, None] * H + own[None, :]  # [BP, HM]
+        tl.store(SHALL + soff + hidx, sh, mask=pmask[:, None])
+        if HAS_RES:
+            sr = tl.sum(doa * tl.load(RES + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
+                tl.sum(dob * tl.load(RES + rowb, mask=maskb, other=0.0).to(tl.float32), axis=2)
+            if H != HM:
+                sr = _head_sum(sr, H, HM)
+        else:
+            sr = tl.zeros([BLOCK_P, HM], tl.float32)
+        tl.store(SALL + soff + hidx, sr, mask=pmask[:, None])
+        if HAS_GATHER:
+            tl.debug_barrier()  # this block's dout slot, shift and S' stores, read below by other threads
+            jlo = j0
+            if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
+                vga = tl.load(V0 + rowa, mask=maska, other=0.0).to(tl.float32)
+                vgb = tl.load(V0 + rowb, mask=maskb, other=0.0).to(tl.float32)
+                dxa, dxb, rg = _gather_collect(
+                    vga, vgb, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                    cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB)
+                tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
+                tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
+                tl.store(RALL + offs_p, rg, mask=pmask)
+                jlo = j0 + 1
+            for j in range(jlo, j1):
+                vga = tl.load(V + j * stride_vn + rowa, mask=maska, other=0.0).to(tl.float32)
+                vgb = tl.load(V + j * stride_vn + rowb, mask=maskb, other=0.0).to(tl.float32)
+                dxa, dxb, rg = _gather_collect(
+                    vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                    cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB)
+                tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
+                tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
+                tl.store(RALL + j * P + offs_p, rg, mask=pmask)
+
+
+@triton.jit
+def pair_e_kernel(
+    VB, stride_vn,  # rows of the sources named in ITEMS: source j at VB + j * stride_vn
+    RALL,  # [cap, P] fp32 r_j
+    DALL,  # flat fp32 dl_{c,j} (per call [n_c, P, H_c])
+    ITEMS,  # int64 [items, 2]: (source j, first reader call of the block)
+    CALL_N, CALL_H, CALL_WOFF, CALL_POFF, CALL_RMODE,  # int64 tables (+ sentinel)
+    EPART,  # [pairs, D] fp32: E_{c,j} at row poff_c + j
+    top1, P,
+    D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+    ANY_BF16: tl.constexpr, ANY_FP16: tl.constexpr,  # some reader rounds its key to bf16 / fp16
+):
+    """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c;
+    BLOCK_K divides every call's head width, so a column block lies in one head of each call."""
+    item = tl.program_id(0)
+    cb = tl.program_id(1)
+    j = tl.load(ITEMS + 2 * item)
+    c0 = tl.load(ITEMS + 2 * item + 1)
+    offs_c = c0 + tl.arange(0, BLOCK_C)
+    in_range = offs_c < top1
+    n_c = tl.load(CALL_N + offs_c, mask=in_range, other=0)
+    reads = in_range & (n_c > j)  # [BC]
+    hc = tl.load(CALL_H + offs_c, mask=in_range, other=1)
+    mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
+    cols = cb * BLOCK_K + tl.arange(0, BLOCK_K)
+    colmask = cols < D
+    head = (cb * BLOCK_K * hc) // D  # [BC]: the head of call c holding this column block
+    dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
+    acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+    vrow = VB + j * stride_vn
+    for p0 in range(0, P, BLOCK_P):
+        offs_p = p0 + tl.arange(0, BLOCK_P)
+        pm = offs_p < P
+        v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
+                    mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
+        r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
+        kh = (v * r[:, None])[None, :, :]  # [1, BP, BK]
+        if ANY_FP16:
+            kh = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32), kh)  # [BC, BP, BK]
+        if ANY_BF16:
+            kh = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32), kh)
+        dl = tl.load(DALL + dbase[:, None] + offs_p[None, :] * hc[:, None],
+                     mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
+        acc += tl.sum(dl[:, :, None] * kh, axis=1)
+    prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
+    tl.store(EPART + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
+             mask=reads[:, None] & colmask[None, :])
+
+
+@triton.jit
+def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, D: tl.constexpr,
+                        BLOCK_D: tl.constexpr):
+    """E_c = sum_j E_{c,j} (j ascending); dq_c = g_c * E_c, dg_c = q_c * E_c (fp32 [calls, D])."""
+    c = tl.program_id(0)
+    cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
+    cm = cols < D
+    n = tl.load(CALL_N + c)
+    prow = tl.load(CALL_POFF + c)
+    E = tl.zeros([BLOCK_D], tl.float32)
+    for j in range(0, n):
+        E += tl.load(EPART + (prow + j) * D + cols, mask=cm, other=0.0)
+    q = tl.load(QG + (2 * c) * D + cols, mask=cm, other=0.0)
+    g = tl.load(QG + (2 * c + 1) * D + cols, mask=cm, other=0.0)
+    tl.store(DQ + c * D + cols, E * g, mask=cm)
+    tl.store(DG + c * D + cols, E * q, mask=cm)
+
+
+STACK_GATHER = Launcher(stack_gather_kernel)
+PAIR_E = Launcher(pair_e_kernel)
+COLLECT_DQDG = Launcher(collect_dqdg_kernel)
+
+
+def tile_split(KM: int) -> tuple[int, int, int, int]:
+    """(KA, BLOCK_KA, KB, BLOCK_KB) of a sub-head of width KM: two exact tiles where that saves
+    lanes (160 = 128 + 32), else one tile padded to a power of two."""
+    from mhar_probe.kernels import route_fwd  # the same switch as the forward's split
+
+    split = route_fwd.head_split(KM) if route_fwd.SPLIT_HEADS else None
+    if split is None:
+        return KM, next_pow2(KM), 0, 1
+    return split[0], split[0], split[1], split[2]
+
+
+def e_block_k(d: int, max_heads: int) -> int:
+    """Column block of `pair_e_kernel`: the largest power of two (at most 64) dividing the
+    narrowest head width d / max_heads, so that a block never straddles a head."""
+    km = d // max_heads
+    return min(64, km & -km)
+
+
+def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: Tensor,
+                  tables: Tensor, epart: Tensor, top1: int, P: int, D: int, max_heads: int,
+                  block_c: int, modes: frozenset[int]) -> None:
+    """E_{c,j} of the sources named in `items` (all in `rows`: the buffer, or row 0 alone)."""
+    if nitems == 0:
+        return
+    block_k = e_block_k(D, max_heads)
+    stride = rows.stride(0) if rows.dim() == 3 else 0
+    t = tables  # rows: n, H, woff, soff, poff, rounding mode
+    PAIR_E((nitems, cdiv(D, block_k)), (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5],
+                                        epart, top1, P),
+           dict(D=D, BLOCK_C=block_c, BLOCK_P=8, BLOCK_K=block_k, ANY_BF16=1 in modes,
+                ANY_FP16=2 in modes), 4)
+
+
+def launch_collect_dqdg(epart: Tensor, qg: Tensor, tables: Tensor, dq: Tensor, dg: Tensor,
+                        ncalls: int, D: int) -> None:
+    block_d = min(256, next_pow2(D))
+    COLLECT_DQDG((ncalls, cdiv(D, block_d)), (epart, qg, tables[0], tables[4], dq, dg),
+                 dict(D=D, BLOCK_D=block_d), 4)

@@ -1,0 +1,271 @@
+"""The 4-bytes/pair shared-stack backward (route_bwd_collect.py) on the CPU interpreter.
+
+Every kernel output is poisoned (NaN) before the kernels write it. The truth is the float64
+reference routed over a Python list of sources (autograd through eq. mh); the decomposition the
+kernels implement is also checked on its own, in float64, against that autograd."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported anywhere
+
+triton = pytest.importorskip("triton")
+
+import mhar_probe.kernels.autograd as kad  # noqa: E402
+from mhar_probe.kernels import TritonSourceStack, route_fwd  # noqa: E402
+from mhar_probe.kernels.route_bwd_collect import collect_reference, e_block_k, tile_split  # noqa: E402
+from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
+from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
+
+DEV = "cuda" if torch.cuda.is_available() else "cpu"
+EPS = 1e-6
+
+
+@pytest.fixture(autouse=True)
+def _collect(monkeypatch):
+    monkeypatch.setattr(kad, "POISON", True)
+    monkeypatch.setattr(kad, "COLLECT", True)
+
+
+def rel(a: torch.Tensor, b: torch.Tensor) -> float:
+    a, b = a.double().cpu(), b.double().cpu()
+    if torch.isnan(a).any():
+        return float("inf")
+    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
+
+
+def f64_stack(cap: int, params=None) -> ListSourceStack:
+    return ListSourceStack(cap, lambda *a, **k: route_reference_f64(*a, **k))
+
+
+def _leaves(D, S, heads, hw, seed, dtype, extra_mixers=0):
+    """Site parameters as a model holds them (a [G, d] query for the head-aligned sites), a source
+    0 and the 'sublayer' matrices making source s+1 from call s's output."""
+    gen = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(1, 3, D, generator=gen)
+    qs = [torch.randn(hw, D, generator=gen) * 0.5 if hw and s % 2 == 0 else
+          torch.randn(D, generator=gen) * 0.7 for s in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1 + extra_mixers)]
+    return [t.to(DEV, dtype).requires_grad_() for t in [x0] + qs + gs + Ms]
+
+
+def _chain(make_stack, leaves, S, heads, half_sources=False):
+    """A model-shaped chain over a stack built with the sites' parameters; returns (loss, outs, weights)."""
+    x0, qs, gs, Ms = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
+    stack = make_stack(S, list(zip(qs, gs)))
+    stack.append(x0)
+    outs, wts = [], []
+    for s in range(S):
+        if qs[s].dim() == 2:  # head-aligned site: one single-head read per query row
+            reads = [stack.route(q, gs[s], 1, EPS, len(stack)) for q in qs[s]]
+            x = sum(o for o, _ in reads)
+            wts += [w for _, w in reads]
+        else:
+            x, w = stack.route(qs[s], gs[s], heads[s], EPS, len(stack))
+            wts.append(w)
+        outs.append(x)
+        if s < S - 1:
+            nxt = torch.tanh(x.float() @ Ms[s].float())
+            stack.append(nxt.half() if half_sources else nxt.to(x.dtype))
+    loss = sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs))
+    return loss, outs, wts
+
+
+def test_decomposition_is_the_gradient_of_eq_mh():
+    """collect_reference (shift, residual S', dl, per-pair E; float64) against autograd through
+    the float64 reference, for calls with 1, 2 and 4 heads and a residual that is not zero."""
+    gen = torch.Generator().manual_seed(2)
+    P, D = 5, 8
+    f = torch.float64
+    srcs = [torch.randn(P, D, generator=gen, dtype=f) * (1 + j) for j in range(4)]
+    plan = [(1, 1), (2, 2), (4, 4), (4, 1)]  # (n, H)
+    qs = [torch.randn(D, generator=gen, dtype=f) for _ in plan]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen, dtype=f) for _ in plan]
+    douts = [torch.randn(P, D, generator=gen, dtype=f) for _ in plan]
+    leaves = [t.clone().requires_grad_() for t in srcs + qs + gs]
+    loss, outs, weights, resid = 0.0, [], [], []
+    for c, (n, H) in enumerate(plan):
+        stacked = torch.stack(leaves[:n]).view(n, 1, P, D)
+        out, w = route_reference_f64(stacked, leaves[4 + c], leaves[8 + c], H, EPS)
+        stored = out.detach().view(P, D) + 1e-3 * torch.randn(P, D, generator=gen, dtype=f)
+        outs.append(stored)  # the output as stored (rounded): the residual carries the difference
+        resid.append(out.detach().view(P, D) - stored)
+        weights.append(w.detach().view(n, P, H))
+        loss = loss + (out.view(P, D) * douts[c]).sum()
+    truth = torch.autograd.grad(loss, leaves)
+    dv, dq, dg = collect_reference(srcs, [(n, q, g, H) for (n, H), q, g in zip(plan, qs, gs)],
+                                   weights, douts, outs, resid, EPS, [None] * 4)
+    assert not truth[8].any()  # the one-source call: softmax of one logit, no query gradient
+    for a, b in zip(dv + dq + dg, truth):
+        assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("hw,split_heads,D,head_cycle", [
+    (0, True, 12, (1, 2, 4)), (2, True, 12, (1, 2, 4)), (0, False, 12, (1, 2, 4)),
+    (0, True, 40, (8, 2, 8)), (0, False, 16, (4, 4, 4))])
+def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle):
+    """fp32 chain: outputs, weights and every gradient (sources, all queries including a
+    head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd."""
+    monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
+    S = 5
+    heads = [head_cycle[s % 3] for s in range(S)]
+    leaves = _leaves(D, S, heads, hw, 3, torch.float32)
+    stack_used = []
+
+    def triton_stack(cap, params):
+        stack_used.append(TritonSourceStack(cap, params=params))
+        return stack_used[-1]
+
+    loss, outs, wts = _chain(triton_stack, leaves, S, heads)
+    grads = torch.autograd.grad(loss, leaves)
+    assert stack_used[0].collect
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_loss, ref_outs, ref_wts = _chain(f64_stack, ref_leaves, S, heads)
+    ref_grads = torch.autograd.grad(ref_loss, ref_leaves)
+    assert abs(loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item())
+    for a, b in zip(wts, ref_wts):
+        assert rel(a, b) < 1e-5
+    for i, (a, b) in enumerate(zip(grads, ref_grads)):
+        assert a.dtype == leaves[i].dtype and rel(a, b) < 2e-5, i
+
+
+def test_collect_half_chain_no_worse_than_eager():
+    """fp16 sources and outputs (the residual path: S'_c = <dout_c, mix - out_c> from the
+    forward's stored residual): every gradient's error against float64 is at most eager fp16's
+    (autograd through the reference in fp16) plus a little."""
+    S, D = 5, 16
+    heads = [2, 4, 1, 4, 2]
+    leaves = _leaves(D, S, heads, 0, 4, torch.float16)
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    grads = torch.autograd.grad(loss, leaves)
+    eager_loss, _, _ = _chain(lambda cap, p: ListSourceStack(cap, route_reference), leaves, S, heads)
+    eager = torch.autograd.grad(eager_loss, leaves)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_loss, _, _ = _chain(f64_stack, ref_leaves, S, heads)
+    truth = torch.autograd.grad(ref_loss, ref_leaves)
+    for i, (a, e, t) in enumerate(zip(grads, eager, truth)):
+        assert rel(a, t) <= 1.25 * rel(e, t) + 1e-3, i
+
+
+def test_collect_half_sources_match_the_old_backward(monkeypatch):
+    """fp16 sources and outputs with fp32 parameters: the query and key-norm gradients (fp32)
+    agree with the current backward's (which forms S' from every source) to fp32 rounding. This
+    pins the residual path and the key rounding of pair_e_kernel: without the residual, or
+    without rounding the key to fp16, they move by 1e-4 to 1e-3."""
+    S, D = 5, 16
+    heads = [2, 4, 1, 4, 2]
+    leaves = _leaves(D, S, heads, 0, 4, torch.float32)
+    x0 = leaves[0].detach().half().requires_grad_()
+    Ms = [m.detach().half().requires_grad_() for m in leaves[2 * S + 1:]]
+    leaves = [x0] + leaves[1:2 * S + 1] + Ms
+
+    def run(collect):
+        monkeypatch.setattr(kad, "COLLECT", collect)
+        loss, outs, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        assert outs[-1].dtype == torch.float16
+        return torch.autograd.grad(loss, leaves)
+
+    new, old = run(True), run(False)
+    for i, (a, b) in enumerate(zip(new, old)):
+        assert a.dtype == b.dtype == leaves[i].dtype
+        assert rel(a, b) < (1e-5 if a.dtype == torch.float32 else 1e-3), i
+
+
+def test_collect_autocast_layout_matches_the_old_backward(monkeypatch):
+    """Autocast's layout (fp32 source 0 beside half sublayer outputs, fp32 routed outputs: S' = 0)
+    gives the gradients of the current backward up to fp32 rounding, and of float64."""
+    S, D = 5, 12
+    heads = [1, 2, 4, 2, 1]
+    leaves = _leaves(D, S, heads, 0, 11, torch.float32)
+
+    def run(collect):
+        monkeypatch.setattr(kad, "COLLECT", collect)
+        stacks = []
+
+        def make(cap, p):
+            stacks.append(TritonSourceStack(cap, params=p))
+            return stacks[-1]
+
+        loss, _, _ = _chain(make, leaves, S, heads, half_sources=True)
+        assert stacks[0].collect == collect and stacks[0].buffer.dtype == torch.float16
+        return torch.autograd.grad(loss, leaves)
+
+    new, old = run(True), run(False)
+    for a, b in zip(new, old):
+        assert a.dtype == b.dtype and rel(a, b) < 1e-5
+
+
+def test_collect_partial_backward_and_unused_sites():
+    """Backward from a middle call only: the sites routed after it get no gradient (zero), the
+    others their float64 gradients; a site declared but never routed gets None."""
+    S, D = 4, 8
+    heads = [2, 1, 2, 1]
+    leaves = _leaves(D, S + 1, heads + [1], 0, 5, torch.float32)
+    x0, qs, gs = leaves[0], leaves[1:S + 2], leaves[S + 2:2 * S + 3]
+    Ms = leaves[2 * S + 3:]
+
+    def run(make, ls):
+        x0, qs, gs, Ms = ls[0], ls[1:S + 2], ls[S + 2:2 * S + 3], ls[2 * S + 3:]
+        stack = make(S, list(zip(qs, gs)))  # S + 1 sites declared, S routed
+        stack.append(x0)
+        outs = []
+        for s in range(S):
+            out, _ = stack.route(qs[s], gs[s], heads[s], EPS, len(stack))
+            outs.append(out)
+            if s < S - 1:
+                stack.append(torch.tanh(out @ Ms[s]))
+        return (outs[1].double() * torch.arange(D, device=out.device)).sin().sum()
+
+    loss = run(lambda cap, p: TritonSourceStack(cap, params=p), leaves)
+    grads = torch.autograd.grad(loss, [x0, *qs, *gs], allow_unused=True)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref = torch.autograd.grad(run(f64_stack, ref_leaves), [ref_leaves[0], *ref_leaves[1:2 * S + 3]],
+                              allow_unused=True)
+    for i, (a, b) in enumerate(zip(grads, ref)):
+        if i in (S + 1, 2 * S + 2):  # the last declared site never routed
+            assert a is None, i
+        elif b is None:  # routed after the backward's first call: zero
+            assert a is not None and not a.abs().any(), i
+        else:
+            assert rel(a, b) < 2e-5, i
+
+
+def test_collect_refuses_a_query_it_was_not_built_with():
+    D = 8
+    q, g = torch.randn(D, device=DEV, requires_grad=True), torch.ones(D, device=DEV, requires_grad=True)
+    stack = TritonSourceStack(3, params=[(q, g)])
+    stack.append(torch.randn(1, 2, D, device=DEV, requires_grad=True))
+    with pytest.raises(ValueError, match="other than site 0"):
+        stack.route(q.clone(), g, 2, EPS)
+    stack.route(q, g, 2, EPS)
+    stack.append(torch.randn(1, 2, D, device=DEV, requires_grad=True))
+    with pytest.raises(ValueError, match="parameters of 1 routing calls"):
+        stack.route(q, g, 2, EPS)
+
+
+def test_collect_is_bitwise_repeatable():
+    S, D = 5, 12
+    heads = [1, 2, 4, 2, 1]
+    leaves = _leaves(D, S, heads, 0, 8, torch.float32)
+    runs = []
+    for _ in range(2):
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        runs.append(torch.autograd.grad(loss, leaves))
+    assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+def test_tile_and_column_block_rules():
+    assert tile_split(160) == (128, 128, 32, 32)  # 1B: two exact tiles
+    assert tile_split(64) == (64, 64, 0, 1)  # power of two: one tile, empty second
+    assert tile_split(40) == (32, 32, 8, 8)
+    # column blocks of pair_e_kernel never straddle a head: a power of two dividing d / H
+    for d, h in [(512, 8), (1280, 8), (1280, 32), (12, 4), (40, 8), (768, 2)]:
+        bk = e_block_k(d, h)
+        assert (d // h) % bk == 0 and bk & (bk - 1) == 0 and bk <= 64
+    assert e_block_k(1280, 8) == 32 and e_block_k(512, 8) == 64
