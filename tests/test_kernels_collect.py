@@ -18,6 +18,7 @@ triton = pytest.importorskip("triton")
 
 import mhar_probe.kernels.autograd as kad  # noqa: E402
 from mhar_probe.kernels import TritonSourceStack, route_fwd  # noqa: E402
+import mhar_probe.kernels.route_bwd_collect as rbc  # noqa: E402
 from mhar_probe.kernels.route_bwd_collect import collect_reference, e_block_k, tile_split  # noqa: E402
 from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
@@ -30,6 +31,7 @@ EPS = 1e-6
 def _collect(monkeypatch):
     monkeypatch.setattr(kad, "POISON", True)
     monkeypatch.setattr(kad, "COLLECT", True)
+    monkeypatch.setattr(rbc, "E_CHUNK", 2)  # tiny shapes still split the E reduction over positions
 
 
 def rel(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_bwd_collect import (
-    STACK_GATHER, launch_collect_dqdg, launch_pair_e, tile_split,
+    STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, tile_split,
 )
 from mhar_probe.kernels.route_bwd import (
     ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
@@ -458,7 +458,7 @@ class _StackState:
             self._sh_flat = _new((s,), torch.float32, dev)
             self._rall = _new((self._len, P), torch.float32, dev)
             self._qg = torch.stack([qs, gs], 1)  # [calls, 2, d]
-            self._e_pairs = _new((poffs[-1], D), torch.float32, dev)
+            self._e_pairs = _new((e_splits(P), poffs[-1], D), torch.float32, dev)
             self._modes = frozenset(rmode)
             self._build_items(calls, top, dev)
         # From pinned memory the copy is asynchronous; from pageable memory it would wait for

@@ -234,15 +234,17 @@ def pair_e_kernel(
     DALL,  # flat fp32 dl_{c,j} (per call [n_c, P, H_c])
     ITEMS,  # int64 [items, 2]: (source j, first reader call of the block)
     CALL_N, CALL_H, CALL_WOFF, CALL_POFF, CALL_RMODE,  # int64 tables (+ sentinel)
-    EPART,  # [pairs, D] fp32: E_{c,j} at row poff_c + j
-    top1, P,
+    EPART,  # [splits, pairs, D] fp32: split s's share of E_{c,j} at [s, poff_c + j]
+    top1, P, chunk, stride_es,  # positions per split; elements per split of EPART
     D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
     ANY_BF16: tl.constexpr, ANY_FP16: tl.constexpr,  # some reader rounds its key to bf16 / fp16
 ):
-    """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c;
-    BLOCK_K divides every call's head width, so a column block lies in one head of each call."""
+    """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
+    over one split of the positions (grid: items x column blocks x splits); BLOCK_K divides
+    every call's head width, so a column block lies in one head of each call."""
     item = tl.program_id(0)
     cb = tl.program_id(1)
+    split = tl.program_id(2)
     j = tl.load(ITEMS + 2 * item)
     c0 = tl.load(ITEMS + 2 * item + 1)
     offs_c = c0 + tl.arange(0, BLOCK_C)
@@ -257,9 +259,10 @@ def pair_e_kernel(
     dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
     acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
     vrow = VB + j * stride_vn
-    for p0 in range(0, P, BLOCK_P):
+    p_end = tl.minimum(P, (split + 1) * chunk)
+    for p0 in range(split * chunk, p_end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
-        pm = offs_p < P
+        pm = offs_p < p_end
         v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
                     mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
@@ -272,14 +275,15 @@ def pair_e_kernel(
                      mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
         acc += tl.sum(dl[:, :, None] * kh, axis=1)
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
-    tl.store(EPART + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
+    tl.store(EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
              mask=reads[:, None] & colmask[None, :])
 
 
 @triton.jit
-def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, D: tl.constexpr,
+def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es, D: tl.constexpr,
                         BLOCK_D: tl.constexpr):
-    """E_c = sum_j E_{c,j} (j ascending); dq_c = g_c * E_c, dg_c = q_c * E_c (fp32 [calls, D])."""
+    """E_c = sum_j sum_s E_{c,j} (j, then the position splits s, ascending); dq_c = g_c * E_c,
+    dg_c = q_c * E_c (fp32 [calls, D])."""
     c = tl.program_id(0)
     cols = tl.program_id(1) * BLOCK_D + tl.arange(0, BLOCK_D)
     cm = cols < D
@@ -287,7 +291,8 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, D: tl.constexpr,
     prow = tl.load(CALL_POFF + c)
     E = tl.zeros([BLOCK_D], tl.float32)
     for j in range(0, n):
-        E += tl.load(EPART + (prow + j) * D + cols, mask=cm, other=0.0)
+        for sp in range(0, splits):
+            E += tl.load(EPART + sp * stride_es + (prow + j) * D + cols, mask=cm, other=0.0)
     q = tl.load(QG + (2 * c) * D + cols, mask=cm, other=0.0)
     g = tl.load(QG + (2 * c + 1) * D + cols, mask=cm, other=0.0)
     tl.store(DQ + c * D + cols, E * g, mask=cm)
@@ -317,17 +322,28 @@ def e_block_k(d: int, max_heads: int) -> int:
     return min(64, km & -km)
 
 
+# Positions per program of pair_e_kernel: each program's loop is serial, so long position
+# ranges are split (partials summed in a fixed order by collect_dqdg_kernel).
+E_CHUNK = 1024
+
+
+def e_splits(P: int) -> int:
+    return cdiv(P, E_CHUNK)
+
+
 def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: Tensor,
                   tables: Tensor, epart: Tensor, top1: int, P: int, D: int, max_heads: int,
                   block_c: int, modes: frozenset[int]) -> None:
-    """E_{c,j} of the sources named in `items` (all in `rows`: the buffer, or row 0 alone)."""
+    """E_{c,j} of the sources named in `items` (all in `rows`: the buffer, or row 0 alone);
+    epart: [splits, pairs, D]."""
     if nitems == 0:
         return
     block_k = e_block_k(D, max_heads)
     stride = rows.stride(0) if rows.dim() == 3 else 0
+    splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
-    PAIR_E((nitems, cdiv(D, block_k)), (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5],
-                                        epart, top1, P),
+    PAIR_E((nitems, cdiv(D, block_k), splits), (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4],
+                                                t[5], epart, top1, P, cdiv(P, splits), epart.stride(0)),
            dict(D=D, BLOCK_C=block_c, BLOCK_P=8, BLOCK_K=block_k, ANY_BF16=1 in modes,
                 ANY_FP16=2 in modes), 4)
 
@@ -335,5 +351,6 @@ def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: 
 def launch_collect_dqdg(epart: Tensor, qg: Tensor, tables: Tensor, dq: Tensor, dg: Tensor,
                         ncalls: int, D: int) -> None:
     block_d = min(256, next_pow2(D))
-    COLLECT_DQDG((ncalls, cdiv(D, block_d)), (epart, qg, tables[0], tables[4], dq, dg),
+    COLLECT_DQDG((ncalls, cdiv(D, block_d)), (epart, qg, tables[0], tables[4], dq, dg, epart.shape[0],
+                                              epart.stride(0)),
                  dict(D=D, BLOCK_D=block_d), 4)
