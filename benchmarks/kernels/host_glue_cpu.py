@@ -1,67 +1,98 @@
-"""Host time of the shared-stack glue alone, on the CPU: every kernel launch is a no-op.
+"""Host time of the shared-stack glue alone, on the CPU, with every kernel launch stubbed out.
 
-The GPU machine's host pays for autograd, allocations, Python glue and Triton launches per
-routing call (`host_overhead.py`, GPU only). This script takes the launches out and runs the
-same chain (the model's order: append source s, route over [0, s+1)) on CPU tensors, so the
-glue's own cost can be measured and cut without a GPU. The numbers are this CPU's, not the
-GPU host's: compare variants within one run.
+The routing chain of one microbatch (2L+1 calls, the model's order) runs its Python/autograd
+glue on tiny CPU tensors while `Launcher.__call__` does nothing, so what is timed is the host
+work per routing call that a GPU step also pays (argument packing, allocations, autograd
+nodes), minus the launches themselves (count them: `launches` in the output). The current
+backward and the 4-bytes/pair backward (`MHAR_STACK_COLLECT`) alternate round by round; each
+figure is the median over rounds. No GPU needed:
 
-    TRITON_INTERPRET=1 python benchmarks/kernels/host_glue_cpu.py --layers 12 --iters 30
+    python benchmarks/kernels/host_glue_cpu.py --layers 12 24 36 --out host_glue_cpu.json
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
+import json
 import os
+import platform
 import statistics
 import time
 
-os.environ.setdefault("TRITON_INTERPRET", "1")  # the triton backend accepts CPU tensors only so
+os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU tensors pass the device check
 
 import torch  # noqa: E402
 
-from mhar_probe.kernels import launch  # noqa: E402
-from mhar_probe.kernels.autograd import TritonSourceStack  # noqa: E402
+import mhar_probe.kernels.autograd as kad  # noqa: E402
+from mhar_probe.kernels import TritonSourceStack, launch  # noqa: E402
 
 
-def chain(xs, qs, gs, H):
-    stack = TritonSourceStack(len(xs))
+def chain(L: int, d: int, H: int, P: int, qs, gs) -> tuple[TritonSourceStack, list[torch.Tensor]]:
+    S = 2 * L + 1
+    stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+    x = torch.zeros(1, P, d, requires_grad=True)
     outs = []
-    for s in range(len(xs)):
-        stack.append(xs[s])
+    for s in range(S):
+        stack.append(x if s == 0 else outs[-1] * 1.0)  # a sublayer stand-in: one autograd op
         outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1)[0])
-    return outs
+    return stack, outs
 
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--layers", type=int, default=12)
-    ap.add_argument("--d", type=int, default=64)
+    ap.add_argument("--layers", type=int, nargs="+", default=[12, 24, 36])
+    ap.add_argument("--d", type=int, default=512)
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--iters", type=int, default=30)
+    ap.add_argument("--positions", type=int, default=8)
+    ap.add_argument("--rounds", "--iters", type=int, default=15, help="timed rounds per arm")
+    ap.add_argument("--out", default="")
     args = ap.parse_args()
-    launch.Launcher.__call__ = lambda self, grid, a, consts, num_warps, maxnreg=None: None  # no kernels
-    torch.manual_seed(0)
-    S, d = 2 * args.layers + 1, args.d
-    xs = [torch.randn(1, 4, d, requires_grad=True) for _ in range(S)]
-    qs = [torch.randn(d, requires_grad=True) for _ in range(S)]
-    gs = [torch.ones(d, requires_grad=True) for _ in range(S)]
-    douts = [torch.randn(1, 4, d) for _ in range(S)]
-    f_us, b_us = [], []
-    for i in range(args.iters + 3):
-        t0 = time.perf_counter()
-        outs = chain(xs, qs, gs, args.heads)
-        t1 = time.perf_counter()
-        torch.autograd.backward(outs, douts)
-        t2 = time.perf_counter()
-        for t in xs + qs + gs:
-            t.grad = None
-        if i >= 3:
-            f_us.append((t1 - t0) / S * 1e6)
-            b_us.append((t2 - t1) / S * 1e6)
-    f, b = statistics.median(f_us), statistics.median(b_us)
-    print(f"glue per routing call ({S} calls, no kernels): fwd {f:.0f} us, bwd {b:.0f} us, total {f + b:.0f} us "
-          f"(median of {args.iters}); fastest: fwd {min(f_us):.0f} us, bwd {min(b_us):.0f} us")
+    launches = [0]
+
+    def stub(self, *a, **k):  # no kernel runs: outputs stay as allocated
+        launches[0] += 1
+
+    launch.Launcher.__call__ = stub
+    kad.POISON = False
+    torch.set_num_threads(1)
+    rows = []
+    for L in args.layers:
+        S = 2 * L + 1
+        qs = [torch.zeros(args.d, requires_grad=True) for _ in range(S)]
+        gs = [torch.ones(args.d, requires_grad=True) for _ in range(S)]
+        times: dict[str, dict[str, list[float]]] = {"current": {"fwd": [], "bwd": []},
+                                                      "collect": {"fwd": [], "bwd": []}}
+        counts = {}
+        for r in range(args.rounds + 2):  # two warm-up rounds
+            for arm in ("current", "collect"):
+                kad.COLLECT = arm == "collect"
+                launches[0] = 0
+                t0 = time.perf_counter()
+                _, outs = chain(L, args.d, args.heads, args.positions, qs, gs)
+                t1 = time.perf_counter()
+                torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
+                t2 = time.perf_counter()
+                counts[arm] = launches[0]
+                if r >= 2:
+                    times[arm]["fwd"].append((t1 - t0) * 1e3)
+                    times[arm]["bwd"].append((t2 - t1) * 1e3)
+        row = dict(layers=L, calls=S, d=args.d, H=args.heads)
+        for arm, t in times.items():
+            fwd, bwd = statistics.median(t["fwd"]), statistics.median(t["bwd"])
+            row[arm] = dict(fwd_ms=round(fwd, 3), bwd_ms=round(bwd, 3), us_per_call=round(
+                (fwd + bwd) / S * 1e3, 1), launches=counts[arm])
+        row["bwd_ratio_current_over_collect"] = round(row["current"]["bwd_ms"] / row["collect"]["bwd_ms"], 3)
+        rows.append(row)
+        print(f"L={L:3d} calls={S:3d} | current fwd {row['current']['fwd_ms']:7.2f} ms bwd "
+              f"{row['current']['bwd_ms']:7.2f} ms ({row['current']['launches']} launches) | collect fwd "
+              f"{row['collect']['fwd_ms']:7.2f} ms bwd {row['collect']['bwd_ms']:7.2f} ms "
+              f"({row['collect']['launches']} launches) | bwd ratio {row['bwd_ratio_current_over_collect']}")
+    meta = dict(date=datetime.date.today().isoformat(), cpu=platform.processor() or platform.machine(),
+                python=platform.python_version(), torch=torch.__version__, rows=rows)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(meta, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -571,23 +571,22 @@ class _StackState:
             dout = dout.reshape(P, D)
             if not dout.is_contiguous():
                 dout = dout.contiguous()
-        H, HM = rec.H, self._hmax
-        block_p, num_warps, per_sm, maxnreg = stack_config(D, H, HM)
-        nprog = _programs(dev, cdiv(P, block_p), per_sm)
         nj = rec.j1 - rec.j0
         dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
-        KM = D // HM
-        ka, block_ka, kb, block_kb = tile_split(KM)
-        t = self._tables
         res = rec.res
+        key = (D, rec.H, self._hmax, P, dev, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
+               route_fwd.SPLIT_HEADS, stack_config(D, rec.H, self._hmax))
+        plan = _GATHER_PLANS.get(key)
+        if plan is None:
+            plan = _GATHER_PLANS[key] = _gather_plan(*key)
+        nprog, consts, num_warps, maxnreg = plan
+        t = self._tables
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
                 P * D, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
                 t[0], t[1], t[2], t[3], dx, call, self._bwd_top + 1, self._soff[call], rec.j0,
                 rec.j1, P, rec.eps)
-        STACK_GATHER(nprog, args, dict(
-            D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
-            BLOCK_P=block_p, HAS_RES=res is not None, HAS_GATHER=nj > 0, GATHER0=nj > 0 and rec.j0 == 0),
-            num_warps, maxnreg)
+        STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
+        HM = self._hmax
         if call == 0:  # every source is gathered: E of every pair, then every call's dq, dg
             top1 = self._bwd_top + 1
             n0, nitems = self._items_n
@@ -605,6 +604,22 @@ class _StackState:
                 self._dq_all[top1:].zero_()
                 self._dg_all[top1:].zero_()
         return None, None, dx
+
+
+_GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
+
+
+def _gather_plan(D: int, H: int, HM: int, P: int, dev: torch.device, has_res: bool, has_gather: bool,
+                 gather0: bool, split_heads: bool, config: tuple) -> tuple[int, dict, int, int | None]:
+    """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
+    per key; the key holds everything it is built from (the launch config and the head-split
+    switch included, so sweeps and benchmark variants get their own plans)."""
+    block_p, num_warps, per_sm, maxnreg = config
+    KM = D // HM
+    ka, block_ka, kb, block_kb = tile_split(KM)
+    consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
+                  BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0)
+    return _programs(dev, cdiv(P, block_p), per_sm), consts, num_warps, maxnreg
 
 
 class TritonSourceStack:

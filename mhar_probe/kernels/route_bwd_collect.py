@@ -38,6 +38,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
+from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_fwd import rsqrt_acc
 
 
@@ -306,9 +307,8 @@ COLLECT_DQDG = Launcher(collect_dqdg_kernel)
 
 def tile_split(KM: int) -> tuple[int, int, int, int]:
     """(KA, BLOCK_KA, KB, BLOCK_KB) of a sub-head of width KM: two exact tiles where that saves
-    lanes (160 = 128 + 32), else one tile padded to a power of two."""
-    from mhar_probe.kernels import route_fwd  # the same switch as the forward's split
-
+    lanes (160 = 128 + 32), else one tile padded to a power of two (the forward's switch
+    `route_fwd.SPLIT_HEADS` applies here too)."""
     split = route_fwd.head_split(KM) if route_fwd.SPLIT_HEADS else None
     if split is None:
         return KM, next_pow2(KM), 0, 1
