@@ -108,13 +108,18 @@ def test_decomposition_is_the_gradient_of_eq_mh():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("hw,split_heads,D,head_cycle", [
-    (0, True, 12, (1, 2, 4)), (2, True, 12, (1, 2, 4)), (0, False, 12, (1, 2, 4)),
-    (0, True, 40, (8, 2, 8)), (0, False, 16, (4, 4, 4))])
-def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle):
+@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config", [
+    (0, True, 12, (1, 2, 4), None), (2, True, 12, (1, 2, 4), None), (0, False, 12, (1, 2, 4), None),
+    (0, True, 40, (8, 2, 8), None), (0, False, 16, (4, 4, 4), None),
+    (0, True, 12, (1, 2, 4), (2, 2, False, None)), (2, True, 40, (8, 2, 8), (2, 1, True, None))])
+def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config):
     """fp32 chain: outputs, weights and every gradient (sources, all queries including a
-    head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd."""
+    head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd.
+    `config` forces a gather launch config (two positions per block, with and without the
+    dout prefetch; three positions make the second block ragged)."""
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
+    if config is not None:
+        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: config)
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, hw, 3, torch.float32)

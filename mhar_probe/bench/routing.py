@@ -319,6 +319,11 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
 SWEEP_FWD = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (1, 2, 96)]
 SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2),
                (1, 2, 6, 168)]
+# The 4-bytes/pair backward's gather (BLOCK_P, num_warps, dout prefetch[, maxnreg]); swept with
+# MHAR_STACK_COLLECT's path on. Warps per position from 1 (d/32 registers per row tile per thread:
+# 245-255 registers at d >= 1024, compiled offline) to 8.
+SWEEP_GATHER = [(1, 1, True), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
+                (2, 4, True), (2, 8, True)]
 
 
 def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,
@@ -326,10 +331,11 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
     """Launch-configuration sweep of the triton kernels per shape/H, judged by device time
     (torch.profiler kernel sums: wall time here is dominated by host noise). Writes the chosen
     configs as JSON for MHAR_KERNEL_CONFIG (read at import by route_fwd / route_bwd)."""
-    from mhar_probe.kernels import route_bwd, route_fwd
+    from mhar_probe.kernels import route_bwd, route_bwd_collect, route_fwd
 
     plans = [(k, cfgs, prefix) for k, cfgs, prefix in (("fwd", SWEEP_FWD, "route_fwd"),
-                                                      ("stack", SWEEP_STACK, "stack_bwd")) if k in kernels]
+                                                      ("stack", SWEEP_STACK, "stack_bwd"),
+                                                      ("gather", SWEEP_GATHER, "stack_gather")) if k in kernels]
     rows = []
     for name in shapes:
         d, L, B, T = SHAPES[name]
@@ -343,20 +349,24 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                 for t in xs + qs + gs:
                     t.grad = None
 
-            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H)), "stack": (route_bwd.STACK_CONFIG, (d, H, H))}
+            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H)), "stack": (route_bwd.STACK_CONFIG, (d, H, H)),
+                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H))}
             for kind, cfgs, prefix in plans:
                 table, key = tables[kind]
                 for cfg in cfgs:
                     table[key] = cfg
-                    fb()  # compiles
-                    ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(prefix))
+                    with kernel_variant("triton-collect" if kind == "gather" else "triton"):
+                        fb()  # compiles
+                        ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(prefix))
                     rows.append(dict(sweep=kind, shape=name, H=H, cfg=cfg, gpu_ms=ms))
                 mine = [r for r in rows if r["sweep"] == kind and r["shape"] == name and r["H"] == H]
                 table[key] = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
                 print(f"SWEEP {name} H={H} {kind}: " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in mine)
                       + f" -> {table[key]}", flush=True)
             json.dump(dict(fwd=[[d_, h_, *c] for (d_, h_), c in route_fwd.FWD_CONFIG.items()],
-                           stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()]),
+                           stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()],
+                           gather=[[d_, h_, hm, *c] for (d_, h_, hm), c in
+                                   route_bwd_collect.GATHER_CONFIG.items()]),
                       open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
     return rows
 
@@ -399,9 +409,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
     if bad:
         raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
-    odd = [k for k in args.sweep_kernels.split(",") if k not in ("fwd", "stack")]
+    odd = [k for k in args.sweep_kernels.split(",") if k not in ("fwd", "stack", "gather")]
     if odd:
-        raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from fwd, stack")
+        raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from fwd, stack, gather")
     if not torch.cuda.is_available():
         raise UserError("the routing benchmark times the kernels on a CUDA GPU; none is visible here")
 

@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_bwd_collect import (
-    STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, tile_split,
+    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, tile_split,
 )
 from mhar_probe.kernels.route_bwd import (
     ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
@@ -574,8 +574,8 @@ class _StackState:
         nj = rec.j1 - rec.j0
         dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
         res = rec.res
-        key = (D, rec.H, self._hmax, P, dev, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               route_fwd.SPLIT_HEADS, stack_config(D, rec.H, self._hmax))
+        key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
+               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax))
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
@@ -609,17 +609,18 @@ class _StackState:
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
 
 
-def _gather_plan(D: int, H: int, HM: int, P: int, dev: torch.device, has_res: bool, has_gather: bool,
-                 gather0: bool, split_heads: bool, config: tuple) -> tuple[int, dict, int, int | None]:
+def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
+                 split_heads: bool, config: tuple) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config and the head-split
     switch included, so sweeps and benchmark variants get their own plans)."""
-    block_p, num_warps, per_sm, maxnreg = config
+    block_p, num_warps, prefetch, maxnreg = config
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
-                  BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0)
-    return _programs(dev, cdiv(P, block_p), per_sm), consts, num_warps, maxnreg
+                  BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
+                  PREFETCH=prefetch)
+    return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
 class TritonSourceStack:

@@ -32,6 +32,9 @@ returns them all; see `autograd.py` (`TritonSourceStack(capacity, params=...)`).
 
 from __future__ import annotations
 
+import json
+import os
+
 import torch
 import triton
 import triton.language as tl
@@ -107,9 +110,11 @@ def _head_sum(x, hc, HM: tl.constexpr):
 def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
-                    BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr):
+                    BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
+                    PREFETCH: tl.constexpr):
     """dv_j (two tiles) and r_j for one block of positions from every stored dout of the calls
-    c >= call that read source j; stores dl_{c,j}."""
+    c >= call that read source j; stores dl_{c,j}. PREFETCH keeps the next call's dout in flight
+    (more registers per thread, fewer resident warps)."""
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
     rg = rsqrt_acc(ss / D + eps)  # [BP]
     acc_va = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
@@ -118,15 +123,23 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
     acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
-    dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-    dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+    if PREFETCH:
+        dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+        dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
     for c in range(call, top1):
-        doga = dna.to(tl.float32)
-        dogb = dnb.to(tl.float32)
         m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
-        rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
-        dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-        dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        if PREFETCH:
+            doga = dna.to(tl.float32)
+            dogb = dnb.to(tl.float32)
+            rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
+            dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+            dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        else:
+            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
+                           other=0.0).to(tl.float32)
+            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
+                           other=0.0).to(tl.float32)
+            rd = (zero_h + tl.load(CALL_N + c + 1)) > j
         hc = tl.load(CALL_H + c)
         pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
         wo = tl.load(CALL_WOFF + c) + j * P * hc
@@ -166,6 +179,7 @@ def stack_gather_kernel(
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
+    PREFETCH: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -211,7 +225,7 @@ def stack_gather_kernel(
                 dxa, dxb, rg = _gather_collect(
                     vga, vgb, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
-                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB)
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH)
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
@@ -222,7 +236,7 @@ def stack_gather_kernel(
                 dxa, dxb, rg = _gather_collect(
                     vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
-                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB)
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH)
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)
@@ -298,6 +312,29 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
     g = tl.load(QG + (2 * c + 1) * D + cols, mask=cm, other=0.0)
     tl.store(DQ + c * D + cols, E * g, mask=cm)
     tl.store(DG + c * D + cols, E * q, mask=cm)
+
+
+# Launch configs of stack_gather_kernel: (BLOCK_P, num_warps, prefetch[, maxnreg]) per (d, H, HM).
+# Not yet measured on a GPU. The defaults come from compiling for sm_90 on the CPU
+# (benchmarks/kernels/regs_offline.py): with one warp per position the five row tiles (source,
+# dout, two accumulators, q*g) take d/32 registers each per thread, so d >= 1024 needs 245-255
+# registers (8 resident warps per SM, the old kernel's limit); one warp per 256 columns keeps
+# every shape at or under 128 registers without spilling (16+ warps per SM), and each warp
+# still holds whole heads, so the per-head dot products stay inside a warp. The grid is one
+# program per position block (no per-program partials here, so no persistent grid).
+GATHER_CONFIG: dict[tuple[int, int, int], tuple] = {}
+if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
+    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("gather", []):
+        GATHER_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
+
+
+def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, bool, int | None]:
+    """(BLOCK_P, num_warps, prefetch, maxnreg) of stack_gather_kernel."""
+    hit = GATHER_CONFIG.get((d, num_heads, max_heads))
+    if hit is not None:
+        return hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None
+    warps = 1 << max(0, (d // 256).bit_length() - 1)  # 512 -> 2, 1024 and 1280 -> 4, 4096 -> 16
+    return 1, min(warps, 8), True, None
 
 
 STACK_GATHER = Launcher(stack_gather_kernel)

@@ -1,0 +1,138 @@
+"""Registers and spills of the routing kernels, compiled for sm_90 on a machine without a GPU.
+
+Triton compiles for a named target without a driver; the cubin's resource usage (registers per
+thread, stack frame = spill space) comes from the `cuobjdump` that ships with Triton's NVIDIA
+backend. That is what bounds resident warps per SM (65536 registers: 16 one-warp programs need
+<= 128 registers per thread), so launch configurations can be screened here before a GPU sweep.
+Numbers are for this machine's Triton version; the GPU machine's may differ by some registers.
+
+    python benchmarks/kernels/regs_offline.py --out benchmarks/kernels/regs_offline_<date>.json
+
+Shapes: the three training shapes in autocast's layout (fp32 source 0, douts and outputs; bf16
+buffer and source gradients), H = 8, one head count per stack (HM = H).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import re
+import subprocess
+import tempfile
+import warnings
+
+import triton
+from triton.backends.compiler import GPUTarget
+from triton.compiler import ASTSource
+
+from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_STACK
+from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
+from mhar_probe.kernels.route_bwd_collect import gather_config, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
+
+CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
+SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
+
+
+def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: int | None = None,
+              arch: int = 90) -> dict:
+    """Compile `fn` for sm_<arch>; registers per thread and stack bytes (spills) of the cubin."""
+    sig = {p.name: "constexpr" if p.is_constexpr else types[p.name] for p in fn.params}
+    opts = {"num_warps": num_warps, **({"maxnreg": maxnreg} if maxnreg else {})}
+    kernel = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts),
+                            target=GPUTarget("cuda", arch, 32), options=opts)
+    with tempfile.NamedTemporaryFile("wb", suffix=".cubin") as f:
+        f.write(kernel.asm["cubin"])
+        f.flush()
+        txt = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True,
+                             text=True, check=True).stdout
+    regs = int(re.search(r"REG:(\d+)", txt).group(1))
+    stack = int(re.search(r"STACK:(\d+)", txt).group(1))
+    warps_per_sm = min(64, 65536 // (max(regs, 1) * 32 * num_warps) * num_warps)
+    return dict(regs=regs, spill_stack_bytes=stack, warps_per_sm_by_regs=warps_per_sm)
+
+
+def fwd_job(d: int, cfg: tuple) -> tuple:
+    H, K = 8, d // 8
+    types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
+                 RES=F32, P=I32, N=I32, eps=F)
+    flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
+                 HAS_RES=False)
+    split = head_split(K)
+    if split:
+        return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
+                                                   BLOCK_K2=split[2], **flags)
+    return route_fwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, **flags)
+
+
+def stack_job(d: int, cfg: tuple) -> tuple:
+    H, K = 8, d // 8
+    types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT=F32, OUT=F32, DOUT_BUF=F32, stride_dc=I32, WALL=F32,
+                 DALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
+                 DX=BF16, EPART=F32, call=I32, top1=I32, n=I32, woff=I32, soff=I32, j0=I32, j1=I32, P=I32,
+                 eps=F)
+    flags = dict(BLOCK_P=cfg[0], ROUND_KEY=False, HAS_GATHER=True, GATHER0=False)
+    split = head_split(K)
+    if split:
+        k1, k2, bk2 = split
+        return stack_bwd_split_kernel, types, dict(D=d, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=bk2, HM=H, KM=K,
+                                                   KM1=k1, KM2=k2, BLOCK_KM2=bk2, **flags)
+    return stack_bwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, HM=H, KM=K, BLOCK_KM=K, **flags)
+
+
+def gather_job(d: int, cfg: tuple) -> tuple:
+    H, K = 8, d // 8
+    types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT=F32, OUT=F32, RES=F32, DOUT_BUF=F32, stride_dc=I32,
+                 WALL=F32, DALL=F32, SHALL=F32, SALL=F32, U=F32, RALL=F32, CALL_N=I64P, CALL_H=I64P,
+                 CALL_WOFF=I64P, CALL_SOFF=I64P, DX=BF16, call=I32, top1=I32, soff=I32, j0=I32, j1=I32,
+                 P=I32, eps=F)
+    split = head_split(K)
+    ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
+    return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
+                                            BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
+                                            PREFETCH=bool(cfg[2]))
+
+
+def pair_e_job(d: int, cfg: tuple) -> tuple:
+    types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
+                 CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
+                 stride_es=I32)
+    return pair_e_kernel, types, dict(D=d, BLOCK_C=16, BLOCK_P=8, BLOCK_K=min(64, (d // 8) & -(d // 8)),
+                                      ANY_BF16=False, ANY_FP16=False)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kernels", default="fwd,stack,gather,pair_e")
+    ap.add_argument("--out", default="")
+    args = ap.parse_args()
+    warnings.filterwarnings("ignore")
+    # kind: (job, configs, index of maxnreg in a config); num_warps is always entry 1
+    jobs = {"fwd": (fwd_job, SWEEP_FWD, 2), "stack": (stack_job, SWEEP_STACK, 3),
+            "gather": (gather_job, SWEEP_GATHER, 3), "pair_e": (pair_e_job, [(8, 4)], 2)}
+    rows = []
+    for kind in args.kernels.split(","):
+        make, cfgs, cap_at = jobs[kind]
+        for shape, d in SHAPES.items():
+            extra = [gather_config(d, 8, 8)[:3]] if kind == "gather" else []  # the current default
+            for cfg in list(dict.fromkeys([*cfgs, *extra])):
+                fn, types, consts = make(d, cfg)
+                warps, maxnreg = cfg[1], (cfg[cap_at] or None) if len(cfg) > cap_at else None
+                res = resources(fn, types, consts, warps, maxnreg)
+                row = dict(kernel=fn.__name__, shape=shape, d=d, cfg=list(cfg), num_warps=warps,
+                           maxnreg=maxnreg, **res)
+                rows.append(row)
+                print(f"{fn.__name__:24s} {shape:5s} cfg {str(cfg):22s} regs {res['regs']:3d} "
+                      f"spill {res['spill_stack_bytes']:4d} B  warps/SM by regs {res['warps_per_sm_by_regs']:2d}",
+                      flush=True)
+    if args.out:
+        with open(args.out, "w") as f:
+            json.dump(dict(date=datetime.date.today().isoformat(), triton=triton.__version__, arch="sm_90",
+                           rows=rows), f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
