@@ -488,9 +488,8 @@ class _StackState:
     def _release_backward(self) -> None:
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
                      "_sh_flat", "_rall", "_qg", "_e_pairs", "_items"):
-            setattr(self, name, None)
-        for rec in self._calls:
-            rec.res = None
+            setattr(self, name, None)  # the calls' records (outputs' residuals too) stay: a
+        # retained graph may run backward again
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
         """Collect mode, first call's node: (dquery, dnorm) of every site, flattened."""
