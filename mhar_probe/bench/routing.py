@@ -323,7 +323,7 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # MHAR_STACK_COLLECT's path on. Warps per position from 1 (d/32 registers per row tile per thread:
 # 254-255 registers at d >= 1024, compiled offline) to 8.
 SWEEP_GATHER = [(1, 1, True), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
-                (2, 4, True), (2, 8, True)]
+                (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True)]  # >1 position: q*g rows reused
 
 
 def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,
