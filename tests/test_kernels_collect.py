@@ -289,3 +289,24 @@ def test_collect_retained_graph_runs_backward_twice():
     second = torch.autograd.grad(loss, leaves)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
     assert all(torch.isfinite(a).all() and a.abs().any() for a in first[2:S + 1])  # queries of n > 1
+
+
+def test_collect_skips_the_query_pass_when_no_parameter_needs_it(monkeypatch):
+    """Frozen routing parameters: no E pass is launched and the sources' gradients are unchanged."""
+    S, D = 4, 8
+    heads = [2, 1, 2, 4]
+    leaves = _leaves(D, S, heads, 0, 6, torch.float32)
+    launched = []
+    real = kad.launch_pair_e
+    monkeypatch.setattr(kad, "launch_pair_e", lambda *a: (launched.append(1), real(*a)))
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    full = torch.autograd.grad(loss, leaves)
+    assert launched
+    launched.clear()
+    frozen = [t.detach() if 1 <= i <= 2 * S else t for i, t in enumerate(leaves)]  # queries, norms
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), frozen, S, heads)
+    others = [t for i, t in enumerate(frozen) if not 1 <= i <= 2 * S]
+    part = torch.autograd.grad(loss, others)
+    assert not launched
+    expect = [g for i, g in enumerate(full) if not 1 <= i <= 2 * S]
+    assert all(torch.equal(a, b) for a, b in zip(part, expect))

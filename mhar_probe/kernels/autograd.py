@@ -237,8 +237,9 @@ class _StackRoute(torch.autograd.Function):
         (out,) = ctx.saved_tensors
         need = ctx.needs_input_grad
         dts = set(ctx.src_dtypes)  # the kernel writes dx in the sources' own dtype when they share
-        dq, dg, dx = stack._backward_call(ctx.call, dout, out, dts.pop() if len(dts) == 1 else None)
         nsrc = len(ctx.src_dtypes)
+        stack._want_params = any(need[6 + nsrc:])  # collect mode: skip the E pass if no one asks
+        dq, dg, dx = stack._backward_call(ctx.call, dout, out, dts.pop() if len(dts) == 1 else None)
         j0 = stack._calls[ctx.call].j0
         if dx.dim() == 3:  # one source gathered: dx is its [B, T, d] gradient
             dxs = [(dx if dx.dtype == dt else dx.to(dt)) if need[6 + i] else None
@@ -282,6 +283,9 @@ class _StackState:
         for site, (q, _) in enumerate(self._sites):
             self._site_call0.append(len(self._expect))
             self._expect += [(site, -1)] if q.dim() == 1 else [(site, r) for r in range(q.shape[0])]
+        self._want_params = True
+        self._dq_all: Tensor | None = None
+        self._dg_all: Tensor | None = None
         self._res_chunk: Tensor | None = None
         self._res_used = 0
         self.row0: Tensor | None = None
@@ -494,6 +498,8 @@ class _StackState:
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
         """Collect mode, first call's node: (dquery, dnorm) of every site, flattened."""
         dq_all, dg_all = self._dq_all, self._dg_all  # [calls, d] fp32
+        if dq_all is None:  # no parameter gradient was asked for
+            return [None] * len(need)
         ncalls = dq_all.shape[0]
         grads: list[Tensor | None] = []
         for site, (qp, gp) in enumerate(self._sites):
@@ -586,7 +592,8 @@ class _StackState:
                 rec.j1, P, rec.eps)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         HM = self._hmax
-        if call == 0:  # every source is gathered: E of every pair, then every call's dq, dg
+        self._dq_all = self._dg_all = None
+        if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
             n0, nitems = self._items_n
             items = self._items
