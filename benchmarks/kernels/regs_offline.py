@@ -8,6 +8,11 @@ Numbers are for this machine's Triton version; the GPU machine's may differ by s
 
     python benchmarks/kernels/regs_offline.py --out benchmarks/kernels/regs_offline_<date>.json
 
+Another Triton version compiles the same way from a side directory, e.g. the GPU machine's:
+
+    pip install --target /tmp/tri36 --no-deps triton==3.6.0
+    PYTHONPATH=/tmp/tri36:. python benchmarks/kernels/regs_offline.py --out ..._triton3.6.json
+
 Shapes: the three training shapes in autocast's layout (fp32 source 0, douts and outputs; bf16
 buffer and source gradients), H = 8, one head count per stack (HM = H).
 """
