@@ -176,9 +176,10 @@ def _gather_source(vg, j, call, top1, rowm, offs_p, offs_hm, colm, maskm, cmaskm
                           mask=maskm & rd_next[None, :, None], other=0.0)
         wg, dl = _pair_weights(j, c, offs_p, offs_hm, pmask, zero_h, WALL, DALL, SALL, CALL_N, CALL_H,
                                CALL_WOFF, CALL_SOFF, P, HM)
-        u = tl.load(U + c * D + colm, mask=cmaskm, other=0.0)  # [HM, BKM]
+        # [1, HM, BKM]: loaded in the row tile's layout (a 2-D load is converted per reader)
+        u = tl.load(U + c * D + colm[None, :, :], mask=cmaskm[None, :, :], other=0.0)
         acc_v += wg[:, :, None] * dog
-        acc_k += dl[:, :, None] * u[None, :, :]
+        acc_k += dl[:, :, None] * u
     dot = tl.sum(tl.sum(acc_k * vg, axis=2), axis=1)
     return acc_v + rg[:, None, None] * acc_k - (rg * rg * rg * dot / D)[:, None, None] * vg
 
@@ -318,12 +319,12 @@ def _gather_source_split(vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm,
                       other=0.0)
         wg, dl = _pair_weights(j, c, offs_p, offs_hm, pmask, zero_h, WALL, DALL, SALL, CALL_N, CALL_H,
                                CALL_WOFF, CALL_SOFF, P, HM)
-        ua = tl.load(U + c * D + colma, mask=cmaskma, other=0.0)  # [HM, KM1]
-        ub = tl.load(U + c * D + colmb, mask=cmaskmb, other=0.0)  # [HM, BKM2]
+        ua = tl.load(U + c * D + colma[None, :, :], mask=cmaskma[None, :, :], other=0.0)  # [1, HM, KM1]
+        ub = tl.load(U + c * D + colmb[None, :, :], mask=cmaskmb[None, :, :], other=0.0)  # [1, HM, BKM2]
         acc_va += wg[:, :, None] * doga
         acc_vb += wg[:, :, None] * dogb
-        acc_ka += dl[:, :, None] * ua[None, :, :]
-        acc_kb += dl[:, :, None] * ub[None, :, :]
+        acc_ka += dl[:, :, None] * ua
+        acc_kb += dl[:, :, None] * ub
     dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
     fac = (rg * rg * rg * dot / D)[:, None, None]
     return (acc_va + rg[:, None, None] * acc_ka - fac * vga,

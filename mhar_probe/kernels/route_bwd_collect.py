@@ -152,12 +152,14 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
             ds = _head_sum(ds, hc, HM)
         dl = wg * ((ds - sh) - sr)
         tl.store(DALL + wo + pidx, dl, mask=m2)
-        ua = tl.load(U + c * D + cola, mask=cmaska, other=0.0)  # [HM, BKA]
-        ub = tl.load(U + c * D + colb, mask=cmaskb, other=0.0)
+        # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would be
+        # converted through shared memory, with a block barrier, on every reader)
+        ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+        ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         acc_va += wg[:, :, None] * doga
         acc_vb += wg[:, :, None] * dogb
-        acc_ka += dl[:, :, None] * ua[None, :, :]
-        acc_kb += dl[:, :, None] * ub[None, :, :]
+        acc_ka += dl[:, :, None] * ua
+        acc_kb += dl[:, :, None] * ub
     dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
     fac = (rg * rg * rg * dot / D)[:, None, None]
     return (acc_va + rg[:, None, None] * acc_ka - fac * vga,
