@@ -4,7 +4,7 @@ Triton compiles for a named target without a driver; the cubin's resource usage 
 thread, stack frame = spill space) comes from the `cuobjdump` that ships with Triton's NVIDIA
 backend. That is what bounds resident warps per SM (65536 registers: 16 one-warp programs need
 <= 128 registers per thread), so launch configurations can be screened here before a GPU sweep.
-Numbers are for this machine's Triton version; the GPU machine's may differ by some registers.
+Numbers depend on the Triton version: with the GPU machine's (3.6) they match Nsight Compute there.
 
     python benchmarks/kernels/regs_offline.py --out benchmarks/kernels/regs_offline_<date>.json
 

@@ -321,7 +321,7 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 # (benchmarks/kernels/regs_offline.py): with one warp per position the five row tiles (source,
 # dout, two accumulators, q*g) take d/32 registers each per thread, so d >= 1024 needs 250-255
 # registers (8 resident warps per SM, the old kernel's limit; 160 bytes of spills at 1B); one warp
-# per 256 columns keeps every shape at 80-128 registers without spilling (Triton 3.6, the GPU
+# per 256 columns keeps every shape at 80-125 registers without spilling (Triton 3.6, the GPU
 # machine's version: 16+ warps per SM), and each warp
 # still holds whole heads, so the per-head dot products stay inside a warp. The grid is one
 # program per position block (no per-program partials here, so no persistent grid).
