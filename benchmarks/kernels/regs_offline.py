@@ -43,9 +43,28 @@ SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
 DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk"}  # multiples of 16 at these shapes
 
 
+def loops(sass: str) -> list[dict]:
+    """Every loop of a kernel's SASS (a backward branch and its body): instructions, global loads,
+    and the shared-memory traffic and block barriers that layout conversions cost, per iteration.
+    Nested loops are listed separately, each with its whole body."""
+    addr_re = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
+    body = [(int(a, 16), op) for a, op in addr_re.findall(sass)]
+    found = []
+    for here, op in body:
+        m = re.search(r"BRA (0x[0-9a-f]+)", op)
+        if m and int(m.group(1), 16) < here:
+            start = int(m.group(1), 16)
+            ops = [o for a, o in body if start <= a <= here]
+            count = lambda key: sum(1 for o in ops if re.search(rf"(^|\s){key}", o))  # noqa: E731
+            found.append(dict(start=hex(start), end=hex(here), instructions=len(ops), LDG=count("LDG"),
+                              LDS=count("LDS"), STS=count("STS"), BAR=count("BAR")))
+    return sorted(found, key=lambda r: r["instructions"])
+
+
 def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: int | None = None,
-              arch: int = 90) -> dict:
-    """Compile `fn` for sm_<arch>; registers per thread and stack bytes (spills) of the cubin."""
+              arch: int = 90, with_loops: bool = False) -> dict:
+    """Compile `fn` for sm_<arch>; registers per thread and stack bytes (spills) of the cubin,
+    and with `with_loops` the per-iteration counts of every loop in its SASS (`loops`)."""
     sig = {p.name: "constexpr" if p.is_constexpr else types[p.name] for p in fn.params}
     # what Triton's launcher specialises on at the training shapes: every pointer 16-byte aligned,
     # the row strides and P divisible by 16 (without it, no vectorised loads)
@@ -59,10 +78,15 @@ def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: 
         f.flush()
         txt = subprocess.run([CUOBJDUMP, "--dump-resource-usage", f.name], capture_output=True,
                              text=True, check=True).stdout
+        sass = subprocess.run([CUOBJDUMP, "-sass", f.name], capture_output=True, text=True,
+                              check=True).stdout if with_loops else ""
     regs = int(re.search(r"REG:(\d+)", txt).group(1))
     stack = int(re.search(r"STACK:(\d+)", txt).group(1))
     warps_per_sm = min(64, 65536 // (max(regs, 1) * 32 * num_warps) * num_warps)
-    return dict(regs=regs, spill_stack_bytes=stack, warps_per_sm_by_regs=warps_per_sm)
+    out = dict(regs=regs, spill_stack_bytes=stack, warps_per_sm_by_regs=warps_per_sm)
+    if with_loops:
+        out["loops"] = loops(sass)
+    return out
 
 
 def fwd_job(d: int, cfg: tuple) -> tuple:
@@ -117,6 +141,8 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="fwd,stack,gather,pair_e")
+    ap.add_argument("--loops", action="store_true",
+                    help="also count instructions, shared-memory traffic and barriers per loop iteration")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
@@ -131,13 +157,16 @@ def main() -> None:
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps, maxnreg = cfg[1], (cfg[cap_at] or None) if len(cfg) > cap_at else None
-                res = resources(fn, types, consts, warps, maxnreg)
+                res = resources(fn, types, consts, warps, maxnreg, with_loops=args.loops)
                 row = dict(kernel=fn.__name__, shape=shape, d=d, cfg=list(cfg), num_warps=warps,
                            maxnreg=maxnreg, **res)
                 rows.append(row)
                 print(f"{fn.__name__:24s} {shape:5s} cfg {str(cfg):22s} regs {res['regs']:3d} "
                       f"spill {res['spill_stack_bytes']:4d} B  warps/SM by regs {res['warps_per_sm_by_regs']:2d}",
                       flush=True)
+                for lp in res.get("loops", []):
+                    print(f"    loop {lp['start']}-{lp['end']}: {lp['instructions']} instr, LDG {lp['LDG']}, "
+                          f"LDS {lp['LDS']}, STS {lp['STS']}, BAR {lp['BAR']}")
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(date=datetime.date.today().isoformat(), triton=triton.__version__, arch="sm_90",
