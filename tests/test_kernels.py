@@ -7,13 +7,8 @@ fp16 covers the rounding of the normalised key. GPU checks live in tests/gpu/.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported anywhere
 
 triton = pytest.importorskip("triton")
 
@@ -23,21 +18,12 @@ from mhar_probe.kernels.route_bwd import route_bwd_reference  # noqa: E402
 from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-EPS = 1e-6
+from kernel_checks import DEV, EPS, rel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
 def _poison(monkeypatch):
     monkeypatch.setattr(kad, "POISON", True)
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    """max |a - b| / max |b| (NaN counts as failure)."""
-    a, b = a.double().cpu(), b.double().cpu()
-    if torch.isnan(a).any():
-        return float("inf")
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 def route64(*args, **kwargs):

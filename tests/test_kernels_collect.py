@@ -6,13 +6,8 @@ kernels implement is also checked on its own, in float64, against that autograd.
 
 from __future__ import annotations
 
-import os
-
 import pytest
 import torch
-
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported anywhere
 
 triton = pytest.importorskip("triton")
 
@@ -23,8 +18,7 @@ from mhar_probe.kernels.route_bwd_collect import collect_reference, e_block_k, t
 from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
-DEV = "cuda" if torch.cuda.is_available() else "cpu"
-EPS = 1e-6
+from kernel_checks import DEV, EPS, rel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -32,13 +26,6 @@ def _collect(monkeypatch):
     monkeypatch.setattr(kad, "POISON", True)
     monkeypatch.setattr(kad, "COLLECT", True)
     monkeypatch.setattr(rbc, "E_CHUNK", 2)  # tiny shapes still split the E reduction over positions
-
-
-def rel(a: torch.Tensor, b: torch.Tensor) -> float:
-    a, b = a.double().cpu(), b.double().cpu()
-    if torch.isnan(a).any():
-        return float("inf")
-    return ((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item()
 
 
 def f64_stack(cap: int, params=None) -> ListSourceStack:

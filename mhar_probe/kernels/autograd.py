@@ -520,8 +520,6 @@ class _StackState:
         """One call's backward; the gradients of the sources it gathers come back as one
         [j1 - j0, B, T, d] tensor ([B, T, d] when j1 - j0 <= 1) in `dx_dtype` (default: the
         stack's), rounded once from fp32 (under autocast the bf16 sublayer outputs get bf16 gradients without a cast kernel)."""
-        if self.collect:
-            return self._backward_call_collect(call, dout, out, dx_dtype)
         self._enter_backward(call)
         rec = self._calls[call]
         P, D = self.row0.shape
@@ -532,15 +530,18 @@ class _StackState:
             dout = dout.reshape(P, D)
             if not dout.is_contiguous():
                 dout = dout.contiguous()
+        nj = rec.j1 - rec.j0
+        # [nj, B, T, d], or [B, T, d] for one source (handed to autograd without a select)
+        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
+        if self.collect:
+            self._backward_call_collect(call, rec, dout, out, dx)
+            return None, None, dx
         H, HM = rec.H, self._hmax
         block_p, num_warps, per_sm, maxnreg = stack_config(D, H, HM)
         nprog = _programs(dev, cdiv(P, block_p), per_sm)
         if self._epart is None or self._epart.shape[0] < nprog:
             self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
         epart = self._epart[:nprog]
-        nj = rec.j1 - rec.j0
-        # [nj, B, T, d], or [B, T, d] for one source (handed to autograd without a select)
-        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
         K, KM = D // H, D // HM
         t = self._tables
         args = (self.row0, self.rows, P * D, dout, out, self._dout_buf, P * D,
@@ -561,23 +562,13 @@ class _StackState:
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
         return dq, dg, dx
 
-    def _backward_call_collect(self, call: int, dout: Tensor | None, out: Tensor,
-                               dx_dtype: torch.dtype | None) -> tuple[None, None, Tensor]:
-        """`_backward_call` of the 4-bytes/pair design (route_bwd_collect.py): the call's own
-        part is O(1) rows (dout, shift, S'); the query gradients of all calls are formed by
-        the first call's node (`_param_grads`)."""
-        self._enter_backward(call)
-        rec = self._calls[call]
+    def _backward_call_collect(self, call: int, rec: _Call, dout: Tensor, out: Tensor, dx: Tensor) -> None:
+        """The kernels of `_backward_call` in the 4-bytes/pair design (route_bwd_collect.py): the
+        call's own part is O(1) rows (dout, shift, S'), then the gather into `dx`; the query
+        gradients of all calls are formed by the first call's node (`_param_grads`)."""
         P, D = self.row0.shape
         dev = out.device
-        if dout is None:
-            dout = torch.zeros_like(out)
-        else:
-            dout = dout.reshape(P, D)
-            if not dout.is_contiguous():
-                dout = dout.contiguous()
         nj = rec.j1 - rec.j0
-        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
         res = rec.res
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
                route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax))
@@ -609,7 +600,6 @@ class _StackState:
             if top1 < ncalls:  # calls after the one backward started from: no gradient
                 self._dq_all[top1:].zero_()
                 self._dg_all[top1:].zero_()
-        return None, None, dx
 
 
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)

@@ -44,7 +44,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import advance_split, prefetch_split, rsqrt_acc, split_cols
+from mhar_probe.kernels.route_fwd import advance_split, block_rows, prefetch_split, rsqrt_acc, split_cols
 
 
 def route_bwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
@@ -354,13 +354,8 @@ def stack_bwd_split_kernel(
     E_accb = tl.zeros([H, BLOCK_K2], tl.float32)
     num_blocks = tl.cdiv(P, BLOCK_P)
     for blk in range(pid, num_blocks, nprog):
-        offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
-        pmask = offs_p < P
-        maska = pmask[:, None, None] & cmaska[None, :, :]
-        maskb = pmask[:, None, None] & cmaskb[None, :, :]
-        rowp = offs_p.to(tl.int64)[:, None, None] * D
-        rowa = rowp + cola[None, :, :]
-        rowb = rowp + colb[None, :, :]
+        offs_p, pmask, maska, maskb, rowp, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska,
+                                                                   cmaskb)
         hoff = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)

@@ -42,7 +42,7 @@ from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels import route_fwd
-from mhar_probe.kernels.route_fwd import rsqrt_acc
+from mhar_probe.kernels.route_fwd import block_rows, rsqrt_acc
 
 
 def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tensor, int]],
@@ -191,13 +191,7 @@ def stack_gather_kernel(
     own = (offs_hm * H) // HM  # this call's head of each sub-head
     num_blocks = tl.cdiv(P, BLOCK_P)
     for blk in range(pid, num_blocks, nprog):
-        offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
-        pmask = offs_p < P
-        maska = pmask[:, None, None] & cmaska[None, :, :]
-        maskb = pmask[:, None, None] & cmaskb[None, :, :]
-        rowp = offs_p.to(tl.int64)[:, None, None] * D
-        rowa = rowp + cola[None, :, :]
-        rowb = rowp + colb[None, :, :]
+        offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
         tl.store(DOUT_BUF + call * stride_dc + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)

@@ -219,6 +219,18 @@ def split_cols(H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.conste
 
 
 @triton.jit
+def block_rows(blk, P, D: tl.constexpr, BLOCK_P: tl.constexpr, cola, colb, cmaska, cmaskb):
+    """Position block `blk` of a row held as two column tiles: positions [BP] and their mask,
+    the tiles' masks [BP, ..] and element offsets (row start [BP, 1, 1] and the two tiles)."""
+    offs_p = blk * BLOCK_P + tl.arange(0, BLOCK_P)
+    pmask = offs_p < P
+    maska = pmask[:, None, None] & cmaska[None, :, :]
+    maskb = pmask[:, None, None] & cmaskb[None, :, :]
+    rowp = offs_p.to(tl.int64)[:, None, None] * D
+    return offs_p, pmask, maska, maskb, rowp, rowp + cola[None, :, :], rowp + colb[None, :, :]
+
+
+@triton.jit
 def prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec):
     """Rows 1 and 2 of V (two tiles each) in flight before the loop over rows; returns the
     pointers at row 2 and the four tiles (rows past n_vec read as zeros)."""
@@ -279,16 +291,11 @@ def route_fwd_split_kernel(
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr,
 ):
-    pid = tl.program_id(0)
-    offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
-    pmask = offs_p < P
-    maska = pmask[:, None, None] & cmaska[None, :, :]
-    maskb = pmask[:, None, None] & cmaskb[None, :, :]
-    rowp = offs_p.to(tl.int64)[:, None, None] * D
-    rowa = rowp + cola[None, :, :]  # [BP, H, K1]
-    rowb = rowp + colb[None, :, :]  # [BP, H, BK2]
+    # rowa [BP, H, K1], rowb [BP, H, BK2]
+    offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(tl.program_id(0), P, D, BLOCK_P, cola, colb,
+                                                               cmaska, cmaskb)
     qa = tl.load(Q + cola, mask=cmaska, other=0.0).to(tl.float32)
     qb = tl.load(Q + colb, mask=cmaskb, other=0.0).to(tl.float32)
     ga = tl.load(G + cola, mask=cmaska, other=0.0).to(tl.float32)
