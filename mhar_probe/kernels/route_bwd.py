@@ -325,6 +325,12 @@ def _gather_source_split(vga, vgb, j, call, top1, rowma, rowmb, offs_p, offs_hm,
         acc_vb += wg[:, :, None] * dogb
         acc_ka += dl[:, :, None] * ua
         acc_kb += dl[:, :, None] * ub
+    return source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, rg, D)
+
+
+@triton.jit
+def source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, rg, D: tl.constexpr):
+    """dv = acc_v + r a - (r^3/d) <a, v> v for a row held as two tiles (a = acc_k, r = rg)."""
     dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
     fac = (rg * rg * rg * dot / D)[:, None, None]
     return (acc_va + rg[:, None, None] * acc_ka - fac * vga,

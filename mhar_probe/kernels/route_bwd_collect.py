@@ -41,6 +41,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
+from mhar_probe.kernels.route_bwd import source_grad_split
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_fwd import block_rows, rsqrt_acc
 
@@ -160,10 +161,8 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
         acc_vb += wg[:, :, None] * dogb
         acc_ka += dl[:, :, None] * ua
         acc_kb += dl[:, :, None] * ub
-    dot = tl.sum(tl.sum(acc_ka * vga, axis=2), axis=1) + tl.sum(tl.sum(acc_kb * vgb, axis=2), axis=1)
-    fac = (rg * rg * rg * dot / D)[:, None, None]
-    return (acc_va + rg[:, None, None] * acc_ka - fac * vga,
-            acc_vb + rg[:, None, None] * acc_kb - fac * vgb, rg)
+    dxa, dxb = source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, rg, D)
+    return dxa, dxb, rg
 
 
 @triton.jit
