@@ -490,10 +490,11 @@ class _StackState:
         self._items_n = (n0, len(items) // 2)
 
     def _release_backward(self) -> None:
+        # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
+        # retained graph may run backward again
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
                      "_sh_flat", "_rall", "_qg", "_e_pairs", "_items"):
-            setattr(self, name, None)  # the calls' records (outputs' residuals too) stay: a
-        # retained graph may run backward again
+            setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
         """Collect mode, first call's node: (dquery, dnorm) of every site, flattened."""

@@ -295,7 +295,7 @@ def route_fwd_split_kernel(
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
     # rowa [BP, H, K1], rowb [BP, H, BK2]
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(tl.program_id(0), P, D, BLOCK_P, cola, colb,
-                                                               cmaska, cmaskb)
+                                                            cmaska, cmaskb)
     qa = tl.load(Q + cola, mask=cmaska, other=0.0).to(tl.float32)
     qb = tl.load(Q + colb, mask=cmaskb, other=0.0).to(tl.float32)
     ga = tl.load(G + cola, mask=cmaska, other=0.0).to(tl.float32)
