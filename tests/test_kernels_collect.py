@@ -297,3 +297,35 @@ def test_collect_skips_the_query_pass_when_no_parameter_needs_it(monkeypatch):
     assert not launched
     expect = [g for i, g in enumerate(full) if not 1 <= i <= 2 * S]
     assert all(torch.equal(a, b) for a, b in zip(part, expect))
+
+
+def test_collect_readers_with_different_key_rounding(monkeypatch):
+    """An fp16 source 0 beside fp32 sources: the first call (source 0 only) rounds its key to
+    fp16, the later (promoted fp32) calls do not, so pair_e_kernel takes its per-reader rounding
+    path. Every gradient matches the current backward's."""
+    S, D = 4, 8
+    heads = [2, 1, 2, 4]
+    gen = torch.Generator().manual_seed(12)
+    x0 = torch.randn(1, 3, D, generator=gen).half().to(DEV).requires_grad_()
+    x1 = torch.randn(1, 3, D, generator=gen).to(DEV).requires_grad_()
+    qs = [(torch.randn(D, generator=gen) * 0.7).to(DEV).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.2 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
+    leaves = [x0, x1, *qs, *gs]
+
+    def run(collect):
+        monkeypatch.setattr(kad, "COLLECT", collect)
+        stack = TritonSourceStack(S + 1, params=list(zip(qs, gs)))
+        stack.append(x0)
+        stack.append(x1)
+        loss = 0.0
+        for s_ in range(S):
+            out, _ = stack.route(qs[s_], gs[s_], heads[s_], EPS, 1 if s_ == 0 else len(stack))
+            loss = loss + (out.float() * (s_ + 1)).sin().sum()
+            if s_ < S - 1:
+                stack.append(torch.tanh(out.float()))
+        assert [c.dtype for c in stack._calls] == [torch.float16] + [torch.float32] * (S - 1)
+        return torch.autograd.grad(loss, leaves)
+
+    new, old = run(True), run(False)
+    for i, (a, b) in enumerate(zip(new, old)):
+        assert rel(a, b) < (1e-5 if a.dtype == torch.float32 else 1e-3), i

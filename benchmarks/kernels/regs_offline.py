@@ -134,8 +134,8 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
-    return pair_e_kernel, types, dict(D=d, BLOCK_C=16, BLOCK_P=8, BLOCK_K=min(64, (d // 8) & -(d // 8)),
-                                      ANY_BF16=False, ANY_FP16=False)
+    return pair_e_kernel, types, dict(D=d, BLOCK_C=16, BLOCK_P=16, BLOCK_K=min(64, (d // 8) & -(d // 8)),
+                                      ROUND=0, MIXED=False)
 
 
 def main() -> None:
@@ -148,7 +148,7 @@ def main() -> None:
     warnings.filterwarnings("ignore")
     # kind: (job, configs, index of maxnreg in a config); num_warps is always entry 1
     jobs = {"fwd": (fwd_job, SWEEP_FWD, 2), "stack": (stack_job, SWEEP_STACK, 3),
-            "gather": (gather_job, SWEEP_GATHER, 3), "pair_e": (pair_e_job, [(8, 4)], 2)}
+            "gather": (gather_job, SWEEP_GATHER, 3), "pair_e": (pair_e_job, [(16, 4)], 2)}
     rows = []
     for kind in args.kernels.split(","):
         make, cfgs, cap_at = jobs[kind]

@@ -247,7 +247,8 @@ def pair_e_kernel(
     EPART,  # [splits, pairs, D] fp32: split s's share of E_{c,j} at [s, poff_c + j]
     top1, P, chunk, stride_es,  # positions per split; elements per split of EPART
     D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
-    ANY_BF16: tl.constexpr, ANY_FP16: tl.constexpr,  # some reader rounds its key to bf16 / fp16
+    ROUND: tl.constexpr,  # the readers' key rounding when they agree: 0 none, 1 bf16, 2 fp16
+    MIXED: tl.constexpr,  # readers round differently: per-reader rounding (no dot)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
     over one split of the positions (grid: items x column blocks x splits); BLOCK_K divides
@@ -276,14 +277,21 @@ def pair_e_kernel(
         v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
                     mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
-        kh = (v * r[:, None])[None, :, :]  # [1, BP, BK]
-        if ANY_FP16:
-            kh = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32), kh)  # [BC, BP, BK]
-        if ANY_BF16:
-            kh = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32), kh)
+        kh = v * r[:, None]  # [BP, BK]
         dl = tl.load(DALL + dbase[:, None] + offs_p[None, :] * hc[:, None],
                      mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
-        acc += tl.sum(dl[:, :, None] * kh, axis=1)
+        if MIXED:  # [BC, BP, BK]: each reader's own rounding of the key
+            kh3 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32)[None, :, :], kh[None, :, :])
+            kh3 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32)[None, :, :], kh3)
+            acc += tl.sum(dl[:, :, None] * kh3, axis=1)
+        else:
+            if ROUND == 1:
+                kh = kh.to(tl.bfloat16).to(tl.float32)
+            if ROUND == 2:
+                kh = kh.to(tl.float16).to(tl.float32)
+            # exact fp32: a broadcast multiply-and-sum here is turned into a TF32 dot by Triton's
+            # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
+            acc = tl.dot(dl, kh, acc, input_precision="ieee")
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
     tl.store(EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
              mask=reads[:, None] & colmask[None, :])
@@ -375,10 +383,13 @@ def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: 
     stride = rows.stride(0) if rows.dim() == 3 else 0
     splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
+    # tl.dot needs 16 columns on a GPU: narrower column blocks (d/H = 40 at H = 32, d = 1280) take
+    # the per-reader path, which Triton does not turn into a dot
+    mixed = len(modes) > 1 or (rows.is_cuda and block_k < 16)
     PAIR_E((nitems, cdiv(D, block_k), splits), (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4],
                                                 t[5], epart, top1, P, cdiv(P, splits), epart.stride(0)),
-           dict(D=D, BLOCK_C=block_c, BLOCK_P=8, BLOCK_K=block_k, ANY_BF16=1 in modes,
-                ANY_FP16=2 in modes), 4)
+           dict(D=D, BLOCK_C=block_c, BLOCK_P=16, BLOCK_K=block_k, ROUND=0 if mixed else min(modes),
+                MIXED=mixed), 4)
 
 
 def launch_collect_dqdg(epart: Tensor, qg: Tensor, tables: Tensor, dq: Tensor, dg: Tensor,
