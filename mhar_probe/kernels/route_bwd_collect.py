@@ -152,6 +152,9 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
         if hc != HM:
             ds = _head_sum(ds, hc, HM)
         dl = wg * ((ds - sh) - sr)
+        # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
+        # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
+        dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
         # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would be
         # converted through shared memory, with a block barrier, on every reader)
