@@ -369,25 +369,15 @@ class _StackState:
         self._w_used += size
         return off
 
-    def _new_out(self, dtype: torch.dtype) -> Tensor:
-        chunk = self._out_chunk
-        if chunk is None or self._out_used == chunk.shape[0] or chunk.dtype != dtype:
-            chunk = self._out_chunk = _new((self._OUT_CHUNK, *self.row0.shape), dtype,
-                                           self.row0.device)
-            self._out_used = 0
-        out = chunk[self._out_used]
-        self._out_used += 1
-        return out
-
-    def _new_res(self, dtype: torch.dtype) -> Tensor:
-        chunk = self._res_chunk
-        if chunk is None or self._res_used == chunk.shape[0] or chunk.dtype != dtype:
-            chunk = self._res_chunk = _new((self._OUT_CHUNK, *self.row0.shape), dtype,
-                                           self.row0.device)
-            self._res_used = 0
-        res = chunk[self._res_used]
-        self._res_used += 1
-        return res
+    def _carve(self, kind: str, dtype: torch.dtype) -> Tensor:
+        """One [B*T, d] row from the current [chunk, B*T, d] buffer of `kind` ("out": call
+        outputs, "res": their rounding residuals), a new buffer when it is full or of another dtype."""
+        chunk, used = getattr(self, f"_{kind}_chunk"), getattr(self, f"_{kind}_used")
+        if chunk is None or used == chunk.shape[0] or chunk.dtype != dtype:
+            chunk, used = _new((self._OUT_CHUNK, *self.row0.shape), dtype, self.row0.device), 0
+            setattr(self, f"_{kind}_chunk", chunk)
+        setattr(self, f"_{kind}_used", used + 1)
+        return chunk[used]
 
     def _check_params(self, call: int, query: Tensor, norm_weight: Tensor) -> None:
         """Collect mode: call `call` must route with the parameters the stack was built with."""
@@ -411,10 +401,10 @@ class _StackState:
         rec = self._calls[call]
         rec.q, rec.g = query.detach(), norm_weight.detach()
         P = self.row0.shape[0]
-        out = self._new_out(rec.dtype)
+        out = self._carve("out", rec.dtype)
         W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
-            rec.res = self._new_res(rec.dtype)
+            rec.res = self._carve("res", rec.dtype)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
                          v0=self.row0, res=rec.res)
         return out
