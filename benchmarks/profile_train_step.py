@@ -21,10 +21,11 @@ import torch.nn.functional as F
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 
+PHASES = ("forward+loss", "backward", "optimizer")
 MICROBATCH = {"100m": (8, 2048), "350m": (4, 1024), "1b": (2, 1024), "124m": (8, 2048), "tiny": (8, 128)}
 
 CATEGORIES = [  # (category, substrings of the kernel name), first match wins
-    ("routing", ("route_fwd", "stack_bwd", "dqdg", "route_bwd", "attnres")),
+    ("routing", ("route_fwd", "stack_bwd", "dqdg", "route_bwd", "attnres", "stack_gather", "pair_e")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
     ("matmul", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "wgmma", "splitk")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "fused_adam")),
@@ -64,7 +65,18 @@ def gpu_gaps(prof, top: int = 10) -> dict:
 
 
 def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
-    from torch.profiler import ProfilerActivity, profile
+    """METHOD or METHOD/VARIANT (a kernel variant of benchmarks/train_throughput.py, e.g. mhar/collect)."""
+    from mhar_probe.bench.routing import kernel_variant
+
+    base_method, _, variant = method.partition("/")
+    with kernel_variant(f"triton-{variant}" if variant else "triton"):
+        return _profile_one(preset, base_method, backend, steps, bf16_sources) | dict(method=method)
+
+
+def _profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
+    import time
+
+    from torch.profiler import ProfilerActivity, profile, record_function
 
     B, T = MICROBATCH[preset]
     torch.manual_seed(0)
@@ -82,27 +94,42 @@ def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources
     opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
     tokens = torch.randint(0, 151936, (B, T + 1), device=dev)
 
-    def step():
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+    def step(marks=None):  # marks: per phase boundary, (host perf_counter, CUDA event)
+        def mark():
+            if marks is not None:
+                ev = torch.cuda.Event(enable_timing=True)
+                ev.record()
+                marks.append((time.perf_counter(), ev))
+        mark()
+        with record_function("phase/forward"), torch.autocast("cuda", dtype=torch.bfloat16):
             logits = model(tokens[:, :-1], use_cache=False).logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        with record_function("phase/loss"):
+            loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        mark()
+        with record_function("phase/backward"):
+            loss.backward()
+        mark()
+        with record_function("phase/optimizer"):
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            opt.zero_grad(set_to_none=True)
+        mark()
 
     for _ in range(2):
         step()
     torch.cuda.synchronize()
     torch.cuda.reset_peak_memory_stats()
     times = []
+    host_phase: dict[str, list[float]] = {k: [] for k in PHASES}
+    gpu_phase: dict[str, list[float]] = {k: [] for k in PHASES}
     for _ in range(steps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        step()
-        b.record()
+        marks: list = []
+        step(marks)
         torch.cuda.synchronize()
-        times.append(a.elapsed_time(b))
+        times.append(marks[0][1].elapsed_time(marks[-1][1]))
+        for k, (a, b) in zip(PHASES, zip(marks, marks[1:])):
+            host_phase[k].append((b[0] - a[0]) * 1e3)  # host time to queue the phase (no sync inside)
+            gpu_phase[k].append(a[1].elapsed_time(b[1]))  # GPU time between the phase's boundaries
     peak = torch.cuda.max_memory_allocated() / 1e9
     with profile(activities=[ProfilerActivity.CUDA, ProfilerActivity.CPU]) as prof:
         step()
@@ -128,6 +155,8 @@ def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources
     torch.cuda.empty_cache()
     return dict(preset=preset, method=method, backend=backend, bf16_sources=bf16_sources, B=B, T=T,
                 step_ms=step_ms, tokens_per_s=B * T / step_ms * 1e3, peak_gb=peak,
+                host_phase_ms={k: statistics.median(v) for k, v in host_phase.items()},
+                gpu_phase_ms={k: statistics.median(v) for k, v in gpu_phase.items()},
                 busy_ms=busy, categories=dict(sorted(cats.items(), key=lambda kv: -kv[1])),
                 top_kernels=top, cpu_self_ms_top=cpu_top, cpu_self_ms_total=sum(cpu_ops.values()),
                 gaps=gaps)
@@ -136,7 +165,8 @@ def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", nargs="+", default=["100m"])
-    ap.add_argument("--methods", nargs="+", default=["baseline", "mhar"])
+    ap.add_argument("--methods", nargs="+", default=["baseline", "mhar"],
+                    help="methods, or METHOD/VARIANT for a kernel variant (e.g. mhar/collect)")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--bf16-sources", action="store_true", help="also run the routed methods with bf16 sources")
@@ -160,6 +190,8 @@ def main() -> None:
                       f"({ratio:4.2f}x base)  busy {r['busy_ms']:8.2f} ms  peak {r['peak_gb']:6.2f} GB  "
                       + "  ".join(f"{k} {v:.2f}" for k, v in r["categories"].items()), flush=True)
                 g = r["gaps"]
+                print("      host / GPU ms per phase: " + "  ".join(
+                    f"{k} {r['host_phase_ms'][k]:.1f} / {r['gpu_phase_ms'][k]:.1f}" for k in PHASES))
                 print(f"      GPU span {g['span_ms']:.2f} ms, idle {g['idle_ms']:.2f} ms "
                       f"({g['idle_over_50us_ms']:.2f} in gaps > 50 us); CPU self total "
                       f"{r['cpu_self_ms_total']:.1f} ms")

@@ -16,6 +16,10 @@
 #   bash benchmarks/kernels/device_run.sh collect         every GPU test (the 4-bytes/pair backward's
 #                                                         included), then its kernel table at the training
 #                                                         microbatches against the current backward
+#   bash benchmarks/kernels/device_run.sh tests           every GPU test, both backwards (no timing)
+#   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh profile   a training step split into host
+#                                                         and GPU time per phase and kernel categories
+#                                                         (benchmarks/profile_train_step.py)
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
 set -o pipefail
@@ -82,6 +86,15 @@ case "${1:-tests-kernels}" in
         --methods baseline mhar mhar/$V baseline mhar mhar/$V --backend triton --warmup 2 --steps 8 \
         --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
     done ;;
+  tests)
+    timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 60 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
+      | tee "$OUT/pytest_collect_small.log" | grep -E "passed|failed|Error|^E  " | tail -6 ;;
+  profile)
+    timeout 400 python benchmarks/profile_train_step.py --presets ${PRESETS:-1b} \
+      --methods ${METHODS:-baseline mhar mhar/collect} --steps 6 --show 10 --out "$OUT/profile.json" 2>&1 \
+      | grep -v -i warn | tee "$OUT/profile.log" ;;
   collect)  # first GPU run of the 4-bytes/pair backward: all GPU tests, then its kernel table
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
