@@ -8,6 +8,14 @@ warm-up); on CPU from perf_counter.
     python benchmarks/train_throughput.py --preset tiny --batch 8 --seq 128          # CPU
     python benchmarks/train_throughput.py --preset 100m --batch 8 --seq 2048 \\
         --vocab 151936 --methods baseline mhar --backend eager                        # paper's microbatch
+
+With --interleave every method's model and optimizer are built first and the timed steps go round
+by round (baseline, mhar, ..., baseline, mhar, ...): a host whose speed drifts during the process
+then slows every arm alike (measured on the GPU machine: the same optimizer code's host time grew
+22 -> 28 -> 32 ms over three methods run one after another). Each arm's ratio is the median over
+rounds of baseline step / arm step within the round. A `METHOD/VARIANT` arm shares METHOD's model
+and optimizer (the kernels differ, the function does not). Peak memory there is the arm's resident
+state (parameters and optimizer state) plus the peak growth during its own steps.
 """
 
 from __future__ import annotations
@@ -106,6 +114,92 @@ def _bench_method(method: str, args: argparse.Namespace, device: torch.device) -
     return result
 
 
+def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
+    """Every arm's step, round by round (see the module docstring); one row per arm."""
+    from mhar_probe.bench.routing import kernel_variant
+
+    arms = list(dict.fromkeys(args.methods))  # in order, once each
+    for name in arms:
+        variant = name.partition("/")[2]
+        if variant not in VARIANTS:
+            raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
+                             f"{', '.join(v for v in VARIANTS if v)}")
+        if variant and args.backend != "triton":
+            raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {args.backend})")
+    cuda = device.type == "cuda"
+    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=torch.Generator().manual_seed(1))
+    tokens = tokens.to(device)
+    built: dict[str, tuple] = {}
+    for name in arms:
+        method = name.partition("/")[0]
+        if method not in built:
+            torch.manual_seed(0)
+            cfg = MHARConfig.from_preset(args.preset, residual_method=method, vocab_size=args.vocab,
+                                         routing_backend=args.backend,
+                                         max_position_embeddings=max(2 * args.seq, 256))
+            model = MHARForCausalLM(cfg).to(device)
+            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+            built[method] = (model, opt)
+
+    def step(model, opt) -> None:
+        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
+            logits = model(tokens[:, :-1], use_cache=False).logits
+        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+
+    def resident(model, opt) -> int:
+        ts = list(model.parameters()) + [t for st in opt.state.values() for t in st.values()
+                                         if isinstance(t, torch.Tensor)]
+        return sum(t.numel() * t.element_size() for t in ts if t.device.type == "cuda")
+
+    times: dict[str, list[float]] = {a: [] for a in arms}
+    growth = {a: 0 for a in arms}
+    for r in range(args.warmup + args.steps):
+        for name in arms:
+            model, opt = built[name.partition("/")[0]]
+            variant = name.partition("/")[2]
+            with kernel_variant(f"triton-{variant}" if variant else "triton"):
+                if cuda:
+                    torch.cuda.synchronize()
+                    before = torch.cuda.memory_allocated()
+                    torch.cuda.reset_peak_memory_stats()
+                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                    start.record()
+                    step(model, opt)
+                    end.record()
+                    torch.cuda.synchronize()
+                    dt = start.elapsed_time(end) / 1e3
+                    growth[name] = max(growth[name], torch.cuda.max_memory_allocated() - before)
+                else:
+                    t0 = time.perf_counter()
+                    step(model, opt)
+                    dt = time.perf_counter() - t0
+            if r >= args.warmup:
+                times[name].append(dt)
+    rows = []
+    base = times.get("baseline")
+    for name in arms:
+        model, opt = built[name.partition("/")[0]]
+        median = statistics.median(times[name])
+        row = dict(method=name, params=sum(p.numel() for p in model.parameters()), step_s_median=median,
+                   tokens_per_s=args.batch * args.seq / median, step_s=times[name])
+        if cuda:
+            row.update(peak_memory_gb=(resident(model, opt) + growth[name]) / 1e9,
+                       peak_memory_kind="resident + step growth (interleaved)")
+        else:
+            row.update(peak_memory_gb=float("nan"), peak_memory_kind="not measured (interleaved, CPU)")
+        if base:
+            per_round = sorted(b / t for b, t in zip(base, times[name]))
+            q = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
+            row.update(vs_baseline_round_median=statistics.median(per_round),
+                       vs_baseline_round_iqr=[q[0], q[2]])
+        rows.append(row)
+    return rows
+
+
 def cpu_name() -> str:
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -128,11 +222,13 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=10)
     p.add_argument("--threads", type=int, default=None)
     p.add_argument("--out", default=None, help="write the results JSON here")
+    p.add_argument("--interleave", action="store_true",
+                   help="build every arm first and time their steps round by round (drifting hosts)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    rows = [bench_method(m, args, device) for m in args.methods]
+    rows = interleaved(args, device) if args.interleave else [bench_method(m, args, device) for m in args.methods]
     base = next((r["tokens_per_s"] for r in rows if r["method"] == "baseline"), None)
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
@@ -148,6 +244,9 @@ def main() -> None:
     for i, r in enumerate(rows):  # pairwise: against the latest baseline run before this row
         near = next((b["tokens_per_s"] for b in rows[i::-1] if b["method"] == "baseline"), base)
         ratio = f"{r['tokens_per_s'] / near:.2f}x" if near else "-"
+        if "vs_baseline_round_median" in r:  # interleaved: the median of per-round ratios, IQR
+            lo, hi = r["vs_baseline_round_iqr"]
+            ratio = f"{r['vs_baseline_round_median']:.2f}x ({lo:.2f}-{hi:.2f})"
         print(f"| {r['method']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {ratio} | {r['peak_memory_gb']:.2f} |")
     if device.type == "cuda" and args.preset == "100m" and base:
         print(f"paper baseline at 100M on an H100: {PAPER_BASELINE_100M_TOK_S:,.0f} tokens/s; "

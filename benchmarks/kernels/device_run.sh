@@ -20,6 +20,8 @@
 #   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh profile   a training step split into host
 #                                                         and GPU time per phase and kernel categories
 #                                                         (benchmarks/profile_train_step.py)
+#   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh interleave   end-to-end cost table with the
+#                                                         arms' steps interleaved round by round
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
 set -o pipefail
@@ -85,6 +87,13 @@ case "${1:-tests-kernels}" in
       timeout 200 python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" --vocab 151936 \
         --methods baseline mhar mhar/$V baseline mhar mhar/$V --backend triton --warmup 2 --steps 8 \
         --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
+    done ;;
+  interleave)  # PRESETS as preset:batch:seq (default: the paper's three microbatches)
+    for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
+      IFS=: read -r p b t <<< "$preset"
+      timeout ${TRAIN_TIMEOUT:-180} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
+        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/collect} --backend triton --interleave \
+        --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
     done ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
