@@ -172,7 +172,8 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
                     end.record()
                     torch.cuda.synchronize()
                     dt = start.elapsed_time(end) / 1e3
-                    growth[name] = max(growth[name], torch.cuda.max_memory_allocated() - before)
+                    if r >= args.warmup:  # warm-up steps also create the optimizer state
+                        growth[name] = max(growth[name], torch.cuda.max_memory_allocated() - before)
                 else:
                     t0 = time.perf_counter()
                     step(model, opt)
