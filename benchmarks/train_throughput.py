@@ -45,8 +45,9 @@ PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline med
 # instead of the direct launches of mhar_probe/kernels/launch.py; padded = one padded tile per
 # head in the forward kernel (no two-tile split of widths like 160); bf16dout = the opt-in
 # approximation that stores the gathered douts in bf16 (MHAR_STACK_DOUT_BF16=1); collect = the
-# 4-bytes/pair backward (MHAR_STACK_COLLECT=1).
-VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch", "padded", "bf16dout", "collect")
+# 4-bytes/pair backward (the default since 2026-11-23); stackbwd = the backward before it
+# (MHAR_STACK_COLLECT=0).
+VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch", "padded", "bf16dout", "collect", "stackbwd")
 
 
 def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> dict:

@@ -53,8 +53,10 @@ BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
 # The 4-bytes/pair backward (`route_bwd_collect.py`): no call re-reads its sources; the first
 # call's autograd node returns every call's query and key-norm gradient, so it needs the
 # stack built with the routing parameters (`TritonSourceStack(capacity, params=...)`, which the
-# model passes). Off by default until it is measured on a GPU; MHAR_STACK_COLLECT=1 turns it on.
-COLLECT = os.environ.get("MHAR_STACK_COLLECT", "") == "1"
+# model passes). The default since it was measured faster on an H100 (kernel time and end to end,
+# benchmarks/kernels/results_h100.md); MHAR_STACK_COLLECT=0 selects the earlier backward, which
+# re-reads each call's sources (also what a stack built without `params` runs).
+COLLECT = os.environ.get("MHAR_STACK_COLLECT", "1") != "0"
 
 
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:

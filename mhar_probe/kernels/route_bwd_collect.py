@@ -321,14 +321,15 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 
 
 # Launch configs of stack_gather_kernel: (BLOCK_P, num_warps, prefetch[, maxnreg]) per (d, H, HM).
-# Not yet measured on a GPU. The defaults come from compiling for sm_90 on the CPU
-# (benchmarks/kernels/regs_offline.py): with one warp per position the five row tiles (source,
-# dout, two accumulators, q*g) take d/32 registers each per thread, so d >= 1024 needs 250-255
-# registers (8 resident warps per SM, the old kernel's limit; 160 bytes of spills at 1B); one warp
-# per 256 columns keeps every shape at 80-125 registers without spilling (Triton 3.6, the GPU
-# machine's version: 16+ warps per SM), and each warp
-# still holds whole heads, so the per-head dot products stay inside a warp. The grid is one
-# program per position block (no per-program partials here, so no persistent grid).
+# Measured on an H100 (`mhar bench routing --sweep 100M-train,350M-train,1B-train --sweep-kernels
+# gather --dtype mixed --heads 8`, benchmarks/kernels/h100_2026-11-23e/sweep_gather.*; gather time
+# per training microbatch): one warp per position block is fastest at d = 1024 and 1280 (9.4 and
+# 15.3 ms, against 13.9 and 19.7 ms with the four warps chosen offline before), although at 1B it
+# needs ~255 registers and spills a little (benchmarks/kernels/regs_offline.py): one warp keeps
+# every per-head reduction and the [P, H] dl store inside the warp, with no block barrier per
+# reader. At d = 512 two warps without the dout prefetch are best (6.87 ms; one warp 7.26). Wider
+# rows (unmeasured) keep one warp per 256 columns, which compiles without spills. The grid is
+# one program per position block (no per-program partials here, so no persistent grid).
 GATHER_CONFIG: dict[tuple[int, int, int], tuple] = {}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("gather", []):
@@ -340,7 +341,11 @@ def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, boo
     hit = GATHER_CONFIG.get((d, num_heads, max_heads))
     if hit is not None:
         return hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None
-    warps = 1 << max(0, (d // 256).bit_length() - 1)  # 512 -> 2, 1024 and 1280 -> 4, 4096 -> 16
+    if d < 1024:
+        return 1, 2, False, None
+    if d <= 1280:
+        return 1, 1, True, None
+    warps = 1 << max(0, (d // 256).bit_length() - 1)  # 2048 -> 8, 4096 -> 16 (capped at 8)
     return 1, min(warps, 8), True, None
 
 
