@@ -15,15 +15,17 @@ Notation as `route_bwd.py` (call c, source j, per head h of call c; khat0_j = ro
 S'_c is the exact identity sum_j w_{c,j} D'_{c,j} = <dout_c, sum_j w_{c,j} v_j - out_c> (the
 weights sum to one), so the gather needs no pass over call c's sources. Three kernels:
 
-* `stack_gather_kernel` (one launch per call c, persistent grid): stores dout_c, shift_c and
+* `stack_gather_kernel` (one launch per call c, one program per position block): stores dout_c, shift_c and
   S'_c for a block of positions, then (block barrier, same positions) gathers every source
   first read by call c from the stored douts of all calls that read it, storing dl_{c',j}.
   Source rows are read once here (and once in the forward): fwd 2 + gather 2 bytes per
   pair-element for bf16 douts (4 for the fp32 douts of autocast's fp32 outputs).
 * `pair_e_kernel` (once per backward, after source 0's gather): E_{c,j} for every pair, one
-  program per (source j, block of its readers, column block), each summing over all positions in
-  a fixed order; it reads each source row once more (O(L) rows in all, not O(L^2)).
-* `collect_dqdg_kernel`: dq_c, dg_c for every call from the E_{c,j} in a fixed order of j.
+  program per (source j, block of 16 of its readers, column block, split of the positions), each
+  summing its positions in a fixed order; it reads each source row once more per reader block
+  (ceil(readers / 16) times: 5 at most at 1B, not once per reader).
+* `collect_dqdg_kernel`: dq_c, dg_c for every call from the E_{c,j}, the position splits and
+  sources summed in a fixed order.
 No atomics: bitwise repeatable. The gradients of every call's query and key-norm weight are
 complete only after source 0's gather, so the autograd node that runs last (the first call's)
 returns them all; see `autograd.py` (`TritonSourceStack(capacity, params=...)`).
