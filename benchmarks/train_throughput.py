@@ -50,15 +50,47 @@ PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline med
 VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch", "padded", "bf16dout", "collect", "stackbwd")
 
 
-def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> dict:
-    from mhar_probe.bench.routing import kernel_variant
-
+def split_arm(name: str, backend: str) -> tuple[str, str]:
+    """"METHOD[/VARIANT]" -> (method, variant), refusing unknown variants and variants off triton."""
     method, _, variant = name.partition("/")
     if variant not in VARIANTS:
         raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
                          f"{', '.join(v for v in VARIANTS if v)}")
-    if variant and args.backend != "triton":
-        raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {args.backend})")
+    if variant and backend != "triton":
+        raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {backend})")
+    return method, variant
+
+
+def build(method: str, args: argparse.Namespace, device: torch.device):
+    """(model, AdamW) of one method, seeded alike for every method."""
+    torch.manual_seed(0)
+    cfg = MHARConfig.from_preset(args.preset, residual_method=method, vocab_size=args.vocab,
+                                 routing_backend=args.backend, max_position_embeddings=max(2 * args.seq, 256))
+    model = MHARForCausalLM(cfg).to(device)
+    return model, torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+
+
+def batch_tokens(args: argparse.Namespace, device: torch.device) -> torch.Tensor:  # [B, T + 1]
+    g = torch.Generator().manual_seed(1)
+    return torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=g).to(device)
+
+
+def train_step(model, opt, tokens: torch.Tensor) -> None:
+    """One optimizer step on `tokens`: bf16 autocast on CUDA, cross-entropy, clipping, AdamW."""
+    cuda = tokens.device.type == "cuda"
+    with torch.autocast(tokens.device.type, dtype=torch.bfloat16, enabled=cuda):
+        logits = model(tokens[:, :-1], use_cache=False).logits
+    loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    opt.zero_grad(set_to_none=True)
+
+
+def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> dict:
+    from mhar_probe.bench.routing import kernel_variant
+
+    method, variant = split_arm(name, args.backend)
     if variant:
         with kernel_variant(f"triton-{variant}"):
             result = _bench_method(method, args, device)
@@ -69,26 +101,15 @@ def bench_method(name: str, args: argparse.Namespace, device: torch.device) -> d
 
 
 def _bench_method(method: str, args: argparse.Namespace, device: torch.device) -> dict:
-    torch.manual_seed(0)
-    cfg = MHARConfig.from_preset(args.preset, residual_method=method, vocab_size=args.vocab,
-                                 routing_backend=args.backend, max_position_embeddings=max(2 * args.seq, 256))
-    model = MHARForCausalLM(cfg).to(device)
-    opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=torch.Generator().manual_seed(1))
-    tokens = tokens.to(device)
+    model, opt = build(method, args, device)
+    tokens = batch_tokens(args, device)
     cuda = device.type == "cuda"
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
 
     def step() -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            logits = model(tokens[:, :-1], use_cache=False).logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+        train_step(model, opt, tokens)
 
     for _ in range(args.warmup):
         step()
@@ -120,36 +141,13 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
     from mhar_probe.bench.routing import kernel_variant
 
     arms = list(dict.fromkeys(args.methods))  # in order, once each
-    for name in arms:
-        variant = name.partition("/")[2]
-        if variant not in VARIANTS:
-            raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
-                             f"{', '.join(v for v in VARIANTS if v)}")
-        if variant and args.backend != "triton":
-            raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {args.backend})")
+    variants = {name: split_arm(name, args.backend) for name in arms}  # refused before anything is built
     cuda = device.type == "cuda"
-    tokens = torch.randint(0, args.vocab, (args.batch, args.seq + 1), generator=torch.Generator().manual_seed(1))
-    tokens = tokens.to(device)
+    tokens = batch_tokens(args, device)
     built: dict[str, tuple] = {}
-    for name in arms:
-        method = name.partition("/")[0]
+    for method, _ in variants.values():
         if method not in built:
-            torch.manual_seed(0)
-            cfg = MHARConfig.from_preset(args.preset, residual_method=method, vocab_size=args.vocab,
-                                         routing_backend=args.backend,
-                                         max_position_embeddings=max(2 * args.seq, 256))
-            model = MHARForCausalLM(cfg).to(device)
-            opt = torch.optim.AdamW(model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
-            built[method] = (model, opt)
-
-    def step(model, opt) -> None:
-        with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda):
-            logits = model(tokens[:, :-1], use_cache=False).logits
-        loss = F.cross_entropy(logits.float().flatten(0, 1), tokens[:, 1:].flatten())
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        opt.zero_grad(set_to_none=True)
+            built[method] = build(method, args, device)
 
     def resident(model, opt) -> int:
         ts = list(model.parameters()) + [t for st in opt.state.values() for t in st.values()
@@ -160,8 +158,8 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
     growth = {a: 0 for a in arms}
     for r in range(args.warmup + args.steps):
         for name in arms:
-            model, opt = built[name.partition("/")[0]]
-            variant = name.partition("/")[2]
+            method, variant = variants[name]
+            model, opt = built[method]
             with kernel_variant(f"triton-{variant}" if variant else "triton"):
                 if cuda:
                     torch.cuda.synchronize()
@@ -169,7 +167,7 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
                     torch.cuda.reset_peak_memory_stats()
                     start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                     start.record()
-                    step(model, opt)
+                    train_step(model, opt, tokens)
                     end.record()
                     torch.cuda.synchronize()
                     dt = start.elapsed_time(end) / 1e3
@@ -177,14 +175,14 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
                         growth[name] = max(growth[name], torch.cuda.max_memory_allocated() - before)
                 else:
                     t0 = time.perf_counter()
-                    step(model, opt)
+                    train_step(model, opt, tokens)
                     dt = time.perf_counter() - t0
             if r >= args.warmup:
                 times[name].append(dt)
     rows = []
     base = times.get("baseline")
     for name in arms:
-        model, opt = built[name.partition("/")[0]]
+        model, opt = built[variants[name][0]]
         median = statistics.median(times[name])
         row = dict(method=name, params=sum(p.numel() for p in model.parameters()), step_s_median=median,
                    tokens_per_s=args.batch * args.seq / median, step_s=times[name])
@@ -192,7 +190,7 @@ def interleaved(args: argparse.Namespace, device: torch.device) -> list[dict]:
             row.update(peak_memory_gb=(resident(model, opt) + growth[name]) / 1e9,
                        peak_memory_kind="resident + step growth (interleaved)")
         else:
-            row.update(peak_memory_gb=float("nan"), peak_memory_kind="not measured (interleaved, CPU)")
+            row.update(peak_memory_gb=None, peak_memory_kind="not measured (interleaved, CPU)")
         if base:
             per_round = sorted(b / t for b, t in zip(base, times[name]))
             q = statistics.quantiles(per_round, n=4) if len(per_round) > 1 else per_round * 3
@@ -249,7 +247,8 @@ def main() -> None:
         if "vs_baseline_round_median" in r:  # interleaved: the median of per-round ratios, IQR
             lo, hi = r["vs_baseline_round_iqr"]
             ratio = f"{r['vs_baseline_round_median']:.2f}x ({lo:.2f}-{hi:.2f})"
-        print(f"| {r['method']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {ratio} | {r['peak_memory_gb']:.2f} |")
+        peak = "-" if r["peak_memory_gb"] is None else f"{r['peak_memory_gb']:.2f}"
+        print(f"| {r['method']} | {r['params']:,} | {r['tokens_per_s']:,.0f} | {ratio} | {peak} |")
     if device.type == "cuda" and args.preset == "100m" and base:
         print(f"paper baseline at 100M on an H100: {PAPER_BASELINE_100M_TOK_S:,.0f} tokens/s; "
               f"ours {base:,.0f} ({base / PAPER_BASELINE_100M_TOK_S:.2f}x)")

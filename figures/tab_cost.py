@@ -43,6 +43,8 @@ def make(ctx) -> list[Output]:
             # a file that runs every method twice then gives one ratio per pair
             base = _nearest_baseline(results, i)
             ratio = r["tokens_per_s"] / base if base else None
+            if r.get("vs_baseline_round_median") is not None:  # --interleave: median of per-round ratios
+                ratio = r["vs_baseline_round_median"]
             method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
             backend = "-" if method in ("baseline", "hyper") else str(args.get("backend", "?"))
             if variant:
@@ -56,7 +58,11 @@ def make(ctx) -> list[Output]:
             k = seen[r["method"]] = seen.get(r["method"], -1) + 1
             ratios[(path.name, r["method"], k)] = ratio
             ratios.setdefault((path.name, r["method"]), ratio)  # the first run of each method
-        if meta.get("device") and "cuda" not in str(r.get("peak_memory_kind", "cuda")):
+        kind = str(r.get("peak_memory_kind", "cuda"))
+        if "interleaved" in kind:
+            t.notes.append(f"{path.name}: arms interleaved round by round; ratio = median of per-round "
+                           f"ratios; peak memory = {kind}")
+        elif meta.get("device") and "cuda" not in kind:
             t.notes.append(f"{path.name}: peak memory is the process max RSS ({r.get('peak_memory_kind')}), "
                            "not GPU memory")
     paper = ctx.paper["cost"]

@@ -65,6 +65,12 @@ def runs(tmp_path_factory) -> Path:
                  dict(method="mhar/padded", tokens_per_s=500.0, peak_memory_gb=1.25),
                  dict(method="baseline", tokens_per_s=800.0, peak_memory_gb=1.0),
                  dict(method="mhar", tokens_per_s=720.0, peak_memory_gb=1.25)])))
+    # --interleave: the ratio is the median of per-round ratios, not the ratio of the medians
+    (bench / "train_throughput_interleaved.json").write_text(json.dumps(dict(
+        meta=dict(device="H100", args=dict(preset="1b", backend="triton", interleave=True)),
+        results=[dict(method="baseline", tokens_per_s=1000.0, peak_memory_gb=26.5, vs_baseline_round_median=1.0),
+                 dict(method="mhar", tokens_per_s=800.0, peak_memory_gb=27.1, vs_baseline_round_median=0.85,
+                      peak_memory_kind="resident + step growth (interleaved)")])))
     (bench / "kernels" / "routing.json").write_text(json.dumps(dict(meta=dict(device="H100"), rows=[
         dict(shape="100M", H=8, backend="compile", fwdbwd_ms=30.0, graph_fwdbwd_ms=24.0),
         dict(shape="100M", H=8, backend="triton", fwdbwd_ms=6.0, floor_ms=0.92, graph_fwdbwd_ms=3.0),
@@ -201,6 +207,9 @@ def test_cost_kernel_corpus_tables(report):
     assert ratios[("train_throughput_tiny.json", "mhar", 1)] == pytest.approx(0.9)  # against the 2nd baseline
     assert ratios[("train_throughput_tiny.json", "mhar/padded", 0)] == pytest.approx(0.5)
     assert ratios[("train_throughput_tiny.json", "baseline", 1)] == pytest.approx(1.0)
+    assert ratios[("train_throughput_interleaved.json", "mhar")] == pytest.approx(0.85)  # not 800 / 1000
+    assert any("train_throughput_interleaved.json: arms interleaved" in n
+               for n in report.made["table_cost"][0].data["table"].notes)
     assert any(r[1] == "mhar/padded" and r[2] == "eager-padded" for r in table_rows(report, "table_cost"))
     assert "MHAR (padded kernels)" in (report.out / "table_cost.md").read_text()
     assert report.made["table_kernel_speed"][0].data["speedups"][("routing.json", "100M", 8)] == pytest.approx(5.0)

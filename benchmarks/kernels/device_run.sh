@@ -13,9 +13,9 @@
 #   PRESETS=.. VARIANT=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at
 #                                                         the training microbatches + end-to-end cost table,
 #                                                         triton against triton-$VARIANT (default bf16dout)
-#   bash benchmarks/kernels/device_run.sh collect         every GPU test (the 4-bytes/pair backward's
-#                                                         included), then its kernel table at the training
-#                                                         microbatches against the current backward
+#   bash benchmarks/kernels/device_run.sh collect         every GPU test (both backwards), then the kernel
+#                                                         table at the training microbatches: the default
+#                                                         (4-bytes/pair) backward against the earlier one
 #   bash benchmarks/kernels/device_run.sh tests           every GPU test, both backwards (no timing)
 #   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh profile   a training step split into host
 #                                                         and GPU time per phase and kernel categories
@@ -92,25 +92,25 @@ case "${1:-tests-kernels}" in
     for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
       IFS=: read -r p b t <<< "$preset"
       timeout ${TRAIN_TIMEOUT:-180} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
-        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/collect} --backend triton --interleave \
+        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/stackbwd} --backend triton --interleave \
         --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
     done ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
-    timeout 60 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
+    timeout 240 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
       | tee "$OUT/pytest_collect_small.log" | grep -E "passed|failed|Error|^E  " | tail -6 ;;
   profile)
     timeout 400 python benchmarks/profile_train_step.py --presets ${PRESETS:-1b} \
-      --methods ${METHODS:-baseline mhar mhar/collect} --steps 6 --show 10 --out "$OUT/profile.json" 2>&1 \
+      --methods ${METHODS:-baseline mhar mhar/stackbwd} --steps 6 --show 10 --out "$OUT/profile.json" 2>&1 \
       | grep -v -i warn | tee "$OUT/profile.log" ;;
-  collect)  # first GPU run of the 4-bytes/pair backward: all GPU tests, then its kernel table
+  collect)  # all GPU tests, then the default backward's kernel table against the earlier one
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
-    timeout 60 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
+    timeout 240 python -m pytest -q -p no:cacheprovider tests/test_kernels_collect.py 2>&1 \
       | tee "$OUT/pytest_collect_small.log" | grep -E "passed|failed|Error|^E  " | tail -6
     timeout 200 python -m mhar_probe.bench.routing --out "$OUT/bench_collect.json" --no-delta --dtype mixed \
-      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-collect,triton-bf16dout \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-stackbwd,triton-bf16dout \
       --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_collect.log" | tail -12 ;;
 esac
 # the device tool returns a few files only: everything also goes back as one archive

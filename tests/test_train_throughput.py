@@ -1,0 +1,48 @@
+"""benchmarks/train_throughput.py --interleave on the CPU: every arm timed round by round, the
+ratio to baseline the median of per-round ratios, and bad arms refused before anything runs."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import statistics
+from pathlib import Path
+
+import pytest
+import torch
+
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput.py"
+
+
+@pytest.fixture(scope="module")
+def tt():
+    spec = importlib.util.spec_from_file_location("train_throughput", SCRIPT)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _args(**kw) -> argparse.Namespace:
+    base = dict(preset="tiny", batch=1, seq=16, vocab=128, backend="eager", warmup=1, steps=3,
+                methods=["baseline", "mhar", "baseline"])
+    return argparse.Namespace(**{**base, **kw})
+
+
+def test_interleaved_rounds_and_ratio(tt):
+    rows = tt.interleaved(_args(), torch.device("cpu"))
+    assert [r["method"] for r in rows] == ["baseline", "mhar"]  # each arm once, in order
+    base, mhar = rows
+    assert len(base["step_s"]) == len(mhar["step_s"]) == 3
+    per_round = [b / m for b, m in zip(base["step_s"], mhar["step_s"])]
+    assert mhar["vs_baseline_round_median"] == pytest.approx(statistics.median(per_round))
+    assert base["vs_baseline_round_median"] == 1.0
+    assert mhar["tokens_per_s"] == pytest.approx(16 / statistics.median(mhar["step_s"]))
+    assert mhar["params"] > base["params"]  # the routing sites' queries and key norms
+    assert mhar["peak_memory_gb"] is None  # not separable per arm on the CPU
+
+
+def test_interleaved_refuses_bad_arms_before_building(tt):
+    with pytest.raises(SystemExit, match="unknown kernel variant 'nope'"):
+        tt.interleaved(_args(methods=["baseline", "mhar/nope"]), torch.device("cpu"))
+    with pytest.raises(SystemExit, match="need --backend triton"):
+        tt.interleaved(_args(methods=["baseline", "mhar/collect"]), torch.device("cpu"))
