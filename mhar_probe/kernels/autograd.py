@@ -288,8 +288,6 @@ class _StackState:
         self._want_params = True
         self._dq_all: Tensor | None = None
         self._dg_all: Tensor | None = None
-        self._res_chunk: Tensor | None = None
-        self._res_used = 0
         self.row0: Tensor | None = None
         self.buffer: Tensor | None = None
         self._row_views: tuple[Tensor, ...] = ()  # buffer rows as [B, T, d] views
@@ -300,8 +298,8 @@ class _StackState:
         self._calls: list[_Call] = []
         self._w_flat: Tensor | None = None
         self._w_used = 0
-        self._out_chunk: Tensor | None = None
-        self._out_used = 0
+        # per kind ("out": call outputs, "res": their rounding residuals): [chunk buffer, rows used]
+        self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
         self._bwd_top = -1
 
@@ -374,11 +372,12 @@ class _StackState:
     def _carve(self, kind: str, dtype: torch.dtype) -> Tensor:
         """One [B*T, d] row from the current [chunk, B*T, d] buffer of `kind` ("out": call
         outputs, "res": their rounding residuals), a new buffer when it is full or of another dtype."""
-        chunk, used = getattr(self, f"_{kind}_chunk"), getattr(self, f"_{kind}_used")
+        slot = self._chunks[kind]
+        chunk, used = slot
         if chunk is None or used == chunk.shape[0] or chunk.dtype != dtype:
-            chunk, used = _new((self._OUT_CHUNK, *self.row0.shape), dtype, self.row0.device), 0
-            setattr(self, f"_{kind}_chunk", chunk)
-        setattr(self, f"_{kind}_used", used + 1)
+            chunk = slot[0] = _new((self._OUT_CHUNK, *self.row0.shape), dtype, self.row0.device)
+            used = 0
+        slot[1] = used + 1
         return chunk[used]
 
     def _check_params(self, call: int, query: Tensor, norm_weight: Tensor) -> None:
