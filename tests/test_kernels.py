@@ -368,7 +368,7 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
 @pytest.mark.parametrize("argv,message", [
     (["--shapes", "7B"], "unknown shape(s) 7B"),
     (["--backends", "triton,cuda"], "unknown backend(s) cuda"),
-    (["--sweep-kernels", "fwd,scatter"], "choose from fwd, stack, gather"),
+    (["--sweep-kernels", "fwd,scatter"], "choose from fwd, stack, gather, pair_e"),
 ])
 def test_bench_routing_refuses_bad_input(argv, message, capsys):
     from mhar_probe.cli import main

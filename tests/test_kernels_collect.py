@@ -95,18 +95,24 @@ def test_decomposition_is_the_gradient_of_eq_mh():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config", [
-    (0, True, 12, (1, 2, 4), None), (2, True, 12, (1, 2, 4), None), (0, False, 12, (1, 2, 4), None),
-    (0, True, 40, (8, 2, 8), None), (0, False, 16, (4, 4, 4), None),
-    (0, True, 12, (1, 2, 4), (2, 2, False, None)), (2, True, 40, (8, 2, 8), (2, 1, True, None))])
-def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config):
+@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config,e_config", [
+    (0, True, 12, (1, 2, 4), None, None), (2, True, 12, (1, 2, 4), None, None),
+    (0, False, 12, (1, 2, 4), None, None), (0, True, 40, (8, 2, 8), None, None),
+    (0, False, 16, (4, 4, 4), None, None),
+    (0, True, 12, (1, 2, 4), (2, 2, False, None), None), (2, True, 40, (8, 2, 8), (2, 1, True, None), None),
+    (2, True, 12, (1, 2, 4), None, (2, 2, 1)), (0, True, 40, (8, 2, 8), None, (4, 8, 2))])
+def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config, e_config):
     """fp32 chain: outputs, weights and every gradient (sources, all queries including a
     head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd.
     `config` forces a gather launch config (two positions per block, with and without the
-    dout prefetch; three positions make the second block ragged)."""
+    dout prefetch; three positions make the second block ragged); `e_config` a pair_e one
+    (two readers per block: the 8 readers of source 0 take four work items; positions in
+    steps of 2 or 8 over a split of 2)."""
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
     if config is not None:
         monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: config)
+    if e_config is not None:
+        monkeypatch.setattr(rbc, "pair_e_config", lambda d, hm: e_config)
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, hw, 3, torch.float32)
@@ -263,6 +269,30 @@ def test_tile_and_column_block_rules():
         bk = e_block_k(d, h)
         assert (d // h) % bk == 0 and bk & (bk - 1) == 0 and bk <= 64
     assert e_block_k(1280, 8) == 32 and e_block_k(512, 8) == 64
+
+
+def test_pair_e_plan_rules():
+    """A GPU's tl.dot needs blocks of 16: configs below are raised there (not in the interpreter);
+    readers rounding differently, or column blocks under 16 on a GPU, take the per-reader path at
+    the default blocks whatever the config."""
+    cfg = rbc.pair_e_config(1280, 8)
+    assert cfg == (16, 16, 4)  # the default (no tuned entry)
+    bf16, fp32 = frozenset({1}), frozenset({0})
+    block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True)
+    assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["ROUND"], consts["MIXED"]) == \
+        (16, 16, 32, 1, False)
+    rbc.PAIR_E_CONFIG[(1280, 8)] = (4, 64, 8)
+    try:
+        assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[0] == 16  # raised to 16 rows for the dot
+        assert rbc.pair_e_plan(1280, 8, bf16, cuda=False)[0] == 4  # the interpreter takes any block
+        assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[1]["BLOCK_P"] == 64
+        mixed = rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True)
+        assert mixed[0] == 16 and mixed[1]["MIXED"] and mixed[1]["BLOCK_P"] == 16 and mixed[2] == 4
+    finally:
+        del rbc.PAIR_E_CONFIG[(1280, 8)]
+    narrow = rbc.pair_e_plan(1280, 32, fp32, cuda=True)  # d/H = 40: column blocks of 8
+    assert narrow[1]["BLOCK_K"] == 8 and narrow[1]["MIXED"]
+    assert not rbc.pair_e_plan(1280, 32, fp32, cuda=False)[1]["MIXED"]
 
 
 def test_collect_retained_graph_runs_backward_twice():

@@ -328,6 +328,11 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # 250-255 registers at d >= 1024, compiled offline) to 8.
 SWEEP_GATHER = [(1, 1, True), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True)]  # >1 position: q*g rows reused
+SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
+# pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
+# each source row fewer times
+SWEEP_PAIR_E = [(16, 16, 4), (16, 32, 4), (16, 64, 4), (32, 16, 4), (32, 32, 4), (32, 64, 8), (64, 16, 4),
+                (64, 32, 8)]
 
 
 def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,
@@ -339,7 +344,8 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
 
     plans = [(k, cfgs, prefix) for k, cfgs, prefix in (("fwd", SWEEP_FWD, "route_fwd"),
                                                       ("stack", SWEEP_STACK, "stack_bwd"),
-                                                      ("gather", SWEEP_GATHER, "stack_gather")) if k in kernels]
+                                                      ("gather", SWEEP_GATHER, "stack_gather"),
+                                                      ("pair_e", SWEEP_PAIR_E, "pair_e")) if k in kernels]
     rows = []
     for name in shapes:
         d, L, B, T = SHAPES[name]
@@ -354,12 +360,13 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                     t.grad = None
 
             tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H)), "stack": (route_bwd.STACK_CONFIG, (d, H, H)),
-                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H))}
+                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H)),
+                      "pair_e": (route_bwd_collect.PAIR_E_CONFIG, (d, H))}
             for kind, cfgs, prefix in plans:
                 table, key = tables[kind]
                 for cfg in cfgs:
                     table[key] = cfg
-                    with kernel_variant("triton-collect" if kind == "gather" else "triton"):
+                    with kernel_variant("triton-collect" if kind in ("gather", "pair_e") else "triton"):
                         fb()  # compiles
                         ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(prefix))
                     rows.append(dict(sweep=kind, shape=name, H=H, cfg=cfg, gpu_ms=ms))
@@ -370,7 +377,8 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
             json.dump(dict(fwd=[[d_, h_, *c] for (d_, h_), c in route_fwd.FWD_CONFIG.items()],
                            stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()],
                            gather=[[d_, h_, hm, *c] for (d_, h_, hm), c in
-                                   route_bwd_collect.GATHER_CONFIG.items()]),
+                                   route_bwd_collect.GATHER_CONFIG.items()],
+                           pair_e=[[d_, hm, *c] for (d_, hm), c in route_bwd_collect.PAIR_E_CONFIG.items()]),
                       open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
     return rows
 
@@ -413,9 +421,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
     if bad:
         raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
-    odd = [k for k in args.sweep_kernels.split(",") if k not in ("fwd", "stack", "gather")]
+    odd = [k for k in args.sweep_kernels.split(",") if k not in SWEEP_KINDS]
     if odd:
-        raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from fwd, stack, gather")
+        raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from {', '.join(SWEEP_KINDS)}")
     if not torch.cuda.is_available():
         raise UserError("the routing benchmark times the kernels on a CUDA GPU; none is visible here")
 
@@ -431,7 +439,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
     ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
-    ap.add_argument("--sweep-kernels", default="fwd,stack", help="which kernels the sweep tunes")
+    ap.add_argument("--sweep-kernels", default="fwd,stack",
+                    help="which kernels the sweep tunes: " + ", ".join(SWEEP_KINDS))
     ap.add_argument("--graph", action="store_true",
                     help="also time a CUDA-graph replay of each backend's fwd+bwd (no host launch cost)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],

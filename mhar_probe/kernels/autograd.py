@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_bwd_collect import (
-    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, tile_split,
+    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, pair_e_plan, tile_split,
 )
 from mhar_probe.kernels.route_bwd import (
     ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
@@ -272,7 +272,6 @@ class _StackState:
     promoted dtype of the rows it reads, as torch.stack of them would."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
-    _E_BLOCK_C = 16  # readers per program of pair_e_kernel
 
     def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
         self.capacity = capacity
@@ -454,8 +453,9 @@ class _StackState:
             self._rall = _new((self._len, P), torch.float32, dev)
             self._qg = torch.stack([qs, gs], 1)  # [calls, 2, d]
             self._e_pairs = _new((e_splits(P), poffs[-1], D), torch.float32, dev)
-            self._modes = frozenset(rmode)
-            self._build_items(calls, top, dev)
+            self._e_plan = pair_e_plan(D, max(r.H for r in calls), frozenset(rmode),
+                                       dev.type == "cuda")
+            self._build_items(calls, top, dev, self._e_plan[0])
         # From pinned memory the copy is asynchronous; from pageable memory it would wait for
         # the whole forward pass to finish before backward could queue anything (measured: the
         # GPU then idled while the host caught up, 10-50 ms per step on an H100).
@@ -464,15 +464,15 @@ class _StackState:
         self._hmax = max(r.H for r in calls)
         self._epart = None
 
-    def _build_items(self, calls: list[_Call], top: int, dev: torch.device) -> None:
-        """Work items of pair_e_kernel: (source j, first call of a block of its readers); the
+    def _build_items(self, calls: list[_Call], top: int, dev: torch.device, block_c: int) -> None:
+        """Work items of pair_e_kernel: (source j, first call of a block of `block_c` of its readers); the
         readers of j are among the calls from the one that gathers it (the first call after j
         was appended) to the top call. Source 0's items first (it is read from row 0)."""
         items: list[int] = []
         n0 = 0
         for c, rec in enumerate(calls):
             for j in range(rec.j0, rec.j1):
-                for c0 in range(c, top + 1, self._E_BLOCK_C):
+                for c0 in range(c, top + 1, block_c):
                     items += (j, c0)
                 if j == 0:
                     n0 = len(items) // 2
@@ -484,7 +484,7 @@ class _StackState:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
-                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items"):
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan"):
             setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
@@ -574,17 +574,16 @@ class _StackState:
                 t[0], t[1], t[2], t[3], dx, call, self._bwd_top + 1, self._soff[call], rec.j0,
                 rec.j1, P, rec.eps)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
-        HM = self._hmax
         self._dq_all = self._dg_all = None
         if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
             n0, nitems = self._items_n
             items = self._items
             launch_pair_e(self.row0, items[:n0], n0, self._rall, self._d_flat, t, self._e_pairs,
-                          top1, P, D, HM, self._E_BLOCK_C, self._modes)
+                          top1, P, self._e_plan)
             if self.buffer is not None:
                 launch_pair_e(self.buffer, items[n0:], nitems - n0, self._rall, self._d_flat, t,
-                              self._e_pairs, top1, P, D, HM, self._E_BLOCK_C, self._modes)
+                              self._e_pairs, top1, P, self._e_plan)
             ncalls = len(self._calls)
             self._dq_all = _new((ncalls, D), torch.float32, dev)
             self._dg_all = _new((ncalls, D), torch.float32, dev)

@@ -382,24 +382,55 @@ def e_splits(P: int) -> int:
     return cdiv(P, E_CHUNK)
 
 
+# Launch configs of pair_e_kernel: (BLOCK_C readers per program, BLOCK_P positions per dot step,
+# num_warps) per (d, max heads). Unmeasured beyond the default (16, 16, 4), which reads each source
+# row once per block of 16 readers (2.5 ms of 27.6 ms routing GPU time at the 1B training shape on
+# an H100): `mhar bench routing --sweep ... --sweep-kernels pair_e` times the alternatives.
+PAIR_E_CONFIG: dict[tuple[int, int], tuple[int, int, int]] = {}
+if os.environ.get("MHAR_KERNEL_CONFIG"):
+    for d_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("pair_e", []):
+        PAIR_E_CONFIG[(d_, hm_)] = tuple(cfg_)
+
+
+def pair_e_config(d: int, max_heads: int) -> tuple[int, int, int]:
+    """(BLOCK_C, BLOCK_P, num_warps) of pair_e_kernel."""
+    hit = PAIR_E_CONFIG.get((d, max_heads))
+    return (hit[0], hit[1], hit[2]) if hit is not None else (16, 16, 4)
+
+
+def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool) -> tuple[int, dict, int]:
+    """(BLOCK_C, constexprs, num_warps) of every pair_e_kernel launch of one backward; BLOCK_C is
+    also the reader-block step of its work items (`_StackState._build_items`).
+
+    tl.dot needs 16 rows, columns and reduction steps on a GPU. Column blocks narrower than 16
+    (d/H = 40 at H = 32, d = 1280) and readers that round their keys differently take the
+    per-reader path, which Triton does not turn into a dot; its [BLOCK_C, BLOCK_P, BLOCK_K]
+    product stays at the default (16, 16) blocks."""
+    block_c, block_p, num_warps = pair_e_config(d, max_heads)
+    block_k = e_block_k(d, max_heads)
+    mixed = len(modes) > 1 or (cuda and block_k < 16)
+    if mixed:
+        block_c, block_p, num_warps = 16, 16, 4
+    elif cuda:
+        block_c, block_p = max(block_c, 16), max(block_p, 16)
+    consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k,
+                  ROUND=0 if mixed else min(modes), MIXED=mixed)
+    return block_c, consts, num_warps
+
+
 def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: Tensor,
-                  tables: Tensor, epart: Tensor, top1: int, P: int, D: int, max_heads: int,
-                  block_c: int, modes: frozenset[int]) -> None:
+                  tables: Tensor, epart: Tensor, top1: int, P: int, plan: tuple[int, dict, int]) -> None:
     """E_{c,j} of the sources named in `items` (all in `rows`: the buffer, or row 0 alone);
-    epart: [splits, pairs, D]."""
+    epart: [splits, pairs, D]; plan: `pair_e_plan`."""
     if nitems == 0:
         return
-    block_k = e_block_k(D, max_heads)
+    _, consts, num_warps = plan
     stride = rows.stride(0) if rows.dim() == 3 else 0
     splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
-    # tl.dot needs 16 columns on a GPU: narrower column blocks (d/H = 40 at H = 32, d = 1280) take
-    # the per-reader path, which Triton does not turn into a dot
-    mixed = len(modes) > 1 or (rows.is_cuda and block_k < 16)
-    PAIR_E((nitems, cdiv(D, block_k), splits), (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4],
-                                                t[5], epart, top1, P, cdiv(P, splits), epart.stride(0)),
-           dict(D=D, BLOCK_C=block_c, BLOCK_P=16, BLOCK_K=block_k, ROUND=0 if mixed else min(modes),
-                MIXED=mixed), 4)
+    PAIR_E((nitems, cdiv(consts["D"], consts["BLOCK_K"]), splits),
+           (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5], epart, top1, P,
+            cdiv(P, splits), epart.stride(0)), consts, num_warps)
 
 
 def launch_collect_dqdg(epart: Tensor, qg: Tensor, tables: Tensor, dq: Tensor, dg: Tensor,
