@@ -51,8 +51,8 @@ case "${1:-tests-kernels}" in
     METRICS="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes.sum.per_second"
     # the default (collect) backward's kernels; JOBS= overrides (the earlier backward's were
     # stack_bwd and dqdg, with MHAR_STACK_COLLECT=0)
-    for job in ${JOBS:-1B-train:route_fwd:60:2 1B-train:stack_gather:12:2 1B-train:pair_e:0:1 \
-               100M-train:route_fwd:20:1 100M-train:stack_gather:4:1 100M-train:pair_e:0:1}; do
+    for job in ${JOBS:-1B-train:route_fwd:60:2 1B-train:stack_gather:12:2 1B-train:pair_e:1:1 \
+               100M-train:route_fwd:20:1 100M-train:stack_gather:4:1 100M-train:pair_e:1:1}; do
       IFS=: read -r shape kern skip count <<< "$job"
       timeout 85 ncu --clock-control none --profile-from-start off -k "regex:$kern" --launch-skip "$skip" \
         --launch-count "$count" $SECTIONS $METRICS --csv --page details \
