@@ -32,7 +32,7 @@ import triton
 from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
-from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_STACK
+from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
 from mhar_probe.kernels.route_bwd_collect import gather_config, pair_e_kernel, stack_gather_kernel
 from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
@@ -134,8 +134,8 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
-    return pair_e_kernel, types, dict(D=d, BLOCK_C=16, BLOCK_P=16, BLOCK_K=min(64, (d // 8) & -(d // 8)),
-                                      ROUND=0, MIXED=False)
+    return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1],
+                                      BLOCK_K=min(64, (d // 8) & -(d // 8)), ROUND=1, MIXED=False)
 
 
 def main() -> None:
@@ -146,17 +146,18 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    # kind: (job, configs, index of maxnreg in a config); num_warps is always entry 1
-    jobs = {"fwd": (fwd_job, SWEEP_FWD, 2), "stack": (stack_job, SWEEP_STACK, 3),
-            "gather": (gather_job, SWEEP_GATHER, 3), "pair_e": (pair_e_job, [(16, 4)], 2)}
+    # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps)
+    jobs = {"fwd": (fwd_job, SWEEP_FWD, 2, 1), "stack": (stack_job, SWEEP_STACK, 3, 1),
+            "gather": (gather_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
     rows = []
     for kind in args.kernels.split(","):
-        make, cfgs, cap_at = jobs[kind]
+        make, cfgs, cap_at, warps_at = jobs[kind]
         for shape, d in SHAPES.items():
             extra = [gather_config(d, 8, 8)[:3]] if kind == "gather" else []  # the current default
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
-                warps, maxnreg = cfg[1], (cfg[cap_at] or None) if len(cfg) > cap_at else None
+                warps = cfg[warps_at]
+                maxnreg = (cfg[cap_at] or None) if cap_at is not None and len(cfg) > cap_at else None
                 res = resources(fn, types, consts, warps, maxnreg, with_loops=args.loops)
                 row = dict(kernel=fn.__name__, shape=shape, d=d, cfg=list(cfg), num_warps=warps,
                            maxnreg=maxnreg, **res)

@@ -326,7 +326,7 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # The 4-bytes/pair backward's gather (BLOCK_P, num_warps, dout prefetch[, maxnreg]); swept with
 # MHAR_STACK_COLLECT's path on. Warps per position from 1 (d/32 registers per row tile per thread:
 # 250-255 registers at d >= 1024, compiled offline) to 8.
-SWEEP_GATHER = [(1, 1, True), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
+SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True)]  # >1 position: q*g rows reused
 SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
 # pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
