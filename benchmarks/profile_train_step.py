@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
+import time
 from datetime import datetime, timezone
 
 import torch
@@ -65,7 +66,7 @@ def gpu_gaps(prof, top: int = 10) -> dict:
 
 
 def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
-    """METHOD or METHOD/VARIANT (a kernel variant of benchmarks/train_throughput.py, e.g. mhar/collect)."""
+    """METHOD or METHOD/VARIANT (a kernel variant of benchmarks/train_throughput.py, e.g. mhar/stackbwd)."""
     from mhar_probe.bench.routing import kernel_variant
 
     base_method, _, variant = method.partition("/")
@@ -74,8 +75,6 @@ def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources
 
 
 def _profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
-    import time
-
     from torch.profiler import ProfilerActivity, profile, record_function
 
     B, T = MICROBATCH[preset]
