@@ -204,7 +204,7 @@ def _flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
     return hit
 
 
-@dataclass
+@dataclass(slots=True)
 class _Call:
     n: int  # sources read: rows [0, n)
     H: int
@@ -399,7 +399,8 @@ class _StackState:
 
     def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
         rec = self._calls[call]
-        rec.q, rec.g = query.detach(), norm_weight.detach()
+        # kept as given (not detached): read only by backward, which runs without grad mode
+        rec.q, rec.g = query, norm_weight
         P = self.row0.shape[0]
         out = self._carve("out", rec.dtype)
         W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
@@ -646,7 +647,10 @@ class TritonSourceStack:
         B, T, D = st.shape
         _check_heads(D, num_heads)
         P = B * T
-        query, norm_weight = query.contiguous(), norm_weight.contiguous()
+        if not query.is_contiguous():  # (parameters are: no dispatch for them)
+            query = query.contiguous()
+        if not norm_weight.is_contiguous():
+            norm_weight = norm_weight.contiguous()
         if not torch.is_grad_enabled():  # inference: nothing is saved
             dev = st.row0.device
             out = _new((P, D), st._dtype_of(n), dev)

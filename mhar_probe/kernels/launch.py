@@ -104,19 +104,22 @@ class Launcher:
         self._cache: dict[tuple, Any] = {}
         self.direct_launches = 0  # counted so tests can check the path is taken
 
+    @staticmethod
+    def _options(num_warps: int, maxnreg: int | None) -> dict[str, int]:
+        return {"num_warps": num_warps} if maxnreg is None else {"num_warps": num_warps, "maxnreg": maxnreg}
+
     def __call__(self, grid: int | tuple[int, ...], args: tuple, consts: dict[str, Any],
                  num_warps: int, maxnreg: int | None = None) -> None:
         """`maxnreg` caps the registers per thread (PTX .maxnreg; None: the compiler's choice)."""
-        opts = {"num_warps": num_warps} if maxnreg is None else {"num_warps": num_warps, "maxnreg": maxnreg}
         grid3 = (grid, 1, 1) if grid.__class__ is int else (*grid, 1, 1, 1)[:3]
         if not (DIRECT and self._direct_ok):
-            self.fn[grid3](*args, **consts, **opts)
+            self.fn[grid3](*args, **consts, **self._options(num_warps, maxnreg))
             return
         cvals = tuple([consts[n] for n in self.const_names])
         key = (num_warps, maxnreg, cvals, spec_key(args))
         kernel = self._cache.get(key)
         if kernel is None:  # Triton's path: compiles if needed, launches, returns the kernel
-            kernel = self.fn[grid3](*args, **consts, **opts)
+            kernel = self.fn[grid3](*args, **consts, **self._options(num_warps, maxnreg))
             if kernel is not None and hasattr(kernel, "launch_metadata"):
                 self._cache[key] = kernel
             return
