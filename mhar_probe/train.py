@@ -386,8 +386,16 @@ class Trainer:
             tail_mean_val_loss=sum(evals[-TAIL_K:]) / len(evals[-TAIL_K:]), tail_k=min(TAIL_K, len(evals)),
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__,
-            **({"fsdp": True} if self.fsdp else {}),
+            **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),
         )
+
+    def _kernel_record(self) -> dict[str, Any]:
+        """Which triton kernels computed the routing (none for other backends or methods)."""
+        if self.model_config.routing_backend != "triton" or self.cfg.method == "baseline":
+            return {}
+        from mhar_probe.kernels import kernel_settings
+
+        return {"routing_kernels": kernel_settings()}
 
     def save_final(self) -> None:
         """The trained model in Hugging Face format in the run directory (rank 0 writes)."""

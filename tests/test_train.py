@@ -64,6 +64,23 @@ def test_run_directory_contents_and_learning(tmp_path):
     evals = [r["val_loss"] for r in rows if "val_loss" in r]
     assert summary["tail_mean_val_loss"] == pytest.approx(sum(evals[-11:]) / len(evals[-11:]))
     assert summary["final_val_loss"] < summary["initial_val_loss"]
+    assert "routing_kernels" not in summary  # eager routing (the CPU default)
+
+
+def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
+    """A triton run says which backward computed its gradients (they differ in fp32 rounding)."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.autograd as kad
+
+    monkeypatch.setattr(kad, "COLLECT", False)
+    assert kad.kernel_settings()["backward"] == "stack_bwd"
+    monkeypatch.setattr(kad, "COLLECT", True)
+    summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
+                          batch_size=1, eval_every=100))
+    kernels = summary["routing_kernels"]
+    assert kernels["backward"] == "collect"
+    assert kernels["split_heads"] is True and kernels["bf16_douts"] is False
+    assert json.loads((tmp_path / "run" / "summary.json").read_text())["routing_kernels"] == kernels
 
 
 def test_resume_reproduces_uninterrupted_curve(tmp_path):

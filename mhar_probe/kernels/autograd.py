@@ -59,6 +59,18 @@ BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
 COLLECT = os.environ.get("MHAR_STACK_COLLECT", "1") != "0"
 
 
+def kernel_settings() -> dict[str, object]:
+    """The switches that choose among the triton kernels, as a training run records them: the
+    two backwards give the same gradients up to fp32 rounding, not bitwise."""
+    import triton
+
+    from mhar_probe.kernels import launch
+
+    return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
+                split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
+                triton=triton.__version__)
+
+
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
     if POISON:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
