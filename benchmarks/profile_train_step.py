@@ -67,9 +67,12 @@ def gpu_gaps(prof, top: int = 10) -> dict:
 
 def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
     """METHOD or METHOD/VARIANT (a kernel variant of benchmarks/train_throughput.py, e.g. mhar/stackbwd)."""
-    from mhar_probe.bench.routing import kernel_variant
+    from mhar_probe.bench.routing import VARIANTS, kernel_variant
 
     base_method, _, variant = method.partition("/")
+    if variant and f"triton-{variant}" not in VARIANTS:
+        raise SystemExit(f"unknown kernel variant {variant!r} in {method!r}; choose from "
+                         + ", ".join(v.removeprefix("triton-") for v in VARIANTS))
     with kernel_variant(f"triton-{variant}" if variant else "triton"):
         return _profile_one(preset, base_method, backend, steps, bf16_sources) | dict(method=method)
 
@@ -165,7 +168,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--presets", nargs="+", default=["100m"])
     ap.add_argument("--methods", nargs="+", default=["baseline", "mhar"],
-                    help="methods, or METHOD/VARIANT for a kernel variant (e.g. mhar/collect)")
+                    help="methods, or METHOD/VARIANT for a kernel variant (e.g. mhar/stackbwd)")
     ap.add_argument("--backend", default="triton")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--bf16-sources", action="store_true", help="also run the routed methods with bf16 sources")

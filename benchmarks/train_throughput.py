@@ -33,21 +33,17 @@ import torch
 import torch.nn.functional as F
 
 from mhar_probe import __version__
+from mhar_probe.bench.routing import VARIANTS as ROUTING_VARIANTS
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 
 PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline median)
 
 
-# "METHOD/VARIANT" runs METHOD with an earlier state of the triton kernels, for ratios measured
-# in the same process (see mhar_probe.bench.routing.VARIANTS): promoted = the whole stack in
-# fp32 under autocast; prevcfg = the launch configs of 2026-11-22; prev = the kernels of
-# 2026-11-22 (both, Triton's own launch path, padded heads); jitlaunch = Triton's launch path
-# instead of the direct launches of mhar_probe/kernels/launch.py; padded = one padded tile per
-# head in the forward kernel (no two-tile split of widths like 160); bf16dout = the opt-in
-# approximation that stores the gathered douts in bf16 (MHAR_STACK_DOUT_BF16=1); collect = the
-# 4-bytes/pair backward (the default since 2026-11-23); stackbwd = the backward before it
-# (MHAR_STACK_COLLECT=0).
-VARIANTS = ("", "promoted", "prevcfg", "prev", "jitlaunch", "padded", "bf16dout", "collect", "stackbwd")
+# "METHOD/VARIANT" runs METHOD with another state of the triton kernels, for ratios measured in
+# the same process: VARIANT is a name of mhar_probe.bench.routing.VARIANTS without its "triton-"
+# (e.g. stackbwd = the backward before the 4-bytes/pair one, prev = the kernels of 2026-11-22,
+# bf16dout = the opt-in bf16 douts; that table says what each changes).
+VARIANTS = ("", *(name.removeprefix("triton-") for name in ROUTING_VARIANTS))
 
 
 def split_arm(name: str, backend: str) -> tuple[str, str]:
@@ -225,6 +221,8 @@ def main() -> None:
     p.add_argument("--interleave", action="store_true",
                    help="build every arm first and time their steps round by round (drifting hosts)")
     args = p.parse_args()
+    if args.steps < 1 or args.warmup < 0:
+        raise SystemExit(f"--steps must be at least 1 and --warmup at least 0 (got {args.steps}, {args.warmup})")
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

@@ -46,3 +46,17 @@ def test_interleaved_refuses_bad_arms_before_building(tt):
         tt.interleaved(_args(methods=["baseline", "mhar/nope"]), torch.device("cpu"))
     with pytest.raises(SystemExit, match="need --backend triton"):
         tt.interleaved(_args(methods=["baseline", "mhar/collect"]), torch.device("cpu"))
+
+
+def test_cli_refuses_zero_steps(tt, monkeypatch):
+    monkeypatch.setattr("sys.argv", ["train_throughput.py", "--steps", "0", "--interleave"])
+    with pytest.raises(SystemExit, match="--steps must be at least 1"):
+        tt.main()
+
+
+def test_variants_are_the_routing_benchmarks(tt):
+    """One list of kernel variants: the routing benchmark's, without the 'triton-' prefix."""
+    from mhar_probe.bench.routing import VARIANTS
+
+    assert set(tt.VARIANTS) == {""} | {v.removeprefix("triton-") for v in VARIANTS}
+    assert {"stackbwd", "collect", "prev"} <= set(tt.VARIANTS)

@@ -57,6 +57,8 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (two more warm up)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    if args.rounds < 1:
+        raise SystemExit(f"--rounds must be at least 1 (got {args.rounds})")
     launch.Launcher.__call__ = lambda self, *a, **k: None  # no kernel runs: outputs stay as allocated
     kad.POISON = False
     torch.set_num_threads(1)
