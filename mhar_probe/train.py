@@ -33,6 +33,7 @@ from .rundir import (atomic_write_json, load_checkpoint, prepare_run_dir, read_m
                      save_checkpoint, write_metrics)
 
 TAIL_K = 11
+ROUTED_METHODS = ("attnres", "mhar", "mhar_hw", "delta")  # the methods whose sites route over depth
 
 
 @dataclass
@@ -378,8 +379,7 @@ class Trainer:
     def summary(self, evals: list[float]) -> dict[str, Any]:
         return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
-            routing_heads=(self.model_config.routing_heads
-                           if self.cfg.method in ("attnres", "mhar", "mhar_hw", "delta") else None),
+            routing_heads=self.model_config.routing_heads if self.cfg.method in ROUTED_METHODS else None,
             kv_heads=self.model_config.num_key_value_heads,
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
             initial_val_loss=evals[0], final_val_loss=evals[-1],
@@ -391,7 +391,7 @@ class Trainer:
 
     def _kernel_record(self) -> dict[str, Any]:
         """Which triton kernels computed the routing (none for other backends or methods)."""
-        if self.model_config.routing_backend != "triton" or self.cfg.method == "baseline":
+        if self.model_config.routing_backend != "triton" or self.cfg.method not in ROUTED_METHODS:
             return {}
         from mhar_probe.kernels import kernel_settings
 

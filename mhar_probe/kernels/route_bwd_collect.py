@@ -21,9 +21,9 @@ weights sum to one), so the gather needs no pass over call c's sources. Three ke
   Source rows are read once here (and once in the forward): fwd 2 + gather 2 bytes per
   pair-element for bf16 douts (4 for the fp32 douts of autocast's fp32 outputs).
 * `pair_e_kernel` (once per backward, after source 0's gather): E_{c,j} for every pair, one
-  program per (source j, block of 16 of its readers, column block, split of the positions), each
-  summing its positions in a fixed order; it reads each source row once more per reader block
-  (ceil(readers / 16) times: 5 at most at 1B, not once per reader).
+  program per (source j, block of BLOCK_C of its readers, column block, split of the positions),
+  each summing its positions in a fixed order; it reads each source row once more per reader
+  block (ceil(readers / BLOCK_C) times: with the default 16, 5 at most at 1B, not once per reader).
 * `collect_dqdg_kernel`: dq_c, dg_c for every call from the E_{c,j}, the position splits and
   sources summed in a fixed order.
 No atomics: bitwise repeatable. The gradients of every call's query and key-norm weight are
