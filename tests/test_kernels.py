@@ -94,6 +94,52 @@ def test_split_head_forward_matches_padded_and_float64(monkeypatch, D, H, dtype,
     assert rel(runs[True][0], runs[False][0]) < (1e-6 if dtype == torch.float32 else 1e-3)
 
 
+@pytest.mark.parametrize("order", ["rising", "falling", "random"])
+@pytest.mark.parametrize("D,H", [(12, 2), (16, 4)])  # two-tile heads (6 = 4 + 2) and one tile
+def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
+    """The forward's instruction cuts (route_fwd.FOLD_QG: logit r*<q*g, v>; LAZY_RESCALE: the
+    running sums rescaled only where a running max grew) against the float64 truth, on source
+    orders where every row raises the max (rising), only the first does (falling), or mixed.
+    In fp32 no key rounding applies, so FOLD takes effect; with fp16 it must not (rounding)."""
+    from mhar_probe.kernels import route_fwd
+
+    N, T = 7, 5
+    g = torch.Generator().manual_seed(11)
+    q = torch.randn(D, generator=g) * 0.5
+    w = 1 + 0.3 * torch.randn(D, generator=g)
+    step = {"rising": torch.arange(N), "falling": torch.arange(N).flip(0),
+            "random": torch.randperm(N, generator=g)}[order].float()
+    # rows turning from -u towards u = q*w (angle pi -> 0), away from u along a direction
+    # orthogonal to u in every head: the logit of each head rises with the step (the key norm
+    # takes out the length); a little noise per position
+    u = (q * w).view(H, -1)
+    o = torch.randn(H, D // H, generator=g)
+    o = o - (o * u).sum(-1, keepdim=True) / u.pow(2).sum(-1, keepdim=True) * u
+    theta = torch.pi * (1 - step / (N - 1))  # [N]
+    rows = torch.cos(theta)[:, None] * (u / u.norm()).reshape(D) + \
+        torch.sin(theta)[:, None] * (o / o.norm()).reshape(D)  # [N, D]
+    src = rows[:, None, None, :] + 0.01 * torch.randn(N, 1, T, D, generator=g)
+    for dtype in (torch.float32, torch.float16):
+        s, qq, ww = (t.to(DEV, dtype) for t in (src, q, w))
+        ref_out, ref_W = route64(s, qq, ww, H, round_to=dtype)
+        runs = {}
+        for fold in (True, False):
+            for lazy in (True, False):
+                monkeypatch.setattr(route_fwd, "FOLD_QG", fold)
+                monkeypatch.setattr(route_fwd, "LAZY_RESCALE", lazy)
+                runs[fold, lazy] = route_triton(s, qq, ww, H, EPS)
+        tol = 1e-6 if dtype == torch.float32 else 2e-3
+        for out, W in runs.values():
+            assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
+        if dtype == torch.float16:  # the key is rounded: no fold, and the rescale skip is exact
+            for out, W in runs.values():
+                assert torch.equal(W, runs[False, False][1])
+    if order == "rising":  # the test's premise: the running max grows on every row in every head
+        lg = torch.einsum("nbtd,d->nbt", src / src.pow(2).mean(-1, keepdim=True).add(EPS).sqrt(),
+                          q * w)
+        assert (lg.diff(dim=0) > 0).all()
+
+
 def test_forward_bad_heads():
     src, q, w, _ = make(2, 1, 1, 12, torch.float32)
     with pytest.raises(ValueError, match="divisible"):

@@ -22,6 +22,10 @@
 #                                                         (benchmarks/profile_train_step.py)
 #   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh interleave   end-to-end cost table with the
 #                                                         arms' steps interleaved round by round
+#   bash benchmarks/kernels/device_run.sh fwdcuts         GPU tests, then the forward's instruction cuts
+#                                                         (fold q*g, lazy rescale) against the forward
+#                                                         before them: training microbatches and the
+#                                                         kernel-table shapes (graph replay, H=1/8)
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
 set -o pipefail
@@ -97,6 +101,16 @@ case "${1:-tests-kernels}" in
         --vocab 151936 --methods ${METHODS:-baseline mhar mhar/stackbwd} --backend triton --interleave \
         --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
     done ;;
+  fwdcuts)
+    timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 170 python -m mhar_probe.bench.routing --out "$OUT/bench_train_fwd.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 \
+      --backends triton,triton-fwdprev,triton-nofold,triton-eagerscale --repeat 5 2>&1 | grep -v -i warn \
+      | tee "$OUT/bench_train_fwd.log" | tail -14
+    timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_table_fwd.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-fwdprev --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table_fwd.log" | tail -14 ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14

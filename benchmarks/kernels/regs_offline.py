@@ -35,6 +35,7 @@ from triton.compiler import ASTSource
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
 from mhar_probe.kernels.route_bwd_collect import gather_config, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -94,7 +95,7 @@ def fwd_job(d: int, cfg: tuple) -> tuple:
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
                  RES=F32, P=I32, N=I32, eps=F)
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False)
+                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE)  # env switches
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],

@@ -38,18 +38,22 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
 # name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
-# split_heads=True, bf16_douts=False, collect=True). Each variant but `prev` changes one thing: promoted, prevcfg,
+# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True). Each variant
+# but `prev` and `fwdprev` changes one thing: promoted, prevcfg,
 # jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
 # (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys;
 # collect is the 4-bytes/pair backward (route_bwd_collect.py), the default since 2026-11-23 (the
 # fifth session); stackbwd is the backward before it (each call re-reads its sources), prev the
-# state of 2026-11-22.
+# state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
+# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both.
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
-                                collect=False),
+                                collect=False, fold_qg=False, lazy_rescale=False),
             "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True),
-            "triton-stackbwd": dict(collect=False)}
+            "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
+            "triton-eagerscale": dict(lazy_rescale=False),
+            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -85,11 +89,14 @@ def kernel_variant(name: str):
 
     v = VARIANTS.get(name, {})
     old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT)
+           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
+           route_fwd.LAZY_RESCALE)
     if name in VARIANTS:  # anything else ("triton") runs the current state
-        kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT = (
+        (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
+         route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
-            v.get("bf16_douts", False), v.get("collect", True))
+            v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
+            v.get("lazy_rescale", True))
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
@@ -97,7 +104,8 @@ def kernel_variant(name: str):
         yield
     finally:
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT) = old
+         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
+         route_fwd.LAZY_RESCALE) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

@@ -68,6 +68,7 @@ def kernel_settings() -> dict[str, object]:
 
     return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
+                fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
                 triton=triton.__version__)
 
 

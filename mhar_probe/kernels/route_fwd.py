@@ -110,22 +110,66 @@ def div_acc(a, b):
 
 
 @triton.jit
-def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits."""
-    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
-    kh = v * r[:, None, None]
-    if ROUND_KEY:
-        kh = kh.to(dtype).to(tl.float32)
-    kh = kh * g[None, :, :]
-    if ROUND_KEY2:
-        kh = kh.to(dtype).to(tl.float32)
-    logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
-    tl.store(wptr, logit, mask=pmask[:, None])
+def _softmax_fold(logit, m, l, acc, LAZY: tl.constexpr):
+    """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
+    softmax numerator e = exp(logit - m_new) and the old terms rescaled by exp(m - m_new).
+    LAZY: the rescale runs only when some running max grew in this block; otherwise its
+    factor is exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
     m_new = tl.maximum(m, logit)
-    scale = exp_acc(m - m_new)
     e = exp_acc(logit - m_new)
-    return m_new, l * scale + e, acc * scale[:, :, None] + e[:, :, None] * v
+    if LAZY:
+        grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
+        if grew > 0:
+            scale = exp_acc(m - m_new)
+            l = l * scale
+            acc = acc * scale[:, :, None]
+    else:
+        scale = exp_acc(m - m_new)
+        l = l * scale
+        acc = acc * scale[:, :, None]
+    return m_new, l, acc, e
+
+
+@triton.jit
+def _softmax_fold2(logit, m, l, acca, accb, LAZY: tl.constexpr):
+    """`_softmax_fold` for an accumulator held as two tiles."""
+    m_new = tl.maximum(m, logit)
+    e = exp_acc(logit - m_new)
+    if LAZY:
+        grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
+        if grew > 0:
+            scale = exp_acc(m - m_new)
+            l = l * scale
+            acca = acca * scale[:, :, None]
+            accb = accb * scale[:, :, None]
+    else:
+        scale = exp_acc(m - m_new)
+        l = l * scale
+        acca = acca * scale[:, :, None]
+        accb = accb * scale[:, :, None]
+    return m_new, l, acca, accb, e
+
+
+@triton.jit
+def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
+              LAZY: tl.constexpr):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
+    FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
+    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+    if FOLD:
+        logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)  # [BP, H]
+    else:
+        kh = v * r[:, None, None]
+        if ROUND_KEY:
+            kh = kh.to(dtype).to(tl.float32)
+        kh = kh * g[None, :, :]
+        if ROUND_KEY2:
+            kh = kh.to(dtype).to(tl.float32)
+        logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
+    tl.store(wptr, logit, mask=pmask[:, None])
+    m, l, acc, e = _softmax_fold(logit, m, l, acc, LAZY)
+    return m, l + e, acc + e[:, :, None] * v
 
 
 @triton.jit
@@ -141,6 +185,7 @@ def route_fwd_kernel(
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
+    FOLD: tl.constexpr, LAZY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
@@ -153,6 +198,8 @@ def route_fwd_kernel(
     row = offs_p.to(tl.int64)[:, None, None] * D + col[None, :, :]  # [BP, H, BK]
     q = tl.load(Q + col, mask=cmask, other=0.0).to(tl.float32)
     g = tl.load(G + col, mask=cmask, other=0.0).to(tl.float32)
+    if FOLD:
+        q = q * g  # u = q * g
     wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
     cdtype = OUT.dtype.element_ty  # the promoted dtype of the routed sources (rounding)
 
@@ -166,14 +213,14 @@ def route_fwd_kernel(
     vptr += stride_vn
     v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
     m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2)
+                          ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
     for n in range(1, N):
         v = v_n1.to(tl.float32)
         v_n1 = v_n2
         vptr += stride_vn
         v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
         m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                              ROUND_KEY, ROUND_KEY2)
+                              ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -259,27 +306,28 @@ def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n)
 
 @triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
-                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr):
+                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+                    FOLD: tl.constexpr, LAZY: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
     ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
     r = rsqrt_acc(ss / D + eps)  # [BP]
-    kha = va * r[:, None, None]
-    khb = vb * r[:, None, None]
-    if ROUND_KEY:
-        kha = kha.to(dtype).to(tl.float32)
-        khb = khb.to(dtype).to(tl.float32)
-    kha = kha * ga[None, :, :]
-    khb = khb * gb[None, :, :]
-    if ROUND_KEY2:
-        kha = kha.to(dtype).to(tl.float32)
-        khb = khb.to(dtype).to(tl.float32)
-    logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
+    if FOLD:  # qa, qb hold u = q * g
+        logit = r[:, None] * (tl.sum(va * qa[None, :, :], axis=2) + tl.sum(vb * qb[None, :, :], axis=2))
+    else:
+        kha = va * r[:, None, None]
+        khb = vb * r[:, None, None]
+        if ROUND_KEY:
+            kha = kha.to(dtype).to(tl.float32)
+            khb = khb.to(dtype).to(tl.float32)
+        kha = kha * ga[None, :, :]
+        khb = khb * gb[None, :, :]
+        if ROUND_KEY2:
+            kha = kha.to(dtype).to(tl.float32)
+            khb = khb.to(dtype).to(tl.float32)
+        logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
-    m_new = tl.maximum(m, logit)
-    scale = exp_acc(m - m_new)
-    e = exp_acc(logit - m_new)
-    return (m_new, l * scale + e, acca * scale[:, :, None] + e[:, :, None] * va,
-            accb * scale[:, :, None] + e[:, :, None] * vb)
+    m, l, acca, accb, e = _softmax_fold2(logit, m, l, acca, accb, LAZY)
+    return m, l + e, acca + e[:, :, None] * va, accb + e[:, :, None] * vb
 
 
 @triton.jit
@@ -289,7 +337,7 @@ def route_fwd_split_kernel(
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-    HAS_RES: tl.constexpr,
+    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr,
 ):
     offs_h = tl.arange(0, H)
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
@@ -300,6 +348,9 @@ def route_fwd_split_kernel(
     qb = tl.load(Q + colb, mask=cmaskb, other=0.0).to(tl.float32)
     ga = tl.load(G + cola, mask=cmaska, other=0.0).to(tl.float32)
     gb = tl.load(G + colb, mask=cmaskb, other=0.0).to(tl.float32)
+    if FOLD:  # u = q * g
+        qa = qa * ga
+        qb = qb * gb
     wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
     cdtype = OUT.dtype.element_ty
 
@@ -312,12 +363,14 @@ def route_fwd_split_kernel(
     n_vec = tl.full([BLOCK_P], N, tl.int32)
     pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
-                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
+                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
+                                       FOLD, LAZY)
     for n in range(1, N):
         va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
                                                            maska, maskb, n_vec, n)
         m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr + n * P * H,
-                                           pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2)
+                                           pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2, FOLD,
+                                           LAZY)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -359,7 +412,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
-                has_gate, SPLIT_HEADS, res is not None)
+                has_gate, SPLIT_HEADS, res is not None, FOLD_QG, LAZY_RESCALE)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -372,7 +425,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False):
+              has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False,
+              fold_qg: bool = True, lazy_rescale: bool = True):
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
@@ -381,7 +435,8 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     block_k, block_p, num_warps, maxnreg = config
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
-                 ROUND_KEY2=rk2, HAS_RES=has_res)
+                 ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold_qg and not (rk or rk2),
+                 LAZY=lazy_rescale)
     split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split
@@ -393,6 +448,12 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
 # MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
 # benchmark's `triton-padded` variant compares both in one process).
 SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
+# Where no key rounding applies (fp32, and autocast's training layout), the logit is r * <q*g, v>
+# (one row of registers fewer than q and g; products in another order, about an ulp per term);
+# MHAR_FWD_FOLD_QG=0 keeps the reference's order r*v*g*q. MHAR_FWD_LAZY_RESCALE=0 rescales the
+# running sums on every source row, also where no running max grew (bitwise the same result).
+FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
+LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd
