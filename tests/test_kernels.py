@@ -100,7 +100,8 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
     """The forward's instruction cuts (route_fwd.FOLD_QG: logit r*<q*g, v>; LAZY_RESCALE: the
     running sums rescaled only where a running max grew) against the float64 truth, on source
     orders where every row raises the max (rising), only the first does (falling), or mixed.
-    In fp32 no key rounding applies, so FOLD takes effect; with fp16 it must not (rounding)."""
+    Three layouts: fp32 (no fold: the reference's product order), fp16 (the key is rounded: no
+    fold) and autocast's (fp32 row 0 and output, 16-bit buffer: the fold applies)."""
     from mhar_probe.kernels import route_fwd
 
     N, T = 7, 5
@@ -118,25 +119,35 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
     theta = torch.pi * (1 - step / (N - 1))  # [N]
     rows = torch.cos(theta)[:, None] * (u / u.norm()).reshape(D) + \
         torch.sin(theta)[:, None] * (o / o.norm()).reshape(D)  # [N, D]
-    src = rows[:, None, None, :] + 0.01 * torch.randn(N, 1, T, D, generator=g)
-    for dtype in (torch.float32, torch.float16):
-        s, qq, ww = (t.to(DEV, dtype) for t in (src, q, w))
-        ref_out, ref_W = route64(s, qq, ww, H, round_to=dtype)
+    src = rows[:, None, :] + 0.01 * torch.randn(N, T, D, generator=g)  # [N, P, D]
+    qq, ww = q.to(DEV), w.to(DEV)
+    for layout in ("fp32", "fp16", "mixed"):
+        buf = src.to(DEV, torch.float32 if layout == "fp32" else torch.float16)  # [N, P, D]
+        v0 = src[0].to(DEV) if layout == "mixed" else buf[0]
+        out_dtype = torch.float16 if layout == "fp16" else torch.float32
+        truth = torch.cat([v0[None].float(), buf[1:].float()])[:, None]  # [N, 1, P, D]: promoted
+        ref_out, ref_W = route64(truth, qq, ww, H, round_to=torch.float16 if layout == "fp16" else None)
         runs = {}
+        monkeypatch.setattr(route_fwd, "_FWD_PLANS", {})  # this layout's plans only (checked below)
         for fold in (True, False):
             for lazy in (True, False):
                 monkeypatch.setattr(route_fwd, "FOLD_QG", fold)
                 monkeypatch.setattr(route_fwd, "LAZY_RESCALE", lazy)
-                runs[fold, lazy] = route_triton(s, qq, ww, H, EPS)
-        tol = 1e-6 if dtype == torch.float32 else 2e-3
+                out = torch.full((T, D), float("nan"), dtype=out_dtype, device=DEV)
+                W = torch.full((N, T, H), float("nan"), device=DEV)
+                route_fwd.launch_route_fwd(buf, N, T, qq, ww, H, EPS, out, W, v0=v0)
+                runs[fold, lazy] = out, W
+        tol = 2e-3 if layout == "fp16" else 1e-6
         for out, W in runs.values():
-            assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
-        if dtype == torch.float16:  # the key is rounded: no fold, and the rescale skip is exact
+            assert rel(W, ref_W[:, 0]) < tol * 10 and rel(out, ref_out[0]) < tol
+        folded = {plan[2]["FOLD"] for plan in route_fwd._FWD_PLANS.values()}
+        assert folded == ({True, False} if layout == "mixed" else {False}), (layout, folded)
+        if layout == "fp16":  # no fold, and the skipped rescale is exactly x1: bitwise the same
             for out, W in runs.values():
                 assert torch.equal(W, runs[False, False][1])
     if order == "rising":  # the test's premise: the running max grows on every row in every head
-        lg = torch.einsum("nbtd,d->nbt", src / src.pow(2).mean(-1, keepdim=True).add(EPS).sqrt(),
-                          q * w)
+        normed = src / src.pow(2).mean(-1, keepdim=True).add(EPS).sqrt()
+        lg = torch.einsum("nphk,hk->nph", normed.view(N, T, H, -1), u)  # [N, P, H]
         assert (lg.diff(dim=0) > 0).all()
 
 

@@ -10,6 +10,10 @@
 #   bash benchmarks/kernels/device_run.sh ncu             Nsight Compute counters of the three kernels at
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
+#                                                         (DTYPE=mixed, HEADS=8 by default)
+#   bash benchmarks/kernels/device_run.sh sweeps          fp32 GPU tests, then the forward's configs at the
+#                                                         kernel-table shapes (bf16, H=1) and the training
+#                                                         microbatches (H=8), and pair_e's
 #   PRESETS=.. VARIANT=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at
 #                                                         the training microbatches + end-to-end cost table,
 #                                                         triton against triton-$VARIANT (default bf16dout)
@@ -68,9 +72,20 @@ case "${1:-tests-kernels}" in
   sweep)  # launch configs incl. register caps: SHAPES (default 1B-train), KERNELS (default fwd,stack)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k register_cap 2>&1 \
       | tee "$OUT/pytest_regcap.log" | grep -E "passed|failed|Error|^E  " | tail -4
-    timeout 500 python -m mhar_probe.bench.routing --out "$OUT/sweep.json" --no-delta --dtype mixed --heads 8 \
+    timeout 500 python -m mhar_probe.bench.routing --out "$OUT/sweep.json" --no-delta --dtype ${DTYPE:-mixed} \
+      --heads ${HEADS:-8} \
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,stack}" --sweep-only --repeat 3 2>&1 \
       | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
+  sweeps)
+    timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \
+      | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6
+    for job in fwd:100M,350M,1B:bfloat16:1:150 fwd:100M-train,350M-train,1B-train:mixed:8:170 \
+               pair_e:100M-train,350M-train,1B-train:mixed:8:130; do
+      IFS=: read -r kind shapes dtype heads limit <<< "$job"
+      timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_${kind}_h$heads.json" --no-delta \
+        --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels "$kind" --sweep-only --repeat 3 \
+        2>&1 | grep -v -i warn | tee "$OUT/sweep_${kind}_h$heads.log" | grep SWEEP
+    done ;;
   host-ab)  # host time per routing call, this tree against OLD (a copy of an earlier mhar_probe/,
     # carried to the device), alternated process by process (this VM's host speed drifts)
     for round in 1 2 3; do

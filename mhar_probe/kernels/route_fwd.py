@@ -412,7 +412,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
-                has_gate, SPLIT_HEADS, res is not None, FOLD_QG, LAZY_RESCALE)
+                has_gate, SPLIT_HEADS, res is not None, FOLD_QG and V.element_size() < 4, LAZY_RESCALE)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -448,9 +448,12 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
 # MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
 # benchmark's `triton-padded` variant compares both in one process).
 SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
-# Where no key rounding applies (fp32, and autocast's training layout), the logit is r * <q*g, v>
-# (one row of registers fewer than q and g; products in another order, about an ulp per term);
-# MHAR_FWD_FOLD_QG=0 keeps the reference's order r*v*g*q. MHAR_FWD_LAZY_RESCALE=0 rescales the
+# Where the sources are stored in 16 bits but no key rounding applies (autocast's training layout:
+# fp32 source 0 and outputs, bf16 buffer), the logit is r * <q*g, v>: one row of registers fewer
+# than q and g, products in another order (about an fp32 ulp per term, against the 2^-8 of the
+# stored sources). fp32 storage keeps the reference's order r*v*g*q: there the fp32 path must
+# stay within 2.5e-6 of float64 on every gradient, which the fold exceeded on an H100 (3.6e-6 at
+# N=17, d=768, H=2; results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order everywhere. MHAR_FWD_LAZY_RESCALE=0 rescales the
 # running sums on every source row, also where no running max grew (bitwise the same result).
 FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
 LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
