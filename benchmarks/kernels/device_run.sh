@@ -11,6 +11,8 @@
 #                                                         the 1B and 100M training shapes (ncu_routing.py)
 #   SHAPES=.. KERNELS=.. bash benchmarks/kernels/device_run.sh sweep   launch configs with register caps
 #                                                         (DTYPE=mixed, HEADS=8 by default)
+#   bash benchmarks/kernels/device_run.sh table           every GPU test, then the kernel table against compile
+#                                                         and FLA (H=1; carry .whl with its wheel), graph replay
 #   bash benchmarks/kernels/device_run.sh sweeps          fp32 GPU tests, then the forward's configs at the
 #                                                         kernel-table shapes (bf16, H=1) and the training
 #                                                         microbatches (H=8), and pair_e's
@@ -76,6 +78,14 @@ case "${1:-tests-kernels}" in
       --heads ${HEADS:-8} \
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,stack}" --sweep-only --repeat 3 2>&1 \
       | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
+  table)
+    ls .whl/fla_core-*.whl >/dev/null 2>&1 && pip install -q --no-deps .whl/fla_core-*.whl 2>&1 | tail -1
+    python -c "import fla.ops.attnres" 2>/dev/null && FLA=,fla || FLA=
+    timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 1,8 --backends triton,compile$FLA --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
   sweeps)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \
       | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6

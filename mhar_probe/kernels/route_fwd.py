@@ -68,8 +68,14 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # of DRAM bandwidth, stalled on its cross-warp reductions).
 # An optional third entry caps the registers per thread (maxnreg); the caps tried so far spill
 # and lose (1B: 99 ms with one warp at 96 registers).
+# Re-swept after the instruction cuts (fold, lazy rescale; sixth session of 2026-11-23,
+# h100_2026-11-23f/run2_sweeps): H=1 at the kernel-table shapes (bf16) and H=8 at the training
+# microbatches, ms of forward device time per microbatch: 100M H=1 (4, 4) 1.04 -> (1, 1) 0.85;
+# 1B H=1, the (1, 4) of the heuristic 7.09 -> (1, 1) 3.94; 350M H=8 (1, 2) 6.56 -> (1, 1) 6.42;
+# (1024, 1) stays at (1, 2) (1.57; (1, 1) 1.58).
 FWD_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {
-    (512, 1): (4, 4), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 8): (1, 2), (1280, 8): (1, 1)}
+    (512, 1): (1, 1), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 1): (1, 2), (1024, 8): (1, 1),
+    (1280, 1): (1, 1), (1280, 8): (1, 1)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
