@@ -369,7 +369,9 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
     """Autocast's layout: an fp32 source 0 beside half-precision sublayer outputs. The stack
     keeps source 0 in its own fp32 row and the rest in a half-precision buffer (half the bytes),
     and must compute exactly what the promoted fp32 stack computes: bitwise equal outputs,
-    weights and gradients, and the eager reference on the torch.stack-promoted sources."""
+    weights and gradients (with the reference's product order in the logits, MHAR_FWD_FOLD_QG=0;
+    the default fold over a half buffer moves only fp32 rounding), and the eager reference on
+    the torch.stack-promoted sources."""
     gen = torch.Generator().manual_seed(11)
     B, T, D, S = 1, 3, 12, 5
     x0 = torch.randn(B, T, D, generator=gen)
@@ -394,7 +396,11 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
                 stack.append(torch.tanh(out.float() @ M_[s]).half())  # half, as bf16 under autocast
         return outs, wts, torch.autograd.grad(loss, leaves)
 
+    from mhar_probe.kernels import route_fwd
+
     cap = S + first_k - 1
+    folded = run(TritonSourceStack(cap))  # the default: the forward folds q*g over a half buffer
+    monkeypatch.setattr(route_fwd, "FOLD_QG", False)  # the reference's product order throughout
     split_stack = TritonSourceStack(cap)
     split = run(split_stack)
     assert split_stack.row0.dtype == torch.float32 and split_stack.buffer.dtype == torch.float16
@@ -404,6 +410,8 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
     assert promoted_stack.buffer.dtype == torch.float32
     for a, b in zip(split[0] + split[1] + list(split[2]), promoted[0] + promoted[1] + list(promoted[2])):
         assert a.dtype == b.dtype and torch.equal(a, b)
+    for a, b in zip(folded[0] + folded[1] + list(folded[2]), split[0] + split[1] + list(split[2])):
+        assert a.dtype == b.dtype and rel(a, b) < 1e-5  # the fold moves only fp32 rounding
     eager = run(ListSourceStack(cap, route_reference))
     assert all(o.dtype == torch.float32 for o in split[0])
     for a, b in zip(split[0], eager[0]):

@@ -95,20 +95,25 @@ def test_decomposition_is_the_gradient_of_eq_mh():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config,e_config", [
-    (0, True, 12, (1, 2, 4), None, None), (2, True, 12, (1, 2, 4), None, None),
-    (0, False, 12, (1, 2, 4), None, None), (0, True, 40, (8, 2, 8), None, None),
-    (0, False, 16, (4, 4, 4), None, None),
-    (0, True, 12, (1, 2, 4), (2, 2, False, None), None), (2, True, 40, (8, 2, 8), (2, 1, True, None), None),
-    (2, True, 12, (1, 2, 4), None, (2, 2, 1)), (0, True, 40, (8, 2, 8), None, (4, 8, 2))])
-def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config, e_config):
+@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config,e_config,meta", [
+    (0, True, 12, (1, 2, 4), None, None, True), (2, True, 12, (1, 2, 4), None, None, True),
+    (0, False, 12, (1, 2, 4), None, None, True), (0, True, 40, (8, 2, 8), None, None, True),
+    (0, False, 16, (4, 4, 4), None, None, True),
+    (0, True, 12, (1, 2, 4), (2, 2, False, None), None, True),
+    (2, True, 40, (8, 2, 8), (2, 1, True, None), None, True),
+    (2, True, 12, (1, 2, 4), None, (2, 2, 1), True), (0, True, 40, (8, 2, 8), None, (4, 8, 2), True),
+    (2, True, 12, (1, 2, 4), None, None, False), (0, True, 12, (1, 2, 4), (2, 2, False, None), None, False),
+    (2, True, 40, (8, 2, 8), (2, 1, True, None), None, False)])
+def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config, e_config, meta):
     """fp32 chain: outputs, weights and every gradient (sources, all queries including a
     head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd.
     `config` forces a gather launch config (two positions per block, with and without the
     dout prefetch; three positions make the second block ragged); `e_config` a pair_e one
     (two readers per block: the 8 readers of source 0 take four work items; positions in
-    steps of 2 or 8 over a split of 2)."""
+    steps of 2 or 8 over a split of 2); `meta` False: the gather loads each reader's scalars in
+    its own iteration instead of one reader ahead (route_bwd_collect.META_PREFETCH)."""
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
+    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
     if config is not None:
         monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: config)
     if e_config is not None:

@@ -13,6 +13,9 @@
 #                                                         (DTYPE=mixed, HEADS=8 by default)
 #   bash benchmarks/kernels/device_run.sh table           every GPU test, then the kernel table against compile
 #                                                         and FLA (H=1; carry .whl with its wheel), graph replay
+#   bash benchmarks/kernels/device_run.sh gathermeta      every GPU test, then the gather's one-reader-ahead
+#                                                         scalar loads against per-reader loads (training
+#                                                         microbatches), then the kernel table with compile
 #   bash benchmarks/kernels/device_run.sh sweeps          fp32 GPU tests, then the forward's configs at the
 #                                                         kernel-table shapes (bf16, H=1) and the training
 #                                                         microbatches (H=8), and pair_e's
@@ -86,6 +89,15 @@ case "${1:-tests-kernels}" in
     timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 1,8 --backends triton,compile$FLA --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
+  gathermeta)
+    timeout 225 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 110 python -m mhar_probe.bench.routing --out "$OUT/bench_train_meta.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-nometa --repeat 5 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_train_meta.log" | tail -8
+    timeout 245 python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 1,8 --backends triton,triton-nometa,compile --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -20 ;;
   sweeps)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \
       | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6

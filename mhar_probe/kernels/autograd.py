@@ -26,6 +26,7 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
+from mhar_probe.kernels import route_bwd_collect as collect_mod
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_bwd_collect import (
     STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, pair_e_plan, tile_split,
@@ -69,6 +70,7 @@ def kernel_settings() -> dict[str, object]:
     return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
                 fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
+                gather_meta_prefetch=collect_mod.META_PREFETCH,
                 triton=triton.__version__)
 
 
@@ -577,7 +579,7 @@ class _StackState:
         nj = rec.j1 - rec.j0
         res = rec.res
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax))
+               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax), collect_mod.META_PREFETCH)
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
@@ -611,7 +613,7 @@ _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (h
 
 
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 split_heads: bool, config: tuple) -> tuple[int, dict, int, int | None]:
+                 split_heads: bool, config: tuple, meta: bool = True) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config and the head-split
     switch included, so sweeps and benchmark variants get their own plans)."""
@@ -620,7 +622,7 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     ka, block_ka, kb, block_kb = tile_split(KM)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch)
+                  PREFETCH=prefetch, META=meta)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 

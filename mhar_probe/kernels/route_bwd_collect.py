@@ -110,14 +110,34 @@ def _head_sum(x, hc, HM: tl.constexpr):
 
 
 @triton.jit
+def _reader_meta(c, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
+                 CALL_SOFF, P, HM: tl.constexpr):
+    """What the gather needs of reader call c besides its dout, for source j and a block of
+    positions: its head count, the (position, head of c) index, the store mask and offset of
+    dl_{c,j}, whether c has more than one source, and w_{c,j}, shift_c, S'_c ([BP, HM] each)."""
+    hc = tl.load(CALL_H + c)
+    pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
+    m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+    wo = tl.load(CALL_WOFF + c) + j * P * hc
+    so = tl.load(CALL_SOFF + c)
+    multi = tl.load(CALL_N + c) > 1
+    wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+    sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
+    sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
+    return hc, pidx, m2, wo, multi, wg, sh, sr
+
+
+@triton.jit
 def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                    PREFETCH: tl.constexpr):
+                    PREFETCH: tl.constexpr, META: tl.constexpr):
     """dv_j (two tiles) and r_j for one block of positions from every stored dout of the calls
     c >= call that read source j; stores dl_{c,j}. PREFETCH keeps the next call's dout in flight
-    (more registers per thread, fewer resident warps)."""
+    (more registers per thread, fewer resident warps). META loads the next call's table entries,
+    weights, shifts and S' one reader ahead, so that no reader waits on the chain table entry ->
+    weight load."""
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
     rg = rsqrt_acc(ss / D + eps)  # [BP]
     acc_va = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
@@ -129,8 +149,14 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
     if PREFETCH:
         dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+    if META:
+        hn, pn, m2n, won, multin, wgn, shn, srn = _reader_meta(
+            call, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
+            CALL_SOFF, P, HM)
     for c in range(call, top1):
-        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+        rdc = rd  # this reader's
+        if META:  # this reader's, loaded one reader ahead
+            hc, pidx, m2, wo, multi, wg, sh, sr = hn, pn, m2n, won, multin, wgn, shn, srn
         if PREFETCH:
             doga = dna.to(tl.float32)
             dogb = dnb.to(tl.float32)
@@ -138,25 +164,26 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
             dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
+            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rdc[None, :, None],
                            other=0.0).to(tl.float32)
-            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
+            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rdc[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
-        hc = tl.load(CALL_H + c)
-        pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
-        wo = tl.load(CALL_WOFF + c) + j * P * hc
-        so = tl.load(CALL_SOFF + c)
-        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-        sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
-        sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
+        if META:  # the next reader's (the tables' sentinel entry after the last: all masked)
+            hn, pn, m2n, won, multin, wgn, shn, srn = _reader_meta(
+                c + 1, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
+                CALL_SOFF, P, HM)
+        else:
+            hc, pidx, m2, wo, multi, wg, sh, sr = _reader_meta(
+                c, j, offs_p, offs_hm, pmask, rdc, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
+                CALL_SOFF, P, HM)
         ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
         if hc != HM:
             ds = _head_sum(ds, hc, HM)
         dl = wg * ((ds - sh) - sr)
         # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
         # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
-        dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
+        dl = tl.where(multi, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
         # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would be
         # converted through shared memory, with a block barrier, on every reader)
@@ -185,7 +212,7 @@ def stack_gather_kernel(
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
-    PREFETCH: tl.constexpr,
+    PREFETCH: tl.constexpr, META: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -225,7 +252,8 @@ def stack_gather_kernel(
                 dxa, dxb, rg = _gather_collect(
                     vga, vgb, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
-                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH)
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
+                    META)
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
@@ -236,7 +264,8 @@ def stack_gather_kernel(
                 dxa, dxb, rg = _gather_collect(
                     vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
-                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH)
+                    CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
+                    META)
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)
@@ -351,6 +380,10 @@ def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, boo
     return 1, min(warps, 8), True, None
 
 
+# MHAR_GATHER_META_PREFETCH=0: each reader loads its table entries, weights, shifts and S' in its
+# own iteration (the chain table entry -> weight load is then exposed per reader); the benchmark
+# variant `triton-nometa` times that against the default in one process.
+META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "1") != "0"
 STACK_GATHER = Launcher(stack_gather_kernel)
 PAIR_E = Launcher(pair_e_kernel)
 COLLECT_DQDG = Launcher(collect_dqdg_kernel)
