@@ -93,10 +93,10 @@ case "${1:-tests-kernels}" in
     timeout 225 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     timeout 110 python -m mhar_probe.bench.routing --out "$OUT/bench_train_meta.json" --no-delta --dtype mixed \
-      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-nometa --repeat 5 2>&1 \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-meta --repeat 5 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_train_meta.log" | tail -8
     timeout 245 python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
-      --shapes 100M,350M,1B --heads 1,8 --backends triton,triton-nometa,compile --repeat 5 --graph 2>&1 \
+      --shapes 100M,350M,1B --heads 1,8 --backends triton,triton-meta,compile --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -20 ;;
   sweeps)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \

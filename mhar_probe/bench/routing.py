@@ -45,17 +45,18 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # collect is the 4-bytes/pair backward (route_bwd_collect.py), the default since 2026-11-23 (the
 # fifth session); stackbwd is the backward before it (each call re-reads its sources), prev the
 # state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
-# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both; nometa
-# undoes the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH).
+# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both; meta turns on
+# the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
+# off by default).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
-                                collect=False, fold_qg=False, lazy_rescale=False, meta_prefetch=False),
+                                collect=False, fold_qg=False, lazy_rescale=False),
             "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True),
             "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
             "triton-eagerscale": dict(lazy_rescale=False),
             "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False),
-            "triton-nometa": dict(meta_prefetch=False)}
+            "triton-meta": dict(meta_prefetch=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -98,7 +99,7 @@ def kernel_variant(name: str):
          route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
-            v.get("lazy_rescale", True), v.get("meta_prefetch", True))
+            v.get("lazy_rescale", True), v.get("meta_prefetch", False))
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config

@@ -380,10 +380,15 @@ def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, boo
     return 1, min(warps, 8), True, None
 
 
-# MHAR_GATHER_META_PREFETCH=0: each reader loads its table entries, weights, shifts and S' in its
-# own iteration (the chain table entry -> weight load is then exposed per reader); the benchmark
-# variant `triton-nometa` times that against the default in one process.
-META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "1") != "0"
+# MHAR_GATHER_META_PREFETCH=1: the gather loads each reader's table entries, weights, shifts and
+# S' one reader ahead (the chain table entry -> weight load is otherwise exposed per reader). Off
+# by default: on an H100 it changed the gather's device time per microbatch by -13% to +15% with
+# no rule that fits every shape (it costs registers: 100M two-warp 72 -> 120 per thread).
+# Training microbatches (fp32 douts), H=8, ms: 100M 6.75 -> 7.77, 350M 9.44 -> 10.77, 1B 15.19 ->
+# 14.13; kernel-table shapes (bf16): 100M 1.10 -> 1.27 (H=1), 350M 1.77 -> 1.52 (H=1), 1B 4.17
+# -> 3.54 (H=1) but 5.72 -> ~6.8 (H=8, across two calls). `h100_2026-11-23f/run6_gathermeta/`;
+# the benchmark variant `triton-meta` times it against the default in one process.
+META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "0") == "1"
 STACK_GATHER = Launcher(stack_gather_kernel)
 PAIR_E = Launcher(pair_e_kernel)
 COLLECT_DQDG = Launcher(collect_dqdg_kernel)
