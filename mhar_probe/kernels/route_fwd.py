@@ -116,9 +116,10 @@ def div_acc(a, b):
 
 
 @triton.jit
-def _softmax_fold(logit, m, l, acc, LAZY: tl.constexpr):
+def _softmax_fold(logit, m, l, acca, accb, LAZY: tl.constexpr, TWO: tl.constexpr):
     """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
-    softmax numerator e = exp(logit - m_new) and the old terms rescaled by exp(m - m_new).
+    softmax numerator e = exp(logit - m_new) and the old terms (l and the accumulator, held as
+    one tile or, TWO, as two tiles acca, accb) rescaled by exp(m - m_new).
     LAZY: the rescale runs only when some running max grew in this block; otherwise its
     factor is exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
     m_new = tl.maximum(m, logit)
@@ -128,31 +129,15 @@ def _softmax_fold(logit, m, l, acc, LAZY: tl.constexpr):
         if grew > 0:
             scale = exp_acc(m - m_new)
             l = l * scale
-            acc = acc * scale[:, :, None]
-    else:
-        scale = exp_acc(m - m_new)
-        l = l * scale
-        acc = acc * scale[:, :, None]
-    return m_new, l, acc, e
-
-
-@triton.jit
-def _softmax_fold2(logit, m, l, acca, accb, LAZY: tl.constexpr):
-    """`_softmax_fold` for an accumulator held as two tiles."""
-    m_new = tl.maximum(m, logit)
-    e = exp_acc(logit - m_new)
-    if LAZY:
-        grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
-        if grew > 0:
-            scale = exp_acc(m - m_new)
-            l = l * scale
             acca = acca * scale[:, :, None]
-            accb = accb * scale[:, :, None]
+            if TWO:
+                accb = accb * scale[:, :, None]
     else:
         scale = exp_acc(m - m_new)
         l = l * scale
         acca = acca * scale[:, :, None]
-        accb = accb * scale[:, :, None]
+        if TWO:
+            accb = accb * scale[:, :, None]
     return m_new, l, acca, accb, e
 
 
@@ -174,7 +159,7 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
             kh = kh.to(dtype).to(tl.float32)
         logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
-    m, l, acc, e = _softmax_fold(logit, m, l, acc, LAZY)
+    m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, LAZY, False)
     return m, l + e, acc + e[:, :, None] * v
 
 
@@ -332,7 +317,7 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
             khb = khb.to(dtype).to(tl.float32)
         logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
-    m, l, acca, accb, e = _softmax_fold2(logit, m, l, acca, accb, LAZY)
+    m, l, acca, accb, e = _softmax_fold(logit, m, l, acca, accb, LAZY, True)
     return m, l + e, acca + e[:, :, None] * va, accb + e[:, :, None] * vb
 
 
