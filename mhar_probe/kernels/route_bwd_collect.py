@@ -154,9 +154,10 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
             call, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
             CALL_SOFF, P, HM)
     for c in range(call, top1):
-        rdc = rd  # this reader's
         if META:  # this reader's, loaded one reader ahead
             hc, pidx, m2, wo, multi, wg, sh, sr = hn, pn, m2n, won, multin, wgn, shn, srn
+        else:
+            m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         if PREFETCH:
             doga = dna.to(tl.float32)
             dogb = dnb.to(tl.float32)
@@ -164,26 +165,33 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
             dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rdc[None, :, None],
+            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
-            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rdc[None, :, None],
+            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
         if META:  # the next reader's (the tables' sentinel entry after the last: all masked)
             hn, pn, m2n, won, multin, wgn, shn, srn = _reader_meta(
                 c + 1, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
                 CALL_SOFF, P, HM)
-        else:
-            hc, pidx, m2, wo, multi, wg, sh, sr = _reader_meta(
-                c, j, offs_p, offs_hm, pmask, rdc, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
-                CALL_SOFF, P, HM)
+        else:  # the same loads as `_reader_meta`, in the order the GPU-tested default compiles to
+            hc = tl.load(CALL_H + c)
+            pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
+            wo = tl.load(CALL_WOFF + c) + j * P * hc
+            so = tl.load(CALL_SOFF + c)
+            wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+            sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
+            sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
         ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
         if hc != HM:
             ds = _head_sum(ds, hc, HM)
         dl = wg * ((ds - sh) - sr)
         # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
         # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
-        dl = tl.where(multi, dl, 0.0)
+        if META:
+            dl = tl.where(multi, dl, 0.0)
+        else:
+            dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
         # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would be
         # converted through shared memory, with a block barrier, on every reader)
