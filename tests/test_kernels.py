@@ -142,7 +142,9 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
             assert rel(W, ref_W[:, 0]) < tol * 10 and rel(out, ref_out[0]) < tol
         folded = {plan[2]["FOLD"] for plan in route_fwd._FWD_PLANS.values()}
         assert folded == ({True, False} if layout == "mixed" else {False}), (layout, folded)
-        if layout == "fp16":  # no fold, and the skipped rescale is exactly x1: bitwise the same
+        if layout == "fp16" and DEV == "cpu":  # no fold, and the skipped rescale is exactly x1:
+            # bitwise the same in the interpreter (a GPU compile may contract the multiply-adds
+            # differently on either side of the skipped branch: fp32 rounding)
             for out, W in runs.values():
                 assert torch.equal(W, runs[False, False][1])
     if order == "rising":  # the test's premise: the running max grows on every row in every head

@@ -444,8 +444,10 @@ SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 # than q and g, products in another order (about an fp32 ulp per term, against the 2^-8 of the
 # stored sources). fp32 storage keeps the reference's order r*v*g*q: there the fp32 path must
 # stay within 2.5e-6 of float64 on every gradient, which the fold exceeded on an H100 (3.6e-6 at
-# N=17, d=768, H=2; results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order everywhere. MHAR_FWD_LAZY_RESCALE=0 rescales the
-# running sums on every source row, also where no running max grew (bitwise the same result).
+# N=17, d=768, H=2; results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order everywhere.
+# MHAR_FWD_LAZY_RESCALE=0 rescales the running sums on every source row, also where no running
+# max grew. The skipped factor is exactly 1: bitwise the same in the interpreter; a GPU compile
+# may contract the multiply-adds differently on either side of the branch (fp32 rounding).
 FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
 LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
 _FWD = Launcher(route_fwd_kernel)
