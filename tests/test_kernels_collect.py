@@ -110,8 +110,9 @@ def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cyc
     `config` forces a gather launch config (two positions per block, with and without the
     dout prefetch; three positions make the second block ragged); `e_config` a pair_e one
     (two readers per block: the 8 readers of source 0 take four work items; positions in
-    steps of 2 or 8 over a split of 2); `meta` False: the gather loads each reader's scalars in
-    its own iteration instead of one reader ahead (route_bwd_collect.META_PREFETCH)."""
+    steps of 2 or 8 over a split of 2); `meta` True: the gather loads each reader's scalars one
+    reader ahead (route_bwd_collect.META_PREFETCH, opt-in); False: in the reader's own iteration
+    (the default)."""
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
     monkeypatch.setattr(rbc, "META_PREFETCH", meta)
     if config is not None:

@@ -613,7 +613,7 @@ _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (h
 
 
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 split_heads: bool, config: tuple, meta: bool = True) -> tuple[int, dict, int, int | None]:
+                 split_heads: bool, config: tuple, meta: bool) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config and the head-split
     switch included, so sweeps and benchmark variants get their own plans)."""
