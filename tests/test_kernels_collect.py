@@ -99,16 +99,21 @@ def test_decomposition_is_the_gradient_of_eq_mh():
     (0, True, 12, (1, 2, 4), None, None, True), (2, True, 12, (1, 2, 4), None, None, True),
     (0, False, 12, (1, 2, 4), None, None, True), (0, True, 40, (8, 2, 8), None, None, True),
     (0, False, 16, (4, 4, 4), None, None, True),
-    (0, True, 12, (1, 2, 4), (2, 2, False, None), None, True),
-    (2, True, 40, (8, 2, 8), (2, 1, True, None), None, True),
+    (0, True, 12, (1, 2, 4), (2, 2, False, None, False), None, True),
+    (2, True, 40, (8, 2, 8), (2, 1, True, None, False), None, True),
     (2, True, 12, (1, 2, 4), None, (2, 2, 1), True), (0, True, 40, (8, 2, 8), None, (4, 8, 2), True),
-    (2, True, 12, (1, 2, 4), None, None, False), (0, True, 12, (1, 2, 4), (2, 2, False, None), None, False),
-    (2, True, 40, (8, 2, 8), (2, 1, True, None), None, False)])
+    (2, True, 12, (1, 2, 4), None, None, False),
+    (0, True, 12, (1, 2, 4), (2, 2, False, None, False), None, False),
+    (2, True, 40, (8, 2, 8), (2, 1, True, None, False), None, False),
+    (2, True, 12, (1, 2, 4), (1, 1, False, None, True), None, False),
+    (0, True, 40, (8, 2, 8), (2, 2, True, None, True), None, False),
+    (2, False, 12, (1, 2, 4), (2, 1, True, None, True), None, True)])
 def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config, e_config, meta):
     """fp32 chain: outputs, weights and every gradient (sources, all queries including a
     head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd.
     `config` forces a gather launch config (two positions per block, with and without the
-    dout prefetch; three positions make the second block ragged); `e_config` a pair_e one
+    dout prefetch; three positions make the second block ragged; the last entry True: the loop
+    over readers in two passes); `e_config` a pair_e one
     (two readers per block: the 8 readers of source 0 take four work items; positions in
     steps of 2 or 8 over a split of 2); `meta` True: the gather loads each reader's scalars one
     reader ahead (route_bwd_collect.META_PREFETCH, opt-in); False: in the reader's own iteration
@@ -264,6 +269,29 @@ def test_collect_is_bitwise_repeatable():
         loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
         runs.append(torch.autograd.grad(loss, leaves))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_two_pass_gather_is_the_one_pass_sum(monkeypatch, half):
+    """The gather's loop over readers in two passes (rbc.TWO_PASS) adds the same terms in the
+    same order as one pass: in the interpreter every gradient is bitwise the one-pass gradient,
+    over an fp32 stack and over autocast's layout (fp32 source 0 beside half sublayer outputs),
+    with head-aligned sibling reads, positions in blocks of two (the second ragged) and a forced
+    one-pass config overridden by the switch."""
+    S, D = 5, 12
+    heads = [1, 2, 4, 2, 1]
+    leaves = _leaves(D, S, heads, 2, 13, torch.float32)
+    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: (2, 1, True, None, False))
+
+    def run(two_pass):
+        monkeypatch.setattr(rbc, "TWO_PASS", two_pass)
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads,
+                            half_sources=half)
+        return torch.autograd.grad(loss, leaves)
+
+    one, two = run(False), run(True)
+    assert all(torch.isfinite(a).all() for a in two)
+    assert all(torch.equal(a, b) for a, b in zip(one, two))
 
 
 def test_tile_and_column_block_rules():

@@ -42,7 +42,8 @@ for direct in (True, False):
               + " ".join(f"{rel(a, b):.1e}" for a, b in zip(new[1:S + 1], old[1:S + 1])) + " | g "
               + " ".join(f"{rel(a, b):.1e}" for a, b in zip(new[S + 1:], old[S + 1:])), flush=True)
 launch.DIRECT, kad.POISON = True, False
-for cfg in [(1, 1, True, None), (1, 1, False, None), (1, 4, True, None)]:
+for cfg in [(1, 1, True, None, False), (1, 1, False, None, False), (1, 4, True, None, False),
+            (1, 1, False, 168, True)]:
     kad.gather_config = lambda d, h, hm, cfg=cfg: cfg
     old, new = run(False), run(True)
     print(f"gather cfg {cfg}: x0 {rel(new[0], old[0]):.1e} q max "

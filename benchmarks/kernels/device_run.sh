@@ -31,6 +31,10 @@
 #                                                         (benchmarks/profile_train_step.py)
 #   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh interleave   end-to-end cost table with the
 #                                                         arms' steps interleaved round by round
+#   bash benchmarks/kernels/device_run.sh twopass         the collect GPU tests with the gather's two-pass
+#                                                         loop forced on, then the gather's configs (two-pass
+#                                                         and register caps among them) at the training
+#                                                         microbatches (H=8) and the kernel-table shapes (H=1)
 #   bash benchmarks/kernels/device_run.sh fwdcuts         GPU tests, then the forward's instruction cuts
 #                                                         (fold q*g, lazy rescale) against the forward
 #                                                         before them: training microbatches and the
@@ -148,6 +152,17 @@ case "${1:-tests-kernels}" in
     timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_table_fwd.json" --no-delta \
       --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-fwdprev --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table_fwd.log" | tail -14 ;;
+  twopass)
+    MHAR_GATHER_TWO_PASS=1 timeout 120 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+      -k "two_pass or collect" 2>&1 | tee "$OUT/pytest_twopass.log" | grep -E "passed|failed|Error|^E  " | tail -8
+    export MHAR_SWEEP_GATHER='[[1,2,false],[1,1,true],[1,1,false,0,true],[1,1,false,168,true],[1,1,true,168,true],
+      [1,1,false,128,true],[1,2,false,0,true],[1,4,false,0,true]]'
+    for job in 100M-train,350M-train,1B-train:mixed:8:230 100M,350M,1B:bfloat16:1:170; do
+      IFS=: read -r shapes dtype heads limit <<< "$job"
+      timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_gather_h$heads.json" --no-delta \
+        --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels gather --sweep-only --repeat 3 \
+        2>&1 | grep -v -i warn | tee "$OUT/sweep_gather_h$heads.log" | grep SWEEP
+    done ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14

@@ -34,7 +34,7 @@ from triton.compiler import ASTSource
 
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
-from mhar_probe.kernels.route_bwd_collect import (META_PREFETCH, gather_config, pair_e_kernel,
+from mhar_probe.kernels.route_bwd_collect import (META_PREFETCH, TWO_PASS, gather_config, pair_e_kernel,
                                                   stack_gather_kernel)
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
@@ -129,7 +129,9 @@ def gather_job(d: int, cfg: tuple) -> tuple:
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                             BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
-                                            PREFETCH=bool(cfg[2]), META=META_PREFETCH)
+                                            PREFETCH=bool(cfg[2]), META=META_PREFETCH,
+                                            TWO_PASS=TWO_PASS if TWO_PASS is not None else
+                                            len(cfg) > 4 and bool(cfg[4]))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -155,7 +157,7 @@ def main() -> None:
     for kind in args.kernels.split(","):
         make, cfgs, cap_at, warps_at = jobs[kind]
         for shape, d in SHAPES.items():
-            extra = [gather_config(d, 8, 8)[:3]] if kind == "gather" else []  # the current default
+            extra = [gather_config(d, 8, 8)] if kind == "gather" else []  # the current default
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps = cfg[warps_at]

@@ -15,6 +15,7 @@ import argparse
 import contextlib
 import datetime
 import json
+import os
 import statistics
 import time
 
@@ -47,7 +48,8 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
 # the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both; meta turns on
 # the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
-# off by default).
+# off by default); onepass and twopass force the gather's loop over readers into one or two passes
+# at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
@@ -56,7 +58,8 @@ VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(pr
             "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
             "triton-eagerscale": dict(lazy_rescale=False),
             "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False),
-            "triton-meta": dict(meta_prefetch=True)}
+            "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
+            "triton-twopass": dict(two_pass=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -93,13 +96,15 @@ def kernel_variant(name: str):
     v = VARIANTS.get(name, {})
     old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
            route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-           route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH)
+           route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS)
     if name in VARIANTS:  # anything else ("triton") runs the current state
         (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
-         route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH) = (
+         route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH,
+         route_bwd_collect.TWO_PASS) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
-            v.get("lazy_rescale", True), v.get("meta_prefetch", False))
+            v.get("lazy_rescale", True), v.get("meta_prefetch", False),
+            v.get("two_pass", route_bwd_collect.TWO_PASS))
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
@@ -108,7 +113,7 @@ def kernel_variant(name: str):
     finally:
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
          route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-         route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH) = old
+         route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -337,8 +342,17 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # The 4-bytes/pair backward's gather (BLOCK_P, num_warps, dout prefetch[, maxnreg]); swept with
 # MHAR_STACK_COLLECT's path on. Warps per position from 1 (d/32 registers per row tile per thread:
 # 250-255 registers at d >= 1024, compiled offline) to 8.
+# A fifth entry True runs the loop over readers in two passes (route_bwd_collect.TWO_PASS), which
+# keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
+# Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, 168 at the cap
+# with 128 B of spills outside the loops. MHAR_SWEEP_GATHER (a JSON list of configs) replaces the
+# list for one run.
 SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
-                (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True)]  # >1 position: q*g rows reused
+                (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
+                (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),
+                (1, 1, False, 128, True), (1, 2, False, 0, True), (1, 4, False, 0, True)]
+if os.environ.get("MHAR_SWEEP_GATHER"):
+    SWEEP_GATHER = [tuple(c) for c in json.loads(os.environ["MHAR_SWEEP_GATHER"])]
 SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
 # pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
 # each source row fewer times

@@ -70,7 +70,7 @@ def kernel_settings() -> dict[str, object]:
     return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
                 fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
-                gather_meta_prefetch=collect_mod.META_PREFETCH,
+                gather_meta_prefetch=collect_mod.META_PREFETCH, gather_two_pass=collect_mod.TWO_PASS,
                 triton=triton.__version__)
 
 
@@ -579,7 +579,8 @@ class _StackState:
         nj = rec.j1 - rec.j0
         res = rec.res
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax), collect_mod.META_PREFETCH)
+               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax), collect_mod.META_PREFETCH,
+               collect_mod.TWO_PASS)
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
@@ -613,16 +614,19 @@ _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (h
 
 
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 split_heads: bool, config: tuple, meta: bool) -> tuple[int, dict, int, int | None]:
+                 split_heads: bool, config: tuple, meta: bool, two_pass: bool | None
+                 ) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config and the head-split
     switch included, so sweeps and benchmark variants get their own plans)."""
-    block_p, num_warps, prefetch, maxnreg = config
+    block_p, num_warps, prefetch, maxnreg, two_pass_cfg = config
+    if two_pass is None:
+        two_pass = two_pass_cfg
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch, META=meta)
+                  PREFETCH=prefetch, META=meta, TWO_PASS=two_pass)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 

@@ -128,22 +128,32 @@ def _reader_meta(c, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CA
 
 
 @triton.jit
-def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                    PREFETCH: tl.constexpr, META: tl.constexpr):
-    """dv_j (two tiles) and r_j for one block of positions from every stored dout of the calls
-    c >= call that read source j; stores dl_{c,j}. PREFETCH keeps the next call's dout in flight
-    (more registers per thread, fewer resident warps). META loads the next call's table entries,
-    weights, shifts and S' one reader ahead, so that no reader waits on the chain table entry ->
-    weight load."""
+                    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr):
+    """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
+    every stored dout of the calls c >= call that read it; stores dl_{c,j}. PREFETCH keeps the
+    next call's dout in flight (more registers per thread, fewer resident warps). META loads the
+    next call's table entries, weights, shifts and S' one reader ahead, so that no reader waits
+    on the chain table entry -> weight load.
+
+    TWO_PASS splits the loop over readers in two, so that fewer rows of registers are live at
+    once: the first pass reads the douts and forms dl_{c,j} and sum_c w_{c,j} dout_c (live: v_j,
+    that sum and a dout row); after a block barrier the second reads dl_{c,j} back (this program
+    stored them: cache hits, no DRAM traffic to speak of) with q_c * g_c and forms
+    a_j = sum_c dl_{c,j} q_c g_c (live: both sums and a q*g row); v_j is then loaded again for
+    the final combination. The same terms summed in the same order as in one pass."""
+    vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
+    vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
     rg = rsqrt_acc(ss / D + eps)  # [BP]
     acc_va = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
     acc_vb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
-    acc_ka = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
-    acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    if not TWO_PASS:
+        acc_ka = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+        acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     if PREFETCH:
@@ -193,14 +203,33 @@ def _gather_collect(vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, 
         else:
             dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
-        # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would be
-        # converted through shared memory, with a block barrier, on every reader)
-        ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-        ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        if not TWO_PASS:
+            # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
+            # be converted through shared memory, with a block barrier, on every reader)
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         acc_va += wg[:, :, None] * doga
         acc_vb += wg[:, :, None] * dogb
-        acc_ka += dl[:, :, None] * ua
-        acc_kb += dl[:, :, None] * ub
+        if not TWO_PASS:  # (the second pass forms these)
+            acc_ka += dl[:, :, None] * ua
+            acc_kb += dl[:, :, None] * ub
+    if TWO_PASS:
+        tl.debug_barrier()  # the dl stores above, read back below by other threads of the block
+        acc_ka = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+        acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+        for c in range(call, top1):
+            rdc = (zero_h + tl.load(CALL_N + c)) > j  # [HM]
+            m2 = pmask[:, None] & rdc[None, :]
+            hc = tl.load(CALL_H + c)
+            pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]
+            wo = tl.load(CALL_WOFF + c) + j * P * hc
+            dl = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+            acc_ka += dl[:, :, None] * ua
+            acc_kb += dl[:, :, None] * ub
+        vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
+        vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
     dxa, dxb = source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, rg, D)
     return dxa, dxb, rg
 
@@ -220,7 +249,7 @@ def stack_gather_kernel(
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
-    PREFETCH: tl.constexpr, META: tl.constexpr,
+    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -255,25 +284,21 @@ def stack_gather_kernel(
             tl.debug_barrier()  # this block's dout slot, shift and S' stores, read below by other threads
             jlo = j0
             if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
-                vga = tl.load(V0 + rowa, mask=maska, other=0.0).to(tl.float32)
-                vgb = tl.load(V0 + rowb, mask=maskb, other=0.0).to(tl.float32)
                 dxa, dxb, rg = _gather_collect(
-                    vga, vgb, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                    V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    META)
+                    META, TWO_PASS)
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
                 jlo = j0 + 1
             for j in range(jlo, j1):
-                vga = tl.load(V + j * stride_vn + rowa, mask=maska, other=0.0).to(tl.float32)
-                vgb = tl.load(V + j * stride_vn + rowb, mask=maskb, other=0.0).to(tl.float32)
                 dxa, dxb, rg = _gather_collect(
-                    vga, vgb, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                    V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    META)
+                    META, TWO_PASS)
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)
@@ -375,17 +400,19 @@ if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep
         GATHER_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
 
 
-def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, bool, int | None]:
-    """(BLOCK_P, num_warps, prefetch, maxnreg) of stack_gather_kernel."""
+def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, bool, int | None, bool]:
+    """(BLOCK_P, num_warps, prefetch, maxnreg, two_pass) of stack_gather_kernel; a table entry
+    may leave out the last two (no register cap, one pass)."""
     hit = GATHER_CONFIG.get((d, num_heads, max_heads))
     if hit is not None:
-        return hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None
+        return (hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None,
+                bool(hit[4]) if len(hit) > 4 else False)
     if d < 1024:
-        return 1, 2, False, None
+        return 1, 2, False, None, False
     if d <= 1280:
-        return 1, 1, True, None
+        return 1, 1, True, None, False
     warps = 1 << max(0, (d // 256).bit_length() - 1)  # 2048 -> 8, 4096 -> 16 (capped at 8)
-    return 1, min(warps, 8), True, None
+    return 1, min(warps, 8), True, None, False
 
 
 # MHAR_GATHER_META_PREFETCH=1: the gather loads each reader's table entries, weights, shifts and
@@ -397,6 +424,12 @@ def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, boo
 # -> 3.54 (H=1) but 5.72 -> ~6.8 (H=8, across two calls). `h100_2026-11-23f/run6_gathermeta/`;
 # the benchmark variant `triton-meta` times it against the default in one process.
 META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "0") == "1"
+# The gather's loop over readers in two passes (`_gather_collect`): fewer rows of registers live
+# at once, so that a register cap (more resident warps) costs few spills, for one more pass over
+# cached scalars and q*g rows. Chosen per shape by the config's last entry; MHAR_GATHER_TWO_PASS=0
+# or 1 forces it off or on everywhere (None: as the config says).
+_TWO_PASS_ENV = os.environ.get("MHAR_GATHER_TWO_PASS", "")
+TWO_PASS: bool | None = None if _TWO_PASS_ENV == "" else _TWO_PASS_ENV == "1"
 STACK_GATHER = Launcher(stack_gather_kernel)
 PAIR_E = Launcher(pair_e_kernel)
 COLLECT_DQDG = Launcher(collect_dqdg_kernel)

@@ -352,3 +352,27 @@ def test_register_cap_is_bitwise_neutral(monkeypatch, D):
     capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
     assert all(torch.equal(a, b) for a, b in zip(base, capped))
     record(test="register_cap", D=D, ok=True)
+
+
+@pytest.mark.parametrize("D", [1024, 1280])
+def test_gather_two_pass_matches_one_pass(monkeypatch, D):
+    """The gather's loop over readers in two passes, uncapped and with the register cap its
+    configs use, adds the same terms in the same order as one pass: over an fp32 chain every
+    output and gradient agrees within fp32 rounding (whether bitwise is recorded: the compiler
+    may contract multiply-adds differently in the two loop shapes)."""
+    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import route_bwd_collect as rbc
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    monkeypatch.setattr(rbc, "TWO_PASS", None)  # the config below decides
+    runs = {}
+    for two_pass, cap in ((False, 0), (True, 0), (True, 168), (True, 128)):
+        monkeypatch.setitem(rbc.GATHER_CONFIG, (D, 8, 8), (1, 1, False, cap, two_pass))
+        runs[(two_pass, cap)] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=7,
+                                          collect=True)
+    base = runs[(False, 0)]
+    for key, got in runs.items():
+        err = max(rel(a, b) for a, b in zip(got, base))
+        record(test="gather_two_pass", D=D, two_pass=key[0], cap=key[1], max_rel_vs_one_pass=err,
+               bitwise=all(torch.equal(a, b) for a, b in zip(got, base)))
+        assert err <= 1e-6, (key, err)
