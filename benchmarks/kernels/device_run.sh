@@ -35,6 +35,12 @@
 #                                                         loop forced on, then the gather's configs (two-pass
 #                                                         and register caps among them) at the training
 #                                                         microbatches (H=8) and the kernel-table shapes (H=1)
+#   bash benchmarks/kernels/device_run.sh twopasstable    every GPU test, then the kernel table: triton against
+#                                                         its gather configs before the two-pass entries
+#                                                         (triton-gatherprev) and compile, graph replay
+#   PRESETS=.. bash benchmarks/kernels/device_run.sh twopasstrain   the training microbatches' routing
+#                                                         kernels (triton, triton-gatherprev), then the
+#                                                         interleaved end-to-end table for PRESETS
 #   bash benchmarks/kernels/device_run.sh fwdcuts         GPU tests, then the forward's instruction cuts
 #                                                         (fold q*g, lazy rescale) against the forward
 #                                                         before them: training microbatches and the
@@ -162,6 +168,22 @@ case "${1:-tests-kernels}" in
       timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_gather_h$heads.json" --no-delta \
         --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels gather --sweep-only --repeat 3 \
         2>&1 | grep -v -i warn | tee "$OUT/sweep_gather_h$heads.log" | grep SWEEP
+    done ;;
+  twopasstable)
+    timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout ${TABLE_TIMEOUT:-300} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-gatherprev,compile --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -20 ;;
+  twopasstrain)
+    timeout 110 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-gatherprev --repeat 5 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8
+    for preset in ${PRESETS:-100m:8:2048 350m:4:1024}; do
+      IFS=: read -r p b t <<< "$preset"
+      timeout ${TRAIN_TIMEOUT:-200} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
+        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/gatherprev} --backend triton --interleave \
+        --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
     done ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \

@@ -49,7 +49,9 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both; meta turns on
 # the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
 # off by default); onepass and twopass force the gather's loop over readers into one or two passes
-# at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides).
+# at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides);
+# gatherprev runs the gather's launch configs from before the two-pass table entries (its heuristic
+# at every shape).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
@@ -59,7 +61,7 @@ VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(pr
             "triton-eagerscale": dict(lazy_rescale=False),
             "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False),
             "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
-            "triton-twopass": dict(two_pass=True)}
+            "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -94,7 +96,8 @@ def kernel_variant(name: str):
     from mhar_probe.kernels import autograd as kad, launch, route_bwd_collect, route_fwd
 
     v = VARIANTS.get(name, {})
-    old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
+    old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
+           launch.DIRECT,
            route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
            route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS)
     if name in VARIANTS:  # anything else ("triton") runs the current state
@@ -105,14 +108,16 @@ def kernel_variant(name: str):
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
             v.get("lazy_rescale", True), v.get("meta_prefetch", False),
             v.get("two_pass", route_bwd_collect.TWO_PASS))
+    if v.get("gather_prev"):
+        kad.gather_config = lambda d, h, hm: route_bwd_collect.gather_config_heuristic(d)
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
     try:
         yield
     finally:
-        (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, launch.DIRECT,
-         route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
+        (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
+         launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
          route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS) = old
 
 

@@ -394,7 +394,13 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 # reader. At d = 512 two warps without the dout prefetch are best (6.87 ms; one warp 7.26). Wider
 # rows (unmeasured) keep one warp per 256 columns, which compiles without spills. The grid is
 # one program per position block (no per-program partials here, so no persistent grid).
-GATHER_CONFIG: dict[tuple[int, int, int], tuple] = {}
+# Two-pass entries (seventh session of 2026-11-23, h100_2026-11-23g/run1_twopass/sweep_gather_h8.*,
+# same sweep, gather ms per training microbatch): d = 512 two warps 6.88 -> 6.48 with two passes;
+# d = 1280 one warp with the dout prefetch 15.31 -> two warps, two passes 14.68 (one pass with
+# two warps: 19.44). d = 1024 stays on one warp, one pass (9.44; every two-pass config 10.8-12.2).
+# Register caps on top of two passes spilled little offline but lost on the GPU (1B: 16.8-19.1).
+GATHER_CONFIG: dict[tuple[int, int, int], tuple] = {(512, 8, 8): (1, 2, False, 0, True),
+                                                    (1280, 8, 8): (1, 2, False, 0, True)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
     for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("gather", []):
         GATHER_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
@@ -407,6 +413,12 @@ def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, boo
     if hit is not None:
         return (hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None,
                 bool(hit[4]) if len(hit) > 4 else False)
+    return gather_config_heuristic(d)
+
+
+def gather_config_heuristic(d: int) -> tuple[int, int, bool, int | None, bool]:
+    """The gather's launch config where the table has no entry (also every shape's config before
+    the two-pass entries: the benchmark's `triton-gatherprev` variant)."""
     if d < 1024:
         return 1, 2, False, None, False
     if d <= 1280:
