@@ -294,6 +294,59 @@ def test_two_pass_gather_is_the_one_pass_sum(monkeypatch, half):
     assert all(torch.equal(a, b) for a, b in zip(one, two))
 
 
+def test_pair_e_wide_blocks_agree_with_narrow(monkeypatch):
+    """pair_e_kernel's wide column blocks (one per narrowest head, its width padded to a power of
+    two and masked: d/H = 5 in 8-wide tiles here) give the narrow blocks' query and key-norm
+    gradients (each column sums the same products over the positions) up to fp32 rounding, and
+    float64's."""
+    S, D = 5, 40
+    heads = [8, 2, 8, 2, 8]
+    leaves = _leaves(D, S, heads, 0, 17, torch.float32)
+
+    def run(wide):
+        monkeypatch.setattr(rbc, "E_WIDE", wide)
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        return torch.autograd.grad(loss, leaves)
+
+    wide, narrow = run(True), run(False)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_loss, _, _ = _chain(f64_stack, ref_leaves, S, heads)
+    truth = torch.autograd.grad(ref_loss, ref_leaves)
+    for i, (a, b, t) in enumerate(zip(wide, narrow, truth)):
+        assert rel(a, b) < 1e-6 and rel(a, t) < 2e-5, i
+
+
+def test_pair_e_block_writes_only_its_columns(monkeypatch):
+    """A wide column block's tile is wider than the block (d/H = 5 columns in an 8-wide tile):
+    the masked columns belong to the next head and must not be written (on a GPU the blocks run
+    in any order, so a stray store would race the owner's). Each pair_e launch of a backward is
+    run again with only the first column block, into a NaN-poisoned E buffer: exactly its
+    K_STEP columns are written, with the full launch's values."""
+    S, D = 4, 40
+    heads = [8, 2, 8, 2]
+    leaves = _leaves(D, S, heads, 0, 19, torch.float32)
+    launches = []
+    real = rbc.PAIR_E
+
+    def record(grid, args, consts, num_warps):
+        real(grid, args, consts, num_warps)
+        launches.append((grid, args, consts, num_warps))
+
+    monkeypatch.setattr(rbc, "PAIR_E", record)
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    torch.autograd.grad(loss, leaves)
+    assert launches and all(c["K_STEP"] < c["BLOCK_K"] for _, _, c, _ in launches)
+    full = launches[0][1][10].clone()  # every launch writes its own pairs' rows of one buffer
+    for grid, args, consts, num_warps in launches:
+        epart = args[10]
+        epart.fill_(float("nan"))
+        real((grid[0], 1, grid[2]), args, consts, num_warps)
+        k = consts["K_STEP"]
+        assert torch.isnan(epart[..., k:]).all()
+        written = ~torch.isnan(epart[..., :k])
+        assert written.any() and torch.equal(epart[..., :k][written], full[..., :k][written])
+
+
 def test_tile_and_column_block_rules():
     assert tile_split(160) == (128, 128, 32, 32)  # 1B: two exact tiles
     assert tile_split(64) == (64, 64, 0, 1)  # power of two: one tile, empty second
@@ -305,7 +358,7 @@ def test_tile_and_column_block_rules():
     assert e_block_k(1280, 8) == 32 and e_block_k(512, 8) == 64
 
 
-def test_pair_e_plan_rules():
+def test_pair_e_plan_rules(monkeypatch):
     """A GPU's tl.dot needs blocks of 16: configs below are raised there (not in the interpreter);
     readers rounding differently, or column blocks under 16 on a GPU, take the per-reader path at
     the default blocks whatever the config."""
@@ -313,8 +366,9 @@ def test_pair_e_plan_rules():
     assert cfg == (16, 16, 4)  # the default (no tuned entry)
     bf16, fp32 = frozenset({1}), frozenset({0})
     block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True)
-    assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["ROUND"], consts["MIXED"]) == \
-        (16, 16, 32, 1, False)
+    # wide column blocks: one per 160-column head, in a 256-wide tile
+    assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["K_STEP"], consts["ROUND"],
+            consts["MIXED"]) == (16, 16, 256, 160, 1, False)
     rbc.PAIR_E_CONFIG[(1280, 8)] = (4, 64, 8)
     try:
         assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[0] == 16  # raised to 16 rows for the dot
@@ -324,8 +378,17 @@ def test_pair_e_plan_rules():
         assert mixed[0] == 16 and mixed[1]["MIXED"] and mixed[1]["BLOCK_P"] == 16 and mixed[2] == 4
     finally:
         del rbc.PAIR_E_CONFIG[(1280, 8)]
+    # d/H = 40: one 40-column block per head (a 64-wide tile) takes the dot; the narrow rule's
+    # blocks of 8 were too narrow for it
+    wide40 = rbc.pair_e_plan(1280, 32, fp32, cuda=True)[1]
+    assert (wide40["BLOCK_K"], wide40["K_STEP"], wide40["MIXED"]) == (64, 40, False)
+    assert rbc.e_blocks(1280, 1, True) == (256, 256)  # a wide head: 256-column blocks
+    assert rbc.e_blocks(12, 4, True) == (4, 3)
+    assert rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True)[1]["K_STEP"] == 32  # per-reader: narrow
+    monkeypatch.setattr(rbc, "E_WIDE", False)  # the narrow blocks
+    assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[1]["K_STEP"] == 32
     narrow = rbc.pair_e_plan(1280, 32, fp32, cuda=True)  # d/H = 40: column blocks of 8
-    assert narrow[1]["BLOCK_K"] == 8 and narrow[1]["MIXED"]
+    assert narrow[1]["BLOCK_K"] == narrow[1]["K_STEP"] == 8 and narrow[1]["MIXED"]
     assert not rbc.pair_e_plan(1280, 32, fp32, cuda=False)[1]["MIXED"]
 
 

@@ -41,6 +41,10 @@
 #   PRESETS=.. bash benchmarks/kernels/device_run.sh twopasstrain   the training microbatches' routing
 #                                                         kernels (triton, triton-gatherprev), then the
 #                                                         interleaved end-to-end table for PRESETS
+#   bash benchmarks/kernels/device_run.sh pairewide       the collect GPU tests, then pair_e's configs with
+#                                                         its wide column blocks (training microbatches,
+#                                                         H=8), then the routing kernels with the best of
+#                                                         them against the narrow blocks (triton-enarrow)
 #   bash benchmarks/kernels/device_run.sh fwdcuts         GPU tests, then the forward's instruction cuts
 #                                                         (fold q*g, lazy rescale) against the forward
 #                                                         before them: training microbatches and the
@@ -185,6 +189,15 @@ case "${1:-tests-kernels}" in
         --vocab 151936 --methods ${METHODS:-baseline mhar mhar/gatherprev} --backend triton --interleave \
         --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
     done ;;
+  pairewide)
+    timeout 130 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k "two_pass or collect" 2>&1 \
+      | tee "$OUT/pytest_collect.log" | grep -E "passed|failed|Error|^E  " | tail -8
+    MHAR_SWEEP_PAIR_E='[[16,16,4],[16,16,8],[32,16,8],[16,32,4]]' timeout 170 python -m mhar_probe.bench.routing \
+      --out "$OUT/sweep_paire_h8.json" --no-delta --dtype mixed --heads 8 --sweep 100M-train,350M-train,1B-train \
+      --sweep-kernels pair_e --sweep-only --repeat 3 2>&1 | grep -v -i warn | tee "$OUT/sweep_paire_h8.log" | grep SWEEP
+    MHAR_KERNEL_CONFIG="$OUT/sweep_paire_h8_tuned.json" timeout 110 python -m mhar_probe.bench.routing \
+      --out "$OUT/bench_train.json" --no-delta --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 \
+      --backends triton,triton-enarrow --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
   tests)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14

@@ -34,8 +34,8 @@ from triton.compiler import ASTSource
 
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
-from mhar_probe.kernels.route_bwd_collect import (META_PREFETCH, TWO_PASS, gather_config, pair_e_kernel,
-                                                  stack_gather_kernel)
+from mhar_probe.kernels.route_bwd_collect import (E_WIDE, META_PREFETCH, TWO_PASS, e_blocks, gather_config,
+                                                  pair_e_kernel, stack_gather_kernel)
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
 
@@ -138,8 +138,9 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
-    return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1],
-                                      BLOCK_K=min(64, (d // 8) & -(d // 8)), ROUND=1, MIXED=False)
+    block_k, k_step = e_blocks(d, 8, E_WIDE)
+    return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
+                                      ROUND=1, MIXED=False)
 
 
 def main() -> None:

@@ -51,7 +51,8 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # off by default); onepass and twopass force the gather's loop over readers into one or two passes
 # at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides);
 # gatherprev runs the gather's launch configs from before the two-pass table entries (its heuristic
-# at every shape).
+# at every shape); enarrow runs pair_e_kernel in the narrow column blocks it had before the wide
+# ones (route_bwd_collect.E_WIDE).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
@@ -61,7 +62,8 @@ VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(pr
             "triton-eagerscale": dict(lazy_rescale=False),
             "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False),
             "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
-            "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True)}
+            "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True),
+            "triton-enarrow": dict(e_wide=False)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -99,15 +101,16 @@ def kernel_variant(name: str):
     old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
            launch.DIRECT,
            route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-           route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS)
+           route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
+           route_bwd_collect.E_WIDE)
     if name in VARIANTS:  # anything else ("triton") runs the current state
         (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
          route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH,
-         route_bwd_collect.TWO_PASS) = (
+         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
             v.get("lazy_rescale", True), v.get("meta_prefetch", False),
-            v.get("two_pass", route_bwd_collect.TWO_PASS))
+            v.get("two_pass", route_bwd_collect.TWO_PASS), v.get("e_wide", True))
     if v.get("gather_prev"):
         kad.gather_config = lambda d, h, hm: route_bwd_collect.gather_config_heuristic(d)
     if v.get("prev_cfg"):
@@ -118,7 +121,8 @@ def kernel_variant(name: str):
     finally:
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
          launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-         route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS) = old
+         route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
+         route_bwd_collect.E_WIDE) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -350,19 +354,23 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # A fifth entry True runs the loop over readers in two passes (route_bwd_collect.TWO_PASS), which
 # keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
 # Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, 168 at the cap
-# with 128 B of spills outside the loops. MHAR_SWEEP_GATHER (a JSON list of configs) replaces the
-# list for one run.
+# with 128 B of spills outside the loops.
 SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
                 (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),
                 (1, 1, False, 128, True), (1, 2, False, 0, True), (1, 4, False, 0, True)]
-if os.environ.get("MHAR_SWEEP_GATHER"):
-    SWEEP_GATHER = [tuple(c) for c in json.loads(os.environ["MHAR_SWEEP_GATHER"])]
 SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
 # pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
 # each source row fewer times
 SWEEP_PAIR_E = [(16, 16, 4), (16, 32, 4), (16, 64, 4), (32, 16, 4), (32, 32, 4), (32, 64, 8), (64, 16, 4),
-                (64, 32, 8)]
+                (64, 32, 8), (16, 16, 8), (32, 16, 8)]
+# MHAR_SWEEP_FWD, MHAR_SWEEP_STACK, MHAR_SWEEP_GATHER, MHAR_SWEEP_PAIR_E (JSON lists of configs)
+# replace a kind's list for one run (a short device call that sweeps a few candidates).
+SWEEP_FWD, SWEEP_STACK, SWEEP_GATHER, SWEEP_PAIR_E = (
+    [tuple(c) for c in json.loads(os.environ[f"MHAR_SWEEP_{kind.upper()}"])]
+    if os.environ.get(f"MHAR_SWEEP_{kind.upper()}") else default
+    for kind, default in (("fwd", SWEEP_FWD), ("stack", SWEEP_STACK), ("gather", SWEEP_GATHER),
+                          ("pair_e", SWEEP_PAIR_E)))
 
 
 def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,

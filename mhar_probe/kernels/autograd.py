@@ -71,6 +71,7 @@ def kernel_settings() -> dict[str, object]:
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
                 fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
                 gather_meta_prefetch=collect_mod.META_PREFETCH, gather_two_pass=collect_mod.TWO_PASS,
+                pair_e_wide=collect_mod.E_WIDE,
                 triton=triton.__version__)
 
 

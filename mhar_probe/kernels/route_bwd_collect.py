@@ -314,11 +314,12 @@ def pair_e_kernel(
     EPART,  # [splits, pairs, D] fp32: split s's share of E_{c,j} at [s, poff_c + j]
     top1, P, chunk, stride_es,  # positions per split; elements per split of EPART
     D: tl.constexpr, BLOCK_C: tl.constexpr, BLOCK_P: tl.constexpr, BLOCK_K: tl.constexpr,
+    K_STEP: tl.constexpr,  # columns per block (<= BLOCK_K; the rest of the tile is masked)
     ROUND: tl.constexpr,  # the readers' key rounding when they agree: 0 none, 1 bf16, 2 fp16
     MIXED: tl.constexpr,  # readers round differently: per-reader rounding (no dot)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
-    over one split of the positions (grid: items x column blocks x splits); BLOCK_K divides
+    over one split of the positions (grid: items x column blocks x splits); K_STEP divides
     every call's head width, so a column block lies in one head of each call."""
     item = tl.program_id(0)
     cb = tl.program_id(1)
@@ -331,9 +332,10 @@ def pair_e_kernel(
     reads = in_range & (n_c > j)  # [BC]
     hc = tl.load(CALL_H + offs_c, mask=in_range, other=1)
     mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
-    cols = cb * BLOCK_K + tl.arange(0, BLOCK_K)
-    colmask = cols < D
-    head = (cb * BLOCK_K * hc) // D  # [BC]: the head of call c holding this column block
+    offs_k = tl.arange(0, BLOCK_K)
+    cols = cb * K_STEP + offs_k
+    colmask = (offs_k < K_STEP) & (cols < D)
+    head = (cb * K_STEP * hc) // D  # [BC]: the head of call c holding this column block
     dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
     acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
     vrow = VB + j * stride_vn
@@ -458,10 +460,34 @@ def tile_split(KM: int) -> tuple[int, int, int, int]:
 
 
 def e_block_k(d: int, max_heads: int) -> int:
-    """Column block of `pair_e_kernel`: the largest power of two (at most 64) dividing the
-    narrowest head width d / max_heads, so that a block never straddles a head."""
+    """Narrow column block of `pair_e_kernel` (the per-reader path, and every path with
+    `E_WIDE` off): the largest power of two (at most 64) dividing the narrowest head width
+    d / max_heads, so that a block never straddles a head."""
     km = d // max_heads
     return min(64, km & -km)
+
+
+# Wide column blocks of pair_e_kernel: one block per narrowest head (its width padded to a power
+# of two, masked) up to E_WIDE_MAX columns; wider heads in blocks of the largest power of two
+# dividing them, at most E_WIDE_MAX. Each program loads its readers' dl_{c,j} (a [P, H] layout:
+# one 32-byte sector per position and reader at H = 8) once per block, so narrow blocks multiply
+# that traffic: at 1B (d/H = 160) the narrow rule's 32-column blocks read every dl five times.
+# MHAR_PAIR_E_WIDE=0 keeps the narrow blocks (the benchmark's `triton-enarrow` variant).
+E_WIDE = os.environ.get("MHAR_PAIR_E_WIDE", "1") != "0"
+E_WIDE_MAX = 256
+
+
+def e_blocks(d: int, max_heads: int, wide: bool) -> tuple[int, int]:
+    """(BLOCK_K, K_STEP) of pair_e_kernel: the tile width (a power of two) and the columns each
+    block covers (K_STEP divides the narrowest head width, so no block straddles a head)."""
+    km = d // max_heads
+    if not wide:
+        bk = e_block_k(d, max_heads)
+        return bk, bk
+    if km <= E_WIDE_MAX:
+        return next_pow2(km), km
+    bk = min(E_WIDE_MAX, km & -km)
+    return bk, bk
 
 
 # Positions per program of pair_e_kernel: each program's loop is serial, so long position
@@ -496,15 +522,17 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool) -> tu
     tl.dot needs 16 rows, columns and reduction steps on a GPU. Column blocks narrower than 16
     (d/H = 40 at H = 32, d = 1280) and readers that round their keys differently take the
     per-reader path, which Triton does not turn into a dot; its [BLOCK_C, BLOCK_P, BLOCK_K]
-    product stays at the default (16, 16) blocks."""
+    product stays at the default (16, 16) blocks and at the narrow column blocks. Readers that
+    agree take the wide column blocks (`e_blocks`) unless `E_WIDE` is off."""
     block_c, block_p, num_warps = pair_e_config(d, max_heads)
-    block_k = e_block_k(d, max_heads)
+    block_k, k_step = e_blocks(d, max_heads, E_WIDE and len(modes) == 1)
     mixed = len(modes) > 1 or (cuda and block_k < 16)
     if mixed:
         block_c, block_p, num_warps = 16, 16, 4
+        block_k = k_step = e_block_k(d, max_heads)
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
-    consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k,
+    consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
                   ROUND=0 if mixed else min(modes), MIXED=mixed)
     return block_c, consts, num_warps
 
@@ -519,7 +547,7 @@ def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: 
     stride = rows.stride(0) if rows.dim() == 3 else 0
     splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
-    PAIR_E((nitems, cdiv(consts["D"], consts["BLOCK_K"]), splits),
+    PAIR_E((nitems, cdiv(consts["D"], consts["K_STEP"]), splits),
            (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5], epart, top1, P,
             cdiv(P, splits), epart.stride(0)), consts, num_warps)
 
