@@ -55,6 +55,14 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1 MHAR_GPU_RESULTS=$OUT/gpu_results.jsonl
 python -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
+run_interleaved() {  # the end-to-end table, arms interleaved; $1 presets, $2 methods, $3 timeout (defaults)
+  for preset in ${PRESETS:-$1}; do
+    IFS=: read -r p b t <<< "$preset"
+    timeout ${TRAIN_TIMEOUT:-$3} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
+      --vocab 151936 --methods ${METHODS:-$2} --backend triton --interleave \
+      --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
+  done
+}
 case "${1:-tests-kernels}" in
   tests-kernels)
     timeout 200 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
@@ -146,12 +154,7 @@ case "${1:-tests-kernels}" in
         --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
     done ;;
   interleave)  # PRESETS as preset:batch:seq (default: the paper's three microbatches)
-    for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
-      IFS=: read -r p b t <<< "$preset"
-      timeout ${TRAIN_TIMEOUT:-180} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
-        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/stackbwd} --backend triton --interleave \
-        --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
-    done ;;
+    run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/stackbwd" 180 ;;
   fwdcuts)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
@@ -183,12 +186,7 @@ case "${1:-tests-kernels}" in
     timeout 110 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-gatherprev --repeat 5 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8
-    for preset in ${PRESETS:-100m:8:2048 350m:4:1024}; do
-      IFS=: read -r p b t <<< "$preset"
-      timeout ${TRAIN_TIMEOUT:-200} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
-        --vocab 151936 --methods ${METHODS:-baseline mhar mhar/gatherprev} --backend triton --interleave \
-        --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
-    done ;;
+    run_interleaved "100m:8:2048 350m:4:1024" "baseline mhar mhar/gatherprev" 200 ;;
   pairewide)
     timeout 130 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k "two_pass or collect" 2>&1 \
       | tee "$OUT/pytest_collect.log" | grep -E "passed|failed|Error|^E  " | tail -8

@@ -353,8 +353,9 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # 250-255 registers at d >= 1024, compiled offline) to 8.
 # A fifth entry True runs the loop over readers in two passes (route_bwd_collect.TWO_PASS), which
 # keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
-# Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, 168 at the cap
-# with 128 B of spills outside the loops.
+# Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, and at a cap of
+# 168 128 B of spills with loops barely longer (432 -> 460 instructions; one pass: 734 -> 888). On
+# an H100 the caps still lost (results_h100.md, section 000000).
 SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
                 (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),
