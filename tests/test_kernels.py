@@ -444,6 +444,18 @@ def test_bench_routing_refuses_bad_input(argv, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_bench_routing_module_entry_point_gives_the_same_message():
+    """`python -m mhar_probe.bench.routing` (what the device scripts run) refuses bad input with
+    the CLI's one-line message and exit status 2, not a traceback."""
+    import subprocess
+    import sys
+
+    res = subprocess.run([sys.executable, "-m", "mhar_probe.bench.routing", "--backends", "triton,cuda"],
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 2
+    assert "unknown backend(s) cuda" in res.stderr and "Traceback" not in res.stderr
+
+
 def test_bench_routing_needs_a_gpu(capsys):
     if torch.cuda.is_available():
         pytest.skip("a GPU is visible")

@@ -471,7 +471,11 @@ def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(prog="mhar bench routing", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="results.json")
-    ap.add_argument("--backends", default="triton,compile,eager")
+    ap.add_argument("--backends", default="triton,compile,eager",
+                    help="comma-separated, timed in this order in one process: triton, compile, eager, "
+                         "fla, or a triton variant with one kernel switch or launch config changed, for a same-run "
+                         "ratio ("
+                         + ", ".join(VARIANTS) + "; see VARIANTS in mhar_probe/bench/routing.py)")
     ap.add_argument("--heads", default="1,8")
     ap.add_argument("--shapes", default="100M,350M,1B")
     ap.add_argument("--repeat", type=int, default=20)
@@ -532,5 +536,9 @@ def main(argv: list[str] | None = None) -> None:
               f"{g:8.3f} {g / tg:9.2f}x {r['floor_ms'] / g:9.1%}")
 
 
-if __name__ == "__main__":
-    main()
+if __name__ == "__main__":  # the same messages and exit codes as `mhar bench routing`
+    import sys
+
+    from mhar_probe.cli import main as cli_main
+
+    sys.exit(cli_main(["bench", "routing", *sys.argv[1:]]))
