@@ -35,6 +35,7 @@ import torch.nn.functional as F
 from mhar_probe import __version__
 from mhar_probe.bench.routing import VARIANTS as ROUTING_VARIANTS
 from mhar_probe.model import MHARConfig, MHARForCausalLM
+from mhar_probe.model.config import METHODS, PRESETS
 
 PAPER_BASELINE_100M_TOK_S = 113.9e3  # H100, Table "cost" (absolute baseline median)
 
@@ -55,6 +56,16 @@ def split_arm(name: str, backend: str) -> tuple[str, str]:
     if variant and backend != "triton":
         raise SystemExit(f"{name!r}: kernel variants need --backend triton (got {backend})")
     return method, variant
+
+
+def check_names(args: argparse.Namespace) -> None:
+    """Refuse an unknown preset, method or kernel variant before any arm is built or timed."""
+    if args.preset not in PRESETS:
+        raise SystemExit(f"unknown preset {args.preset!r}; choose from {', '.join(PRESETS)}")
+    for name in args.methods:
+        method, _ = split_arm(name, args.backend)
+        if method not in METHODS:
+            raise SystemExit(f"unknown method {method!r} in {name!r}; choose from {', '.join(METHODS)}")
 
 
 def build(method: str, args: argparse.Namespace, device: torch.device):
@@ -223,6 +234,7 @@ def main() -> None:
     args = p.parse_args()
     if args.steps < 1 or args.warmup < 0:
         raise SystemExit(f"--steps must be at least 1 and --warmup at least 0 (got {args.steps}, {args.warmup})")
+    check_names(args)
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")

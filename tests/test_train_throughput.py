@@ -54,6 +54,20 @@ def test_cli_refuses_zero_steps(tt, monkeypatch):
         tt.main()
 
 
+@pytest.mark.parametrize("argv,message", [
+    (["--preset", "7b"], "unknown preset '7b'"),
+    (["--methods", "baseline", "residual"], "unknown method 'residual'"),
+    (["--methods", "baseline", "mhar/nope", "--backend", "triton"], "unknown kernel variant 'nope'"),
+])
+def test_cli_refuses_bad_names_before_running(tt, monkeypatch, argv, message):
+    """One message (SystemExit), not a traceback from deep in model construction, and before any
+    arm runs: the non-interleaved mode would otherwise time the arms before the bad one."""
+    monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])
+    monkeypatch.setattr(tt, "bench_method", lambda *a: pytest.fail("an arm ran"))
+    with pytest.raises(SystemExit, match=message):
+        tt.main()
+
+
 def test_variants_are_the_routing_benchmarks(tt):
     """One list of kernel variants: the routing benchmark's, without the 'triton-' prefix."""
     from mhar_probe.bench.routing import VARIANTS
