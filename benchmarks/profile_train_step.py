@@ -21,6 +21,7 @@ import torch
 import torch.nn.functional as F
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM
+from mhar_probe.model.config import METHODS, PRESETS
 
 PHASES = ("forward+loss", "backward", "optimizer")
 MICROBATCH = {"100m": (8, 2048), "350m": (4, 1024), "1b": (2, 1024), "124m": (8, 2048), "tiny": (8, 128)}
@@ -65,14 +66,30 @@ def gpu_gaps(prof, top: int = 10) -> dict:
                 largest=[list(g) for g in sorted(gaps, key=lambda g: -g[0])[:top]])
 
 
+def check_arguments(args: argparse.Namespace) -> None:
+    """One message for what the user can fix, before any model is built: no GPU, an unknown
+    preset, method or kernel variant (METHOD/VARIANT)."""
+    from mhar_probe.bench.routing import VARIANTS
+
+    if not torch.cuda.is_available():
+        raise SystemExit("profile_train_step.py profiles a training step on a CUDA GPU; none is visible here")
+    for preset in args.presets:
+        if preset not in PRESETS:
+            raise SystemExit(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+    for name in args.methods:
+        method, _, variant = name.partition("/")
+        if method not in METHODS:
+            raise SystemExit(f"unknown method {method!r} in {name!r}; choose from {', '.join(METHODS)}")
+        if variant and f"triton-{variant}" not in VARIANTS:
+            raise SystemExit(f"unknown kernel variant {variant!r} in {name!r}; choose from "
+                             + ", ".join(v.removeprefix("triton-") for v in VARIANTS))
+
+
 def profile_one(preset: str, method: str, backend: str, steps: int, bf16_sources: bool) -> dict:
     """METHOD or METHOD/VARIANT (a kernel variant of benchmarks/train_throughput.py, e.g. mhar/stackbwd)."""
-    from mhar_probe.bench.routing import VARIANTS, kernel_variant
+    from mhar_probe.bench.routing import kernel_variant
 
     base_method, _, variant = method.partition("/")
-    if variant and f"triton-{variant}" not in VARIANTS:
-        raise SystemExit(f"unknown kernel variant {variant!r} in {method!r}; choose from "
-                         + ", ".join(v.removeprefix("triton-") for v in VARIANTS))
     with kernel_variant(f"triton-{variant}" if variant else "triton"):
         return _profile_one(preset, base_method, backend, steps, bf16_sources) | dict(method=method)
 
@@ -175,6 +192,7 @@ def main() -> None:
     ap.add_argument("--out", default=None)
     ap.add_argument("--show", type=int, default=8, help="rows of each list to print")
     args = ap.parse_args()
+    check_arguments(args)
     import triton
 
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),

@@ -74,3 +74,24 @@ def test_variants_are_the_routing_benchmarks(tt):
 
     assert set(tt.VARIANTS) == {""} | {v.removeprefix("triton-") for v in VARIANTS}
     assert {"stackbwd", "collect", "prev"} <= set(tt.VARIANTS)
+
+
+@pytest.mark.parametrize("argv,message", [
+    (["--presets", "7b"], "unknown preset '7b'"),
+    (["--methods", "baseline", "residual"], "unknown method 'residual'"),
+    (["--methods", "mhar/nope"], "unknown kernel variant 'nope'"),
+])
+def test_profile_script_refuses_bad_names_before_building(monkeypatch, argv, message):
+    """benchmarks/profile_train_step.py: one message for a bad preset, method or variant (checked
+    as if a GPU were there), and for a machine without one."""
+    spec = importlib.util.spec_from_file_location("profile_train_step", SCRIPT.parent / "profile_train_step.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "profile_one", lambda *a: pytest.fail("a model was profiled"))
+    monkeypatch.setattr("sys.argv", ["profile_train_step.py", *argv])
+    if not torch.cuda.is_available():
+        with pytest.raises(SystemExit, match="on a CUDA GPU"):
+            mod.main()
+        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    with pytest.raises(SystemExit, match=message):
+        mod.main()
