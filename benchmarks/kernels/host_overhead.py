@@ -52,12 +52,14 @@ def per_launch_us(fn, iters: int = 2000) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="100M")
+    ap.add_argument("--shape", default="100M", choices=list(SHAPES))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--iters", type=int, default=10, help="fwd+bwd iterations per arm and round")
     ap.add_argument("--rounds", type=int, default=6, help="alternations of the two launch paths")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
+    if not torch.cuda.is_available():
+        raise SystemExit("host_overhead.py times the triton chain's host side on a CUDA GPU; none is visible here")
     d, L, B, T = SHAPES[args.shape]
     H = args.heads
     xs, qs, gs, douts = make_inputs(d, L, B, T)

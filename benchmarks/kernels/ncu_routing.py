@@ -91,13 +91,20 @@ def summarise(paths: list[str]) -> list[dict]:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--shape", default="1B-train")
+    from mhar_probe.bench.routing import SHAPES
+
+    ap.add_argument("--shape", default="1B-train", choices=list(SHAPES))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="mixed", choices=["mixed", "bf16", "fp32"])
     ap.add_argument("--summarise", nargs="*")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     if args.summarise is None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("ncu_routing.py runs the routing chain under Nsight Compute on a CUDA GPU; "
+                             "none is visible here (--summarise reads its CSV files anywhere)")
         run_chain(args.shape, args.heads, args.dtype)
         return
     recs = summarise(args.summarise)
