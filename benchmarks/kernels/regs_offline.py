@@ -154,6 +154,9 @@ def main() -> None:
     # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps)
     jobs = {"fwd": (fwd_job, SWEEP_FWD, 2, 1), "stack": (stack_job, SWEEP_STACK, 3, 1),
             "gather": (gather_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
+    unknown = [k for k in args.kernels.split(",") if k not in jobs]
+    if unknown:
+        raise SystemExit(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(jobs)}")
     rows = []
     for kind in args.kernels.split(","):
         make, cfgs, cap_at, warps_at = jobs[kind]
