@@ -30,7 +30,7 @@ import torch  # noqa: E402
 import mhar_probe.kernels.autograd as kad  # noqa: E402
 from mhar_probe.kernels import launch  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
-from mhar_probe.model.config import METHODS  # noqa: E402
+from mhar_probe.model.config import ROUTED_METHODS  # noqa: E402
 
 
 def build(method: str, layers: int, heads: int) -> MHARForCausalLM:
@@ -54,7 +54,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--layers", type=int, default=36)
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--method", default="mhar", choices=[m for m in METHODS if m != "baseline"])
+    ap.add_argument("--method", default="mhar", choices=[*ROUTED_METHODS, "delta"])  # the methods that route
     ap.add_argument("--rounds", type=int, default=20, help="timed rounds (two more warm up)")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
