@@ -439,9 +439,10 @@ def gather_config_heuristic(d: int) -> tuple[int, int, bool, int | None, bool]:
 # the benchmark variant `triton-meta` times it against the default in one process.
 META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "0") == "1"
 # The gather's loop over readers in two passes (`_gather_collect`): fewer rows of registers live
-# at once, so that a register cap (more resident warps) costs few spills, for one more pass over
-# cached scalars and q*g rows. Chosen per shape by the config's last entry; MHAR_GATHER_TWO_PASS=0
-# or 1 forces it off or on everywhere (None: as the config says).
+# at once, for one more pass over cached scalars and q*g rows. Register caps on top of it spill
+# little but lost on an H100; what it bought there is the two-warp config at d = 512 and 1280
+# (GATHER_CONFIG). Chosen per shape by the config's last entry; MHAR_GATHER_TWO_PASS=0 or 1 forces
+# it off or on everywhere (None: as the config says).
 _TWO_PASS_ENV = os.environ.get("MHAR_GATHER_TWO_PASS", "")
 TWO_PASS: bool | None = None if _TWO_PASS_ENV == "" else _TWO_PASS_ENV == "1"
 STACK_GATHER = Launcher(stack_gather_kernel)
@@ -500,9 +501,11 @@ def e_splits(P: int) -> int:
 
 
 # Launch configs of pair_e_kernel: (BLOCK_C readers per program, BLOCK_P positions per dot step,
-# num_warps) per (d, max heads). Unmeasured beyond the default (16, 16, 4), which reads each source
-# row once per block of 16 readers (2.5 ms of 27.6 ms routing GPU time at the 1B training shape on
-# an H100): `mhar bench routing --sweep ... --sweep-kernels pair_e` times the alternatives.
+# num_warps) per (d, max heads). The default (16, 16, 4) reads each source row once per block of
+# 16 readers; it was the fastest swept config at the three training shapes on an H100, with the
+# narrow column blocks (sixth session) and again with the wide ones (seventh: 1.33 ms of 25.0 ms
+# routing GPU time at 1B; eight warps 21-24% slower). `mhar bench routing --sweep ...
+# --sweep-kernels pair_e` times the alternatives.
 PAIR_E_CONFIG: dict[tuple[int, int], tuple[int, int, int]] = {}
 if os.environ.get("MHAR_KERNEL_CONFIG"):
     for d_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("pair_e", []):
