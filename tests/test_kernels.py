@@ -275,6 +275,67 @@ def test_no_grad_path_saves_nothing_and_matches():
     assert torch.equal(stack.stacked(4), src)
 
 
+def test_rms_statistic_is_formed_once_per_row_and_reused(monkeypatch):
+    """r_n = rsqrt(mean(v_n^2) + eps) is stored by the first forward call that reads row n and
+    loaded by every later call (route_fwd.RMS_ONCE): the stack's buffer holds float64's r_n of
+    every row read, the outputs and weights are bitwise those of calls that each compute their
+    own r (the same reduction), and a later call follows a changed stored value, so it reads it."""
+    from mhar_probe.kernels import route_fwd
+
+    N, D, H = 5, 12, 2
+    src, q, w, _ = make(N, 1, 3, D, torch.float32)
+
+    def run():
+        stack = TritonSourceStack(N)
+        calls = []
+        for i in range(N):  # calls over 1, 2, .., N rows: each forms the newest row's r
+            stack.append(src[i])
+            calls.append(stack.route(q, w, H, EPS))
+        return stack, calls
+
+    stack, once = run()
+    r64 = torch.rsqrt(src.double().pow(2).mean(-1) + EPS).reshape(N, -1)  # [N, P]
+    assert stack._r_len == N and rel(stack._r_rows, r64) < 1e-6
+    monkeypatch.setattr(route_fwd, "RMS_ONCE", False)
+    each_stack, each = run()
+    assert each_stack._r_rows is None
+    for (a, wa), (b, wb) in zip(once, each):
+        assert torch.equal(a, b) and torch.equal(wa, wb)
+    monkeypatch.setattr(route_fwd, "RMS_ONCE", True)
+
+    stack = TritonSourceStack(N)
+    for i in range(3):
+        stack.append(src[i])
+    stack.route(q, w, H, EPS)  # stores r of rows 0..2
+    stack._r_rows[1] = 0.0  # a zero r_1: row 1's key, and so its logits, become 0
+    stack.append(src[3])
+    _, W = stack.route(q, w, H, EPS)  # loads rows 0..2, forms row 3
+    v = src[:4].double()
+    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + EPS)
+    r[1] = 0.0
+    keys = (v * r * w.double()).view(4, 1, 3, H, D // H)
+    ref = torch.einsum("he,nbthe->nbth", q.double().view(H, D // H), keys).softmax(0)
+    assert rel(W, ref) < 1e-5 and rel(W, route64(src[:4], q, w, H)[1]) > 1e-2
+
+
+def test_rms_statistic_of_another_eps_is_not_reused():
+    """A call with another eps than the stack's first computes its own r (and so does every
+    later call): its output is the float64 reference at its eps, not at the first call's."""
+    src, q, w, _ = make(3, 1, 3, 12, torch.float32)
+    stack = TritonSourceStack(3)
+    for i in range(2):
+        stack.append(src[i])
+    stack.route(q, w, 2, EPS)
+    big = 0.5  # large enough to move the result by far more than the tolerance
+    out, W = stack.route(q, w, 2, big)
+    ref_out, ref_W = route64(src[:2], q, w, 2, eps=big)
+    assert rel(out, ref_out) < 1e-6 and rel(W, ref_W) < 1e-5
+    assert rel(W, route64(src[:2], q, w, 2)[1]) > 1e-3
+    stack.append(src[2])
+    out, W = stack.route(q, w, 2, EPS)
+    assert rel(W, route64(src, q, w, 2)[1]) < 1e-5 and not stack._r_ok
+
+
 def test_double_backward_refused():
     src, q, w, dout = make(3, 1, 2, 8, torch.float32)
     src.requires_grad_()

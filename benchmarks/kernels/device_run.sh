@@ -49,6 +49,12 @@
 #                                                         (fold q*g, lazy rescale) against the forward
 #                                                         before them: training microbatches and the
 #                                                         kernel-table shapes (graph replay, H=1/8)
+#   bash benchmarks/kernels/device_run.sh rmsonce         every GPU test, then the forward's RMS statistic
+#                                                         stored once per row against every call forming
+#                                                         it (triton-rmseach), training microbatches
+#   VARIANTS=.. bash benchmarks/kernels/device_run.sh final   the whole kernel table in one run: triton (and
+#                                                         the VARIANTS, comma-separated), eager, compile and
+#                                                         FLA (H=1; carry .whl with its wheel), graph replay
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out).
 set -o pipefail
@@ -62,6 +68,16 @@ run_interleaved() {  # the end-to-end table, arms interleaved; $1 presets, $2 me
       --vocab 151936 --methods ${METHODS:-$2} --backend triton --interleave \
       --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
   done
+}
+fla_setup() {  # FLA's wheel from .whl (carried), installed without dependencies; FLA= or FLA=,fla
+  FLA=
+  if ls .whl/fla_core-*.whl >/dev/null 2>&1; then
+    pip install -q --no-deps .whl/fla_core-*.whl 2>&1 | tail -1
+    if python -c "import fla.ops.attnres" 2> "$OUT/fla_import.err"; then FLA=,fla
+    else echo "FLA's wheel is installed but does not import:"; tail -3 "$OUT/fla_import.err"; fi
+  else
+    echo "no FLA wheel under .whl/ (carry it): FLA is not timed"
+  fi
 }
 case "${1:-tests-kernels}" in
   tests-kernels)
@@ -104,8 +120,7 @@ case "${1:-tests-kernels}" in
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,stack}" --sweep-only --repeat 3 2>&1 \
       | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
   table)
-    ls .whl/fla_core-*.whl >/dev/null 2>&1 && pip install -q --no-deps .whl/fla_core-*.whl 2>&1 | tail -1
-    python -c "import fla.ops.attnres" 2>/dev/null && FLA=,fla || FLA=
+    fla_setup
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
@@ -155,6 +170,17 @@ case "${1:-tests-kernels}" in
     done ;;
   interleave)  # PRESETS as preset:batch:seq (default: the paper's three microbatches)
     run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/stackbwd" 180 ;;
+  rmsonce)
+    timeout 270 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-rmseach --repeat 5 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
+  final)
+    fla_setup
+    timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton${VARIANTS:+,$VARIANTS},eager,compile$FLA --repeat 5 \
+      --graph 2>&1 | grep -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
   fwdcuts)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
@@ -214,5 +240,7 @@ case "${1:-tests-kernels}" in
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-stackbwd,triton-bf16dout \
       --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_collect.log" | tail -12 ;;
 esac
-# the device tool returns a few files only: everything also goes back as one archive
-(cd "$OUT" && tar czf all.tgz --exclude all.tgz . 2>/dev/null)
+# the device tool returns a few files only: everything also goes back as one archive (written
+# outside $OUT first: tar exits 1, "file changed as we read it", when its archive grows inside
+# the folder it reads)
+tar czf /tmp/device_run_all.tgz -C "$OUT" . 2>/dev/null && mv /tmp/device_run_all.tgz "$OUT/all.tgz"

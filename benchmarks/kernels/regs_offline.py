@@ -94,9 +94,10 @@ def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: 
 def fwd_job(d: int, cfg: tuple) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
-                 RES=F32, P=I32, N=I32, eps=F)
+                 RES=F32, R=F32, P=I32, N=I32, eps=F, r_from=I32)
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE)  # env switches
+                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE,
+                 R_CACHE=route_fwd.RMS_ONCE)  # env switches
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],

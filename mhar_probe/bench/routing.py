@@ -39,31 +39,34 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
 # name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
-# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True). Each variant
+# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True, rms_once=True).
+# Each variant
 # but `prev` and `fwdprev` changes one thing: promoted, prevcfg,
 # jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
 # (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys;
 # collect is the 4-bytes/pair backward (route_bwd_collect.py), the default since 2026-11-23 (the
 # fifth session); stackbwd is the backward before it (each call re-reads its sources), prev the
 # state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
-# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both; meta turns on
+# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both (and the stored
+# RMS statistic below); meta turns on
 # the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
 # off by default); onepass and twopass force the gather's loop over readers into one or two passes
 # at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides);
 # gatherprev runs the gather's launch configs from before the two-pass table entries (its heuristic
 # at every shape); enarrow runs pair_e_kernel in the narrow column blocks it had before the wide
-# ones (route_bwd_collect.E_WIDE).
+# ones (route_bwd_collect.E_WIDE); rmseach has every forward call reduce each row for its RMS
+# statistic, as before the stack stored it once per row (route_fwd.RMS_ONCE).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
-                                collect=False, fold_qg=False, lazy_rescale=False),
+                                collect=False, fold_qg=False, lazy_rescale=False, rms_once=False),
             "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True),
             "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
             "triton-eagerscale": dict(lazy_rescale=False),
-            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False),
+            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False, rms_once=False),
             "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
             "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True),
-            "triton-enarrow": dict(e_wide=False)}
+            "triton-enarrow": dict(e_wide=False), "triton-rmseach": dict(rms_once=False)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -102,15 +105,16 @@ def kernel_variant(name: str):
            launch.DIRECT,
            route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
            route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-           route_bwd_collect.E_WIDE)
+           route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE)
     if name in VARIANTS:  # anything else ("triton") runs the current state
         (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
          route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH,
-         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE) = (
+         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
             v.get("lazy_rescale", True), v.get("meta_prefetch", False),
-            v.get("two_pass", route_bwd_collect.TWO_PASS), v.get("e_wide", True))
+            v.get("two_pass", route_bwd_collect.TWO_PASS), v.get("e_wide", True),
+            v.get("rms_once", True))
     if v.get("gather_prev"):
         kad.gather_config = lambda d, h, hm: route_bwd_collect.gather_config_heuristic(d)
     if v.get("prev_cfg"):
@@ -122,7 +126,7 @@ def kernel_variant(name: str):
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
          launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
          route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-         route_bwd_collect.E_WIDE) = old
+         route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:

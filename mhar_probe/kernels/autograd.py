@@ -70,6 +70,7 @@ def kernel_settings() -> dict[str, object]:
     return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
                 fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
+                fwd_rms_once=route_fwd.RMS_ONCE,
                 gather_meta_prefetch=collect_mod.META_PREFETCH, gather_two_pass=collect_mod.TWO_PASS,
                 pair_e_wide=collect_mod.E_WIDE,
                 triton=triton.__version__)
@@ -317,6 +318,13 @@ class _StackState:
         self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
         self._bwd_top = -1
+        # r_n = rsqrt(mean(v_n^2) + eps) of rows [0, _r_len), stored by the forward call that
+        # first read each row ([capacity, P] fp32) for the eps of the stack's first call; a call
+        # with another eps stops the reuse (it and every later call compute their own)
+        self._r_rows: Tensor | None = None
+        self._r_eps: float | None = None
+        self._r_len = 0
+        self._r_ok = route_fwd.RMS_ONCE
 
     # -- forward ---------------------------------------------------------------------
     def append(self, x: Tensor) -> None:  # x: [B, T, d]
@@ -422,9 +430,26 @@ class _StackState:
         W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
             rec.res = self._carve("res", rec.dtype)
+        r_rows, r_from = self.r_cache(rec.n, rec.eps)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res)
+                         v0=self.row0, res=rec.res, r_rows=r_rows, r_from=r_from)
         return out
+
+    def r_cache(self, n: int, eps: float) -> tuple[Tensor | None, int]:
+        """For a forward call over rows [0, n) with `eps`: the stack's r buffer and how many of
+        its rows already hold r (the kernel reads those and stores the rest up to n), or
+        (None, 0) where the call computes every r itself."""
+        if not self._r_ok:
+            return None, 0
+        if self._r_rows is None:
+            self._r_rows = _new((self.capacity, self.row0.shape[0]), torch.float32, self.row0.device)
+            self._r_eps = eps
+        elif eps != self._r_eps:
+            self._r_ok = False
+            return None, 0
+        r_from = min(self._r_len, n)
+        self._r_len = max(self._r_len, n)
+        return self._r_rows, r_from
 
     # -- backward --------------------------------------------------------------------
     def _enter_backward(self, call: int) -> None:
@@ -675,7 +700,9 @@ class TritonSourceStack:
             dev = st.row0.device
             out = _new((P, D), st._dtype_of(n), dev)
             W = _new((n, P, num_heads), torch.float32, dev)
-            launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0)
+            r_rows, r_from = st.r_cache(n, eps)
+            launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0,
+                             r_rows=r_rows, r_from=r_from)
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "

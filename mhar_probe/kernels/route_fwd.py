@@ -11,6 +11,10 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
 which the backward and the hooks read. `route_fwd_reference` is the plain torch reading.
+
+r_n depends only on the row and eps, so over a shared source stack (R_CACHE) it is formed once:
+the first call that reads row n stores it (one fp32 per position, R [capacity, P]); every later
+call loads it instead of reducing the row again.
 """
 
 from __future__ import annotations
@@ -142,12 +146,47 @@ def _softmax_fold(logit, m, l, acca, accb, LAZY: tl.constexpr, TWO: tl.constexpr
 
 
 @triton.jit
-def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
+def _rms_r(va, vb, eps, D: tl.constexpr, TWO: tl.constexpr):
+    """rsqrt(mean(v^2) + eps) [BP] of a row held as one tile `va` or (TWO) two tiles va, vb."""
+    ss = tl.sum(tl.sum(va * va, axis=2), axis=1)
+    if TWO:
+        ss += tl.sum(tl.sum(vb * vb, axis=2), axis=1)
+    return rsqrt_acc(ss / D + eps)
+
+
+@triton.jit
+def _row_r(va, vb, r_pre, n, r_from, R, P, offs_p, pmask, eps, D: tl.constexpr, TWO: tl.constexpr,
+           R_CACHE: tl.constexpr):
+    """r_n [BP] of source row n (`_rms_r`). R_CACHE: rows n < r_from take `r_pre`, loaded from
+    R [cap, P], where the call that first read the row stored it; later rows compute it and store
+    it there. Without R_CACHE every row computes it."""
+    if R_CACHE:
+        r = r_pre
+        if n >= r_from:
+            r = _rms_r(va, vb, eps, D, TWO)
+            tl.store(R + n * P + offs_p, r, mask=pmask)
+    else:
+        r = _rms_r(va, vb, eps, D, TWO)
+    return r
+
+
+@triton.jit
+def _r_prefetch(R, n, r_from, P, offs_p, pmask, BLOCK_P: tl.constexpr, R_CACHE: tl.constexpr):
+    """R_CACHE: row n's stored r [BP] where the row has one (n < r_from), ones elsewhere."""
+    if R_CACHE:
+        r = tl.load(R + n * P + offs_p, mask=pmask & (tl.full([BLOCK_P], n, tl.int32) < r_from),
+                    other=1.0)
+    else:
+        r = tl.full([BLOCK_P], 1.0, tl.float32)
+    return r
+
+
+@triton.jit
+def _fwd_step(v, r, q, g, m, l, acc, wptr, pmask, dtype: tl.constexpr,
               ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
               LAZY: tl.constexpr):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
-    FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
-    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+    """Fold one source row [BP, H, BK] with its r [BP] into the online softmax; store its raw
+    logits. FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
     if FOLD:
         logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)  # [BP, H]
     else:
@@ -172,11 +211,12 @@ def route_fwd_kernel(
     OUT,  # [P, D]
     W,  # [N, P, H] fp32: routing weights
     RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
-    P, N, eps,
+    R,  # [cap, P] fp32 (R_CACHE): r_n of every row n < r_from (read), of rows r_from.. (written)
+    P, N, eps, r_from,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
-    FOLD: tl.constexpr, LAZY: tl.constexpr,
+    FOLD: tl.constexpr, LAZY: tl.constexpr, R_CACHE: tl.constexpr,
 ):
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
@@ -203,15 +243,24 @@ def route_fwd_kernel(
     v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
     vptr += stride_vn
     v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
-    m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    r_n1 = _r_prefetch(R, 1, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)  # (and their r)
+    r_n2 = _r_prefetch(R, 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
+    v = v0.to(tl.float32)
+    r = _row_r(v, v, _r_prefetch(R, 0, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE), 0, r_from, R, P,
+               offs_p, pmask, eps, D, False, R_CACHE)
+    m, l, acc = _fwd_step(v, r, q, g, m, l, acc, wptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD,
+                          LAZY)
     for n in range(1, N):
         v = v_n1.to(tl.float32)
         v_n1 = v_n2
         vptr += stride_vn
         v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
-        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                              ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+        r_pre = r_n1
+        r_n1 = r_n2
+        r_n2 = _r_prefetch(R, n + 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
+        r = _row_r(v, v, r_pre, n, r_from, R, P, offs_p, pmask, eps, D, False, R_CACHE)
+        m, l, acc = _fwd_step(v, r, q, g, m, l, acc, wptr + n * P * H, pmask, cdtype, ROUND_KEY,
+                              ROUND_KEY2, FOLD, LAZY)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -296,12 +345,10 @@ def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n)
 
 
 @triton.jit
-def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
-                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                    FOLD: tl.constexpr, LAZY: tl.constexpr):
+def _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, dtype: tl.constexpr,
+                    ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
+                    LAZY: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
-    ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
-    r = rsqrt_acc(ss / D + eps)  # [BP]
     if FOLD:  # qa, qb hold u = q * g
         logit = r[:, None] * (tl.sum(va * qa[None, :, :], axis=2) + tl.sum(vb * qb[None, :, :], axis=2))
     else:
@@ -323,12 +370,12 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
 
 @triton.jit
 def route_fwd_split_kernel(
-    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES,  # as route_fwd_kernel
-    P, N, eps,
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, R,  # as route_fwd_kernel
+    P, N, eps, r_from,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr,
+    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr, R_CACHE: tl.constexpr,
 ):
     offs_h = tl.arange(0, H)
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
@@ -353,15 +400,24 @@ def route_fwd_split_kernel(
     v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
     n_vec = tl.full([BLOCK_P], N, tl.int32)
     pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
-    m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
-                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
-                                       FOLD, LAZY)
+    r_n1 = _r_prefetch(R, 1, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)  # (and their r)
+    r_n2 = _r_prefetch(R, 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
+    va = v0a.to(tl.float32)
+    vb = v0b.to(tl.float32)
+    r = _row_r(va, vb, _r_prefetch(R, 0, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE), 0, r_from, R,
+               P, offs_p, pmask, eps, D, True, R_CACHE)
+    m, l, acca, accb = _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask,
+                                       cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
     for n in range(1, N):
         va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
                                                            maska, maskb, n_vec, n)
-        m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr + n * P * H,
-                                           pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2, FOLD,
-                                           LAZY)
+        r_pre = r_n1
+        r_n1 = r_n2
+        r_n2 = _r_prefetch(R, n + 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
+        r = _row_r(va, vb, r_pre, n, r_from, R, P, offs_p, pmask, eps, D, True, R_CACHE)
+        m, l, acca, accb = _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb,
+                                           wptr + n * P * H, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
+                                           FOLD, LAZY)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -393,9 +449,12 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
-                     res: Tensor | None = None) -> None:
+                     res: Tensor | None = None, r_rows: Tensor | None = None,
+                     r_from: int = 0) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
+    `r_rows` ([>=N, P] fp32, optional): rows [0, r_from) hold r_n = rsqrt(mean(v_n^2) + eps)
+    of this eps, which the kernel reads instead of reducing the row; it stores rows [r_from, N).
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
@@ -403,7 +462,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
-                has_gate, SPLIT_HEADS, res is not None, FOLD_QG and V.element_size() < 4, LAZY_RESCALE)
+                has_gate, SPLIT_HEADS, res is not None, FOLD_QG and V.element_size() < 4, LAZY_RESCALE,
+                r_rows is not None)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -411,13 +471,13 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, W,
-            out if res is None else res, P, N, eps)
+            out if res is None else res, W if r_rows is None else r_rows, P, N, eps, r_from)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False,
-              fold_qg: bool = True, lazy_rescale: bool = True):
+              fold_qg: bool = True, lazy_rescale: bool = True, r_cache: bool = False):
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
@@ -427,7 +487,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold_qg and not (rk or rk2),
-                 LAZY=lazy_rescale)
+                 LAZY=lazy_rescale, R_CACHE=r_cache)
     split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split
@@ -449,6 +509,11 @@ SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 # max grew. The skipped factor is exactly 1: bitwise the same in the interpreter; a GPU compile
 # may contract the multiply-adds differently on either side of the branch (fp32 rounding).
 FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
+# Over a shared source stack, r_n of a row is formed once, by the first call that reads it, and
+# loaded by every later call (`r_rows`): about a quarter of the forward's instructions per row
+# (sum of squares, its reduction, the IEEE rsqrt). The same value the later call would compute
+# where both calls share a launch config; MHAR_FWD_RMS_ONCE=0 recomputes it in every call.
+RMS_ONCE = os.environ.get("MHAR_FWD_RMS_ONCE", "1") != "0"
 LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)

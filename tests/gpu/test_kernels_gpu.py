@@ -376,3 +376,35 @@ def test_gather_two_pass_matches_one_pass(monkeypatch, D):
         record(test="gather_two_pass", D=D, two_pass=key[0], cap=key[1], max_rel_vs_one_pass=err,
                bitwise=all(torch.equal(a, b) for a, b in zip(got, base)))
         assert err <= 1e-6, (key, err)
+
+
+@pytest.mark.parametrize("D", [512, 1280])
+def test_rms_statistic_once_matches_every_call(monkeypatch, D):
+    """The forward's r_n formed once per row (by the first call that reads it) and loaded by
+    later calls (route_fwd.RMS_ONCE) against every call reducing the row itself: over an fp32
+    chain every output, weight and gradient agrees within fp32 rounding, and over bf16 stack
+    reads (the kernel-table layout, where an ulp of r can flip a bf16 rounding of the key)
+    within bf16 rounding. Whether they are bitwise equal is recorded: the stored r comes from the
+    same reduction, but the compiler may contract it differently inside the branch. The stored
+    r is float64's within fp32 rounding. d = 512 runs the single-tile kernel, d = 1280 the
+    two-tile one."""
+    from mhar_probe.kernels import route_fwd
+
+    for dtype in (torch.float32, torch.bfloat16):
+        runs = {}
+        for once in (False, True):
+            monkeypatch.setattr(route_fwd, "RMS_ONCE", once)
+            runs[once] = run_chain(TritonSourceStack, dtype, D=D, heads=(8,), seed=9) \
+                if dtype == torch.float32 else stack_reads(TritonSourceStack, dtype, D=D, heads=(8,), hw=0)
+        err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
+        record(test="rms_once", D=D, dtype=str(dtype), max_rel_vs_each=err,
+               bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
+        assert err <= (1e-6 if dtype == torch.float32 else 2e-2), (dtype, err)
+    g = torch.Generator(device="cuda").manual_seed(1)
+    xs = [torch.randn(2, 37, D, device="cuda", generator=g) * (1 + k) for k in range(4)]
+    stack = TritonSourceStack(4)
+    for k, x in enumerate(xs):
+        stack.append(x)
+        stack.route(torch.randn(D, device="cuda", generator=g), torch.ones(D, device="cuda"), 8, EPS)
+    r64 = torch.stack([torch.rsqrt(x.double().pow(2).mean(-1) + EPS).reshape(-1) for x in xs])
+    assert rel(stack._r_rows, r64) < 1e-6
