@@ -153,6 +153,37 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
         assert (lg.diff(dim=0) > 0).all()
 
 
+@pytest.mark.parametrize("D,H", [(12, 2), (16, 4)])  # two-tile heads (6 = 4 + 2) and one tile
+def test_forward_pipelined_loop_is_the_prefetch_loop(monkeypatch, D, H):
+    """A fourth forward config entry (stages >= 2) replaces the loop's register prefetch of the
+    next two rows by Triton's pipeliner: the same rows folded in the same order, so over a
+    shared-stack chain with N = 1 .. 7 sources every output, weight and gradient is bitwise the
+    prefetch loop's in the interpreter, and the plans show the stages reached the launch."""
+    from mhar_probe.kernels import route_fwd
+
+    L, S = 3, 7
+    gen = torch.Generator().manual_seed(5)
+    x0 = torch.randn(1, 3, D, generator=gen)
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1)]
+    runs = {}
+    for stages in (0, 3):
+        monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), (1, 1, 0, stages))
+        monkeypatch.setattr(route_fwd, "_FWD_PLANS", {})
+        leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
+        loss, wts = _chain(TritonSourceStack(S), leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1],
+                           leaves[2 * S + 1:], [H] * S, 0)
+        runs[stages] = [loss, *wts, *torch.autograd.grad(loss, leaves)]
+        assert {plan[2]["STAGES"] for plan in route_fwd._FWD_PLANS.values()} == {stages}
+    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[3]))
+    ref = _chain(ListSourceStack(S, lambda *a, **k: route64(*a, **k)), x0.double(),
+                 [q.double() for q in qs], [g.double() for g in gs], [m.double() for m in Ms], [H] * S, 0)
+    assert rel(runs[3][0], ref[0]) < 1e-5
+    for a, b in zip(runs[3][1:S + 1], ref[1]):
+        assert rel(a, b) < 1e-5
+
+
 def test_forward_bad_heads():
     src, q, w, _ = make(2, 1, 1, 12, torch.float32)
     with pytest.raises(ValueError, match="divisible"):
@@ -223,6 +254,17 @@ def _chain(backend_stack, sources0, queries, norms, mixers, heads, hw_groups=0):
     return loss, weights
 
 
+def _chain_params(D, S, seed, mixers=None):
+    """Source 0 [1, 3, D], S queries and key-norm weights, and `mixers` (default S - 1) [D, D]
+    matrices for `_chain`, drawn in that order from one generator."""
+    gen = torch.Generator().manual_seed(seed)
+    x0 = torch.randn(1, 3, D, generator=gen)
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1 if mixers is None else mixers)]
+    return x0, qs, gs, Ms
+
+
 @pytest.mark.parametrize("hw,split_heads,D,head_cycle", [
     (0, True, 12, (1, 2, 4)), (2, True, 12, (1, 2, 4)), (0, False, 12, (1, 2, 4)),
     (0, True, 40, (8, 2, 8)), (0, False, 16, (1, 4, 2))])
@@ -236,13 +278,8 @@ def test_shared_stack_chain(monkeypatch, hw, split_heads, D, head_cycle):
     used = []
     real = kad.STACK_BWD_SPLIT
     monkeypatch.setattr(kad, "STACK_BWD_SPLIT", lambda *a: (used.append(1), real(*a)))
-    L, B, T = 3, 1, 3
-    S = 2 * L + 1
-    gen = torch.Generator().manual_seed(3)
-    x0 = torch.randn(B, T, D, generator=gen)
-    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
-    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1)]
+    S = 2 * 3 + 1
+    x0, qs, gs, Ms = _chain_params(D, S, seed=3)
     heads = [head_cycle[s % 3] for s in range(S)]
 
     def run(dtype, stack):
@@ -262,6 +299,128 @@ def test_shared_stack_chain(monkeypatch, hw, split_heads, D, head_cycle):
     assert bool(used) == (split_heads and D % 16 != 0) and route_bwd.STACK_BWD_SPLIT is real
 
 
+class _AppendSpy:
+    """Stands in for a forward kernel's @triton.jit object: records each launch's (N, APPEND)."""
+
+    def __init__(self, fn, seen):
+        self.fn, self.seen = fn, seen
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.seen.append((args[-2], kwargs["APPEND"]))  # (..., P, N, eps)
+            return self.fn[grid](*args, **kwargs)
+        return run
+
+
+@pytest.mark.parametrize("order", ["last", "first"])
+@pytest.mark.parametrize("pipeline", [True, False])
+@pytest.mark.parametrize("D,H,hw,mixed", [(12, 2, 0, False), (16, 4, 2, False), (12, 2, 0, True)])
+def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, order, pipeline, D, H, hw, mixed):
+    """The forward kernel stores a call's newest source into the buffer (route_fwd APPEND)
+    instead of a copy at append: the same outputs, weights, gradients and buffer contents as
+    copying (bitwise where the row is folded into the softmax in the rows' order, "last";
+    within fp32 rounding where right after row 0, "first"), and
+    every call over n >= 2 rows stored its last row itself (the first of an mhar_hw site's
+    reads does; its siblings read the stored row). The buffer is NaN-poisoned, so a row the
+    kernel failed to store fails the comparison. Both kernels (6 = 4 + 2 two-tile heads and
+    one tile), both loops, fp32 and fp16 sources beside an fp32 source 0 (autocast's layout)."""
+    from mhar_probe.kernels import route_fwd
+
+    monkeypatch.setattr(route_fwd, "PIPELINE", pipeline)
+    monkeypatch.setattr(route_fwd, "APPEND_ORDER", order)
+    S = 2 * 2 + 1
+    x0, qs, gs, Ms = _chain_params(D, S, seed=5)
+    heads = [H] * S
+
+    def run(fold):
+        monkeypatch.setattr(kad, "FWD_APPEND", fold)
+        seen = []
+        for launcher in (route_fwd._FWD, route_fwd._FWD_SPLIT):
+            monkeypatch.setattr(launcher, "fn", _AppendSpy(launcher.fn, seen))
+        leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
+        stack = TritonSourceStack(S)
+        if mixed:  # an fp32 source 0 and half-precision sublayer outputs, as bf16 under autocast
+            stack.append(leaves[0])
+            loss, wts = 0.0, []
+            for s in range(S):
+                out, w = stack.route(leaves[1 + s], leaves[S + 1 + s], H, EPS, len(stack))
+                loss, wts = loss + (out.float() * (s + 1)).sin().sum(), wts + [w]
+                if s < S - 1:
+                    stack.append(torch.tanh(out.float() @ leaves[2 * S + 1 + s]).half())
+        else:
+            loss, wts = _chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1],
+                               leaves[2 * S + 1:], heads, hw)
+        buf = stack.stacked()
+        for launcher in (route_fwd._FWD, route_fwd._FWD_SPLIT):
+            monkeypatch.setattr(launcher, "fn", launcher.fn.fn)
+        return [loss, *wts, buf, *torch.autograd.grad(loss, leaves)], seen
+
+    folded, seen_fold = run(True)
+    copied, seen_copy = run(False)
+    for a, b in zip(folded, copied, strict=True):
+        assert a.dtype == b.dtype and (torch.equal(a, b) if order == "last" else rel(a, b) < 1e-6)
+    assert any(not torch.equal(a, b) for a, b in zip(folded, copied)) == (order != "last")
+    assert all(torch.isfinite(t).all() for t in folded)
+    assert [a for _, a in seen_copy] == [0] * len(seen_copy)
+    mode = route_fwd.APPEND_ORDERS[order]
+    expect = []
+    for s in range(S):
+        reads = hw if (hw and s % 2 == 0) else 1
+        expect += [(s + 1, mode if s > 0 else 0)] + [(s + 1, 0)] * (reads - 1)
+    assert seen_fold == expect
+
+
+def test_append_then_other_reads_store_the_row_first():
+    """A source not yet stored by a call is copied in wherever something else reads it first:
+    `stacked()` (the hook_sources path), a call over fewer rows, another append. A tensor
+    modified in place between its append and the call that stores it is refused."""
+    gen = torch.Generator().manual_seed(7)
+    src = torch.randn(4, 2, 3, 8, generator=gen).to(DEV)
+    q, g = torch.randn(8, generator=gen).to(DEV), torch.ones(8, device=DEV)
+    stack = TritonSourceStack(4)
+    stack.append(src[0])
+    stack.append(src[1].clone())
+    assert torch.equal(stack.stacked(2), src[:2])  # read before any call stored row 1
+    stack.append(src[2].clone())
+    out, w = stack.route(q, g, 2, EPS, 2)  # fewer rows than held: row 2 is copied, not folded
+    ref_out, ref_w = route64(src[:2], q, g, 2)
+    assert rel(out, ref_out) < 1e-6 and rel(w, ref_w) < 1e-5
+    transposed = src[3].transpose(0, 1).contiguous().transpose(0, 1)  # [2, 3, 8], not contiguous
+    stack.append(transposed)
+    out, w = stack.route(q, g, 2, EPS, 4)
+    ref_out, ref_w = route64(src, q, g, 2)
+    assert rel(out, ref_out) < 1e-6 and rel(w, ref_w) < 1e-5
+    assert torch.equal(stack.stacked(), src)
+
+    stack = TritonSourceStack(3)
+    stack.append(src[0])
+    x = src[1].clone()
+    stack.append(x)
+    x.mul_(2)
+    with pytest.raises(RuntimeError, match="source 1 was modified in place after it was appended"):
+        stack.route(q, g, 2, EPS, 2)
+
+
+@pytest.mark.parametrize("env,message", [("MHAR_FWD_APPEND_ORDER=sideways", "choose from last, first"),
+                                         ("MHAR_FWD_W_STAGES=1", "a stage count of 2 or more"),
+                                         ("MHAR_FWD_W_STAGES=three", "a stage count of 2 or more")])
+def test_bad_forward_switch_is_one_user_error(env, message):
+    """A bad value of a forward switch stops the import with the CLI's UserError, which names
+    the variable and what it accepts (the CLI prints it on one line and exits with status 2)."""
+    import os
+    import subprocess
+    import sys
+
+    name, value = env.split("=")
+    code = ("from mhar_probe.errors import UserError\n"
+            "try:\n    import mhar_probe.kernels.route_fwd\n"
+            "except UserError as exc:\n    print(exc)\n    raise SystemExit(2)\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, name: value, "TRITON_INTERPRET": "1"})
+    assert done.returncode == 2, done.stderr[-2000:]
+    assert name in done.stdout and message in done.stdout
+
+
 def test_no_grad_path_saves_nothing_and_matches():
     src, q, w, _ = make(4, 1, 3, 12, torch.float32)
     stack = get_backend("triton").new_stack(4)
@@ -273,67 +432,6 @@ def test_no_grad_path_saves_nothing_and_matches():
     ref_out, ref_W = route64(src, q, w, 2)
     assert rel(out, ref_out) < 1e-6 and rel(W, ref_W) < 1e-5
     assert torch.equal(stack.stacked(4), src)
-
-
-def test_rms_statistic_is_formed_once_per_row_and_reused(monkeypatch):
-    """r_n = rsqrt(mean(v_n^2) + eps) is stored by the first forward call that reads row n and
-    loaded by every later call (route_fwd.RMS_ONCE): the stack's buffer holds float64's r_n of
-    every row read, the outputs and weights are bitwise those of calls that each compute their
-    own r (the same reduction), and a later call follows a changed stored value, so it reads it."""
-    from mhar_probe.kernels import route_fwd
-
-    N, D, H = 5, 12, 2
-    src, q, w, _ = make(N, 1, 3, D, torch.float32)
-
-    def run():
-        stack = TritonSourceStack(N)
-        calls = []
-        for i in range(N):  # calls over 1, 2, .., N rows: each forms the newest row's r
-            stack.append(src[i])
-            calls.append(stack.route(q, w, H, EPS))
-        return stack, calls
-
-    stack, once = run()
-    r64 = torch.rsqrt(src.double().pow(2).mean(-1) + EPS).reshape(N, -1)  # [N, P]
-    assert stack._r_len == N and rel(stack._r_rows, r64) < 1e-6
-    monkeypatch.setattr(route_fwd, "RMS_ONCE", False)
-    each_stack, each = run()
-    assert each_stack._r_rows is None
-    for (a, wa), (b, wb) in zip(once, each):
-        assert torch.equal(a, b) and torch.equal(wa, wb)
-    monkeypatch.setattr(route_fwd, "RMS_ONCE", True)
-
-    stack = TritonSourceStack(N)
-    for i in range(3):
-        stack.append(src[i])
-    stack.route(q, w, H, EPS)  # stores r of rows 0..2
-    stack._r_rows[1] = 0.0  # a zero r_1: row 1's key, and so its logits, become 0
-    stack.append(src[3])
-    _, W = stack.route(q, w, H, EPS)  # loads rows 0..2, forms row 3
-    v = src[:4].double()
-    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + EPS)
-    r[1] = 0.0
-    keys = (v * r * w.double()).view(4, 1, 3, H, D // H)
-    ref = torch.einsum("he,nbthe->nbth", q.double().view(H, D // H), keys).softmax(0)
-    assert rel(W, ref) < 1e-5 and rel(W, route64(src[:4], q, w, H)[1]) > 1e-2
-
-
-def test_rms_statistic_of_another_eps_is_not_reused():
-    """A call with another eps than the stack's first computes its own r (and so does every
-    later call): its output is the float64 reference at its eps, not at the first call's."""
-    src, q, w, _ = make(3, 1, 3, 12, torch.float32)
-    stack = TritonSourceStack(3)
-    for i in range(2):
-        stack.append(src[i])
-    stack.route(q, w, 2, EPS)
-    big = 0.5  # large enough to move the result by far more than the tolerance
-    out, W = stack.route(q, w, 2, big)
-    ref_out, ref_W = route64(src[:2], q, w, 2, eps=big)
-    assert rel(out, ref_out) < 1e-6 and rel(W, ref_W) < 1e-5
-    assert rel(W, route64(src[:2], q, w, 2)[1]) > 1e-3
-    stack.append(src[2])
-    out, W = stack.route(q, w, 2, EPS)
-    assert rel(W, route64(src, q, w, 2)[1]) < 1e-5 and not stack._r_ok
 
 
 def test_double_backward_refused():
@@ -432,15 +530,11 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
     """Autocast's layout: an fp32 source 0 beside half-precision sublayer outputs. The stack
     keeps source 0 in its own fp32 row and the rest in a half-precision buffer (half the bytes),
     and must compute exactly what the promoted fp32 stack computes: bitwise equal outputs,
-    weights and gradients (with the reference's product order in the logits, MHAR_FWD_FOLD_QG=0;
-    the default fold over a half buffer moves only fp32 rounding), and the eager reference on
+    weights and gradients (with the reference's product order in the logits, MHAR_FWD_FOLD_QG=0,
+    and the rows in order, MHAR_FWD_APPEND_ORDER=last; the defaults move only fp32 rounding), and the eager reference on
     the torch.stack-promoted sources."""
-    gen = torch.Generator().manual_seed(11)
-    B, T, D, S = 1, 3, 12, 5
-    x0 = torch.randn(B, T, D, generator=gen)
-    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
-    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1 + first_k - 1)]
+    D, S = 12, 5
+    x0, qs, gs, Ms = _chain_params(D, S, seed=11, mixers=S - 1 + first_k - 1)
     heads = [1, 2, 4, 2, 1]
 
     def run(stack):
@@ -464,6 +558,8 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
     cap = S + first_k - 1
     folded = run(TritonSourceStack(cap))  # the default: the forward folds q*g over a half buffer
     monkeypatch.setattr(route_fwd, "FOLD_QG", False)  # the reference's product order throughout
+    monkeypatch.setattr(route_fwd, "APPEND_ORDER", "last")  # and the rows' order (the promoted
+    # stack cannot store a half source into its fp32 buffer from the forward: it copies)
     split_stack = TritonSourceStack(cap)
     split = run(split_stack)
     assert split_stack.row0.dtype == torch.float32 and split_stack.buffer.dtype == torch.float16

@@ -121,7 +121,7 @@ def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cyc
     monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
     monkeypatch.setattr(rbc, "META_PREFETCH", meta)
     if config is not None:
-        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: config)
+        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: config)
     if e_config is not None:
         monkeypatch.setattr(rbc, "pair_e_config", lambda d, hm: e_config)
     S = 5
@@ -281,7 +281,7 @@ def test_two_pass_gather_is_the_one_pass_sum(monkeypatch, half):
     S, D = 5, 12
     heads = [1, 2, 4, 2, 1]
     leaves = _leaves(D, S, heads, 2, 13, torch.float32)
-    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm: (2, 1, True, None, False))
+    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, True, None, False))
 
     def run(two_pass):
         monkeypatch.setattr(rbc, "TWO_PASS", two_pass)
@@ -292,6 +292,109 @@ def test_two_pass_gather_is_the_one_pass_sum(monkeypatch, half):
     one, two = run(False), run(True)
     assert all(torch.isfinite(a).all() for a in two)
     assert all(torch.equal(a, b) for a, b in zip(one, two))
+
+
+def _spied_grads(leaves, S, heads, half, seen, expect):
+    """Gradients of `_chain` over a stack built with its parameters (the collect backward); every
+    gather launch the spy recorded into `seen` carried `expect`."""
+    seen.clear()
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads, half_sources=half)
+    grads = torch.autograd.grad(loss, leaves)
+    assert set(seen) == {expect}
+    return grads
+
+
+@pytest.mark.parametrize("half,meta,prefetch", [(False, False, True), (True, False, False), (False, True, True)])
+def test_gather_loads_first_is_the_same_sum(monkeypatch, half, meta, prefetch):
+    """A sixth config entry True (LOADS_FIRST) issues each reader's q*g tiles and call-table
+    entry with its dout instead of after the dl store: the same terms in the same order, so in
+    the interpreter every gradient is bitwise the program-order gradient, over an fp32 stack and
+    autocast's layout, with and without the one-reader-ahead scalar loads and the dout
+    prefetch, positions in ragged blocks of two; and the launches carried the flag."""
+    S, D = 5, 12
+    heads = [1, 2, 4, 2, 1]
+    leaves = _leaves(D, S, heads, 2, 23, torch.float32)
+    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
+    seen = []
+    monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("LOADS_FIRST",)))
+
+    def run(first):
+        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, prefetch, None, False, first))
+        return _spied_grads(leaves, S, heads, half, seen, (first,))
+
+    plain, first = run(False), run(True)
+    assert all(torch.isfinite(a).all() for a in first)
+    assert all(torch.equal(a, b) for a, b in zip(plain, first))
+
+
+@pytest.mark.parametrize("half,two_pass,meta", [(False, False, False), (True, True, False), (False, False, True)])
+def test_same_h_gather_is_the_general_gather(monkeypatch, half, two_pass, meta):
+    """Where every call has the same head count, the gather's constant-H path (kad.SAME_H)
+    forms the same terms in the same order as the general path (reader head counts from the
+    call table): every gradient bitwise equal in the interpreter, in one and two passes, with
+    the one-reader-ahead scalar loads, positions in ragged blocks of two; and the stack takes
+    that path only when the heads agree."""
+    S, D, H = 5, 12, 2
+    heads = [H] * S
+    leaves = _leaves(D, S, heads, 0, 17, torch.float32)
+    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, True, None, two_pass))
+    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
+    seen = []
+    monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("SAME_H",)))
+
+    def run(same_h, hs=heads):
+        monkeypatch.setattr(kad, "SAME_H", same_h)
+        seen.clear()
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, hs, half_sources=half)
+        grads = torch.autograd.grad(loss, leaves)
+        return grads, set(seen)
+
+    (general, used_g), (same, used_s) = run(False), run(True)
+    assert used_g == {(False,)} and used_s == {(True,)}
+    assert all(torch.isfinite(a).all() for a in same)
+    assert all(torch.equal(a, b) for a, b in zip(general, same))
+    assert run(True, [H, 1, H, H, H])[1] == {(False,)}  # heads differ: the general path
+
+
+@pytest.mark.parametrize("half", [False, True])
+def test_aligned_narrow_tile_reads_the_same_columns(monkeypatch, half):
+    """With ALIGN_TILES the gather writes the narrow column tile's offsets as
+    (c // VEC_B) * VEC_B + c % VEC_B, which only changes what the compiler can prove about
+    them: every gradient is bitwise the plain tile's in the interpreter, for each load width
+    the rule can pick (d/H = 12 = 8 + 4 here), over an fp32 stack and autocast's layout, and
+    the launches carried the width asked for."""
+    S, D = 5, 24
+    heads = [2] * S
+    leaves = _leaves(D, S, heads, 0, 19, torch.float32)
+    seen = []
+    monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("VEC_B",)))
+    monkeypatch.setattr(rbc, "ALIGN_TILES", True)
+
+    def run(vec):
+        monkeypatch.setattr(kad, "narrow_tile_vec", lambda *a: vec)
+        kad._GATHER_PLANS.clear()
+        return _spied_grads(leaves, S, heads, half, seen, (vec,))
+
+    plain = run(0)
+    for vec in (2, 4):
+        got = run(vec)
+        assert all(torch.isfinite(a).all() for a in got)
+        assert all(torch.equal(a, b) for a, b in zip(plain, got)), vec
+
+
+def test_narrow_tile_vec_rule(monkeypatch):
+    """The widths that give the narrow tile the wide tile's lanes along a head (checked in the
+    SASS of Triton 3.6 for sm_90, benchmarks/kernels/regs_offline.py: the loop over readers
+    keeps one shared-memory round trip instead of two): d = 1280, H = 8 (160 = 128 + 32) at one
+    and two warps per position loads the narrow tile two elements wide; where Triton already
+    lays both tiles out alike (four warps, H = 1's 1024 + 256) or there is no narrow tile, 0."""
+    assert rbc.narrow_tile_vec(1, 1, 8, 128, 32, 2) == 2
+    assert rbc.narrow_tile_vec(1, 2, 8, 128, 32, 2) == 2
+    assert rbc.narrow_tile_vec(1, 4, 8, 128, 32, 2) == 0
+    assert rbc.narrow_tile_vec(1, 1, 1, 1024, 256, 2) == 0
+    assert rbc.narrow_tile_vec(1, 1, 8, 64, 1, 2) == 0
+    monkeypatch.setattr(rbc, "ALIGN_TILES", False)
+    assert rbc.narrow_tile_vec(1, 1, 8, 128, 32, 2) == 0
 
 
 def test_pair_e_wide_blocks_agree_with_narrow(monkeypatch):
@@ -392,6 +495,22 @@ def test_pair_e_plan_rules(monkeypatch):
     assert not rbc.pair_e_plan(1280, 32, fp32, cuda=False)[1]["MIXED"]
 
 
+def test_pair_e_split_dot_only_for_keys_exact_in_tf32(monkeypatch):
+    """The three-product TF32 dot is taken only where every reader rounds its key to bf16 or fp16
+    (values TF32 holds exactly); fp32 keys, readers that round differently (the per-reader path)
+    and the switch off keep the IEEE dot."""
+    plan = lambda modes: rbc.pair_e_plan(1280, 8, frozenset(modes), cuda=True)[1]  # noqa: E731
+    assert plan({1})["SPLIT_DOT"] and plan({2})["SPLIT_DOT"]
+    assert not plan({0})["SPLIT_DOT"] and not plan({0, 1})["SPLIT_DOT"]
+    monkeypatch.setattr(rbc, "E_SPLIT_DOT", False)
+    assert not plan({1})["SPLIT_DOT"]
+    # bf16 and fp16 keys are exact in TF32 (19 bits: 10 of mantissa): rounding to TF32 keeps them
+    k = torch.randn(4096).to(torch.bfloat16).float()
+    h = torch.randn(4096).to(torch.float16).float()
+    tf32 = lambda x: (x.view(torch.int32) & ~0x1FFF).view(torch.float32)  # noqa: E731 (truncation)
+    assert torch.equal(tf32(k), k) and torch.equal(tf32(h), h)
+
+
 def test_collect_retained_graph_runs_backward_twice():
     """retain_graph: a second backward through the same stack gives the same gradients (the
     forward's residuals of the fp16 outputs are kept for it)."""
@@ -456,3 +575,56 @@ def test_collect_readers_with_different_key_rounding(monkeypatch):
     new, old = run(True), run(False)
     for i, (a, b) in enumerate(zip(new, old)):
         assert rel(a, b) < (1e-5 if a.dtype == torch.float32 else 1e-3), i
+
+
+class _LaunchSpy:
+    """Stands in for a @triton.jit object: records chosen launch options, then launches the real one."""
+
+    def __init__(self, fn, seen, keys):
+        self.fn, self.seen, self.keys = fn, seen, keys
+
+    def __getitem__(self, grid):
+        def run(*args, **kwargs):
+            self.seen.append(tuple(kwargs.get(k) for k in self.keys))
+            return self.fn[grid](*args, **kwargs)
+        return run
+
+
+@pytest.mark.parametrize("dtype,width", [(torch.float16, 2), (torch.float32, 4)])
+def test_launch_configs_keyed_by_storage_width(monkeypatch, dtype, width):
+    """A config entry that names a storage width (bytes per output / stored dout element) wins
+    over the generic entry for chains of that width only; with `launch.DTYPE_CONFIGS` off the
+    generic entry is used. The chain still matches float64 under each choice."""
+    from mhar_probe.kernels import launch
+
+    S, D, H = 4, 16, 2
+    other = 6 - width
+    cfg_gather = {width: (2, 1, True, None, False), other: (1, 2, False, None, True), 0: (1, 1, False, None, True)}
+    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H, width), cfg_gather[width])
+    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H, other), cfg_gather[other])
+    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H), cfg_gather[0])
+    cfg_fwd = {width: (2, 1, 0, 3), other: (1, 2, 0, 4), 0: (1, 1, 0, 0)}
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H, width), cfg_fwd[width])
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H, other), cfg_fwd[other])
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), cfg_fwd[0])
+    seen_g, seen_f = [], []
+    monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen_g,
+                                                           ("BLOCK_P", "num_warps", "PREFETCH", "TWO_PASS")))
+    monkeypatch.setattr(route_fwd._FWD, "fn", _LaunchSpy(route_fwd._FWD.fn, seen_f,
+                                                         ("BLOCK_P", "num_warps", "STAGES")))
+    heads = [H] * S
+    leaves = _leaves(D, S, heads, 0, 21, dtype)
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    for typed, pick in ((True, width), (False, 0)):
+        monkeypatch.setattr(launch, "DTYPE_CONFIGS", typed)
+        seen_g.clear()
+        seen_f.clear()
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        grads = torch.autograd.grad(loss, leaves)
+        bp, nw, pre, _, two = cfg_gather[pick]
+        assert seen_g and set(seen_g) == {(bp, nw, pre, two)}, (typed, seen_g)
+        bp, nw, _, stages = cfg_fwd[pick]
+        assert seen_f and set(seen_f) == {(bp, nw, stages)}, (typed, seen_f)
+        for i, (a, t) in enumerate(zip(grads, truth)):
+            assert rel(a, t) < (1e-5 if dtype == torch.float32 else 2e-2), (typed, i)

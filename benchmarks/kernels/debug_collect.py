@@ -44,7 +44,7 @@ for direct in (True, False):
 launch.DIRECT, kad.POISON = True, False
 for cfg in [(1, 1, True, None, False), (1, 1, False, None, False), (1, 4, True, None, False),
             (1, 1, False, 168, True)]:
-    kad.gather_config = lambda d, h, hm, cfg=cfg: cfg
+    kad.gather_config = lambda d, h, hm, *_, cfg=cfg: cfg
     old, new = run(False), run(True)
     print(f"gather cfg {cfg}: x0 {rel(new[0], old[0]):.1e} q max "
           f"{max(rel(a, b) for a, b in zip(new[1:S + 1], old[1:S + 1])):.1e}", flush=True)

@@ -49,9 +49,29 @@
 #                                                         (fold q*g, lazy rescale) against the forward
 #                                                         before them: training microbatches and the
 #                                                         kernel-table shapes (graph replay, H=1/8)
-#   bash benchmarks/kernels/device_run.sh rmsonce         every GPU test, then the forward's RMS statistic
-#                                                         stored once per row against every call forming
-#                                                         it (triton-rmseach), training microbatches
+#   bash benchmarks/kernels/device_run.sh fwdpipe         GPU tests of the forward's pipelined loop, then its
+#                                                         configs (stages) at the training microbatches (H=8)
+#                                                         and the kernel-table shapes (bf16, H=1)
+#   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
+#                                                         replay (carry .whl with its wheel)
+#   bash benchmarks/kernels/device_run.sh typed           the gather's and the forward's configs for pure 16-bit
+#                                                         chains (kernel-table shapes, bf16, H = 8; gather 100M H = 1)
+#   bash benchmarks/kernels/device_run.sh sameh           GPU tests of the gather's constant-H path, then the
+#                                                         gather's configs with it (training shapes, kernel table; H = 8)
+#   bash benchmarks/kernels/device_run.sh aligned         the gather's aligned column tiles: their GPU tests and
+#                                                         the d = 1280 chains, then the gather's configs at 1B
+#                                                         (1B-train autocast, 1B bf16; H = 8) aligned and not
+#   bash benchmarks/kernels/device_run.sh gatherprof      the 1B gather aligned against not in one process (training
+#                                                         microbatch, kernel table), more configs, Nsight Compute
+#   bash benchmarks/kernels/device_run.sh loadsfirst      the gather's configs with its q*g loads issued with the
+#                                                         dout (LOADS_FIRST), training microbatches and kernel table
+#   VARIANTS=.. METHODS=.. bash benchmarks/kernels/device_run.sh compare   no tests: kernel table and training
+#                                                         microbatches (triton against VARIANTS), then end to end
+#   KIND=.. JOBS=.. bash benchmarks/kernels/device_run.sh sweepjobs   one kernel's configs over sweep jobs
+#   VARIANTS=.. bash benchmarks/kernels/device_run.sh check   every GPU test, then triton against the VARIANTS at
+#                                                         the training microbatches (routing kernels, H = 8)
+#   bash benchmarks/kernels/device_run.sh splitdot        every GPU test, then the kernel table: pair_e's TF32x3
+#                                                         dot for rounded keys against its IEEE dot (triton-eieee)
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh final   the whole kernel table in one run: triton (and
 #                                                         the VARIANTS, comma-separated), eager, compile and
 #                                                         FLA (H=1; carry .whl with its wheel), graph replay
@@ -69,10 +89,41 @@ run_interleaved() {  # the end-to-end table, arms interleaved; $1 presets, $2 me
       --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
   done
 }
-fla_setup() {  # FLA's wheel from .whl (carried), installed without dependencies; FLA= or FLA=,fla
+sweep_jobs() {  # $1 kernel kind, then jobs shapes:dtype:heads:timeout -> $OUT/sweep_<kind>_<dtype>_h<heads>$SWEEP_TAG.*
+  local kind=$1 job shapes dtype heads limit
+  shift
+  for job in "$@"; do
+    IFS=: read -r shapes dtype heads limit <<< "$job"
+    timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.json" \
+      --no-delta --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels "$kind" --sweep-only \
+      --repeat 3 2>&1 | grep -v -i warn | tee "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.log" | grep SWEEP
+  done
+}
+gather_ncu() {  # Nsight Compute on one late 1B-train gather launch per case of NCU_CASES
+  # (align:blockp:warps:prefetch:maxnreg; MHAR_GATHER_ALIGN_TILES and a config file per case)
+  local case align bp warps pre cap tag
+  for case in ${NCU_CASES:-1:1:1:false:0 0:1:1:false:0 1:1:2:false:128}; do
+    IFS=: read -r align bp warps pre cap <<< "$case"
+    tag=${case//:/_}
+    echo "{\"gather_by_dtype\": [[1280, 8, 8, 4, $bp, $warps, $pre, $cap]]}" > "$OUT/cfg_$tag.json"
+    MHAR_GATHER_ALIGN_TILES=$align MHAR_KERNEL_CONFIG="$OUT/cfg_$tag.json" timeout 85 ncu --clock-control none \
+      --profile-from-start off -k "regex:stack_gather" --launch-skip 40 --launch-count 1 \
+      --section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --section WarpStateStats --section SchedulerStats \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes.sum.per_second,lts__t_bytes.sum.per_second,l1tex__t_bytes.sum.per_second" \
+      --csv --page details python benchmarks/kernels/ncu_routing.py --shape 1B-train --heads 8 --dtype mixed \
+      > "$OUT/ncu_gather_$tag.csv" 2> "$OUT/ncu_gather_$tag.err"
+    echo "ncu $case: rc $? ($(wc -l < "$OUT/ncu_gather_$tag.csv") csv lines)"; tail -2 "$OUT/ncu_gather_$tag.err"
+  done
+  python benchmarks/kernels/ncu_routing.py --summarise "$OUT"/ncu_gather_*.csv --out "$OUT/ncu_summary.json"
+}
+fla_setup() {  # FLA's wheel from .whl (carried), unpacked onto PYTHONPATH; sets FLA= or FLA=,fla
+  # (a pure-Python wheel imports once unpacked; `pip install` on the GPU machine put it where
+  # this python does not look: "No module named 'fla'")
   FLA=
   if ls .whl/fla_core-*.whl >/dev/null 2>&1; then
-    pip install -q --no-deps .whl/fla_core-*.whl 2>&1 | tail -1
+    python -c "import sys, zipfile; zipfile.ZipFile(sys.argv[1]).extractall('/tmp/fla_site')" \
+      .whl/fla_core-*.whl && export PYTHONPATH=/tmp/fla_site:$PYTHONPATH
     if python -c "import fla.ops.attnres" 2> "$OUT/fla_import.err"; then FLA=,fla
     else echo "FLA's wheel is installed but does not import:"; tail -3 "$OUT/fla_import.err"; fi
   else
@@ -138,13 +189,8 @@ case "${1:-tests-kernels}" in
   sweeps)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \
       | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6
-    for job in fwd:100M,350M,1B:bfloat16:1:150 fwd:100M-train,350M-train,1B-train:mixed:8:170 \
-               pair_e:100M-train,350M-train,1B-train:mixed:8:130; do
-      IFS=: read -r kind shapes dtype heads limit <<< "$job"
-      timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_${kind}_h$heads.json" --no-delta \
-        --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels "$kind" --sweep-only --repeat 3 \
-        2>&1 | grep -v -i warn | tee "$OUT/sweep_${kind}_h$heads.log" | grep SWEEP
-    done ;;
+    sweep_jobs fwd 100M,350M,1B:bfloat16:1:150 100M-train,350M-train,1B-train:mixed:8:170
+    sweep_jobs pair_e 100M-train,350M-train,1B-train:mixed:8:130 ;;
   host-ab)  # host time per routing call, this tree against OLD (a copy of an earlier mhar_probe/,
     # carried to the device), alternated process by process (this VM's host speed drifts)
     for round in 1 2 3; do
@@ -170,12 +216,109 @@ case "${1:-tests-kernels}" in
     done ;;
   interleave)  # PRESETS as preset:batch:seq (default: the paper's three microbatches)
     run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/stackbwd" 180 ;;
-  rmsonce)
-    timeout 270 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
-      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+  fwdpipe)  # the forward's loop under Triton's pipeliner (fourth config entry) against its prefetch
+    timeout 120 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k "pipelined or fp32_shared" 2>&1 \
+      | tee "$OUT/pytest_fwdpipe.log" | grep -E "passed|failed|Error|^E  " | tail -6
+    export MHAR_SWEEP_FWD=${MHAR_SWEEP_FWD:-'[[1,1],[1,1,0,2],[1,1,0,3],[1,1,0,4],[1,2,0,3],[2,1,0,3]]'}
+    sweep_jobs fwd 100M-train,350M-train,1B-train:mixed:8:220 100M,350M,1B:bfloat16:1:170 ;;
+  typed)  # launch configs for pure 16-bit chains (the kernel-table shapes, bf16): the gather and the
+    # forward at H = 8, which ran the autocast-tuned entries, and the gather at 100M H = 1 (heuristic)
+    MHAR_SWEEP_GATHER=${SWEEP_GATHER_H8:-'[[1,2,false],[1,2,false,0,true],[1,1,true],[1,1,false],[1,2,true],
+      [2,1,false],[2,2,false],[2,2,true],[1,1,false,0,true],[1,4,false]]'} \
+      sweep_jobs gather 100M,350M,1B:bfloat16:8:330
+    MHAR_SWEEP_FWD=${SWEEP_FWD_H8:-'[[1,1,0,5],[1,1,0,3],[1,1,0,4],[1,2,0,3],[1,2,0,4],[2,1,0,3]]'} \
+      sweep_jobs fwd 100M,350M,1B:bfloat16:8:150
+    MHAR_SWEEP_GATHER=${SWEEP_GATHER_H1:-'[[1,2,false],[1,1,true],[1,1,false],[2,1,false],[2,1,true]]'} \
+      sweep_jobs gather 100M:bfloat16:1:70 ;;
+  sameh)  # the gather's constant-H path: its GPU tests, then the gather's configs with it, at the
+    # training microbatches (autocast layout) and the kernel-table shapes (bf16), H = 8
+    timeout 150 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+      -k "same_h or two_pass or pipelined or register_cap or fp32_shared" 2>&1 \
+      | tee "$OUT/pytest_sameh.log" | grep -E "passed|failed|Error|^E  " | tail -6
+    export MHAR_SWEEP_GATHER=${MHAR_SWEEP_GATHER:-'[[1,2,false,0,true],[1,1,true],[1,1,false],[1,2,false],
+      [1,1,false,0,true],[1,2,true]]'}
+    sweep_jobs gather 100M-train,350M-train,1B-train:mixed:8:240 100M,350M,1B:bfloat16:8:170 ;;
+  aligned)  # the gather's two column tiles of a 160-wide head laid out alike (route_bwd_collect.ALIGN_TILES):
+    # its GPU tests and the d = 1280 chain tests, then the gather's configs at 1B with the tiles
+    # aligned and (SWEEP_TAG _unaligned) not, at the training microbatch (autocast) and the
+    # kernel-table shape (bf16), H = 8
+    timeout ${TEST_TIMEOUT:-150} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu \
+      -k "${TESTS_K:-aligned or fp32_shared or bf16_stack or bf16_chain or bitwise or same_h}" 2>&1 \
+      | tee "$OUT/pytest_aligned.log" | grep -E "passed|failed|Error|^E  " | tail -8
+    MHAR_SWEEP_GATHER=${ALIGNED_CONFIGS:-'[[1,1,false],[1,2,false],[1,2,true],[1,2,false,128],[1,4,false]]'} \
+      sweep_jobs gather 1B-train:mixed:8:130 1B:bfloat16:8:100
+    SWEEP_TAG=_unaligned MHAR_GATHER_ALIGN_TILES=0 MHAR_SWEEP_GATHER=${UNALIGNED_CONFIGS:-'[[1,1,false],[1,2,false]]'} \
+      sweep_jobs gather 1B-train:mixed:8:90 1B:bfloat16:8:70 ;;
+  gatherprof)  # the 1B gather with its column tiles aligned or not (route_bwd_collect.ALIGN_TILES):
+    # triton against triton-unaligned in one process (1B-train autocast; 1B bf16 graph replay,
+    # H = 8 and 1), more aligned configs (GATHER_CONFIGS) at 1B-train, then Nsight Compute on
+    # one late gather launch per (align, config) in NCU_CASES (align:blockp:warps:prefetch:maxnreg)
     timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
-      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-rmseach --repeat 5 2>&1 \
-      | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
+      --shapes 1B-train --heads 8 --backends triton,triton-unaligned --repeat 5 2>&1 | grep -v -i warn \
+      | tee "$OUT/bench_train.log" | tail -6
+    timeout 120 python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 1B --heads 8,1 --backends triton,triton-unaligned --repeat 5 --graph 2>&1 | grep -v -i warn \
+      | tee "$OUT/bench_table.log" | tail -8
+    MHAR_SWEEP_GATHER=${GATHER_CONFIGS:-'[[1,1,false],[2,4,false],[2,4,false,128],[1,2,false,96],[2,2,false,128]]'} \
+      sweep_jobs gather 1B-train:mixed:8:140
+    gather_ncu ;;
+  gatherncu)  # META (VARIANTS: triton against them at 350M-train and 1B-train), then gather_ncu
+    timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+      --shapes 350M-train,1B-train --heads 8 --backends triton${VARIANTS:+,$VARIANTS} --repeat 5 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8
+    gather_ncu ;;
+  loadsfirst)  # the gather's configs with its q*g loads issued with the dout (sixth entry,
+    # route_bwd_collect LOADS_FIRST) against the configs in use: training microbatches (autocast)
+    # and kernel-table shapes (bf16), H = 8
+    export MHAR_SWEEP_GATHER=${MHAR_SWEEP_GATHER:-'[[1,2,true],[1,2,true,0,false,true],[1,1,true],
+      [1,1,true,0,false,true],[1,1,false],[1,1,false,0,false,true],[1,2,false,0,false,true],
+      [1,2,false,168,false,true]]'}
+    sweep_jobs gather ${LF_JOBS:-100M-train,350M-train,1B-train:mixed:8:300 100M,350M,1B:bfloat16:8:200} ;;
+  compare)  # no tests: the kernel table (bf16, graph replay) and the training microbatches (autocast,
+    # H = 8), triton against the VARIANTS (default triton-g10), then the interleaved end-to-end
+    # table for METHODS (default baseline, mhar and mhar/g10)
+    V=${VARIANTS-triton-g10}
+    timeout ${TABLE_TIMEOUT:-160} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton${V:+,$V} --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -14
+    timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta \
+      --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
+      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8
+    run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/g10" 100 ;;
+  sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
+    # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
+    sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;
+  check)  # every GPU test, then the routing kernels at the training microbatches (autocast layout,
+    # H = 8): triton against the VARIANTS (comma-separated) in one process
+    timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 220 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+      --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${VARIANTS:+,$VARIANTS} --repeat 5 \
+      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -14 ;;
+  splitdot)  # every GPU test, then the kernel table (bf16, graph replay): pair_e's three-product
+    # TF32 dot for rounded keys against its IEEE dot (triton-eieee)
+    timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout 250 python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-eieee --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
+  append)  # GPU tests (TESTS, default every one, 420 s), then the kernel table (bf16, graph replay)
+    # and the training microbatches (autocast layout, H = 8; profiler kernel sums), triton against
+    # the VARIANTS (default: the forward's stored append folded last, and the copy at append)
+    V=${VARIANTS-triton-appendlast,triton-copyappend}
+    timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu ${TESTS:-tests/gpu tests/test_kernels_model.py} \
+      2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    timeout ${TABLE_TIMEOUT:-250} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
+      --shapes 100M,350M,1B --heads 8,1 --backends triton${V:+,$V} --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -20
+    timeout ${TRAINB_TIMEOUT:-200} python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta \
+      --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
+      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
+  fla)  # FLA's fused_attnres against triton at H=1, graph replay (carry .whl)
+    fla_setup
+    timeout ${TABLE_TIMEOUT:-500} python -m mhar_probe.bench.routing --out "$OUT/bench_fla.json" --no-delta \
+      --shapes ${SHAPES:-100M,350M,1B} --heads 1 --backends triton$FLA --repeat 5 --graph 2>&1 \
+      | grep -v -i warn | tee "$OUT/bench_fla.log" | tail -12 ;;
   final)
     fla_setup
     timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.bench.routing --out "$OUT/bench_table.json" --no-delta \
@@ -196,12 +339,7 @@ case "${1:-tests-kernels}" in
       -k "two_pass or collect" 2>&1 | tee "$OUT/pytest_twopass.log" | grep -E "passed|failed|Error|^E  " | tail -8
     export MHAR_SWEEP_GATHER='[[1,2,false],[1,1,true],[1,1,false,0,true],[1,1,false,168,true],[1,1,true,168,true],
       [1,1,false,128,true],[1,2,false,0,true],[1,4,false,0,true]]'
-    for job in 100M-train,350M-train,1B-train:mixed:8:230 100M,350M,1B:bfloat16:1:170; do
-      IFS=: read -r shapes dtype heads limit <<< "$job"
-      timeout "$limit" python -m mhar_probe.bench.routing --out "$OUT/sweep_gather_h$heads.json" --no-delta \
-        --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels gather --sweep-only --repeat 3 \
-        2>&1 | grep -v -i warn | tee "$OUT/sweep_gather_h$heads.log" | grep SWEEP
-    done ;;
+    sweep_jobs gather 100M-train,350M-train,1B-train:mixed:8:230 100M,350M,1B:bfloat16:1:170 ;;
   twopasstable)
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14

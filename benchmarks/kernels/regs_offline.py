@@ -34,9 +34,11 @@ from triton.compiler import ASTSource
 
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
-from mhar_probe.kernels.route_bwd_collect import (E_WIDE, META_PREFETCH, TWO_PASS, e_blocks, gather_config,
-                                                  pair_e_kernel, stack_gather_kernel)
+from mhar_probe.kernels.route_bwd_collect import (E_SPLIT_DOT, E_WIDE, META_PREFETCH, TWO_PASS, e_blocks,
+                                                  gather_config, narrow_tile_vec, pair_e_kernel,
+                                                  stack_gather_kernel)
 from mhar_probe.kernels import route_fwd
+from mhar_probe.kernels.autograd import FWD_APPEND, SAME_H
 from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
@@ -94,10 +96,11 @@ def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: 
 def fwd_job(d: int, cfg: tuple) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
-                 RES=F32, R=F32, P=I32, N=I32, eps=F, r_from=I32)
+                 RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F)
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE,
-                 R_CACHE=route_fwd.RMS_ONCE)  # env switches
+                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE,  # env switches
+                 STAGES=cfg[3] if len(cfg) > 3 else 0, W_STAGES=route_fwd.W_STAGES,
+                 APPEND=route_fwd.APPEND_ORDERS[route_fwd.APPEND_ORDER] if FWD_APPEND else 0)
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
@@ -132,7 +135,9 @@ def gather_job(d: int, cfg: tuple) -> tuple:
                                             BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
                                             PREFETCH=bool(cfg[2]), META=META_PREFETCH,
                                             TWO_PASS=TWO_PASS if TWO_PASS is not None else
-                                            len(cfg) > 4 and bool(cfg[4]))
+                                            len(cfg) > 4 and bool(cfg[4]), SAME_H=SAME_H,
+                                            VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
+                                            LOADS_FIRST=len(cfg) > 5 and bool(cfg[5]))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -141,7 +146,7 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
                  stride_es=I32)
     block_k, k_step = e_blocks(d, 8, E_WIDE)
     return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
-                                      ROUND=1, MIXED=False)
+                                      ROUND=1, MIXED=False, SPLIT_DOT=E_SPLIT_DOT)
 
 
 def main() -> None:
@@ -162,7 +167,8 @@ def main() -> None:
     for kind in args.kernels.split(","):
         make, cfgs, cap_at, warps_at = jobs[kind]
         for shape, d in SHAPES.items():
-            extra = [gather_config(d, 8, 8)] if kind == "gather" else []  # the current default
+            extra = [gather_config(d, 8, 8)] if kind == "gather" else \
+                [tuple(route_fwd.tile_config(d, 8, 4)[1:])] if kind == "fwd" else []  # the current default
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps = cfg[warps_at]

@@ -39,48 +39,69 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
 # 2026-11-22, or both.
 # name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
-# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True, rms_once=True).
-# Each variant
+# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True,
+# fwd_pipeline=True). Each variant
 # but `prev` and `fwdprev` changes one thing: promoted, prevcfg,
 # jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
 # (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys;
 # collect is the 4-bytes/pair backward (route_bwd_collect.py), the default since 2026-11-23 (the
 # fifth session); stackbwd is the backward before it (each call re-reads its sources), prev the
 # state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
-# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both (and the stored
-# RMS statistic below); meta turns on
+# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both (and the register
+# prefetch below); meta turns on
 # the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
 # off by default); onepass and twopass force the gather's loop over readers into one or two passes
 # at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides);
 # gatherprev runs the gather's launch configs from before the two-pass table entries (its heuristic
 # at every shape); enarrow runs pair_e_kernel in the narrow column blocks it had before the wide
-# ones (route_bwd_collect.E_WIDE); rmseach has every forward call reduce each row for its RMS
-# statistic, as before the stack stored it once per row (route_fwd.RMS_ONCE).
+# ones (route_bwd_collect.E_WIDE); fwdregs runs the forward's loop with its register prefetch of
+# the next two rows instead of Triton's pipeliner (route_fwd.PIPELINE); untyped looks up only the
+# launch-config entries that do not name a storage width (launch.DTYPE_CONFIGS off: what every
+# shape ran before the ninth session's entries for pure 16-bit chains); anyh runs the gather's
+# general path, which reads each reader's head count from the call table, also where every call
+# has the same head count (autograd.SAME_H off); s8 runs the gather as the eighth session left it
+# (the general path and its launch-config table then); eieee forms pair_e's dot as IEEE fp32 FMAs
+# also where the keys are rounded to 16 bits (route_bwd_collect.E_SPLIT_DOT off); copyappend copies
+# each appended source into the stack's buffer at once, as before the tenth session, instead of
+# the next call's forward kernel storing it (autograd.FWD_APPEND off); appendlast folds that row
+# into the softmax last, in the rows' order, instead of right after row 0 (route_fwd.APPEND_ORDER);
+# wplain turns the forward's stored logits into weights in a plain loop, not a pipelined one
+# (route_fwd.W_STAGES 0); unaligned lets Triton lay out the gather's two column tiles of a head
+# like 160 = 128 + 32 on its own, as before the eleventh session, so that each head's sum crosses
+# between them through shared memory (route_bwd_collect.ALIGN_TILES off); g10 runs the gather as
+# the tenth session left it (its launch-config table then, no loads-first entries, tiles not
+# aligned).
 VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
             "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
             "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
-                                collect=False, fold_qg=False, lazy_rescale=False, rms_once=False),
+                                collect=False, fold_qg=False, lazy_rescale=False),
             "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True),
             "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
             "triton-eagerscale": dict(lazy_rescale=False),
-            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False, rms_once=False),
+            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False, fwd_pipeline=False),
             "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
             "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True),
-            "triton-enarrow": dict(e_wide=False), "triton-rmseach": dict(rms_once=False)}
+            "triton-enarrow": dict(e_wide=False), "triton-fwdregs": dict(fwd_pipeline=False),
+            "triton-untyped": dict(dtype_configs=False), "triton-anyh": dict(same_h=False),
+            "triton-s8": dict(same_h=False, dtype_configs=False, gather_s8=True),
+            "triton-eieee": dict(e_split_dot=False), "triton-copyappend": dict(fwd_append=False),
+            "triton-appendlast": dict(append_order="last"), "triton-wplain": dict(w_stages=0),
+            "triton-unaligned": dict(align_tiles=False),
+            "triton-g10": dict(align_tiles=False, gather_s10=True)}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
-def _prev_tile_config(d: int, num_heads: int) -> tuple[int, int, int, None]:
+def _prev_tile_config(d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, None, int]:
     """route_fwd launch configs as of 2026-11-22 (table and heuristic)."""
     import triton  # here, not at import: `mhar bench` must give its GPU message where Triton is absent
 
     block_k = triton.next_power_of_2(d // num_heads)
     hit = {(512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}.get((d, num_heads))
     if hit:
-        return block_k, *hit, None
+        return block_k, *hit, None, 0
     width = num_heads * block_k
     block_p = max(1, min(4, 1024 // width))
-    return block_k, block_p, 4 if width * block_p <= 2048 else 8, None
+    return block_k, block_p, 4 if width * block_p <= 2048 else 8, None, 0
 
 
 def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, None]:
@@ -95,6 +116,28 @@ def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int
     return (4, 4, 2, None) if width <= 512 else (1, 4, 4, None) if width <= 1024 else (2, 4, 2, None)
 
 
+_S10_GATHER_CONFIG = {(512, 8, 8): (1, 2, True), (1280, 8, 8): (1, 1, False), (512, 8, 8, 2): (1, 1, True),
+                      (1024, 8, 8, 2): (1, 2, True), (512, 1, 1, 2): (1, 1, True)}
+
+
+def _s10_gather_config(d: int, num_heads: int, max_heads: int, dout_bytes: int = 0) -> tuple:
+    """stack_gather_kernel's launch configs as the tenth session (2026-11-24) left them."""
+    from mhar_probe.kernels import route_bwd_collect
+
+    hit = _S10_GATHER_CONFIG.get((d, num_heads, max_heads, dout_bytes)) or \
+        _S10_GATHER_CONFIG.get((d, num_heads, max_heads))
+    return (*hit, None, False) if hit else route_bwd_collect.gather_config_heuristic(d)
+
+
+def _s8_gather_config(d: int, num_heads: int, max_heads: int, *_) -> tuple:
+    """stack_gather_kernel's launch configs as the eighth session of 2026-11-23 left them."""
+    from mhar_probe.kernels import route_bwd_collect
+
+    if (d, num_heads, max_heads) in ((512, 8, 8), (1280, 8, 8)):
+        return 1, 2, False, None, True
+    return route_bwd_collect.gather_config_heuristic(d)
+
+
 @contextlib.contextmanager
 def kernel_variant(name: str):
     """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
@@ -105,18 +148,28 @@ def kernel_variant(name: str):
            launch.DIRECT,
            route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
            route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-           route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE)
+           route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS, kad.SAME_H,
+           route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER, route_fwd.W_STAGES,
+           route_bwd_collect.ALIGN_TILES)
     if name in VARIANTS:  # anything else ("triton") runs the current state
         (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
          route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH,
-         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE) = (
+         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS,
+         kad.SAME_H, route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER,
+         route_fwd.W_STAGES, route_bwd_collect.ALIGN_TILES) = (
             v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
             v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
             v.get("lazy_rescale", True), v.get("meta_prefetch", False),
             v.get("two_pass", route_bwd_collect.TWO_PASS), v.get("e_wide", True),
-            v.get("rms_once", True))
+            v.get("fwd_pipeline", True), v.get("dtype_configs", True), v.get("same_h", True),
+            v.get("e_split_dot", True), v.get("fwd_append", True), v.get("append_order", "first"),
+            v.get("w_stages", old[-2]), v.get("align_tiles", old[-1]))
     if v.get("gather_prev"):
-        kad.gather_config = lambda d, h, hm: route_bwd_collect.gather_config_heuristic(d)
+        kad.gather_config = lambda d, h, hm, *_: route_bwd_collect.gather_config_heuristic(d)
+    if v.get("gather_s8"):
+        kad.gather_config = _s8_gather_config
+    if v.get("gather_s10"):
+        kad.gather_config = _s10_gather_config
     if v.get("prev_cfg"):
         route_fwd.tile_config = kad.tile_config = _prev_tile_config
         kad.stack_config = _prev_stack_config
@@ -126,7 +179,9 @@ def kernel_variant(name: str):
         (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
          launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
          route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-         route_bwd_collect.E_WIDE, route_fwd.RMS_ONCE) = old
+         route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS, kad.SAME_H,
+         route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER, route_fwd.W_STAGES,
+         route_bwd_collect.ALIGN_TILES) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -359,11 +414,14 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
 # Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, and at a cap of
 # 168 128 B of spills with loops barely longer (432 -> 460 instructions; one pass: 734 -> 888). On
-# an H100 the caps still lost (results_h100.md, section 000000).
+# an H100 the caps still lost (results_h100.md, section 000000). A sixth entry True loads each
+# reader's q*g tiles with its dout (route_bwd_collect LOADS_FIRST), before the dl store.
 SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
                 (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),
-                (1, 1, False, 128, True), (1, 2, False, 0, True), (1, 4, False, 0, True)]
+                (1, 1, False, 128, True), (1, 2, False, 0, True), (1, 4, False, 0, True),
+                (1, 1, False, 0, False, True), (1, 1, True, 0, False, True), (1, 2, False, 0, False, True),
+                (1, 2, True, 0, False, True)]
 SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
 # pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
 # each source row fewer times
@@ -402,8 +460,11 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                 for t in xs + qs + gs:
                     t.grad = None
 
-            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H)), "stack": (route_bwd.STACK_CONFIG, (d, H, H)),
-                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H)),
+            # the forward's and the gather's entries name the storage width they were swept at
+            # (bytes per output / stored dout element: 2 in a 16-bit chain, 4 under autocast)
+            eb = 2 if DTYPE in (torch.bfloat16, torch.float16) else 4
+            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H, eb)), "stack": (route_bwd.STACK_CONFIG, (d, H, H)),
+                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H, eb)),
                       "pair_e": (route_bwd_collect.PAIR_E_CONFIG, (d, H))}
             for kind, cfgs, prefix in plans:
                 table, key = tables[kind]
@@ -417,10 +478,12 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                 table[key] = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
                 print(f"SWEEP {name} H={H} {kind}: " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in mine)
                       + f" -> {table[key]}", flush=True)
-            json.dump(dict(fwd=[[d_, h_, *c] for (d_, h_), c in route_fwd.FWD_CONFIG.items()],
+            fwd_t, gather_t = route_fwd.FWD_CONFIG, route_bwd_collect.GATHER_CONFIG
+            json.dump(dict(fwd=[[*k, *c] for k, c in fwd_t.items() if len(k) == 2],
+                           fwd_by_dtype=[[*k, *c] for k, c in fwd_t.items() if len(k) == 3],
                            stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()],
-                           gather=[[d_, h_, hm, *c] for (d_, h_, hm), c in
-                                   route_bwd_collect.GATHER_CONFIG.items()],
+                           gather=[[*k, *c] for k, c in gather_t.items() if len(k) == 3],
+                           gather_by_dtype=[[*k, *c] for k, c in gather_t.items() if len(k) == 4],
                            pair_e=[[d_, hm, *c] for (d_, hm), c in route_bwd_collect.PAIR_E_CONFIG.items()]),
                       open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
     return rows

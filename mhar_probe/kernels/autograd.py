@@ -4,8 +4,9 @@
   (delta form, or any stacked [N, B, T, d] tensor). Saves the sources and W; composes with
   activation checkpointing and FSDP because it is a pure function of its inputs.
 * `TritonSourceStack` -- one [capacity, B*T, d] buffer per forward pass; every source after
-  the first is copied in once by `append` (source 0 stays its own row, so an fp32 embedding can
-  sit beside a bf16 buffer), every routing call reads rows [0, n). In backward each
+  the first is stored in it once (source 0 stays its own row, so an fp32 embedding can sit
+  beside a bf16 buffer): by the forward kernel of the next call, which reads it as its last
+  row, or by a copy where anything else reads it first; every routing call reads rows [0, n). In backward each
   call stores its dout and shifted logit gradients (O(1) rows), and a source's gradient is
   gathered once, by the node of the first call made after it was appended.
 
@@ -29,7 +30,8 @@ from torch.autograd.function import once_differentiable
 from mhar_probe.kernels import route_bwd_collect as collect_mod
 from mhar_probe.kernels import route_fwd
 from mhar_probe.kernels.route_bwd_collect import (
-    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, pair_e_plan, tile_split,
+    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan,
+    tile_split,
 )
 from mhar_probe.kernels.route_bwd import (
     ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
@@ -58,6 +60,18 @@ BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
 # benchmarks/kernels/results_h100.md); MHAR_STACK_COLLECT=0 selects the earlier backward, which
 # re-reads each call's sources (also what a stack built without `params` runs).
 COLLECT = os.environ.get("MHAR_STACK_COLLECT", "1") != "0"
+# Where every call of a stack has the same head count (the model's case), the gather takes the
+# reader's head count as a constant: no table load, no index division and no per-head regrouping
+# per reader (`route_bwd_collect.stack_gather_kernel`, SAME_H; the same sums). MHAR_GATHER_SAME_H=0
+# (or the benchmark's `triton-anyh` variant) runs the general path at every stack.
+SAME_H = os.environ.get("MHAR_GATHER_SAME_H", "1") != "0"
+# A source appended to the stack is not copied into the buffer at once: the next routing call,
+# which reads it as its last row, reads it from the appended tensor and stores it into its row
+# (`route_fwd_kernel`, APPEND). One launch and one read of the row fewer per call. The copy still
+# runs wherever the row is read otherwise first (stacked(), a call over fewer rows, backward), or
+# where the tensor cannot be stored as is (another dtype, not contiguous). MHAR_FWD_APPEND=0 (or
+# the benchmark's `triton-copyappend` variant) copies at every append.
+FWD_APPEND = os.environ.get("MHAR_FWD_APPEND", "1") != "0"
 
 
 def kernel_settings() -> dict[str, object]:
@@ -70,9 +84,12 @@ def kernel_settings() -> dict[str, object]:
     return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
                 split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
                 fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
-                fwd_rms_once=route_fwd.RMS_ONCE,
+                fwd_pipeline=route_fwd.PIPELINE, fwd_append=FWD_APPEND,
+                fwd_append_order=route_fwd.APPEND_ORDER, fwd_w_stages=route_fwd.W_STAGES,
+                dtype_configs=launch.DTYPE_CONFIGS, gather_same_h=SAME_H,
+                gather_align_tiles=collect_mod.ALIGN_TILES,
                 gather_meta_prefetch=collect_mod.META_PREFETCH, gather_two_pass=collect_mod.TWO_PASS,
-                pair_e_wide=collect_mod.E_WIDE,
+                pair_e_wide=collect_mod.E_WIDE, pair_e_split_dot=collect_mod.E_SPLIT_DOT,
                 triton=triton.__version__)
 
 
@@ -140,7 +157,7 @@ class _RouteLocal(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros((B, T, D), dtype=sources.dtype, device=sources.device)
         dout = dout.contiguous()
-        block_k, block_p, num_warps, _ = tile_config(D, H)
+        block_k, block_p, num_warps, *_ = tile_config(D, H)
         grid = cdiv(P, block_p)
         dV = _new((N, B, T, D), sources.dtype, sources.device)
         epart = _new((grid, D), torch.float32, sources.device)
@@ -283,8 +300,9 @@ class _StackState:
     a forward without backward frees its buffers as soon as the outputs are dropped.
 
     Source 0 is kept as its own [P, d] row (`row0`, a reference to the appended tensor, as a
-    Python list of sources would hold it); sources 1.. are copied into `buffer` [capacity, P, d]
-    (its row 0 is unused), allocated at the second append in that source's dtype. Under
+    Python list of sources would hold it); sources 1.. are stored into `buffer` [capacity, P, d]
+    (its row 0 is unused; FWD_APPEND: by the forward kernel of the call that first reads the
+    source, else by a copy), allocated at the second append in that source's dtype. Under
     autocast that is an fp32 embedding beside a bf16 buffer; every call computes in the
     promoted dtype of the rows it reads, as torch.stack of them would."""
 
@@ -310,6 +328,9 @@ class _StackState:
         self.shape: tuple[int, int, int] | None = None
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
+        # FWD_APPEND: the last appended source while not yet in the buffer: (row, x [P, d], the
+        # version of x when appended); the next call that reads it as its last row stores it
+        self._unstored: tuple[int, Tensor, int] | None = None
         self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
         self._w_flat: Tensor | None = None
@@ -318,17 +339,11 @@ class _StackState:
         self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
         self._bwd_top = -1
-        # r_n = rsqrt(mean(v_n^2) + eps) of rows [0, _r_len), stored by the forward call that
-        # first read each row ([capacity, P] fp32) for the eps of the stack's first call; a call
-        # with another eps stops the reuse (it and every later call compute their own)
-        self._r_rows: Tensor | None = None
-        self._r_eps: float | None = None
-        self._r_len = 0
-        self._r_ok = route_fwd.RMS_ONCE
 
     # -- forward ---------------------------------------------------------------------
     def append(self, x: Tensor) -> None:  # x: [B, T, d]
         _refuse_recompute()
+        self._store_pending()
         if self._len >= self.capacity:
             raise RuntimeError(f"source stack is full ({self.capacity} sources)")
         if self.row0 is None:
@@ -344,8 +359,7 @@ class _StackState:
                              f"the stack holds {self.shape} on {self.row0.device}")
         if self.buffer is None:
             dtype = x.dtype if SPLIT_ROW0 else torch.promote_types(self.row0.dtype, x.dtype)
-            self.buffer = torch.empty((self.capacity, *self.row0.shape), dtype=dtype,
-                                      device=x.device)
+            self.buffer = _new((self.capacity, *self.row0.shape), dtype, x.device)
             self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)  # [B, T, d] each
         elif x.dtype != self.buffer.dtype:  # a wider source: promote, as torch.stack does
             wide = torch.promote_types(self.buffer.dtype, x.dtype)
@@ -355,9 +369,43 @@ class _StackState:
                                      f"{self.buffer.dtype} after routing over it has started")
                 self.buffer = self.buffer.to(wide)
                 self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
-        self._row_views[self._len].copy_(x.detach())
+        x = x.detach()
+        if FWD_APPEND and x.dtype == self.buffer.dtype and x.is_contiguous():
+            self._unstored = (self._len, x.view(self.row0.shape), x._version)
+        else:
+            self._row_views[self._len].copy_(x)
         self.dtype = torch.promote_types(self.dtype, x.dtype)
         self._len += 1
+
+    def _take_unstored(self, n: int) -> tuple[Tensor, Tensor] | None:
+        """(x, its buffer row [P, d]) for the launch of a call over rows [0, n) when its last
+        row is the source not yet stored (the kernel stores it); otherwise store that source
+        now (the call reads it from the buffer, or does not read it)."""
+        pending = self._unstored
+        if pending is None or pending[0] != n - 1:
+            self._store_pending()
+            return None
+        self._unstored = None
+        row, x, version = pending
+        self._check_unchanged(row, x, version)
+        return x, self._row_views[row]
+
+    def _store_pending(self) -> None:
+        """Copy the appended source that no call has stored yet into its buffer row."""
+        pending = self._unstored
+        if pending is not None:
+            self._unstored = None
+            row, x, version = pending
+            self._check_unchanged(row, x, version)
+            self.buffer[row].copy_(x)
+
+    @staticmethod
+    def _check_unchanged(row: int, x: Tensor, version: int) -> None:
+        if x._version != version:
+            raise RuntimeError(
+                f"source {row} was modified in place after it was appended to the source stack "
+                "and before a routing call read it; the stack reads an appended tensor when the "
+                "next call routes over it. Append a copy (x.clone()), or set MHAR_FWD_APPEND=0.")
 
     def __len__(self) -> int:
         return self._len
@@ -373,6 +421,7 @@ class _StackState:
     def stacked(self, n: int | None = None) -> Tensor:  # [n, B, T, d] (a copy unless n == 1)
         n = self._len if n is None else n
         assert self.row0 is not None and self.shape is not None
+        self._store_pending()
         if n == 1:
             return self.row0.view(1, *self.shape)
         dtype = self._dtype_of(n)
@@ -430,26 +479,10 @@ class _StackState:
         W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
             rec.res = self._carve("res", rec.dtype)
-        r_rows, r_from = self.r_cache(rec.n, rec.eps)
+        append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res, r_rows=r_rows, r_from=r_from)
+                         v0=self.row0, res=rec.res, append=append)
         return out
-
-    def r_cache(self, n: int, eps: float) -> tuple[Tensor | None, int]:
-        """For a forward call over rows [0, n) with `eps`: the stack's r buffer and how many of
-        its rows already hold r (the kernel reads those and stores the rest up to n), or
-        (None, 0) where the call computes every r itself."""
-        if not self._r_ok:
-            return None, 0
-        if self._r_rows is None:
-            self._r_rows = _new((self.capacity, self.row0.shape[0]), torch.float32, self.row0.device)
-            self._r_eps = eps
-        elif eps != self._r_eps:
-            self._r_ok = False
-            return None, 0
-        r_from = min(self._r_len, n)
-        self._r_len = max(self._r_len, n)
-        return self._r_rows, r_from
 
     # -- backward --------------------------------------------------------------------
     def _enter_backward(self, call: int) -> None:
@@ -471,6 +504,7 @@ class _StackState:
         P, D = self.row0.shape
         calls = self._calls[: top + 1]
         self._bwd_top = top
+        self._store_pending()  # a source appended after the last call: no kernel stored it
         dout_dtype = self.buffer.dtype if BF16_DOUTS and self.buffer is not None else self.dtype
         self._dout_buf = _new((top + 1, P, D), dout_dtype, dev)
         self._d_flat = _new((self._w_used,), torch.float32, dev)
@@ -504,6 +538,7 @@ class _StackState:
         self._tables = tables.to(dev, non_blocking=True)
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
+        self._same_h = SAME_H and all(r.H == self._hmax for r in calls)  # the gather's constant-H path
         self._epart = None
 
     def _build_items(self, calls: list[_Call], top: int, dev: torch.device, block_c: int) -> None:
@@ -521,6 +556,12 @@ class _StackState:
         t = torch.tensor(items or [0, 0], dtype=torch.int64, pin_memory=dev.type == "cuda")
         self._items = t.view(-1, 2).to(dev, non_blocking=True)
         self._items_n = (n0, len(items) // 2)
+
+    def _row_bytes(self) -> int:
+        """Narrowest element among the rows the gather loads: the buffer's sources (row 0
+        where there is no buffer) and the stored douts."""
+        rows = self.buffer if self.buffer is not None else self.row0
+        return min(rows.element_size(), self._dout_buf.element_size())
 
     def _release_backward(self) -> None:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
@@ -605,8 +646,9 @@ class _StackState:
         nj = rec.j1 - rec.j0
         res = rec.res
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax), collect_mod.META_PREFETCH,
-               collect_mod.TWO_PASS)
+               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax, self._dout_buf.element_size()),
+               collect_mod.META_PREFETCH,
+               collect_mod.TWO_PASS, self._same_h, collect_mod.ALIGN_TILES, self._row_bytes())
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
@@ -640,19 +682,24 @@ _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (h
 
 
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 split_heads: bool, config: tuple, meta: bool, two_pass: bool | None
+                 split_heads: bool, config: tuple, meta: bool, two_pass: bool | None,
+                 same_h: bool = False, align_tiles: bool = False, row_bytes: int = 4
                  ) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config and the head-split
-    switch included, so sweeps and benchmark variants get their own plans)."""
-    block_p, num_warps, prefetch, maxnreg, two_pass_cfg = config
+    switch included, so sweeps and benchmark variants get their own plans). `row_bytes`: the
+    narrowest element of the rows the gather loads (`narrow_tile_vec`)."""
+    block_p, num_warps, prefetch, maxnreg, two_pass_cfg, *rest = config
+    loads_first = bool(rest[0]) if rest else False
     if two_pass is None:
         two_pass = two_pass_cfg
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
+    vec_b = narrow_tile_vec(block_p, num_warps, HM, block_ka, block_kb, row_bytes) if align_tiles else 0
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch, META=meta, TWO_PASS=two_pass)
+                  PREFETCH=prefetch, META=meta, TWO_PASS=two_pass, SAME_H=same_h, VEC_B=vec_b,
+                  LOADS_FIRST=loads_first)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
@@ -700,9 +747,9 @@ class TritonSourceStack:
             dev = st.row0.device
             out = _new((P, D), st._dtype_of(n), dev)
             W = _new((n, P, num_heads), torch.float32, dev)
-            r_rows, r_from = st.r_cache(n, eps)
+            append = st._take_unstored(n)
             launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0,
-                             r_rows=r_rows, r_from=r_from)
+                             append=append)
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "

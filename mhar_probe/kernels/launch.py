@@ -32,6 +32,12 @@ from typing import Any
 import torch
 
 DIRECT = os.environ.get("MHAR_DIRECT_LAUNCH", "1") != "0"
+# Launch-config tables may hold entries for one storage width next to the generic (d, H[, HM])
+# entries: key + (bytes per element of the forward's output / of the gather's stored douts), so
+# that a pure 16-bit chain (2 bytes) and autocast's layout (fp32 outputs and douts: 4) each get
+# the config swept for them. MHAR_DTYPE_CONFIGS=0 (or this switch: the benchmark's
+# `triton-untyped` variant) looks up the generic entries only.
+DTYPE_CONFIGS = os.environ.get("MHAR_DTYPE_CONFIGS", "1") != "0"
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "") == "1"
 
 try:  # Triton >= 3.4 keeps its launch hooks in `knobs`

@@ -469,7 +469,7 @@ STACK_CONFIG: dict[tuple[int, int, int], tuple[int, ...]] = {
     (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
     (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 1, 16)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
-    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["stack"]:
+    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("stack", []):
         STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
 
 

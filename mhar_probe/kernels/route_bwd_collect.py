@@ -42,6 +42,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.kernels import launch
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels.route_bwd import source_grad_split
 from mhar_probe.kernels import route_fwd
@@ -86,13 +87,21 @@ def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tens
 
 @triton.jit
 def _tile_cols(HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
-               KB: tl.constexpr, BLOCK_KB: tl.constexpr):
+               KB: tl.constexpr, BLOCK_KB: tl.constexpr, VEC_B: tl.constexpr = 0):
     """Columns and masks of a row of HM sub-heads of width KM = KA + KB as two tiles,
     [HM, BLOCK_KA] (columns [0, KA) of each sub-head) and [HM, BLOCK_KB] ([KA, KM)). One padded
-    tile per head is KA = KM, KB = 0 (BLOCK_KB = 1, all masked); a width like 160 is 128 + 32."""
+    tile per head is KA = KM, KB = 0 (BLOCK_KB = 1, all masked); a width like 160 is 128 + 32.
+
+    VEC_B > 0 writes the narrow tile's columns so that the compiler can prove runs of only VEC_B
+    contiguous elements (the same values): its loads are then VEC_B wide, and Triton lays the
+    tile out with as many lanes along a head's columns as the wide tile has. Both tiles then
+    hold each head's per-head sums in the same lanes, so the sum of the two tiles' parts needs
+    no exchange through shared memory (see `narrow_tile_vec`)."""
     offs_h = tl.arange(0, HM)
     offs_a = tl.arange(0, BLOCK_KA)
     offs_b = tl.arange(0, BLOCK_KB)
+    if VEC_B > 0:
+        offs_b = (offs_b // VEC_B) * VEC_B + offs_b % VEC_B
     cola = offs_h[:, None] * KM + offs_a[None, :]
     colb = offs_h[:, None] * KM + KA + offs_b[None, :]
     cmaska = (offs_a < KA)[None, :] & (offs_h < HM)[:, None]
@@ -110,13 +119,26 @@ def _head_sum(x, hc, HM: tl.constexpr):
 
 
 @triton.jit
+def _reader_index(c, offs_p, offs_hm, CALL_H, HM: tl.constexpr, SAME_H: tl.constexpr):
+    """Reader call c's head count and the (position, head of c) index [BP, HM] of its per-head
+    rows (weights, shift, S', dl). SAME_H: every call has HM heads (no table load, constant
+    index arithmetic); else head of sub-head a = a * hc // HM."""
+    if SAME_H:
+        hc = HM
+        pidx = offs_p[:, None] * HM + offs_hm[None, :]
+    else:
+        hc = tl.load(CALL_H + c)
+        pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]
+    return hc, pidx
+
+
+@triton.jit
 def _reader_meta(c, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
-                 CALL_SOFF, P, HM: tl.constexpr):
+                 CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr):
     """What the gather needs of reader call c besides its dout, for source j and a block of
     positions: its head count, the (position, head of c) index, the store mask and offset of
     dl_{c,j}, whether c has more than one source, and w_{c,j}, shift_c, S'_c ([BP, HM] each)."""
-    hc = tl.load(CALL_H + c)
-    pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
+    hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
     m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
     wo = tl.load(CALL_WOFF + c) + j * P * hc
     so = tl.load(CALL_SOFF + c)
@@ -132,7 +154,8 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr):
+                    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr,
+                    SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}. PREFETCH keeps the
     next call's dout in flight (more registers per thread, fewer resident warps). META loads the
@@ -144,7 +167,16 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     that sum and a dout row); after a block barrier the second reads dl_{c,j} back (this program
     stored them: cache hits, no DRAM traffic to speak of) with q_c * g_c and forms
     a_j = sum_c dl_{c,j} q_c g_c (live: both sums and a q*g row); v_j is then loaded again for
-    the final combination. The same terms summed in the same order as in one pass."""
+    the final combination. The same terms summed in the same order as in one pass.
+
+    LOADS_FIRST loads the reader's q * g tiles and call-table entry with its dout, before the dl
+    store: the compiler may not move a load above a store it cannot prove disjoint, so in
+    program order each reader waited on its dout and then, after the store, on q * g (two
+    memory round trips per reader instead of one; more registers live across the dot).
+
+    SAME_H (every call of the stack has HM heads, the model's case): each reader's head count is
+    the constant HM, so its (position, head) index needs no table load and no division, and the
+    per-head sums need no regrouping; the same sums as the general path."""
     vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
     vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
@@ -162,7 +194,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     if META:
         hn, pn, m2n, won, multin, wgn, shn, srn = _reader_meta(
             call, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
-            CALL_SOFF, P, HM)
+            CALL_SOFF, P, HM, SAME_H)
     for c in range(call, top1):
         if META:  # this reader's, loaded one reader ahead
             hc, pidx, m2, wo, multi, wg, sh, sr = hn, pn, m2n, won, multin, wgn, shn, srn
@@ -180,30 +212,37 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
+        if LOADS_FIRST and not TWO_PASS:  # before the dl store below, which they may not pass
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+            if not META:
+                nc = tl.load(CALL_N + c)
         if META:  # the next reader's (the tables' sentinel entry after the last: all masked)
             hn, pn, m2n, won, multin, wgn, shn, srn = _reader_meta(
                 c + 1, j, offs_p, offs_hm, pmask, rd, WALL, SHALL, SALL, CALL_N, CALL_H, CALL_WOFF,
-                CALL_SOFF, P, HM)
+                CALL_SOFF, P, HM, SAME_H)
         else:  # the same loads as `_reader_meta`, in the order the GPU-tested default compiles to
-            hc = tl.load(CALL_H + c)
-            pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]  # [BP, HM]: (p, head of c)
+            hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
             wo = tl.load(CALL_WOFF + c) + j * P * hc
             so = tl.load(CALL_SOFF + c)
             wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
             sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
             sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
         ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
-        if hc != HM:
-            ds = _head_sum(ds, hc, HM)
+        if not SAME_H:
+            if hc != HM:
+                ds = _head_sum(ds, hc, HM)
         dl = wg * ((ds - sh) - sr)
         # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
         # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
         if META:
             dl = tl.where(multi, dl, 0.0)
+        elif LOADS_FIRST and not TWO_PASS:
+            dl = tl.where((zero_h + nc)[None, :] > 1, dl, 0.0)
         else:
             dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
-        if not TWO_PASS:
+        if not TWO_PASS and not LOADS_FIRST:
             # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
             # be converted through shared memory, with a block barrier, on every reader)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
@@ -220,8 +259,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
         for c in range(call, top1):
             rdc = (zero_h + tl.load(CALL_N + c)) > j  # [HM]
             m2 = pmask[:, None] & rdc[None, :]
-            hc = tl.load(CALL_H + c)
-            pidx = offs_p[:, None] * hc + ((offs_hm * hc) // HM)[None, :]
+            hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
             wo = tl.load(CALL_WOFF + c) + j * P * hc
             dl = tl.load(DALL + wo + pidx, mask=m2, other=0.0)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
@@ -249,13 +287,14 @@ def stack_gather_kernel(
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
-    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr,
+    PREFETCH: tl.constexpr, META: tl.constexpr, TWO_PASS: tl.constexpr, SAME_H: tl.constexpr,
+    VEC_B: tl.constexpr = 0, LOADS_FIRST: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     # one tile layout throughout: HM sub-heads (the most heads of any call; each call's H divides it)
     offs_hm = tl.arange(0, HM)
-    cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB)
+    cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     own = (offs_hm * H) // HM  # this call's head of each sub-head
     num_blocks = tl.cdiv(P, BLOCK_P)
     for blk in range(pid, num_blocks, nprog):
@@ -288,7 +327,7 @@ def stack_gather_kernel(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    META, TWO_PASS)
+                    META, TWO_PASS, SAME_H, LOADS_FIRST)
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
@@ -298,7 +337,7 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    META, TWO_PASS)
+                    META, TWO_PASS, SAME_H, LOADS_FIRST)
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)
@@ -317,6 +356,7 @@ def pair_e_kernel(
     K_STEP: tl.constexpr,  # columns per block (<= BLOCK_K; the rest of the tile is masked)
     ROUND: tl.constexpr,  # the readers' key rounding when they agree: 0 none, 1 bf16, 2 fp16
     MIXED: tl.constexpr,  # readers round differently: per-reader rounding (no dot)
+    SPLIT_DOT: tl.constexpr,  # rounded keys: the dot in three TF32 products (`E_SPLIT_DOT`)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
     over one split of the positions (grid: items x column blocks x splits); K_STEP divides
@@ -360,7 +400,10 @@ def pair_e_kernel(
                 kh = kh.to(tl.float16).to(tl.float32)
             # exact fp32: a broadcast multiply-and-sum here is turned into a TF32 dot by Triton's
             # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
-            acc = tl.dot(dl, kh, acc, input_precision="ieee")
+            if SPLIT_DOT:  # kh is a bf16/fp16 value, exact in TF32: see E_SPLIT_DOT
+                acc = tl.dot(dl, kh, acc, input_precision="tf32x3")
+            else:
+                acc = tl.dot(dl, kh, acc, input_precision="ieee")
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
     tl.store(EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
              mask=reads[:, None] & colmask[None, :])
@@ -401,20 +444,51 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 # d = 1280 one warp with the dout prefetch 15.31 -> two warps, two passes 14.68 (one pass with
 # two warps: 19.44). d = 1024 stays on one warp, one pass (9.44; every two-pass config 10.8-12.2).
 # Register caps on top of two passes spilled little offline but lost on the GPU (1B: 16.8-19.1).
-GATHER_CONFIG: dict[tuple[int, int, int], tuple] = {(512, 8, 8): (1, 2, False, 0, True),
-                                                    (1280, 8, 8): (1, 2, False, 0, True)}
+# Ninth session (2026-11-24, h100_2026-11-24/run1_typed, run2_sameh; gather ms per microbatch):
+# with the constant-H path (autograd.SAME_H) the best configs moved. Training microbatches
+# (autocast, fp32 douts): d = 512 two warps with the dout prefetch, one pass (5.66; the two-pass
+# entry 6.09); d = 1024 unchanged (1, 1, True) 9.28; d = 1280 one warp, one pass, no prefetch
+# (14.39; two-pass two warps 16.55). Pure bf16 chains (the kernel-table shapes; entries keyed
+# by 2-byte douts): d = 512 one warp with the prefetch (1.06; the autocast entry 1.33), d = 1024
+# two warps with the prefetch (1.76; 1.83), and at H = 1 d = 512 one warp with the prefetch
+# (1.00; the heuristic's 1.10, swept on the general path).
+# Eleventh session (2026-11-24, h100_2026-11-24c/run4_loadsfirst; gather ms per microbatch, the
+# earlier entry first): with each reader's q*g loads issued with its dout (sixth entry,
+# LOADS_FIRST) and the 1B tiles aligned (ALIGN_TILES), training microbatches: d = 512 one warp,
+# no prefetch 5.68 -> 5.02, d = 1024 the same 9.27 -> 8.71, d = 1280 two warps 14.47 -> 13.70;
+# pure bf16 d = 1280 one warp with the prefetch 5.03 -> 4.30. The bf16 entries at d = 512 and
+# 1024 keep their configs (loads first there: 1.09-1.13 against 1.06, 1.76 against 1.76). At
+# H = 1 in bf16 (run8_loadsfirst_h1; the heuristic's one warp with the prefetch before):
+# d = 512 one warp 0.97 -> 0.87, d = 1024 two warps with the prefetch 1.73 -> 1.40, d = 1280
+# one warp with the prefetch 4.06 -> 3.53.
+GATHER_CONFIG: dict[tuple[int, ...], tuple] = {
+    (512, 8, 8): (1, 2, True), (1280, 8, 8): (1, 1, False),
+    (512, 8, 8, 2): (1, 1, True), (1024, 8, 8, 2): (1, 2, True),
+    (512, 8, 8, 4): (1, 1, False, 0, False, True), (1024, 8, 8, 4): (1, 1, False, 0, False, True),
+    (1280, 8, 8, 4): (1, 2, False, 0, False, True), (1280, 8, 8, 2): (1, 1, True, 0, False, True),
+    (512, 1, 1, 2): (1, 1, False, 0, False, True), (1024, 1, 1, 2): (1, 2, True, 0, False, True),
+    (1280, 1, 1, 2): (1, 1, True, 0, False, True)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
-    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("gather", []):
+    _tuned = json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))
+    for d_, h_, hm_, *cfg_ in _tuned.get("gather", []):
         GATHER_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
+    for d_, h_, hm_, b_, *cfg_ in _tuned.get("gather_by_dtype", []):
+        GATHER_CONFIG[(d_, h_, hm_, b_)] = tuple(cfg_)
 
 
-def gather_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, bool, int | None, bool]:
-    """(BLOCK_P, num_warps, prefetch, maxnreg, two_pass) of stack_gather_kernel; a table entry
-    may leave out the last two (no register cap, one pass)."""
-    hit = GATHER_CONFIG.get((d, num_heads, max_heads))
+def gather_config(d: int, num_heads: int, max_heads: int, dout_bytes: int = 0
+                  ) -> tuple[int, int, bool, int | None, bool] | tuple[int, int, bool, int | None, bool, bool]:
+    """(BLOCK_P, num_warps, prefetch, maxnreg, two_pass[, loads_first]) of stack_gather_kernel; a
+    table entry may leave out the last three (no register cap, one pass, the loads in program
+    order; LOADS_FIRST in `_gather_collect`). An entry (d, H, HM, dout_bytes)
+    (the stored douts' bytes per element: 2 in a pure 16-bit chain, 4 under autocast) wins over
+    the generic (d, H, HM) one while `launch.DTYPE_CONFIGS` is on."""
+    hit = GATHER_CONFIG.get((d, num_heads, max_heads, dout_bytes)) if launch.DTYPE_CONFIGS else None
+    if hit is None:
+        hit = GATHER_CONFIG.get((d, num_heads, max_heads))
     if hit is not None:
         return (hit[0], hit[1], bool(hit[2]), (hit[3] or None) if len(hit) > 3 else None,
-                bool(hit[4]) if len(hit) > 4 else False)
+                bool(hit[4]) if len(hit) > 4 else False, bool(hit[5]) if len(hit) > 5 else False)
     return gather_config_heuristic(d)
 
 
@@ -440,11 +514,55 @@ def gather_config_heuristic(d: int) -> tuple[int, int, bool, int | None, bool]:
 META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "0") == "1"
 # The gather's loop over readers in two passes (`_gather_collect`): fewer rows of registers live
 # at once, for one more pass over cached scalars and q*g rows. Register caps on top of it spill
-# little but lost on an H100; what it bought there is the two-warp config at d = 512 and 1280
-# (GATHER_CONFIG). Chosen per shape by the config's last entry; MHAR_GATHER_TWO_PASS=0 or 1 forces
-# it off or on everywhere (None: as the config says).
+# little but lost on an H100; what it bought there was the two-warp config at d = 512 and 1280,
+# until the constant-H path (SAME_H) needed fewer registers and one-pass configs won again
+# (ninth session; no built-in GATHER_CONFIG entry turns it on). Chosen per shape by the
+# config's last entry; MHAR_GATHER_TWO_PASS=0 or 1 forces it off or on everywhere (None: as the
+# config says).
 _TWO_PASS_ENV = os.environ.get("MHAR_GATHER_TWO_PASS", "")
 TWO_PASS: bool | None = None if _TWO_PASS_ENV == "" else _TWO_PASS_ENV == "1"
+# Head widths like 160 are two column tiles (128 + 32). Triton lays the narrow tile out with
+# fewer lanes along a head's columns than the wide one (128-bit loads: 4 lanes cover 32 bf16
+# columns, 16 cover 128), so each head's dot product, summed over both tiles, crossed between
+# two layouts through shared memory on every reader: a store, a block barrier and a load in
+# the loop (SASS, Triton 3.6, sm_90). ALIGN_TILES loads the narrow tile in narrower vectors so
+# that both tiles put each head in the same lanes (`narrow_tile_vec`): offline at d = 1280,
+# H = 8 the loop keeps one of its two shared-memory round trips (the store of dl), and the
+# two-warp config needs 157 instead of 204 registers. The sums are the same terms; the narrow
+# tile's columns are added in another order, so results agree within fp32 rounding, not
+# bitwise. MHAR_GATHER_ALIGN_TILES=0 (or the benchmark's `triton-unaligned` variant) keeps
+# the compiler's own layouts.
+ALIGN_TILES = os.environ.get("MHAR_GATHER_ALIGN_TILES", "1") != "0"
+
+
+def narrow_tile_vec(block_p: int, num_warps: int, hm: int, block_ka: int, block_kb: int,
+                    elem_bytes: int) -> int:
+    """VEC_B of stack_gather_kernel: the narrow tile's load width that puts as many lanes of a
+    warp along a head's columns as the wide tile has, or 0 where its own layout already does
+    (or there is no narrow tile, or ALIGN_TILES is off).
+
+    Triton gives a tile of e elements per thread vectors of v = min(16 / elem_bytes, e) elements
+    and min(32, columns / v) lanes along the columns (the rest of the warp along the heads). The
+    wide tile [BP, HM, BLOCK_KA] gets l = min(32, BLOCK_KA / v_a) lanes there; the narrow one
+    needs BLOCK_KB / l elements per vector for the same l. `elem_bytes`: the narrowest element
+    among the rows the gather loads (sources, douts). Checked offline for 16-bit rows (the
+    kernel table's bf16 chains and autocast's bf16 buffer). For all-fp32 rows the rule gives 1,
+    which changes nothing (the compiler folds the rewrite away): Triton lays fp32 tiles out
+    otherwise, and an fp32 chain keeps the compiler's layout."""
+    if not ALIGN_TILES or block_kb <= 1:
+        return 0
+    widest = 16 // elem_bytes
+
+    def lanes(cols: int) -> int:
+        per_thread = max(1, block_p * hm * cols // (32 * num_warps))
+        return min(32, max(1, cols // min(widest, per_thread)))
+
+    want = lanes(block_ka)
+    if lanes(block_kb) == want:
+        return 0
+    return min(widest, max(1, block_kb // want))
+
+
 STACK_GATHER = Launcher(stack_gather_kernel)
 PAIR_E = Launcher(pair_e_kernel)
 COLLECT_DQDG = Launcher(collect_dqdg_kernel)
@@ -491,6 +609,15 @@ def e_blocks(d: int, max_heads: int, wide: bool) -> tuple[int, int]:
     return bk, bk
 
 
+# Readers whose keys are rounded to bf16 or fp16 (a pure 16-bit chain) form E_{c,j} as a dot of
+# fp32 dl with a key that TF32 holds exactly (8 or 10 mantissa bits), so Triton's three-product
+# TF32 dot ("tf32x3": dl split into two TF32 parts, hi * k + lo * k + hi * 0) is the fp32 dot up
+# to dl's bits below 2^-22 and the order of the fp32 sums, on tensor cores instead of FMAs
+# (offline, sm_90, d = 1280: 834 -> 615 instructions per step, 255 -> 188 registers).
+# Unrounded fp32 keys (autocast's layout, fp32 stacks) keep the IEEE dot. MHAR_PAIR_E_SPLIT_DOT=0
+# (or the benchmark's `triton-eieee` variant) uses the IEEE dot everywhere.
+E_SPLIT_DOT = os.environ.get("MHAR_PAIR_E_SPLIT_DOT", "1") != "0"
+
 # Positions per program of pair_e_kernel: each program's loop is serial, so long position
 # ranges are split (partials summed in a fixed order by collect_dqdg_kernel).
 E_CHUNK = 1024
@@ -535,8 +662,9 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool) -> tu
         block_k = k_step = e_block_k(d, max_heads)
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
+    rnd = 0 if mixed else min(modes)
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
-                  ROUND=0 if mixed else min(modes), MIXED=mixed)
+                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=E_SPLIT_DOT and rnd > 0)
     return block_c, consts, num_warps
 
 

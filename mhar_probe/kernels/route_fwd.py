@@ -11,10 +11,6 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
 which the backward and the hooks read. `route_fwd_reference` is the plain torch reading.
-
-r_n depends only on the row and eps, so over a shared source stack (R_CACHE) it is formed once:
-the first call that reads row n stores it (one fp32 per position, R [capacity, P]); every later
-call loads it instead of reducing the row again.
 """
 
 from __future__ import annotations
@@ -28,6 +24,8 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
+from mhar_probe.errors import UserError
+from mhar_probe.kernels import launch
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.model.routing import route_reference
 
@@ -70,30 +68,62 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # 100M H=8: 1.41 -> 0.94 ms). 1B (d/H = 160, two-tile heads): one warp, 14.5 -> 9.2 ms per step
 # (the padded kernel had preferred four; Nsight Compute showed the four-warp split kernel at 31%
 # of DRAM bandwidth, stalled on its cross-warp reductions).
-# An optional third entry caps the registers per thread (maxnreg); the caps tried so far spill
-# and lose (1B: 99 ms with one warp at 96 registers).
+# An optional third entry caps the registers per thread (maxnreg; 0: none); the caps tried so
+# far spill and lose (1B: 99 ms with one warp at 96 registers). An optional fourth entry S >= 2
+# replaces the loop's register prefetch of the next two source rows by Triton's software
+# pipeliner with S stages: rows S-1 ahead are copied into shared memory asynchronously
+# (cp.async), so more bytes are in flight for fewer registers (offline, Triton 3.6, sm_90:
+# 96 -> 80 registers at d512, 241 -> 191 at d1280, regs_offline_2026-11-23h_fwd_pipelined_*).
+# 0 or absent: the register prefetch.
 # Re-swept after the instruction cuts (fold, lazy rescale; sixth session of 2026-11-23,
 # h100_2026-11-23f/run2_sweeps): H=1 at the kernel-table shapes (bf16) and H=8 at the training
 # microbatches, ms of forward device time per microbatch: 100M H=1 (4, 4) 1.04 -> (1, 1) 0.85;
 # 1B H=1, the (1, 4) of the heuristic 7.09 -> (1, 1) 3.94; 350M H=8 (1, 2) 6.56 -> (1, 1) 6.42;
 # (1024, 1) stays at (1, 2) (1.57; (1, 1) 1.58).
-FWD_CONFIG: dict[tuple[int, int], tuple[int, ...]] = {
+# Re-swept with the pipelined loop (eighth session, h100_2026-11-23h/run6_fwdpipe), ms of forward
+# device time per microbatch, register prefetch (1, 1) -> best: 100M-train H=8 3.19 -> 2.87
+# (1, 1, 0, 4); 350M-train 6.43 -> 5.76 (1, 2, 0, 3); 1B-train 8.46 -> 7.10 (1, 1, 0, 3); bf16
+# kernel-table H=1: 100M 0.85 -> 0.72 (2, 1, 0, 3), 350M 1.57 (1, 2) -> 1.29 (1, 1, 0, 4), 1B
+# 3.91 -> 3.27 (1, 1, 0, 3). Two stages (one row ahead) lost everywhere; three beat the register
+# prefetch at all six shapes, so the entries not swept ((512, 4), the heuristic) take three.
+# Deeper pipelines (run11_fwdstages, 3-6 stages): 100M-train 2.87 (4) -> 2.80 (5), 350M-train
+# 5.76 (1, 2, 0, 3) -> 5.71 (1, 2, 0, 4); six stages were never best, and the other entries
+# stay (1B-train: 3 stages 7.09, 4: 7.35; at H=1 no deeper config beat the current one by more
+# than 0.1%).
+FWD_CONFIG: dict[tuple[int, ...], tuple[int, ...]] = {
+    (512, 1): (2, 1, 0, 3), (512, 4): (1, 1, 0, 3), (512, 8): (1, 1, 0, 5), (1024, 1): (1, 1, 0, 4),
+    (1024, 8): (1, 2, 0, 4), (1280, 1): (1, 1, 0, 3), (1280, 8): (1, 1, 0, 3)}
+# The table before the pipelined loop (register prefetch), which MHAR_FWD_PIPELINE=0 runs.
+FWD_CONFIG_PREFETCH: dict[tuple[int, int], tuple[int, ...]] = {
     (512, 1): (1, 1), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 1): (1, 2), (1024, 8): (1, 1),
     (1280, 1): (1, 1), (1280, 8): (1, 1)}
 if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
-    for d_, h_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))["fwd"]:
+    _tuned = json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))
+    for d_, h_, *cfg_ in _tuned.get("fwd", []):  # a file may hold some kernels only
         FWD_CONFIG[(d_, h_)] = tuple(cfg_)
+    for d_, h_, b_, *cfg_ in _tuned.get("fwd_by_dtype", []):
+        FWD_CONFIG[(d_, h_, b_)] = tuple(cfg_)
 
 
-def tile_config(d: int, num_heads: int) -> tuple[int, int, int, int | None]:
-    """(BLOCK_K, BLOCK_P, num_warps, maxnreg) for a [BLOCK_P, H, BLOCK_K] register tile."""
+def tile_config(d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, int | None, int]:
+    """(BLOCK_K, BLOCK_P, num_warps, maxnreg, stages) for a [BLOCK_P, H, BLOCK_K] register tile;
+    stages 0: the loop's register prefetch, >= 2: Triton's pipeliner with that many stages.
+
+    An entry (d, H, out_bytes) (the output's bytes per element: 2 for a pure 16-bit chain, 4
+    under autocast) wins over the generic (d, H) one while `launch.DTYPE_CONFIGS` is on."""
     K = d // num_heads
     block_k = next_pow2(K)
     width = num_heads * block_k
-    hit = FWD_CONFIG.get((d, num_heads))
+    table = FWD_CONFIG if PIPELINE else FWD_CONFIG_PREFETCH
+    hit = table.get((d, num_heads, out_bytes)) if launch.DTYPE_CONFIGS else None
+    if hit is None:
+        hit = table.get((d, num_heads))
     if hit is not None:
-        return block_k, hit[0], hit[1], (hit[2] or None) if len(hit) > 2 else None
-    return block_k, 1, max(1, min(8, width // 512)), None  # 512 -> 1 warp ... 2048 -> 4, wider -> 8
+        stages = hit[3] if len(hit) > 3 else 0
+        return (block_k, hit[0], hit[1], (hit[2] or None) if len(hit) > 2 else None,
+                stages if PIPELINE else 0)
+    # 512 -> 1 warp ... 2048 -> 4, wider -> 8
+    return block_k, 1, max(1, min(8, width // 512)), None, 3 if PIPELINE else 0
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
@@ -146,47 +176,12 @@ def _softmax_fold(logit, m, l, acca, accb, LAZY: tl.constexpr, TWO: tl.constexpr
 
 
 @triton.jit
-def _rms_r(va, vb, eps, D: tl.constexpr, TWO: tl.constexpr):
-    """rsqrt(mean(v^2) + eps) [BP] of a row held as one tile `va` or (TWO) two tiles va, vb."""
-    ss = tl.sum(tl.sum(va * va, axis=2), axis=1)
-    if TWO:
-        ss += tl.sum(tl.sum(vb * vb, axis=2), axis=1)
-    return rsqrt_acc(ss / D + eps)
-
-
-@triton.jit
-def _row_r(va, vb, r_pre, n, r_from, R, P, offs_p, pmask, eps, D: tl.constexpr, TWO: tl.constexpr,
-           R_CACHE: tl.constexpr):
-    """r_n [BP] of source row n (`_rms_r`). R_CACHE: rows n < r_from take `r_pre`, loaded from
-    R [cap, P], where the call that first read the row stored it; later rows compute it and store
-    it there. Without R_CACHE every row computes it."""
-    if R_CACHE:
-        r = r_pre
-        if n >= r_from:
-            r = _rms_r(va, vb, eps, D, TWO)
-            tl.store(R + n * P + offs_p, r, mask=pmask)
-    else:
-        r = _rms_r(va, vb, eps, D, TWO)
-    return r
-
-
-@triton.jit
-def _r_prefetch(R, n, r_from, P, offs_p, pmask, BLOCK_P: tl.constexpr, R_CACHE: tl.constexpr):
-    """R_CACHE: row n's stored r [BP] where the row has one (n < r_from), ones elsewhere."""
-    if R_CACHE:
-        r = tl.load(R + n * P + offs_p, mask=pmask & (tl.full([BLOCK_P], n, tl.int32) < r_from),
-                    other=1.0)
-    else:
-        r = tl.full([BLOCK_P], 1.0, tl.float32)
-    return r
-
-
-@triton.jit
-def _fwd_step(v, r, q, g, m, l, acc, wptr, pmask, dtype: tl.constexpr,
+def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
               ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
               LAZY: tl.constexpr):
-    """Fold one source row [BP, H, BK] with its r [BP] into the online softmax; store its raw
-    logits. FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
+    FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
+    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
     if FOLD:
         logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)  # [BP, H]
     else:
@@ -203,6 +198,21 @@ def _fwd_step(v, r, q, g, m, l, acc, wptr, pmask, dtype: tl.constexpr,
 
 
 @triton.jit
+def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.constexpr):
+    """Rewrite the N [BP, H] raw logits at wptr + n*P*H as the weights exp(logit - m) / l.
+    W_STAGES > 0: under Triton's pipeliner, the logits W_STAGES - 1 rows ahead in flight (each
+    row's load waits on the cache otherwise, N times in a row at the end of every program)."""
+    if W_STAGES > 0:
+        for n in tl.range(0, N, num_stages=W_STAGES):
+            lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
+            tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+    else:
+        for n in range(N):
+            lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
+            tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+
+
+@triton.jit
 def route_fwd_kernel(
     V0,  # [P, D] source row 0 (its own tensor: under autocast the fp32 embedding)
     V, stride_vn,  # sources n >= 1: row n of position p at V + n*stride_vn + p*D
@@ -211,13 +221,20 @@ def route_fwd_kernel(
     OUT,  # [P, D]
     W,  # [N, P, H] fp32: routing weights
     RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
-    R,  # [cap, P] fp32 (R_CACHE): r_n of every row n < r_from (read), of rows r_from.. (written)
-    P, N, eps, r_from,
+    X, XDST,  # [P, D] each (APPEND): source N-1 as appended, and its row of V to copy it into
+    P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
-    FOLD: tl.constexpr, LAZY: tl.constexpr, R_CACHE: tl.constexpr,
+    FOLD: tl.constexpr, LAZY: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
+    W_STAGES: tl.constexpr,
 ):
+    """APPEND (1 or 2): the source appended just before this call is read from X, not from V,
+    and the kernel stores it into its row of V (XDST) on the way: the stack's append is this
+    store, with no copy kernel and no second read of the row. It is loaded with row 0, before
+    the loop over rows 1..N-2, and folded into the softmax after that loop (1: the rows' order,
+    bitwise what reading it from V gives) or right after row 0 (2: no row held in registers
+    through the loop; the sums in another order, within fp32 rounding)."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -238,29 +255,41 @@ def route_fwd_kernel(
     l = tl.zeros([BLOCK_P, H], tl.float32)
     acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
     v0 = tl.load(V0 + row, mask=mask, other=0.0)
-    n_vec = tl.full([BLOCK_P], N, tl.int32)  # N as a tensor (N == 1 arrives as a constant)
-    vptr = V + stride_vn + row  # software prefetch: the next two source rows are in flight
-    v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
-    vptr += stride_vn
-    v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
-    r_n1 = _r_prefetch(R, 1, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)  # (and their r)
-    r_n2 = _r_prefetch(R, 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
-    v = v0.to(tl.float32)
-    r = _row_r(v, v, _r_prefetch(R, 0, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE), 0, r_from, R, P,
-               offs_p, pmask, eps, D, False, R_CACHE)
-    m, l, acc = _fwd_step(v, r, q, g, m, l, acc, wptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD,
-                          LAZY)
-    for n in range(1, N):
-        v = v_n1.to(tl.float32)
-        v_n1 = v_n2
+    if APPEND > 0:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
+        NV = N - 1
+        vx = tl.load(X + row, mask=mask, other=0.0)
+        tl.store(XDST + row, vx, mask=mask)
+    else:
+        NV = N
+    if STAGES == 0:
+        n_vec = tl.full([BLOCK_P], NV, tl.int32)  # NV as a tensor (N == 1 arrives as a constant)
+        vptr = V + stride_vn + row  # software prefetch: the next two source rows are in flight
+        v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
         vptr += stride_vn
-        v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
-        r_pre = r_n1
-        r_n1 = r_n2
-        r_n2 = _r_prefetch(R, n + 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
-        r = _row_r(v, v, r_pre, n, r_from, R, P, offs_p, pmask, eps, D, False, R_CACHE)
-        m, l, acc = _fwd_step(v, r, q, g, m, l, acc, wptr + n * P * H, pmask, cdtype, ROUND_KEY,
-                              ROUND_KEY2, FOLD, LAZY)
+        v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
+    m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
+                          ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    if APPEND == 2:
+        m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
+                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    if STAGES == 0:
+        for n in range(1, NV):
+            v = v_n1.to(tl.float32)
+            v_n1 = v_n2
+            vptr += stride_vn
+            v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
+            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
+                                  ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    else:  # Triton's pipeliner keeps rows STAGES-1 ahead in flight (cp.async into shared memory)
+        vptr = V + row
+        for n in tl.range(1, NV, num_stages=STAGES):
+            vptr += stride_vn
+            v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
+            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
+                                  ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    if APPEND == 1:
+        m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
+                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -270,9 +299,7 @@ def route_fwd_kernel(
     tl.store(OUT + row, o_st, mask=mask)
     if HAS_RES:
         tl.store(RES + row, (o - o_st.to(tl.float32)).to(RES.dtype.element_ty), mask=mask)
-    for n in range(N):  # N*H scalars per position: raw logits -> exact weights
-        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
 # ------------------------------------------- head width not a power of two: two exact tiles
@@ -345,10 +372,12 @@ def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n)
 
 
 @triton.jit
-def _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, dtype: tl.constexpr,
-                    ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
-                    LAZY: tl.constexpr):
+def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
+                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
+                    FOLD: tl.constexpr, LAZY: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
+    ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
+    r = rsqrt_acc(ss / D + eps)  # [BP]
     if FOLD:  # qa, qb hold u = q * g
         logit = r[:, None] * (tl.sum(va * qa[None, :, :], axis=2) + tl.sum(vb * qb[None, :, :], axis=2))
     else:
@@ -370,12 +399,13 @@ def _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, dt
 
 @triton.jit
 def route_fwd_split_kernel(
-    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, R,  # as route_fwd_kernel
-    P, N, eps, r_from,
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST,  # as route_fwd_kernel
+    P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr, R_CACHE: tl.constexpr,
+    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr, STAGES: tl.constexpr,
+    APPEND: tl.constexpr, W_STAGES: tl.constexpr,
 ):
     offs_h = tl.arange(0, H)
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
@@ -398,26 +428,46 @@ def route_fwd_split_kernel(
     accb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
     v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
     v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
-    n_vec = tl.full([BLOCK_P], N, tl.int32)
-    pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
-    r_n1 = _r_prefetch(R, 1, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)  # (and their r)
-    r_n2 = _r_prefetch(R, 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
-    va = v0a.to(tl.float32)
-    vb = v0b.to(tl.float32)
-    r = _row_r(va, vb, _r_prefetch(R, 0, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE), 0, r_from, R,
-               P, offs_p, pmask, eps, D, True, R_CACHE)
-    m, l, acca, accb = _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask,
-                                       cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    for n in range(1, N):
-        va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
-                                                           maska, maskb, n_vec, n)
-        r_pre = r_n1
-        r_n1 = r_n2
-        r_n2 = _r_prefetch(R, n + 2, r_from, P, offs_p, pmask, BLOCK_P, R_CACHE)
-        r = _row_r(va, vb, r_pre, n, r_from, R, P, offs_p, pmask, eps, D, True, R_CACHE)
-        m, l, acca, accb = _fwd_step_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb,
-                                           wptr + n * P * H, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
-                                           FOLD, LAZY)
+    if APPEND > 0:  # rows [1, NV) from V, row N-1 from X (see route_fwd_kernel)
+        NV = N - 1
+        vxa = tl.load(X + rowa, mask=maska, other=0.0)
+        vxb = tl.load(X + rowb, mask=maskb, other=0.0)
+        tl.store(XDST + rowa, vxa, mask=maska)
+        tl.store(XDST + rowb, vxb, mask=maskb)
+    else:
+        NV = N
+    if STAGES == 0:
+        n_vec = tl.full([BLOCK_P], NV, tl.int32)
+        pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
+    m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
+                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
+                                       FOLD, LAZY)
+    if APPEND == 2:
+        m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
+                                           acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
+                                           ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+    if STAGES == 0:
+        for n in range(1, NV):
+            va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
+                                                               maska, maskb, n_vec, n)
+            m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
+                                               wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
+                                               ROUND_KEY2, FOLD, LAZY)
+    else:  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
+        pa = V + rowa
+        pb = V + rowb
+        for n in tl.range(1, NV, num_stages=STAGES):
+            pa += stride_vn
+            pb += stride_vn
+            va = tl.load(pa, mask=maska, other=0.0).to(tl.float32)
+            vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
+            m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
+                                               wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
+                                               ROUND_KEY2, FOLD, LAZY)
+    if APPEND == 1:
+        m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
+                                           acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
+                                           ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -434,9 +484,7 @@ def route_fwd_split_kernel(
     if HAS_RES:
         tl.store(RES + rowa, (oa - oa_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maska)
         tl.store(RES + rowb, (ob - ob_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maskb)
-    for n in range(N):  # N*H scalars per position: raw logits -> exact weights
-        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -449,21 +497,21 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
-                     res: Tensor | None = None, r_rows: Tensor | None = None,
-                     r_from: int = 0) -> None:
+                     res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
-    `r_rows` ([>=N, P] fp32, optional): rows [0, r_from) hold r_n = rsqrt(mean(v_n^2) + eps)
-    of this eps, which the kernel reads instead of reducing the row; it stores rows [r_from, N).
+    `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
+    dst, its row of V, by the same kernel (the stack's append folded into the call that first
+    reads the source), and folded into the softmax where APPEND_ORDER says.
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
     output follow `out.dtype`, the promoted dtype of the routed sources."""
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
-    plan_key = (D, num_heads, tile_config(D, num_heads), out.dtype, norm_weight.dtype, has_partial,
+    plan_key = (D, num_heads, tile_config(D, num_heads, out.element_size()), out.dtype, norm_weight.dtype, has_partial,
                 has_gate, SPLIT_HEADS, res is not None, FOLD_QG and V.element_size() < 4, LAZY_RESCALE,
-                r_rows is not None)
+                0 if append is None else APPEND_ORDERS[APPEND_ORDER], W_STAGES)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -471,23 +519,23 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, W,
-            out if res is None else res, W if r_rows is None else r_rows, P, N, eps, r_from)
+            out if res is None else res, *((out, out) if append is None else append), P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False,
-              fold_qg: bool = True, lazy_rescale: bool = True, r_cache: bool = False):
+              fold_qg: bool = True, lazy_rescale: bool = True, append: int = 0, w_stages: int = 0):
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
     matters: `benchmarks/kernels/host_overhead.py`."""
     K = D // H
-    block_k, block_p, num_warps, maxnreg = config
+    block_k, block_p, num_warps, maxnreg, stages = config
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold_qg and not (rk or rk2),
-                 LAZY=lazy_rescale, R_CACHE=r_cache)
+                 LAZY=lazy_rescale, STAGES=stages, APPEND=append, W_STAGES=w_stages)
     split = head_split(K) if split_heads else None
     if split is not None:
         k1, k2, block_k2 = split
@@ -509,12 +557,27 @@ SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 # max grew. The skipped factor is exactly 1: bitwise the same in the interpreter; a GPU compile
 # may contract the multiply-adds differently on either side of the branch (fp32 rounding).
 FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
-# Over a shared source stack, r_n of a row is formed once, by the first call that reads it, and
-# loaded by every later call (`r_rows`): about a quarter of the forward's instructions per row
-# (sum of squares, its reduction, the IEEE rsqrt). The same value the later call would compute
-# where both calls share a launch config; MHAR_FWD_RMS_ONCE=0 recomputes it in every call.
-RMS_ONCE = os.environ.get("MHAR_FWD_RMS_ONCE", "1") != "0"
+# MHAR_FWD_PIPELINE=0 runs every forward with the loop's register prefetch of the next two rows
+# (stages 0) and the launch configs from before the pipelined loop (FWD_CONFIG_PREFETCH; the
+# benchmark's `triton-fwdregs` variant).
+PIPELINE = os.environ.get("MHAR_FWD_PIPELINE", "1") != "0"
 LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
+# Where a call stores its newest source into the stack's buffer (autograd.FWD_APPEND), the row
+# read from the appended tensor is folded into the online softmax right after row 0 ("first",
+# the default: the sums in another order than reading it from the buffer, within fp32 rounding)
+# or last, in the rows' order ("last": bitwise what reading it from the buffer gives, but the row
+# stays in registers through the loop: 0.98 against 0.76 ms of forward at the 100M kernel-table
+# shape with H = 1 on an H100, results_h100.md). MHAR_FWD_APPEND_ORDER=last|first.
+# MHAR_FWD_W_STAGES: the stages of the pipelined loop that turns each call's stored logits into
+# weights at the end of every program (0: a plain loop, each row's load waiting on the cache).
+_w_stages = os.environ.get("MHAR_FWD_W_STAGES", "3")
+if not _w_stages.isdigit() or _w_stages == "1":
+    raise UserError(f"MHAR_FWD_W_STAGES={_w_stages!r}: 0 (a plain loop) or a stage count of 2 or more")
+W_STAGES = int(_w_stages)
+APPEND_ORDERS = {"last": 1, "first": 2}
+APPEND_ORDER = os.environ.get("MHAR_FWD_APPEND_ORDER", "first")
+if APPEND_ORDER not in APPEND_ORDERS:
+    raise UserError(f"MHAR_FWD_APPEND_ORDER={APPEND_ORDER!r}: choose from {', '.join(APPEND_ORDERS)}")
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd

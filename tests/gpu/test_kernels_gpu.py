@@ -342,11 +342,12 @@ def test_register_cap_is_bitwise_neutral(monkeypatch, D):
     bitwise equal (d = 1024 runs the single-tile kernels, d = 1280 the two-tile ones); a cap low
     enough to spill still computes the same values. (Other warp counts may reduce in another
     order, so they are not expected to be bitwise equal.)"""
-    from mhar_probe.kernels import route_bwd, route_fwd
+    from mhar_probe.kernels import launch, route_bwd, route_fwd
 
+    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # the generic entries set below decide
     base = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
-    _, bp, nw, _ = route_fwd.tile_config(D, 8)
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (bp, nw, 64))
+    _, bp, nw, _, stages = route_fwd.tile_config(D, 8)
+    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (bp, nw, 64, stages))
     sbp, snw, per_sm, _ = route_bwd.stack_config(D, 8, 8)
     monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, 8, 8), (sbp, snw, per_sm, 96))
     capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
@@ -361,10 +362,11 @@ def test_gather_two_pass_matches_one_pass(monkeypatch, D):
     output and gradient agrees within fp32 rounding (whether bitwise is recorded: the compiler
     may contract multiply-adds differently in the two loop shapes)."""
     import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import route_bwd_collect as rbc
+    from mhar_probe.kernels import launch, route_bwd_collect as rbc
 
     monkeypatch.setattr(kad, "COLLECT", True)
     monkeypatch.setattr(rbc, "TWO_PASS", None)  # the config below decides
+    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # (the generic entry, not a width's)
     runs = {}
     for two_pass, cap in ((False, 0), (True, 0), (True, 168), (True, 128)):
         monkeypatch.setitem(rbc.GATHER_CONFIG, (D, 8, 8), (1, 1, False, cap, two_pass))
@@ -378,33 +380,189 @@ def test_gather_two_pass_matches_one_pass(monkeypatch, D):
         assert err <= 1e-6, (key, err)
 
 
+@pytest.mark.parametrize("D,H", [(512, 8), (1280, 8), (1024, 1)])
+def test_gather_loads_first_matches_program_order(monkeypatch, D, H):
+    """A sixth config entry True issues each reader's q*g tiles and call-table entry with its
+    dout, before the dl store: the same terms in the same order, so over an fp32 chain every
+    output, weight and gradient agrees with the loads in program order within fp32 rounding
+    (whether bitwise is recorded), at one and two warps per position, H = 8 and 1."""
+    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import launch, route_bwd_collect as rbc
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # (the generic entry set below decides)
+    for warps, prefetch in ((1, False), (2, True)):
+        runs = {}
+        for first in (False, True):
+            monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H), (1, warps, prefetch, 0, False, first))
+            runs[first] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(H,), seed=31, collect=True)
+        err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
+        record(test="gather_loads_first", D=D, H=H, warps=warps, prefetch=prefetch, max_rel_vs_program_order=err,
+               bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
+        assert err <= 1e-6, (warps, prefetch, err)
+
+
+def test_gather_aligned_tiles_match_compiler_layout(monkeypatch):
+    """Heads of width 160 (d = 1280, H = 8) are two column tiles, 128 + 32. With ALIGN_TILES the
+    narrow tile is loaded in narrower vectors so that both tiles hold each head in the same
+    lanes; the gather adds the same terms, the narrow tile's columns in another order. In
+    autocast's layout (fp32 source 0 and douts, bf16 buffer) over fixed sources, every fp32
+    gradient agrees with the compiler's own layout within fp32 rounding and every bf16 source
+    gradient within its rounding, at the config in use (two warps, loads first since the
+    eleventh session's entries) and at two warps in program order; the launches took the
+    aligned path (VEC_B > 0) only with the switch on. One warp with aligned tiles (the 1B bf16
+    entry) is judged against float64 by the bf16 chain tests above."""
+    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import route_bwd_collect as rbc
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    S, D = 13, 1280
+    g = torch.Generator(device="cuda").manual_seed(29)
+    xs = [torch.randn(2, 37, D, device="cuda", generator=g).to(torch.float32 if s == 0 else torch.bfloat16)
+          .requires_grad_() for s in range(S)]
+    qs = [(torch.randn(D, device="cuda", generator=g) * 2 / D**0.5).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.2 * torch.randn(D, device="cuda", generator=g)).requires_grad_() for _ in range(S)]
+    rs = [torch.randn(2, 37, D, device="cuda", generator=g) for _ in range(S)]
+
+    def grads() -> list[torch.Tensor]:
+        stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+        loss = torch.zeros((), device="cuda")
+        for s in range(S):
+            stack.append(xs[s])
+            out, _ = stack.route(qs[s], gs[s], 8, 1e-6)
+            loss = loss + (out * rs[s]).sum()
+        return list(torch.autograd.grad(loss, xs + qs + gs))
+
+    runs = {}
+    for cfg in (None, (1, 2, False)):
+        if cfg is not None:
+            for key in [k for k in rbc.GATHER_CONFIG if k[:3] == (1280, 8, 8)]:
+                monkeypatch.setitem(rbc.GATHER_CONFIG, key, cfg)
+        for align in (False, True):
+            monkeypatch.setattr(rbc, "ALIGN_TILES", align)
+            kad._GATHER_PLANS.clear()
+            runs[(cfg, align)] = grads()
+            vecs = {plan[1]["VEC_B"] for plan in kad._GATHER_PLANS.values()}
+            assert (min(vecs) > 0) if align else vecs == {0}, (cfg, align, vecs)
+    for cfg in (None, (1, 2, False)):
+        got, base = runs[(cfg, True)], runs[(cfg, False)]
+        errs = [rel(a, b) for a, b in zip(got, base)]
+        bf16 = [e for e, t in zip(errs, got) if t.dtype == torch.bfloat16]
+        fp32 = [e for e, t in zip(errs, got) if t.dtype == torch.float32]
+        record(test="gather_aligned_tiles", cfg=str(cfg), max_rel_fp32=max(fp32), max_rel_bf16=max(bf16),
+               bitwise=all(torch.equal(a, b) for a, b in zip(got, base)))
+        assert max(fp32) <= 1e-6 and max(bf16) <= 2**-8, (cfg, max(fp32), max(bf16))
+
+
 @pytest.mark.parametrize("D", [512, 1280])
-def test_rms_statistic_once_matches_every_call(monkeypatch, D):
-    """The forward's r_n formed once per row (by the first call that reads it) and loaded by
-    later calls (route_fwd.RMS_ONCE) against every call reducing the row itself: over an fp32
-    chain every output, weight and gradient agrees within fp32 rounding, and over bf16 stack
-    reads (the kernel-table layout, where an ulp of r can flip a bf16 rounding of the key)
-    within bf16 rounding. Whether they are bitwise equal is recorded: the stored r comes from the
-    same reduction, but the compiler may contract it differently inside the branch. The stored
-    r is float64's within fp32 rounding. d = 512 runs the single-tile kernel, d = 1280 the
-    two-tile one."""
+def test_forward_pipelined_loop_matches_prefetch_loop(monkeypatch, D):
+    """The forward's loop under Triton's pipeliner (a fourth config entry, stages >= 2: rows
+    copied ahead into shared memory) against its register prefetch: the same rows in the same
+    order, so over an fp32 chain every output, weight and gradient agrees within fp32 rounding
+    (whether bitwise is recorded). d = 512 runs the single-tile kernel, d = 1280 the two-tile one."""
+    from mhar_probe.kernels import launch, route_fwd
+
+    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # the generic entry set below decides
+    runs = {}
+    for stages in (0, 2, 4):
+        monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (1, 1, 0, stages))
+        runs[stages] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=11)
+    for stages in (2, 4):
+        err = max(rel(a, b) for a, b in zip(runs[stages], runs[0]))
+        record(test="fwd_pipelined", D=D, stages=stages, max_rel_vs_prefetch=err,
+               bitwise=all(torch.equal(a, b) for a, b in zip(runs[stages], runs[0])))
+        assert err <= 1e-6, (stages, err)
+
+
+@pytest.mark.parametrize("D", [512, 1280])
+def test_gather_same_h_matches_general_path(monkeypatch, D):
+    """The gather's constant-H path (every call has the same head count: kad.SAME_H) forms the
+    same terms in the same order as the general path that reads each reader's head count from
+    the call table: over an fp32 chain every output and gradient agrees within fp32 rounding
+    (whether bitwise is recorded), with the shape's own gather config (one or two passes)."""
+    import mhar_probe.kernels.autograd as kad
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    runs = {}
+    for same_h in (False, True):
+        monkeypatch.setattr(kad, "SAME_H", same_h)
+        runs[same_h] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=13, collect=True)
+    err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
+    record(test="gather_same_h", D=D, max_rel_vs_general=err,
+           bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
+    assert err <= 1e-6, err
+
+
+@pytest.mark.parametrize("D", [512, 1280])
+def test_pipelined_weight_loop_is_the_plain_loop(monkeypatch, D):
+    """The forward's last loop (stored logits -> weights) under Triton's pipeliner
+    (route_fwd.W_STAGES) computes the same values as the plain loop: bitwise equal outputs,
+    weights and gradients over a bf16 chain (one-tile and two-tile heads)."""
+    import mhar_probe.kernels.autograd as kad
     from mhar_probe.kernels import route_fwd
 
-    for dtype in (torch.float32, torch.bfloat16):
-        runs = {}
-        for once in (False, True):
-            monkeypatch.setattr(route_fwd, "RMS_ONCE", once)
-            runs[once] = run_chain(TritonSourceStack, dtype, D=D, heads=(8,), seed=9) \
-                if dtype == torch.float32 else stack_reads(TritonSourceStack, dtype, D=D, heads=(8,), hw=0)
-        err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
-        record(test="rms_once", D=D, dtype=str(dtype), max_rel_vs_each=err,
-               bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
-        assert err <= (1e-6 if dtype == torch.float32 else 2e-2), (dtype, err)
-    g = torch.Generator(device="cuda").manual_seed(1)
-    xs = [torch.randn(2, 37, D, device="cuda", generator=g) * (1 + k) for k in range(4)]
-    stack = TritonSourceStack(4)
-    for k, x in enumerate(xs):
-        stack.append(x)
-        stack.route(torch.randn(D, device="cuda", generator=g), torch.ones(D, device="cuda"), 8, EPS)
-    r64 = torch.stack([torch.rsqrt(x.double().pow(2).mean(-1) + EPS).reshape(-1) for x in xs])
-    assert rel(stack._r_rows, r64) < 1e-6
+    monkeypatch.setattr(kad, "COLLECT", True)
+    runs = {}
+    for stages in (0, 3):
+        monkeypatch.setattr(route_fwd, "W_STAGES", stages)
+        runs[stages] = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=23, collect=True)
+    bitwise = all(torch.equal(a, b) for a, b in zip(runs[3], runs[0], strict=True))
+    record(test="fwd_w_stages", D=D, bitwise=bitwise)
+    assert bitwise
+
+
+@pytest.mark.parametrize("order", ["last", "first"])
+@pytest.mark.parametrize("D,hw", [(512, 0), (1280, 0), (512, 4)])
+def test_append_stored_by_forward_matches_the_copy(monkeypatch, D, hw, order):
+    """The forward kernel's store of each call's newest source (kad.FWD_APPEND) against a copy
+    at append (one-tile heads at d = 512, two-tile 160 = 128 + 32 at d = 1280, mhar_hw-like
+    sibling reads): with the row folded in the rows' order ("last"), bf16 chains give every
+    output, weight and gradient bitwise equal; folded right after row 0 ("first"), fp32 chains
+    agree within fp32 rounding."""
+    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import route_fwd
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    monkeypatch.setattr(route_fwd, "APPEND_ORDER", order)
+    dtype = torch.bfloat16 if order == "last" else torch.float32
+    runs = {}
+    for fold in (False, True):
+        monkeypatch.setattr(kad, "FWD_APPEND", fold)
+        runs[fold] = run_chain(TritonSourceStack, dtype, D=D, heads=(8,), hw=hw, seed=19, collect=True)
+    bitwise = all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
+    err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
+    record(test="fwd_append", D=D, hw=hw, order=order, bitwise=bitwise, max_rel_vs_copy=err)
+    assert bitwise if order == "last" else err <= 1e-5
+
+
+@pytest.mark.parametrize("D", [512, 1280])
+def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
+    """fp16 sources (keys rounded to fp16, which TF32 holds exactly) with fp32 query and key-norm
+    weights: the query and key-norm gradients that pair_e's three-product TF32 dot forms agree
+    with its IEEE fp32 dot to fp32 rounding (they differ only in dl's bits below 2^-22 and the
+    order of the sums); the source gradients do not go through pair_e and stay bitwise equal."""
+    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import route_bwd_collect as rbc
+
+    monkeypatch.setattr(kad, "COLLECT", True)
+    S = 13
+    g = torch.Generator(device="cuda").manual_seed(17)
+    x0 = torch.randn(2, 37, D, device="cuda", generator=g).half()
+    qs = [torch.randn(D, device="cuda", generator=g) * 2 / D**0.5 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, device="cuda", generator=g) for _ in range(S)]
+    Ms = [(torch.randn(D, D, device="cuda", generator=g) / D**0.5).half() for _ in range(S - 1)]
+
+    def grads(split_dot):
+        monkeypatch.setattr(rbc, "E_SPLIT_DOT", split_dot)
+        leaves = [t.clone().requires_grad_() for t in [x0] + qs + gs]
+        stack = TritonSourceStack(S, params=list(zip(leaves[1:S + 1], leaves[S + 1:])))
+        loss, _ = chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:], Ms, [8] * S)
+        return torch.autograd.grad(loss, leaves)
+
+    split, ieee = grads(True), grads(False)
+    err = max(rel(a, b) for a, b in zip(split[1:], ieee[1:]))
+    record(test="pair_e_split_dot", D=D, max_rel_dq_dg_vs_ieee=err,
+           source_grad_bitwise=torch.equal(split[0], ieee[0]))
+    assert all(a.dtype == torch.float32 for a in split[1:])
+    assert torch.equal(split[0], ieee[0])
+    assert err <= 1e-5, err
