@@ -36,6 +36,7 @@ import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
+from transformers.dynamic_module_utils import custom_object_save
 
 from .distributed import DistInfo
 from .errors import UserError
@@ -267,19 +268,27 @@ def load_full_checkpoint(out: Path) -> tuple[dict[str, Tensor], dict[str, Any], 
     return model_state, optim_state, state, extra
 
 
-def save_hf_dir(path: Path, config: Any, state: dict[str, Tensor], class_name: str,
+def save_hf_dir(path: Path, config: Any, state: dict[str, Tensor], model_class: type,
                 generation_config: Any = None, tokenizer: Any = None) -> None:
     """Write a Hugging Face model (config.json + model.safetensors [+ generation config,
     tokenizer]) into the directory `path`, each file through a temporary name and a rename.
-    The tensors are saved as given (the float32 training weights); `config.dtype` says so."""
+    The tensors are saved as given (the float32 training weights); `config.dtype` says so.
+    A model class registered for an Auto class (`register_for_auto_class`) also gets its code
+    and `auto_map`, as `save_pretrained` writes them, so that `trust_remote_code` loads it."""
     path.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(dir=path, prefix=".hf-tmp-"))
     try:
         config = type(config).from_dict(config.to_dict())
-        config.architectures = [class_name]
+        config.architectures = [model_class.__name__]
         dtypes = {t.dtype for t in state.values() if t.is_floating_point()}
         if len(dtypes) == 1:
             config.dtype = next(iter(dtypes))
+        auto_class = getattr(model_class, "_auto_class", None)
+        if auto_class is not None:
+            module = model_class.__module__.rsplit(".", 1)[-1]
+            config.auto_map = {**(getattr(config, "auto_map", None) or {}),
+                               auto_class: f"{module}.{model_class.__name__}"}
+            custom_object_save(model_class, tmp)  # the model's module and its relative imports
         config.save_pretrained(tmp)
         save_file({k: v.contiguous() for k, v in _untie(dict(state)).items()}, tmp / "model.safetensors",
                   metadata={"format": "pt"})

@@ -405,7 +405,7 @@ class Trainer:
             return
         state = full_model_state(self.model)
         if self.info.is_main:
-            save_hf_dir(self.out, self.model.config, state, MHARForCausalLM.__name__,
+            save_hf_dir(self.out, self.model.config, state, MHARForCausalLM,
                         getattr(self.model, "generation_config", None))
 
 

@@ -7,11 +7,15 @@ import math
 
 import pytest
 import torch
+from torch import Tensor
 from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers.cache_utils import DynamicCache
 
 import mhar_probe  # noqa: F401  (registers the Auto classes)
-from mhar_probe.model import ConfigError, MHARConfig, MHARForCausalLM, route_reference
+from mhar_probe.model import METHODS, ConfigError, MHARConfig, MHARForCausalLM, route_reference
 from mhar_probe.model.routing import route
+
+from generation_checks import greedy_without_cache
 
 SMALL = dict(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64)
@@ -152,18 +156,71 @@ def test_save_load_auto_round_trip_and_generate(method, tmp_path):
     assert out.shape == (2, 15)
 
 
-@pytest.mark.parametrize("method", ["baseline", "mhar"])
-def test_kv_cache_generation_matches_full_recompute(method):
-    model = make(method)
-    randomise_routing(model) if method == "mhar" else None
-    ids = torch.randint(1, 97, (1, 6))
+@pytest.mark.parametrize("method", METHODS)
+def test_cached_generation_with_left_padding_equals_greedy_without_cache(method):
+    """generate() on a left-padded batch (KV cache, attention mask, positions from the mask) gives,
+    row by row, exactly the tokens of greedy decoding of that row alone without a cache, and every
+    step's logits agree with the recomputation's (an untrained model's argmax can hide a lost cache)."""
+    model = make(method, initializer_range=0.2)  # weights large enough that context moves the logits
+    if method in ("attnres", "mhar", "mhar_hw", "delta"):
+        randomise_routing(model)
+    g = torch.Generator().manual_seed(3)
+    prompts = [torch.randint(1, 97, (1, n), generator=g) for n in (7, 3, 5)]
+    width, steps = max(p.shape[1] for p in prompts), 6
+    ids = torch.zeros(len(prompts), width, dtype=torch.long)  # pad id 0, on the left
+    mask = torch.zeros_like(ids)
+    for row, p in enumerate(prompts):
+        ids[row, width - p.shape[1]:], mask[row, width - p.shape[1]:] = p[0], 1
     with torch.no_grad():
-        cached = model.generate(ids, max_new_tokens=6, do_sample=False, pad_token_id=0)
-        seq = ids
-        for _ in range(6):  # greedy decoding without a cache
-            nxt = model(seq, use_cache=False).logits[:, -1].argmax(-1, keepdim=True)
-            seq = torch.cat([seq, nxt], dim=1)
-    assert torch.equal(cached, seq)
+        out = model.generate(ids, attention_mask=mask, max_new_tokens=steps, do_sample=False, pad_token_id=0,
+                             output_logits=True, return_dict_in_generate=True)
+        eos = model.generation_config.eos_token_id
+        for row, p in enumerate(prompts):
+            want_logits: list[Tensor] = []
+            want = greedy_without_cache(model, p, steps, eos=eos, logits=want_logits)
+            got = out.sequences[row, width:]
+            assert torch.equal(got[:want.numel()], want) and bool((got[want.numel():] == 0).all())  # pads after eos
+            got_logits = torch.stack([step[row] for step in out.logits[:want.numel()]])  # [steps, V]
+            torch.testing.assert_close(got_logits, torch.stack(want_logits), rtol=1e-4, atol=1e-4)
+
+
+def test_forward_takes_the_cache_under_both_names():
+    """The cache is read under `cache` (transformers >= 5.24) and `past_key_values` (earlier): the
+    second step sees the first step's keys either way, and matches the full recomputation."""
+    model = make("mhar")
+    randomise_routing(model)
+    ids = torch.randint(1, 97, (2, 9))
+    with torch.no_grad():
+        full = model(ids, use_cache=False).logits[:, -1]
+        for name in ("cache", "past_key_values"):
+            first = model(ids[:, :-1], use_cache=True)
+            cache = first.cache if hasattr(type(first), "cache") else first.past_key_values
+            step = model(ids[:, -1:], use_cache=True, **{name: cache}).logits[:, -1]
+            torch.testing.assert_close(step, full, rtol=1e-5, atol=1e-5)
+        with pytest.raises(TypeError, match="passed twice"):
+            model(ids, cache=DynamicCache(), past_key_values=DynamicCache())
+
+
+@pytest.mark.parametrize("kwargs,error,needle", [
+    (dict(cache_params=None), TypeError, "cache_params"),
+    (dict(bogus_option=1), TypeError, "bogus_option"),
+    (dict(output_attentions=True), ValueError, "hook_weights"),
+    (dict(output_hidden_states=True), ValueError, "hook_sources"),
+])
+def test_forward_refuses_keywords_it_does_not_understand(kwargs, error, needle):
+    model = make("mhar")
+    ids = torch.randint(1, 97, (1, 4))
+    with pytest.raises(error, match=needle):
+        model(ids, **kwargs)
+    with pytest.raises(error, match=needle):
+        model.model(ids, **kwargs)
+
+
+def test_return_dict_false_gives_the_output_tuple():
+    model = make("mhar")
+    ids = torch.randint(1, 97, (1, 4))
+    with torch.no_grad():
+        assert torch.equal(model(ids, use_cache=False, return_dict=False)[0], model(ids, use_cache=False).logits)
 
 
 def test_padding_mask_matches_unpadded():

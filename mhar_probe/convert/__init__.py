@@ -6,10 +6,10 @@ of multi-head attention residuals (paper section "Mid-training").
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from .config import SUPPORTED_MODEL_TYPES, MHARDeltaConfig, default_num_blocks
+from ..model.delta_config import SUPPORTED_MODEL_TYPES, MHARDeltaConfig, default_num_blocks
 from .convert import ConversionReport, convert_checkpoint, convert_model
 from .errors import ConversionError
-from .modeling import MHARDeltaForCausalLM
+from ..model.delta_modeling import MHARDeltaForCausalLM
 
 
 def register() -> None:

@@ -11,7 +11,7 @@ import sys
 import warnings
 from pathlib import Path
 
-from .config import DEFAULT_ROUTING_HEADS, SUPPORTED_MODEL_TYPES
+from ..model.delta_config import DEFAULT_ROUTING_HEADS, SUPPORTED_MODEL_TYPES
 
 
 def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:

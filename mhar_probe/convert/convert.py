@@ -17,9 +17,9 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
-from .config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
+from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
 from .errors import ConversionError
-from .modeling import MHARDeltaForCausalLM
+from ..model.delta_modeling import MHARDeltaForCausalLM
 
 
 def delta_config_for(base_config, num_blocks: int | None = None, heads: int = DEFAULT_ROUTING_HEADS,

@@ -1,8 +1,6 @@
-"""The one error conversion raises for input the user can fix."""
+"""The one error conversion raises for input the user can fix (defined beside the delta config,
+which validates it, so that a saved model's own code carries it)."""
 
-from __future__ import annotations
+from ..model.delta_config import ConversionError
 
-
-class ConversionError(ValueError):
-    """A source checkpoint or option that cannot be converted; the message says what to fix and
-    what is supported. The CLI prints it on one line and exits with status 2."""
+__all__ = ["ConversionError"]

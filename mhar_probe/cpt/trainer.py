@@ -80,7 +80,7 @@ class CPTTrainer(Trainer):
     def build_model(self) -> torch.nn.Module:
         cfg = self.cfg
         model = load_cpt_model(self.src, cfg.control, cfg.routing_backend)
-        self.class_name = type(model).__name__
+        self.model_class = type(model)  # before any FSDP wrapping renames it
         if cfg.checkpointing:
             enable_checkpointing(model)
         return model if cfg.fsdp else model.to(self.device)  # FSDP2 moves it unit by unit
@@ -157,9 +157,9 @@ class CPTTrainer(Trainer):
         def export(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {k: v for k, v in tensors.items() if not (tied and k.endswith("lm_head.weight"))}
 
-        save_hf_dir(self.out, config, export(state), self.class_name, gen)
+        save_hf_dir(self.out, config, export(state), self.model_class, gen)
         if ema is not None:
-            save_hf_dir(self.out / "ema", config, export({**state, **ema}), self.class_name, gen, self.tokenizer)
+            save_hf_dir(self.out / "ema", config, export({**state, **ema}), self.model_class, gen, self.tokenizer)
 
 
 def cpt(cfg: CPTConfig) -> dict[str, Any]:

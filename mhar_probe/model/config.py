@@ -43,7 +43,7 @@ class MHARConfig(PretrainedConfig):
     """
 
     model_type = "mhar"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
 
     def __init__(
         self,
@@ -143,3 +143,6 @@ class MHARConfig(PretrainedConfig):
         if preset not in PRESETS:
             raise ConfigError(f"unknown preset {preset!r}; choose one of {', '.join(PRESETS)}")
         return int(PRESETS[preset]["seq_len"])
+
+
+MHARConfig.register_for_auto_class()  # save_pretrained writes auto_map and this code

@@ -18,6 +18,7 @@ from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
 from .config import ROUTED_METHODS, MHARConfig
+from .hf_compat import CACHE_NAME, cache_field, one_cache, refuse_unsupported_outputs
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
 from .routing import get_backend
@@ -70,8 +71,11 @@ class MHARModel(MHARPreTrainedModel):
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
         self.sites = nn.ModuleList(self._make_sites(config))
         if self.method == "hyper":
-            from hyper_connections import HyperConnections
-
+            try:  # only this method needs the package (a saved run's code does not require it)
+                from hyper_connections import HyperConnections
+            except ImportError as exc:
+                raise ImportError("residual_method='hyper' needs the hyper-connections package: "
+                                  "pip install hyper-connections") from exc
             n = config.hyper_streams
             self.hyper = nn.ModuleList(HyperConnections(n, dim=d, layer_index=i) for i in range(2 * L))
         if self.method == "delta":
@@ -104,16 +108,24 @@ class MHARModel(MHARPreTrainedModel):
 
     # ------------------------------------------------------------------ forward
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                position_ids: Tensor | None = None, past_key_values: Cache | None = None,
+                position_ids: Tensor | None = None, cache: Cache | None = None,
                 inputs_embeds: Tensor | None = None, use_cache: bool | None = None,
-                **kwargs) -> BaseModelOutputWithPast:
+                past_key_values: Cache | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                ) -> BaseModelOutputWithPast | tuple:
+        """Final-normed hidden states [B, T, d]. The KV cache comes as `cache` (transformers >= 5.24)
+        or `past_key_values` (earlier); any other keyword is a TypeError, never silently dropped."""
+        refuse_unsupported_outputs(output_attentions, output_hidden_states)
+        cache = one_cache(cache, past_key_values)
+        if (input_ids is None) == (inputs_embeds is None):
+            raise ValueError("pass exactly one of input_ids and inputs_embeds")
         if inputs_embeds is None:
             inputs_embeds = self.embed_tokens(input_ids)  # [B, T, d]
         B, T, _ = inputs_embeds.shape
         use_cache = self.config.use_cache if use_cache is None else use_cache
-        if use_cache and past_key_values is None and not self.training:
-            past_key_values = DynamicCache(config=self.config)
-        cache = past_key_values if use_cache else None
+        if use_cache and cache is None and not self.training:
+            cache = DynamicCache(config=self.config)
+        cache = cache if use_cache else None
         past = cache.get_seq_length() if cache is not None else 0
         if T + past > self.config.max_position_embeddings:
             raise ValueError(f"sequence length {T + past} exceeds max_position_embeddings="
@@ -125,7 +137,8 @@ class MHARModel(MHARPreTrainedModel):
         wiring = {"baseline": self._additive, "hyper": self._hyper, "delta": self._delta}.get(
             self.method, self._routed)
         h = wiring(inputs_embeds, cos, sin, mask, cache)
-        return BaseModelOutputWithPast(last_hidden_state=self.norm(h), past_key_values=cache)
+        out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), **cache_field(cache))
+        return out if return_dict is not False else out.to_tuple()
 
     def _additive(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
         for layer in self.layers:
@@ -196,12 +209,18 @@ class MHARForCausalLM(MHARPreTrainedModel, GenerationMixin):
         return self.model.sites
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                position_ids: Tensor | None = None, past_key_values: Cache | None = None,
+                position_ids: Tensor | None = None, cache: Cache | None = None,
                 inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int = 0,
-                **kwargs) -> CausalLMOutputWithPast:
+                past_key_values: Cache | None = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                ) -> CausalLMOutputWithPast | tuple:
+        """Logits [B, T, V] (the last `logits_to_keep` positions when it is set) and, with `labels`,
+        the mean next-token cross-entropy. Arguments as `MHARModel.forward`."""
         out = self.model(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                         past_key_values=past_key_values, inputs_embeds=inputs_embeds, use_cache=use_cache)
+                         cache=one_cache(cache, past_key_values), inputs_embeds=inputs_embeds,
+                         use_cache=use_cache, output_attentions=output_attentions,
+                         output_hidden_states=output_hidden_states)
         h = out.last_hidden_state
         if logits_to_keep:
             h = h[:, -logits_to_keep:]
@@ -211,4 +230,8 @@ class MHARForCausalLM(MHARPreTrainedModel, GenerationMixin):
             # transformers' convention: labels align with input_ids and are shifted here
             loss = F.cross_entropy(logits[:, :-1].flatten(0, 1).float(), labels[:, 1:].flatten(),
                                    ignore_index=-100)
-        return CausalLMOutputWithPast(loss=loss, logits=logits, past_key_values=out.past_key_values)
+        result = CausalLMOutputWithPast(loss=loss, logits=logits, **cache_field(getattr(out, CACHE_NAME)))
+        return result if return_dict is not False else result.to_tuple()
+
+
+MHARForCausalLM.register_for_auto_class("AutoModelForCausalLM")  # save_pretrained writes auto_map + code

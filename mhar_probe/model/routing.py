@@ -142,12 +142,18 @@ register_backend(RoutingBackend("compile", _route_compiled,
 
 
 def get_backend(name: str) -> RoutingBackend:
-    """Look up a routing backend; importing `mhar_probe.kernels` registers `triton`."""
+    """Look up a routing backend; importing `mhar_probe.kernels` registers `triton`.
+
+    A saved run's own copy of this module (loaded by `trust_remote_code`) has a registry of its
+    own; it takes `triton` from the installed package's registry where that is present."""
     if name == "triton" and name not in _BACKENDS:
         try:
             import mhar_probe.kernels  # noqa: F401  (registers itself)
+            from mhar_probe.model import routing as installed
         except ImportError as exc:  # pragma: no cover - depends on the machine
             raise RuntimeError(f"routing backend 'triton' is unavailable here: {exc}") from exc
+        if name in installed._BACKENDS:
+            _BACKENDS.setdefault(name, installed._BACKENDS[name])
     if name not in _BACKENDS:
         raise ValueError(f"unknown routing backend {name!r}; available: {', '.join(sorted(_BACKENDS))}")
     return _BACKENDS[name]

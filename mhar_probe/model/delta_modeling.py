@@ -26,10 +26,10 @@ from torch import Tensor, nn
 from transformers import AutoModelForCausalLM, GenerationMixin, PreTrainedModel
 from transformers.modeling_outputs import CausalLMOutputWithPast
 
-from ..model.layers import RMSNorm
-from ..model.residual import DeltaSite, DeltaSources, delta_block_of_layer
-from .config import MHARDeltaConfig, supported_text
-from .errors import ConversionError
+from .delta_config import ConversionError, MHARDeltaConfig, supported_text
+from .hf_compat import cache_field, one_cache
+from .layers import RMSNorm
+from .residual import DeltaSite, DeltaSources, delta_block_of_layer
 
 try:  # transformers >= 5: init functions that skip weights already loaded from a checkpoint
     from transformers import initialization as _init
@@ -132,15 +132,22 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
         return decoder_of(self.base)
 
     def forward(self, input_ids: Tensor | None = None, attention_mask: Tensor | None = None,
-                position_ids: Tensor | None = None, past_key_values: Any = None,
+                position_ids: Tensor | None = None, cache: Any = None,
                 inputs_embeds: Tensor | None = None, labels: Tensor | None = None,
                 use_cache: bool | None = None, logits_to_keep: int | Tensor = 0,
-                **kwargs: Any) -> CausalLMOutputWithPast:
-        """The base model's forward (its loss, cache and masks); routing enters through the hooks."""
+                past_key_values: Any = None, output_attentions: bool | None = None,
+                output_hidden_states: bool | None = None, return_dict: bool | None = None,
+                ) -> CausalLMOutputWithPast | tuple:
+        """The base model's forward (its loss, cache and masks); routing enters through the hooks.
+        The KV cache comes as `cache` (transformers >= 5.24) or `past_key_values`; any other keyword
+        is a TypeError, never silently dropped."""
+        optional = {k: v for k, v in dict(output_attentions=output_attentions, return_dict=return_dict,
+                                          output_hidden_states=output_hidden_states).items() if v is not None}
         try:
             return self.base(input_ids=input_ids, attention_mask=attention_mask, position_ids=position_ids,
-                             past_key_values=past_key_values, inputs_embeds=inputs_embeds, labels=labels,
-                             use_cache=use_cache, logits_to_keep=logits_to_keep, **kwargs)
+                             inputs_embeds=inputs_embeds, labels=labels, use_cache=use_cache,
+                             logits_to_keep=logits_to_keep, **cache_field(one_cache(cache, past_key_values)),
+                             **optional)
         finally:
             # activation checkpointing re-runs layers in backward and needs the pass's sources
             if not (torch.is_grad_enabled() and self._checkpointing()):
@@ -149,3 +156,6 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
     def _checkpointing(self) -> bool:
         """Whether the base re-runs its layers in backward (activation checkpointing)."""
         return any(getattr(m, "gradient_checkpointing", False) is True for m in self.base.modules())
+
+
+MHARDeltaForCausalLM.register_for_auto_class("AutoModelForCausalLM")  # save_pretrained writes auto_map + code

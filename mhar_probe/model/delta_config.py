@@ -11,12 +11,16 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-from ..model.config import ROUTING_BACKENDS
-from .errors import ConversionError
+from .config import ROUTING_BACKENDS
 
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
 # with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
 # residual add reading the *un-normed* stream) and a final `.norm` before the LM head.
+class ConversionError(ValueError):
+    """A source checkpoint or option that cannot be converted; the message says what to fix and
+    what is supported. The CLI prints it on one line and exits with status 2."""
+
+
 SUPPORTED_MODEL_TYPES = ("llama", "qwen3", "qwen2", "mistral")
 DEFAULT_ROUTING_HEADS = 8
 
@@ -42,7 +46,7 @@ class MHARDeltaConfig(PretrainedConfig):
     """
 
     model_type = "mhar_delta"
-    keys_to_ignore_at_inference = ["past_key_values"]
+    keys_to_ignore_at_inference = ["past_key_values", "cache"]
 
     def __init__(
         self,
@@ -109,3 +113,6 @@ class MHARDeltaConfig(PretrainedConfig):
         if self.routing_backend not in ROUTING_BACKENDS:
             raise ConversionError(f"unknown routing backend {self.routing_backend!r}; "
                                   f"choose one of {', '.join(ROUTING_BACKENDS)}")
+
+
+MHARDeltaConfig.register_for_auto_class()  # save_pretrained writes auto_map and this code

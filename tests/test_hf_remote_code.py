@@ -1,0 +1,178 @@
+"""Saved runs and converted models load in any Hugging Face tool: each carries `auto_map` and the
+model code it needs, so `from_pretrained(path, trust_remote_code=True)` works in a fresh
+interpreter that never imports mhar_probe (checked by blocking the import), with logits equal
+to the in-process model's bit for bit."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import load_file
+from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+import mhar_probe  # noqa: F401  (registers the Auto classes for the in-process side)
+from mhar_probe.convert import convert_checkpoint
+from mhar_probe.model import METHODS, MHARConfig, MHARForCausalLM
+from mhar_probe.parallel import save_hf_dir
+from mhar_probe.train import TrainConfig, train
+
+SMALL = dict(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_heads=4,
+             num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64)
+IDS = torch.arange(1, 25).reshape(2, 12) % 90 + 3
+
+# Runs in a fresh interpreter: mhar_probe cannot be imported there, so only the saved code can
+# build the model. Loads each directory with trust_remote_code and saves its logits.
+LOADER = r"""
+import importlib.abc, json, sys
+
+class BlockMharProbe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "mhar_probe" or name.startswith("mhar_probe."):
+            raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, BlockMharProbe())
+import torch
+from safetensors.torch import save_file
+from transformers import AutoModelForCausalLM
+
+ids = torch.tensor(json.loads(sys.argv[1]))
+for path in sys.argv[2:]:
+    model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
+    assert not [m for m in sys.modules if m.startswith("mhar_probe")]
+    with torch.no_grad():
+        logits = model(ids).logits
+        generated = model.generate(ids, max_new_tokens=4, do_sample=False, pad_token_id=0)
+    save_file({"logits": logits.contiguous(), "generated": generated.contiguous()}, path + "/remote_out.safetensors")
+    print(path, type(model).__module__, type(model).__name__)
+"""
+
+
+def load_remotely(*paths: Path) -> str:
+    """Run LOADER on `paths` in a fresh interpreter (own module cache); returns its stdout."""
+    home = paths[0].parent / "hf_home"
+    env = {**os.environ, "HF_HOME": str(home), "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    proc = subprocess.run([sys.executable, "-c", LOADER, json.dumps(IDS.tolist()), *map(str, paths)],
+                          env=env, cwd=home.parent, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return proc.stdout
+
+
+def assert_same_as_in_process(path: Path) -> None:
+    local = AutoModelForCausalLM.from_pretrained(path).eval()  # through `import mhar_probe`
+    remote = load_file(path / "remote_out.safetensors")
+    with torch.no_grad():
+        assert torch.equal(remote["logits"], local(IDS).logits)
+        assert torch.equal(remote["generated"], local.generate(IDS, max_new_tokens=4, do_sample=False,
+                                                               pad_token_id=0))
+
+
+def randomise_routing(model: torch.nn.Module) -> None:
+    g = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for site in model.sites:
+            site.query.copy_(torch.randn(site.query.shape, generator=g))
+            if hasattr(site, "gate"):
+                site.gate.fill_(0.5)
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> dict[str, Path]:
+    """A trained tiny run, every method through save_pretrained, the FSDP writer and a converted
+    Qwen3; all loaded remotely in one subprocess."""
+    root = tmp_path_factory.mktemp("remote")
+    dirs: dict[str, Path] = {}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        run = root / "run"
+        train(TrainConfig(out=str(run), preset="tiny", method="mhar", seq_len=32, batch_size=4, steps=3,
+                          eval_every=3, eval_batches=1, vocab_size=512, corpus_max_bytes=100_000,
+                          progress=False))
+        dirs["run"] = run
+    for method in METHODS:
+        torch.manual_seed(0)
+        model = MHARForCausalLM(MHARConfig(residual_method=method, **SMALL))
+        if method not in ("baseline", "hyper"):
+            randomise_routing(model)
+        model.save_pretrained(root / method)
+        dirs[method] = root / method
+    model = MHARForCausalLM(MHARConfig(residual_method="mhar", **SMALL))
+    randomise_routing(model)
+    save_hf_dir(root / "fsdp_writer", model.config, model.state_dict(), MHARForCausalLM, model.generation_config)
+    dirs["fsdp_writer"] = root / "fsdp_writer"
+    torch.manual_seed(0)
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=8, intermediate_size=64,
+                                 tie_word_embeddings=True)).save_pretrained(root / "qwen3")
+    with pytest.warns(UserWarning, match="no tokenizer"):
+        convert_checkpoint(root / "qwen3", root / "converted", num_blocks=2, heads=4)
+    dirs["converted"] = root / "converted"
+    load_remotely(*dirs.values())
+    return dirs
+
+
+def test_every_saved_directory_names_its_code(saved):
+    for name, path in saved.items():
+        auto_map = json.loads((path / "config.json").read_text())["auto_map"]
+        for ref in auto_map.values():
+            module, _ = ref.split(".")
+            assert (path / f"{module}.py").is_file(), (name, ref)
+        assert set(auto_map) == {"AutoConfig", "AutoModelForCausalLM"}, name
+
+
+@pytest.mark.parametrize("name", ["run", *METHODS, "fsdp_writer", "converted"])
+def test_remote_code_without_mhar_probe_matches_in_process_model(saved, name):
+    assert_same_as_in_process(saved[name])
+
+
+def test_without_trust_remote_code_a_fresh_interpreter_is_told_what_to_pass(saved):
+    code = ("from transformers import AutoModelForCausalLM; import sys\n"
+            "AutoModelForCausalLM.from_pretrained(sys.argv[1], trust_remote_code=False)")
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    proc = subprocess.run([sys.executable, "-c", code, str(saved["run"])], env=env, capture_output=True,
+                          text=True, timeout=300, cwd=saved["run"].parent)
+    assert proc.returncode != 0 and "trust_remote_code" in proc.stderr
+
+
+LM_EVAL_CLI = r"""
+import importlib.abc, sys
+
+class BlockMharProbe(importlib.abc.MetaPathFinder):
+    def find_spec(self, name, path=None, target=None):
+        if name == "mhar_probe" or name.startswith("mhar_probe."):
+            raise ImportError(f"{name} is blocked in this test")
+
+sys.meta_path.insert(0, BlockMharProbe())
+from lm_eval.__main__ import cli_evaluate
+
+sys.argv = ["lm_eval", *sys.argv[1:]]
+cli_evaluate()
+"""
+
+
+def test_stock_lm_eval_command_line_evaluates_a_run(saved, tmp_path):
+    """`lm_eval --model hf --model_args pretrained=RUN,trust_remote_code=True` on a local task,
+    in an interpreter where mhar_probe cannot be imported."""
+    rows = [{"context": f"line {i} of the text", "choices": [f"line {i + 1}", f"word {i * 7 % 5}"], "label": 0}
+            for i in range(6)]
+    (tmp_path / "toy.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (tmp_path / "toy.yaml").write_text(
+        f"task: toy_remote\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tmp_path / 'toy.jsonl'}\n"
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: \"{{context}}\\n\"\ndoc_to_target: label\n"
+        "doc_to_choice: \"{{choices}}\"\nmetric_list:\n  - metric: acc\nmetadata:\n  version: 1.0\n")
+    env = {**os.environ, "HF_HOME": str(tmp_path / "hf_home"), "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1",
+           "PYTHONPATH": ""}
+    args = ["--model", "hf", "--model_args", f"pretrained={saved['run']},trust_remote_code=True",
+            "--tasks", "toy_remote", "--include_path", str(tmp_path), "--device", "cpu", "--batch_size", "2",
+            "--output_path", str(tmp_path / "out")]
+    proc = subprocess.run([sys.executable, "-c", LM_EVAL_CLI, *args], env=env, capture_output=True, text=True,
+                          timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (results,) = (tmp_path / "out").rglob("results_*.json")
+    acc = json.loads(results.read_text())["results"]["toy_remote"]["acc,none"]
+    assert 0.0 <= acc <= 1.0
