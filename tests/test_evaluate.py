@@ -20,8 +20,11 @@ from analysis.stats.cli import add_stats_subparser
 from mhar_probe.data import load_corpus
 from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.evaluate.cli import add_eval_subparser
-from mhar_probe.evaluate.heldout import PPL_CHUNK_CHARS, lastword_candidates
+from mhar_probe.data import load_tokenizer
+from mhar_probe.evaluate.heldout import NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, lastword_candidates
 from mhar_probe.train import TrainConfig, train
+
+from generation_checks import greedy_without_cache
 
 SMALL = dict(preset="tiny", seq_len=32, batch_size=4, eval_every=10, eval_batches=1, vocab_size=512,
              corpus_max_bytes=150_000, progress=False, lr=3e-3, steps=200,
@@ -178,6 +181,45 @@ def test_heldout_tasks_are_deterministic_and_held_out(arms):
         pieces = [p["text"] for p in ppl if p["id"].rsplit("#", 1)[0] == doc.id]
         assert "".join(pieces).strip() == doc.text.strip()
         assert all(len(p) <= PPL_CHUNK_CHARS for p in pieces)
+
+
+def test_generation_task_equals_greedy_decoding_without_cache(arms, tmp_path):
+    """`mhar eval` on the shipped generation task: the harness calls generate() on left-padded
+    batches with a KV cache; every row's tokens equal greedy decoding of its prompt alone without
+    a cache, and the samples file holds those continuations cut at the first newline."""
+    from transformers import GenerationMixin
+
+    root, out, _ = arms
+    run, _ = out["mhar"]
+    calls = []
+    real_generate = GenerationMixin.generate
+
+    def spy(self, *args, **kwargs):
+        result = real_generate(self, *args, **kwargs)
+        calls.append((self, kwargs["input_ids"], kwargs["attention_mask"], result))
+        return result
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        mp.setattr(GenerationMixin, "generate", spy)
+        assert cli("eval", run, "--tasks", NEXTLINE_GEN_TASK, "--limit", 12, "--batch-size", 4,
+                   "--out", tmp_path / "gen") == 0
+    assert len(calls) == 3 and any(bool((mask == 0).any()) for _, _, mask, _ in calls)  # padded batches
+    model = calls[0][0]
+    eos = model.generation_config.eos_token_id
+    tok = load_tokenizer(run)
+    decoded = []
+    for _, ids, mask, result in calls:
+        width = ids.shape[1]
+        for row in range(ids.shape[0]):
+            prompt = ids[row][mask[row].bool()]
+            cont = result[row, width:]
+            want = greedy_without_cache(model, prompt, cont.numel(), eos=eos)
+            assert torch.equal(cont[:want.numel()], want), row
+            decoded.append(tok.decode(want, skip_special_tokens=True).split("\n")[0])
+    samples = read_samples(tmp_path / "gen", NEXTLINE_GEN_TASK)
+    assert sorted(r["resps"][0][0] for r in samples.values()) == sorted(decoded)
+    assert all(r["exact_match"] == float(r["resps"][0][0] == r["target"]) for r in samples.values())
 
 
 def test_lastword_candidates_rules():

@@ -27,6 +27,12 @@ Three tasks are shipped, all read by the LM Evaluation Harness from local jsonl 
     of the same source. Every item is a binary choice, so even models too small to get a
     last word right give two arms that disagree on some items, and a paired McNemar test
     has discordant pairs to count (chance is 0.5; the demo's 150-step tiny models sit near it).
+``mhar_nextline_gen``
+    The same contexts as a generation task (`output_type: generate_until`, metric
+    `exact_match`): the model writes the next line by greedy decoding, stopped at the first
+    newline or after `NLG_MAX_TOKENS` tokens, and scores when it equals the real line. It
+    runs `generate()` with a KV cache on left-padded batches, the path every generating
+    user takes.
 
 Items are ordered round-robin across documents (documents in id order), so the first N
 items that `--limit N` keeps mix every document. The builder is deterministic: the same
@@ -49,11 +55,12 @@ from ..data.cache import cache_subdir, write_dir_atomically
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 3
+BUILDER_VERSION = 4
 PPL_TASK = "mhar_heldout_ppl"
 LASTWORD_TASK = "mhar_lastword"
 NEXTLINE_TASK = "mhar_nextline"
-SHIPPED_TASKS = (PPL_TASK, LASTWORD_TASK, NEXTLINE_TASK)
+NEXTLINE_GEN_TASK = "mhar_nextline_gen"
+SHIPPED_TASKS = (PPL_TASK, LASTWORD_TASK, NEXTLINE_TASK, NEXTLINE_GEN_TASK)
 
 PPL_CHUNK_CHARS = 4000
 LW_CONTEXT_CHARS = 600
@@ -64,6 +71,7 @@ NL_CONTEXT_LINES = 4
 NL_LINE_CHARS = (8, 80)  # target and distractor lengths (stripped)
 NL_MAX_PER_DOC = 30
 NL_MAX_ITEMS = 2000
+NLG_MAX_TOKENS = 24  # generated tokens per item at most (a line is at most 80 characters)
 
 _WORD = re.compile(r"(?<= )[A-Za-z_][A-Za-z0-9_]{2,}\b")
 _STOP = frozenset(
@@ -196,6 +204,13 @@ def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS) -> l
     return _round_robin(per_doc)[:max_total]
 
 
+def nextline_gen_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS) -> list[dict[str, Any]]:
+    """The next-line items as generation items: the context lines and the real next line (with its
+    indentation; trailing white space removed)."""
+    return [{"id": it["id"], "source": it["source"], "context": it["context"],
+             "target": it["choices"][it["label"]]} for it in nextline_items(docs, max_total)]
+
+
 def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return [x for row in zip_longest(*groups) for x in row if x is not None]
 
@@ -232,6 +247,15 @@ def nextline_yaml(data_file: Path) -> str:
                      [("acc", "mean", True), ("acc_norm", "mean", True)])
 
 
+def nextline_gen_yaml(data_file: Path) -> str:
+    return task_yaml("Next-line generation on held-out text (greedy, until a newline)", NEXTLINE_GEN_TASK,
+                     data_file,
+                     'output_type: generate_until\ndoc_to_text: "{{context}}\\n"\ndoc_to_target: "{{target}}"\n'
+                     'generation_kwargs:\n  until: ["\\n"]\n  do_sample: false\n'
+                     f'  max_gen_toks: {NLG_MAX_TOKENS}\n',
+                     [("exact_match", "mean", True)])
+
+
 # ----------------------------------------------------------------------------- files
 def _jsonl(rows: list[dict[str, Any]]) -> str:
     return "".join(json.dumps(r, ensure_ascii=False, sort_keys=True) + "\n" for r in rows)
@@ -243,8 +267,10 @@ def write_heldout_tasks(val: list[Document], root: Path, data_root: Path | None 
     The YAMLs name their data files under `data_root` (default `root`): the directory's
     final place when `root` is a temporary name for it.
     """
-    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val), NEXTLINE_TASK: nextline_items(val)}
-    yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml, NEXTLINE_TASK: nextline_yaml}
+    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val), NEXTLINE_TASK: nextline_items(val),
+             NEXTLINE_GEN_TASK: nextline_gen_items(val)}
+    yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml, NEXTLINE_TASK: nextline_yaml,
+             NEXTLINE_GEN_TASK: nextline_gen_yaml}
     for task, rows in items.items():
         data = root / f"{task}.jsonl"
         data.write_text(_jsonl(rows), encoding="utf-8")
