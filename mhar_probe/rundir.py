@@ -11,19 +11,25 @@
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import shutil
+import socket
+import sys
 import tempfile
+import time
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable, TypeVar
 
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
 from .errors import UserError
 
 CHECKPOINT = "checkpoint"
+T = TypeVar("T")
 
 
 def atomic_write_text(path: Path, text: str) -> None:
@@ -39,26 +45,139 @@ def atomic_write_json(path: Path, obj: Any) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
-def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
-    """Create or validate the output directory; returns True when an existing run is resumed."""
+LOCK_FILE = ".mhar-lock"
+#: what makes a directory a run of this project (train and cpt both write them)
+RUN_MARKERS = ("train_config.json", f"{CHECKPOINT}/state.json")
+#: temporaries a killed writer leaves behind: checkpoint staging, the swap's old copy, atomic
+#: writes, Hugging Face export staging
+TEMPORARY_GLOBS = (f".{CHECKPOINT}.*", ".*.tmp", ".hf-tmp-*")
+
+
+class RunLock:
+    """An exclusive lock on one run directory, held until `release` (or the process's end).
+
+    `fcntl.flock` on RUN/.mhar-lock: the kernel drops it when its holder dies, so a lock left
+    by a killed process is simply taken over. The file names its holder (pid, host, command,
+    time) for the message a second writer gets."""
+
+    def __init__(self, out: Path) -> None:
+        self.out = Path(out)
+        self.created = False
+        self._fd: int | None = None
+
+    def acquire(self) -> "RunLock":
+        if self.out.exists() and not self.out.is_dir():
+            raise UserError(f"output path {self.out} exists and is not a directory")
+        self.created = not self.out.exists()
+        self.out.mkdir(parents=True, exist_ok=True)
+        path = self.out / LOCK_FILE
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.read(fd, 4096).decode(errors="replace").strip() or "another process"
+            os.close(fd)
+            raise UserError(f"run directory {self.out} is in use by {holder}; wait for it to end "
+                            f"or stop it first") from None
+        command = " ".join(sys.argv)[:300]
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"pid {os.getpid()} on {socket.gethostname()} ({command}) since "
+                      f"{time.strftime('%Y-%m-%d %H:%M:%S')}\n".encode(), 0)
+        self._fd = fd
+        return self
+
+    def release(self) -> None:
+        """Unlock; a directory this lock created that holds nothing else is removed again."""
+        if self._fd is None:
+            return
+        fcntl.flock(self._fd, fcntl.LOCK_UN)
+        os.close(self._fd)
+        self._fd = None
+        if self.created and [p.name for p in self.out.iterdir()] == [LOCK_FILE]:
+            shutil.rmtree(self.out, ignore_errors=True)
+
+    def __enter__(self) -> "RunLock":
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+def is_run_dir(out: Path) -> bool:
+    return any((out / marker).exists() for marker in RUN_MARKERS)
+
+
+def _contents(out: Path) -> list[Path]:
+    return sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
+
+
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+    """What `prepare_run_dir` will do, checked without changing anything; returns True when an
+    existing run will be resumed. Raises `UserError` for what it would refuse."""
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} exists and is not a directory")
-    has_content = out.exists() and any(out.iterdir())
+    contents = _contents(out)
     if resume:
-        if not (out / CHECKPOINT / "state.json").exists():
-            if has_content:
-                raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
-                                f"use --overwrite to start over")
-            out.mkdir(parents=True, exist_ok=True)
-            return False
-        return True
-    if has_content:
+        if (out / CHECKPOINT / "state.json").exists() or _recoverable_checkpoint(out) is not None:
+            return True
+        if contents:
+            raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
+                            f"use --overwrite to start over")
+        return False
+    if contents:
         if not overwrite:
             raise UserError(f"output directory {out} already exists and is not empty; "
                             f"pass --overwrite to replace it or --resume to continue it")
-        shutil.rmtree(out)
-    out.mkdir(parents=True, exist_ok=True)
+        if not is_run_dir(out):
+            names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in contents[:6])
+            more = f" and {len(contents) - 6} more" if len(contents) > 6 else ""
+            raise UserError(f"refusing to --overwrite {out}: it is not a run directory (no "
+                            f"{' or '.join(RUN_MARKERS)}) and holds {names}{more}")
     return False
+
+
+def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+    """Make `out` ready for the run, under its `RunLock` and after every other input was checked:
+    recover an interrupted checkpoint swap, remove temporaries of killed writers, and with
+    `overwrite` empty a previous run (only a run directory; see `check_run_dir`). Returns True
+    when an existing run is resumed."""
+    resumed = check_run_dir(out, resume=resume, overwrite=overwrite)
+    out.mkdir(parents=True, exist_ok=True)
+    if resumed:
+        recover_checkpoint(out)
+        remove_temporaries(out)
+    elif overwrite:
+        for p in _contents(out):
+            shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
+    return resumed
+
+
+def _recoverable_checkpoint(out: Path) -> Path | None:
+    """Where `checkpoint/` is missing: the newest complete copy a killed swap left beside it
+    (the staged new one, or the old one moved aside), else None."""
+    if not out.is_dir() or (out / CHECKPOINT).exists():
+        return None
+    complete = []
+    for d in out.glob(f".{CHECKPOINT}.*"):
+        try:
+            complete.append((json.loads((d / "state.json").read_text())["step"], d))
+        except (OSError, ValueError, KeyError, TypeError):
+            continue  # staging that was cut off before its state was written
+    return max(complete, key=lambda c: c[0])[1] if complete else None
+
+
+def recover_checkpoint(out: Path) -> None:
+    """Finish a checkpoint swap that a kill interrupted between its renames."""
+    found = _recoverable_checkpoint(out)
+    if found is not None:
+        os.replace(found, out / CHECKPOINT)
+
+
+def remove_temporaries(out: Path) -> None:
+    """Remove what killed writers left behind (call with the run's lock held)."""
+    for pattern in TEMPORARY_GLOBS:
+        for p in out.glob(pattern):
+            shutil.rmtree(p, ignore_errors=True) if p.is_dir() else p.unlink(missing_ok=True)
 
 
 def save_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
@@ -126,6 +245,22 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> None:
     atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+#: what loading a saved model or tokenizer raises for files that are missing, truncated,
+#: corrupt or of the wrong types (as opposed to a bug in this code)
+LOAD_ERRORS = (OSError, ValueError, KeyError, TypeError, SafetensorError)
+
+
+def load_pretrained(loader: Callable[..., T], path: str | os.PathLike, what: str, **kwargs: Any) -> T:
+    """`loader(path, **kwargs)` -- a `from_pretrained` -- with a broken directory turned into one
+    `UserError` naming it (the traceback stays available with `mhar --debug`)."""
+    try:
+        return loader(path, **kwargs)
+    except LOAD_ERRORS as exc:
+        reason = (str(exc).strip().splitlines() or [""])[0][:300]
+        raise UserError(f"cannot load the {what} in {path} ({type(exc).__name__}: {reason}); is it a "
+                        f"complete model directory with uncorrupted files?") from exc
 
 
 def require_run_dir(path: str | os.PathLike) -> Path:

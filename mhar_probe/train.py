@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +29,7 @@ from .model import MHARConfig, MHARForCausalLM
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
-from .rundir import (atomic_write_json, load_checkpoint, prepare_run_dir, read_metrics,
+from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
 TAIL_K = 11
@@ -72,10 +72,60 @@ class TrainConfig:
     stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
     extra: dict[str, Any] = field(default_factory=dict)  # extra MHARConfig overrides
     fsdp: bool = False  # FSDP2 full sharding under torchrun instead of DDP (mhar_probe.parallel)
+    # the options the user set on the command line; on --resume only these are checked against
+    # the saved run (None: every option is); not a setting, not saved
+    explicit: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
         return options_from_dict(cls, values, "training")
+
+
+#: what a resumed run may do differently: more steps, another machine or display
+RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp")
+#: bookkeeping fields of a training config, not settings of the run
+NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
+
+
+def saved_settings(cfg) -> dict[str, Any]:
+    """The options dataclass `cfg` as train_config.json records it."""
+    return _jsonable({k: v for k, v in asdict(cfg).items() if k != "explicit"})
+
+
+def settings_for_resume(cfg):
+    """`cfg` (a TrainConfig or CPTConfig with resume=True) with every setting taken from the
+    run's saved train_config.json. An option the user set that contradicts the saved run is
+    refused; of `RESUME_MAY_CHANGE` the user's values win, and --steps may only grow."""
+    path = Path(cfg.out) / "train_config.json"
+    if not (cfg.resume and path.exists()):
+        return cfg
+    try:
+        raw = json.loads(path.read_text())
+        if not isinstance(raw, dict):
+            raise ValueError("not a JSON object")
+        saved = type(cfg).from_dict({k: v for k, v in raw.items() if k not in NOT_SETTINGS})
+    except (OSError, ValueError, TypeError) as exc:
+        raise UserError(f"cannot resume: {path} is unreadable ({exc}); use --overwrite to start over") from exc
+    names = {f.name for f in fields(cfg)}
+    explicit = getattr(cfg, "explicit", None)
+    given = set(explicit) if explicit is not None else names
+    clashes = []
+    for name in sorted(given & names - set(NOT_SETTINGS) - set(RESUME_MAY_CHANGE)):
+        mine, theirs = getattr(cfg, name), getattr(saved, name)
+        if name == "extra":  # model overrides: only the ones given
+            mine, theirs = mine, {k: theirs.get(k) for k in mine}
+        if mine != theirs:
+            clashes.append(f"--{name.replace('_', '-')} {mine} (the run has {theirs})")
+    if clashes:
+        raise UserError(f"--resume continues {cfg.out} with its saved settings, and these options contradict "
+                        f"them: {'; '.join(clashes)}. Drop them, or start a new run (another --out, or --overwrite)")
+    changes = {n: getattr(cfg, n) for n in RESUME_MAY_CHANGE if n in names and n in given}
+    if "steps" in changes and changes["steps"] < saved.steps:
+        raise UserError(f"--steps {changes['steps']} is fewer than the run's {saved.steps}; a resumed run "
+                        f"can only be extended")
+    bookkeeping = {k: v for k, v in dict(out=cfg.out, resume=True, overwrite=False, stop_after=cfg.stop_after,
+                                         explicit=None).items() if k in names}
+    return replace(saved, **changes, **bookkeeping)
 
 
 def options_from_dict(cls, values: dict[str, Any], what: str):
@@ -134,17 +184,23 @@ class Trainer:
     full_checkpoints = False
 
     def __init__(self, cfg: TrainConfig, info: DistInfo | None = None) -> None:
-        self.cfg = cfg
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
+        # one writer per run directory; a second one is refused here, before any work
+        self.lock = RunLock(self.out).acquire() if self.info.is_main else None
+        try:
+            self._build(settings_for_resume(cfg))
+        except BaseException:
+            self.close()
+            raise
+
+    def _build(self, cfg: TrainConfig) -> None:
+        """Check every input, then (and only then) empty or recover the run directory."""
+        self.cfg = cfg
         self.device = self.info.device
         self.fsdp = bool(getattr(cfg, "fsdp", False))
         self.setup()  # option errors before any data work
-        self.resumed = False
-        if self.info.is_main:
-            self.resumed = prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
-        barrier(self.info)
-        self.resumed = (self.out / "checkpoint" / "state.json").exists() and cfg.resume
+        will_resume = check_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
         self._load_data()
         torch.manual_seed(cfg.seed)
         self.model = self.build_model()
@@ -162,12 +218,21 @@ class Trainer:
             self.ddp = wrap_ddp(self.model, self.info)
         self.optimizer = self.build_optimizer()
         self.flops_per_token = self.count_flops()
+        if self.info.is_main:  # every input is checked: only now is anything removed
+            prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
+        barrier(self.info)
+        self.resumed = will_resume
         self.step, self.tokens, self.flops = 0, 0, 0.0
         self.metrics: list[dict[str, Any]] = []
         if self.resumed:
             state = self.restore()
             self.step, self.tokens, self.flops = state["step"], state["tokens"], state["flops"]
             self.metrics = [m for m in read_metrics(self.out / "metrics.jsonl") if m["step"] <= self.step]
+
+    def close(self) -> None:
+        """Release the run directory's lock (the end of `run`, or a failed start)."""
+        if self.lock is not None:
+            self.lock.release()
 
     # ------------------------------------------------------------------ hooks (subclasses override)
     def setup(self) -> None:
@@ -314,9 +379,16 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
+        try:
+            return self._run()
+        finally:
+            self.close()
+
+    def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
+        if info.is_main:  # a resumed run records what it was resumed with (more --steps)
+            atomic_write_json(self.out / "train_config.json", saved_settings(cfg))
         if info.is_main and not self.resumed:
-            atomic_write_json(self.out / "train_config.json", _jsonable(asdict(cfg)))
             self.tokenizer.save_pretrained(self.out)
             comp = self.corpus.composition
             atomic_write_json(self.out / "corpus.json", dict(
@@ -329,6 +401,9 @@ class Trainer:
         self.model.train()
         while self.step < cfg.steps:
             row = self.train_step()
+            if not math.isfinite(row["loss"]):
+                bar.close()
+                self._fail(f"the training loss is {row['loss']} at step {self.step}")
             if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
                 row["val_loss"] = self.evaluate()
             self.metrics.append(row)
@@ -366,6 +441,16 @@ class Trainer:
         load_full_optimizer_state(self.model, self.optimizer, optim_state)
         self.load_extra_state(extra)
         return state
+
+    def _fail(self, reason: str) -> None:
+        """Stop a diverged run: summary.json says failed (never finished); the last checkpoint stays."""
+        if self.info.is_main:
+            write_metrics(self.out / "metrics.jsonl", self.metrics)
+            atomic_write_json(self.out / "summary.json", dict(finished=False, failed=reason, steps=self.step,
+                                                              method=self.cfg.method, lr=self.cfg.lr))
+        barrier(self.info)
+        raise UserError(f"{reason}: the run diverged and is marked failed in {self.out / 'summary.json'}; "
+                        f"try a lower --lr")
 
     def _finish(self) -> dict[str, Any]:
         evals = [m["val_loss"] for m in self.metrics if "val_loss" in m]
