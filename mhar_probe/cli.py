@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 from pathlib import Path
 from typing import Callable, Sequence
@@ -24,31 +25,66 @@ def _user_errors() -> tuple[type[BaseException], ...]:
     return (UserError, ConfigError, DataError, StatsError, CaptureError, ConversionError)
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """Bad command-line input is one line on stderr and exit status 2 (no usage block)."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
 # ---------------------------------------------------------------------------- train
+def bounded_int(low: int):
+    """An argparse type: an integer >= `low` (argparse turns the error into one usage line)."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{value} is too small; it must be at least {low}")
+        return value
+    parse.__name__ = f"integer >= {low}"
+    return parse
+
+
+def positive_float(text: str) -> float:
+    """An argparse type: a finite number > 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number above 0")
+    return value
+
+
+positive_int, nonnegative_int = bounded_int(1), bounded_int(0)
+
+
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="tiny", help=f"model size: {', '.join(PRESETS)}")
     p.add_argument("--method", default="mhar", help=f"residual method: {', '.join(METHODS)}")
-    p.add_argument("--heads", type=int, default=None, help="routing heads H (default: KV heads)")
-    p.add_argument("--kv-heads", type=int, default=None, help="override the preset's KV heads")
-    p.add_argument("--layers", type=int, default=None, help="override the preset's number of layers L")
-    p.add_argument("--hidden-size", type=int, default=None, help="override the preset's width d")
-    p.add_argument("--attn-heads", type=int, default=None, help="override the preset's attention heads")
-    p.add_argument("--ffn", type=int, default=None, help="override the preset's MLP width")
-    p.add_argument("--steps", type=int, default=300)
-    p.add_argument("--lr", type=float, default=5e-4, help="peak learning rate")
-    p.add_argument("--warmup", type=int, default=None, help="warm-up steps (default 5%% of steps)")
-    p.add_argument("--batch-size", type=int, default=16, help="global batch in sequences")
-    p.add_argument("--micro-batch", type=int, default=None, help="per-process micro-batch (accumulates)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default: the preset's)")
-    p.add_argument("--eval-every", type=int, default=25)
-    p.add_argument("--eval-batches", type=int, default=4)
-    p.add_argument("--checkpoint-every", type=int, default=100)
+    p.add_argument("--heads", type=positive_int, default=None, help="routing heads H (default: KV heads)")
+    p.add_argument("--kv-heads", type=positive_int, default=None, help="override the preset's KV heads")
+    p.add_argument("--layers", type=positive_int, default=None, help="override the preset's number of layers L")
+    p.add_argument("--hidden-size", type=positive_int, default=None, help="override the preset's width d")
+    p.add_argument("--attn-heads", type=positive_int, default=None, help="override the preset's attention heads")
+    p.add_argument("--ffn", type=positive_int, default=None, help="override the preset's MLP width")
+    p.add_argument("--steps", type=positive_int, default=300)
+    p.add_argument("--lr", type=positive_float, default=5e-4, help="peak learning rate")
+    p.add_argument("--warmup", type=nonnegative_int, default=None, help="warm-up steps (default 5%% of steps)")
+    p.add_argument("--batch-size", type=positive_int, default=16, help="global batch in sequences")
+    p.add_argument("--micro-batch", type=positive_int, default=None, help="per-process micro-batch (accumulates)")
+    p.add_argument("--seq-len", type=positive_int, default=None, help="sequence length (default: the preset's)")
+    p.add_argument("--eval-every", type=positive_int, default=25)
+    p.add_argument("--eval-batches", type=positive_int, default=4)
+    p.add_argument("--checkpoint-every", type=positive_int, default=100)
     p.add_argument("--seed", type=int, default=42, help="fixes init and data order (paired runs)")
     p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory (default: embedded)")
-    p.add_argument("--corpus-max-bytes", type=int, default=4_000_000,
+    p.add_argument("--corpus-max-bytes", type=nonnegative_int, default=4_000_000,
                    help="cap on the corpus size in bytes (0: no cap)")
     p.add_argument("--tokenizer", default=None, help="a tokenizer saved in Hugging Face format")
-    p.add_argument("--vocab-size", type=int, default=4096)
+    p.add_argument("--vocab-size", type=bounded_int(257), default=4096)
     p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
                    help="default: triton on CUDA, eager on CPU")
     p.add_argument("--device", default=None)
@@ -67,7 +103,27 @@ def train_config_from_args(args: argparse.Namespace, out: str):
         corpus=args.corpus, corpus_max_bytes=args.corpus_max_bytes or None, tokenizer=args.tokenizer,
         vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
         resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
-        progress=not args.no_progress, extra=model_overrides(args), fsdp=getattr(args, "fsdp", False))
+        progress=not args.no_progress, extra=model_overrides(args), fsdp=getattr(args, "fsdp", False),
+        explicit=getattr(args, "explicit", None))
+
+
+#: command-line destinations whose TrainConfig field has another name
+_FIELD_OF_DEST = dict(no_progress="progress", layers="extra", hidden_size="extra", attn_heads="extra",
+                      ffn="extra")
+
+
+def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:
+    """The TrainConfig fields the user set on the command line (`argv` of one subcommand), told
+    apart from defaults by parsing again with every default suppressed."""
+    defaults = [(action, action.default) for action in parser._actions]
+    try:
+        for action, _ in defaults:
+            action.default = argparse.SUPPRESS
+        given, _ = parser.parse_known_args(list(argv))
+    finally:
+        for action, default in defaults:
+            action.default = default
+    return tuple(sorted({_FIELD_OF_DEST.get(dest, dest) for dest in vars(given)}))
 
 
 def model_overrides(args: argparse.Namespace) -> dict[str, int]:
@@ -110,8 +166,9 @@ def cmd_demo(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = OneLineParser(
         prog="mhar", description="Train, capture, probe and compare Multi-Head Attention Residuals models.")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of a refused input")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     p = sub.add_parser("train", help="train one model from scratch")
@@ -159,17 +216,31 @@ def _plugin_registrars() -> list[Callable[[argparse._SubParsersAction], None]]:
             add_bench_subparser]
 
 
+def describe(exc: BaseException) -> str:
+    """One line for an expected failure: the library's message, or the OS's with the path."""
+    if isinstance(exc, OSError) and not isinstance(exc, _user_errors()) and exc.strerror:
+        where = f": {exc.filename}" if exc.filename else ""
+        return f"{exc.strerror}{where}"
+    return " ".join(str(exc).split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    if args.command == "train":  # --resume checks only what the user set against the saved run
+        train_parser = parser._subparsers._group_actions[0].choices["train"]  # type: ignore[union-attr]
+        args.explicit = given_options(train_parser, argv[argv.index("train") + 1:])
     try:
         return int(args.func(args) or 0)
-    except _user_errors() as exc:
-        print(f"mhar {args.command}: error: {exc}", file=sys.stderr)
-        return 2
     except KeyboardInterrupt:
         print(f"mhar {args.command}: interrupted", file=sys.stderr)
         return 130
+    except (*_user_errors(), OSError) as exc:  # input the user can fix, a file the OS refused
+        if args.debug:
+            raise
+        print(f"mhar {args.command}: error: {describe(exc)}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from ..rundir import load_pretrained
 from .errors import CaptureError
 
 DEFAULT_DATASET = "routing.nc"
@@ -30,7 +31,7 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = None) -> t
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     run = require_run(run_dir)
-    model = AutoModelForCausalLM.from_pretrained(run)
+    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     model.to(device).eval()
     try:

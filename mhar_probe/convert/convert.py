@@ -18,6 +18,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
+from ..rundir import load_pretrained
 from .errors import ConversionError
 from ..model.delta_modeling import MHARDeltaForCausalLM
 
@@ -92,7 +93,7 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
         raise ConversionError(f"cannot read {src / 'config.json'} ({exc}); {supported_text()}") from exc
     delta_config_for(base_config, num_blocks, heads, eps, routing_backend)  # fail fast, before the weights
 
-    base = AutoModelForCausalLM.from_pretrained(src, dtype="auto").eval()
+    base = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "base model", dtype="auto").eval()
     ids = _probe_ids(base.config.vocab_size)
     with torch.no_grad():
         reference = base(ids).logits if verify else None

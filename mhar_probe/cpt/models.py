@@ -22,6 +22,7 @@ from transformers import AutoConfig, AutoModelForCausalLM
 
 from ..errors import UserError
 from ..parallel import decoder_layers
+from ..rundir import load_pretrained
 
 
 def read_config(src: Path) -> Any:
@@ -78,12 +79,14 @@ def load_cpt_model(src: Path, control: bool, routing_backend: str) -> nn.Module:
         if control:
             model = load_base_of_converted(src, config)
         else:
-            model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True)
+            model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "converted model",
+                                    dtype=torch.float32, local_files_only=True)
             model.config.routing_backend = routing_backend
             for site in model.sites:
                 site.backend = routing_backend
     elif control:
-        model = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, local_files_only=True)
+        model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch.float32,
+                                local_files_only=True)
     else:
         raise UserError(f"{src} is a plain {config.model_type} model, not a converted one; convert it with "
                         f"`mhar convert {src} DST` and train DST, or pass --control to train it as is")

@@ -29,6 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..rundir import load_pretrained
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
 
@@ -133,12 +134,13 @@ def load_model(run: Path, device: str):
         raise EvalError(f"--device {device!r} is not a torch device ({e})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise EvalError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
-    config = AutoConfig.from_pretrained(run, local_files_only=True)
+    config = load_pretrained(AutoConfig.from_pretrained, run, "model config", local_files_only=True)
     if hasattr(config, "routing_backend"):
         config.routing_backend = "triton" if dev.type == "cuda" else "eager"
-    model = AutoModelForCausalLM.from_pretrained(run, config=config, local_files_only=True)
+    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model", config=config,
+                            local_files_only=True)
     model.to(dev).eval()
-    tok = AutoTokenizer.from_pretrained(run, local_files_only=True)
+    tok = load_pretrained(AutoTokenizer.from_pretrained, run, "tokenizer", local_files_only=True)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     return model, tok
