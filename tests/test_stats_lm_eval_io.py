@@ -97,7 +97,10 @@ def test_unmatched_duplicated_and_mismatched_items_are_counted(tmp_path):
         extra = dict(recs[6]); extra["doc_id"] = 999  # 1 only in B
         return recs + [extra]
     _rewrite(f, edit)
-    cmp = compare_eval_dirs(DATA / "new" / "arm_a", b, tasks=["toy_mc"], n_boot=200)
+    # 6 of 60 items (10%) do not pair: refused unless unpaired items are allowed
+    with pytest.raises(StatsError, match=r"only 54 of 60 items pair .*--allow-unpaired"):
+        compare_eval_dirs(DATA / "new" / "arm_a", b, tasks=["toy_mc"], n_boot=200)
+    cmp = compare_eval_dirs(DATA / "new" / "arm_a", b, tasks=["toy_mc"], n_boot=200, max_unpaired=1.0)
     (r,) = cmp.rows
     assert (r.only_a, r.only_b, r.duplicated_b, r.hash_mismatch) == (3, 1, 1, 2)
     assert r.n == 60 - 3 - 1 - 2

@@ -22,7 +22,7 @@ import numpy as np
 
 from .atomic import write_text_atomic
 from .ceg import ceg_table, final_points, fit_power_law, lower_envelope
-from .compare import compare_eval_dirs
+from .compare import MAX_UNPAIRED, compare_eval_dirs
 from .curves import TAIL_K, best_vs_best, load_run, paired_seed_deltas
 from .errors import StatsError
 from .report import format_table, write_outputs
@@ -45,6 +45,8 @@ def add_stats_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     p.add_argument("--n-boot", type=int, default=10_000, help="bootstrap resamples (default 10000)")
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the bootstrap CI")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
+    p.add_argument("--allow-unpaired", action="store_true",
+                   help=f"test the items that pair even when more than {MAX_UNPAIRED:.0%} of a task's do not")
     p.add_argument("--date-a", default=None, help="harness run date id in DIR_A (default: latest)")
     p.add_argument("--date-b", default=None, help="harness run date id in DIR_B (default: latest)")
     p.set_defaults(func=cmd_mcnemar)
@@ -82,7 +84,8 @@ def cmd_mcnemar(args: argparse.Namespace) -> int:
         check_writable([out / f"mcnemar.{s}" for s in ("csv", "json", "tex")], overwrite=args.overwrite)
     cmp = compare_eval_dirs(args.dir_a, args.dir_b, tasks=args.task, filters=args.filter, metric=args.metric,
                             n_boot=args.n_boot, level=args.level, seed=args.seed,
-                            date_a=args.date_a, date_b=args.date_b)
+                            date_a=args.date_a, date_b=args.date_b,
+                            max_unpaired=1.0 if args.allow_unpaired else MAX_UNPAIRED)
     print(format_table(cmp))
     if args.out:
         for p in write_outputs(cmp, args.out, overwrite=args.overwrite):

@@ -63,6 +63,10 @@ def _select(names: Sequence[str], patterns: Sequence[str] | None, what: str) -> 
     return chosen
 
 
+#: the largest share of a task's items that may be left out of the pairing before it is refused
+MAX_UNPAIRED = 0.05
+
+
 def compare_runs(
     run_a: EvalRun,
     run_b: EvalRun,
@@ -73,8 +77,13 @@ def compare_runs(
     n_boot: int = 10_000,
     level: float = 0.95,
     seed: int = 0,
+    max_unpaired: float = MAX_UNPAIRED,
 ) -> Comparison:
     """Per-task paired comparison of two loaded runs (tasks / filters accept shell patterns).
+
+    A task whose items pair for fewer than all but `max_unpaired` of the larger arm (items in one
+    arm only, duplicated, or with other document / prompt hashes) is refused: its arms were not
+    evaluated on the same items. `max_unpaired=1.0` accepts whatever pairs (`--allow-unpaired`).
 
     Every (task, filter) pair present in both arms is a row; Holm's adjustment runs over all
     rows. Without `filters`, every filter of a task is reported.
@@ -129,6 +138,13 @@ def compare_runs(
                     f"task {t} filter {f}: no item could be paired (A has {items.n_a}, B has {items.n_b}, "
                     f"only in A {items.only_a}, only in B {items.only_b}, hash mismatches {items.hash_mismatch}); "
                     "are both arms evaluated on the same documents and prompts?")
+            unpaired = 1 - len(items.doc_ids) / max(items.n_a, items.n_b)
+            if unpaired > max_unpaired:
+                raise StatsError(
+                    f"task {t} filter {f}: only {len(items.doc_ids)} of {max(items.n_a, items.n_b)} items pair "
+                    f"(only in A {items.only_a}, only in B {items.only_b}, hash mismatches {items.hash_mismatch}), "
+                    f"more than {max_unpaired:.0%} left out: were both arms evaluated on the same items? "
+                    f"Pass --allow-unpaired to test the pairs there are")
             for ex in items.mismatch_examples:
                 notes.append(f"task {t} filter {f}: {ex}")
             r = compare_binary(items.x_a, items.x_b, n_boot=n_boot, level=level, seed=seed)
