@@ -113,8 +113,9 @@ _FIELD_OF_DEST = dict(no_progress="progress", layers="extra", hidden_size="extra
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:
-    """The TrainConfig fields the user set on the command line (`argv` of one subcommand), told
-    apart from defaults by parsing again with every default suppressed."""
+    """The options-dataclass fields (TrainConfig, CPTConfig) the user set on the command line
+    (`argv` of one subcommand), told apart from defaults by parsing again with every default
+    suppressed."""
     defaults = [(action, action.default) for action in parser._actions]
     try:
         for action, _ in defaults:
@@ -123,7 +124,7 @@ def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
     finally:
         for action, default in defaults:
             action.default = default
-    return tuple(sorted({_FIELD_OF_DEST.get(dest, dest) for dest in vars(given)}))
+    return tuple(sorted({_FIELD_OF_DEST.get(dest, dest) for dest in vars(given) if dest != "func"}))
 
 
 def model_overrides(args: argparse.Namespace) -> dict[str, int]:
@@ -228,9 +229,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
-    if args.command == "train":  # --resume checks only what the user set against the saved run
-        train_parser = parser._subparsers._group_actions[0].choices["train"]  # type: ignore[union-attr]
-        args.explicit = given_options(train_parser, argv[argv.index("train") + 1:])
+    if args.command in ("train", "cpt"):  # --resume checks only what the user set against the saved run
+        sub = parser._subparsers._group_actions[0].choices[args.command]  # type: ignore[union-attr]
+        args.explicit = given_options(sub, argv[argv.index(args.command) + 1:])
     try:
         return int(args.func(args) or 0)
     except KeyboardInterrupt:

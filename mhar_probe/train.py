@@ -14,6 +14,8 @@ from __future__ import annotations
 import json
 import math
 import time
+import types
+import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
@@ -76,9 +78,69 @@ class TrainConfig:
     # the saved run (None: every option is); not a setting, not saved
     explicit: tuple[str, ...] | None = None
 
+    def __post_init__(self) -> None:
+        check_option_types(self, "training")
+        positive = ("steps", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
+                    "checkpoint_every", "heads", "kv_heads")
+        for name in positive:
+            value = getattr(self, name)
+            if value is not None and value < 1:
+                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
+        for name in ("warmup", "corpus_max_bytes"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise UserError(f"--{name.replace('_', '-')} must not be negative, got {value}")
+        if not (math.isfinite(self.lr) and self.lr > 0):
+            raise UserError(f"--lr must be a finite number above 0, got {self.lr}")
+        if self.vocab_size < 257:
+            raise UserError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
+        if not 0 <= self.min_lr_ratio <= 1:
+            raise UserError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
+
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
         return options_from_dict(cls, values, "training")
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a JSON-like `value` fits the annotation `hint` (int, float, str, bool, None,
+    unions, tuple[...], list[...], dict[...], Any)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return True
+    if origin in (typing.Union, types.UnionType):
+        return any(_has_type(value, a) for a in args)
+    if hint is type(None):
+        return value is None
+    if hint is bool:
+        return isinstance(value, bool)
+    if hint is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if hint is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if hint is str:
+        return isinstance(value, str)
+    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
+        return isinstance(value, (tuple, list)) and all(_has_type(v, args[0]) for v in value)
+    if origin is tuple:
+        return isinstance(value, (tuple, list)) and len(value) == len(args) and all(
+            _has_type(v, a) for v, a in zip(value, args))
+    if origin is list:
+        return isinstance(value, list) and all(_has_type(v, args[0]) for v in value)
+    if origin is dict or hint is dict:
+        return isinstance(value, dict)
+    return True  # an annotation this check does not know: left to the code that uses it
+
+
+def check_option_types(options: Any, what: str) -> None:
+    """Every field of an options dataclass holds a value of its declared type (values read from
+    JSON or a sweep grid carry no type guarantee); `UserError` names the first that does not."""
+    hints = typing.get_type_hints(type(options))
+    for f in fields(options):
+        value = getattr(options, f.name)
+        if not _has_type(value, hints[f.name]):
+            kind = str(hints[f.name]).replace("typing.", "")
+            raise UserError(f"{what} option {f.name} = {value!r} is not of type {kind}")
 
 
 #: what a resumed run may do differently: more steps, another machine or display
@@ -133,9 +195,11 @@ def options_from_dict(cls, values: dict[str, Any], what: str):
     unknown = set(values) - {f.name for f in fields(cls)}
     if unknown:
         raise UserError(f"unknown {what} options: {', '.join(sorted(unknown))}")
-    if "betas" in values:
+    if isinstance(values.get("betas"), list):
         values = {**values, "betas": tuple(values["betas"])}
-    return cls(**values)
+    options = cls(**values)
+    check_option_types(options, what)  # (TrainConfig checks in __post_init__ too; CPTConfig here)
+    return options
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

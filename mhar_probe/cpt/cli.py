@@ -72,7 +72,7 @@ def config_from_args(args: argparse.Namespace):
         grad_clip=args.grad_clip, eval_every=args.eval_every, eval_batches=args.eval_batches,
         checkpoint_every=args.checkpoint_every, checkpointing=args.checkpointing, fsdp=args.fsdp,
         routing_backend=args.routing_backend, device=args.device, resume=args.resume,
-        overwrite=args.overwrite, progress=not args.no_progress)
+        overwrite=args.overwrite, progress=not args.no_progress, explicit=getattr(args, "explicit", None))
 
 
 def cmd_cpt(args: argparse.Namespace) -> int:
@@ -95,11 +95,13 @@ def cmd_cpt(args: argparse.Namespace) -> int:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """`python -m mhar_probe.cpt ...` (same errors and exit codes as `mhar cpt`)."""
-    from ..cli import _user_errors
+    from ..cli import _user_errors, given_options
 
     parser = argparse.ArgumentParser(prog="mhar cpt")
     add_cpt_arguments(parser)
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.explicit = given_options(parser, argv)
     try:
         return cmd_cpt(args)
     except _user_errors() as exc:

@@ -58,6 +58,9 @@ class CPTConfig:
     overwrite: bool = False
     progress: bool = True
     stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
+    # the options set on the command line; on --resume only these are checked against the saved
+    # run (None: every option is); not a setting, not saved
+    explicit: tuple[str, ...] | None = None
 
     @classmethod
     def from_dict(cls, values: dict[str, Any]) -> "CPTConfig":

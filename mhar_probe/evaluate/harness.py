@@ -282,6 +282,8 @@ def check_task_files(tm, tasks: Sequence[str]) -> None:
             if not Path(f).exists():
                 rel = "" if Path(f).is_absolute() else f" (relative to the current directory {Path.cwd()})"
                 raise EvalError(f"task {name!r} ({where}): data file {f} does not exist{rel}")
+            if Path(f).is_file() and not Path(f).read_bytes().strip():
+                raise EvalError(f"task {name!r} ({where}): data file {f} is empty, so the task has no items")
 
 
 def _flatten_files(files: Any) -> list[str]:

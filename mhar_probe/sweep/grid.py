@@ -14,6 +14,7 @@ Run names are readable and stable: every axis is spelled out, e.g.
 from __future__ import annotations
 
 import itertools
+import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
@@ -66,6 +67,20 @@ class RunSpec:
                                       "lr": self.lr, "seed": self.seed, "steps": self.steps})
 
 
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+#: the numeric axes, what each value must be, and how the message says it
+AXIS_TYPES = (
+    ("heads", lambda v: v is None or (_is_int(v) and v >= 1), "positive integers (or null: H = KV heads)"),
+    ("kv_heads", lambda v: v is None or (_is_int(v) and v >= 1), "positive integers (or null: the preset's)"),
+    ("lrs", lambda v: (_is_int(v) or isinstance(v, float)) and math.isfinite(v) and v > 0, "finite numbers above 0"),
+    ("seeds", _is_int, "integers"),
+    ("steps", lambda v: _is_int(v) and v >= 1, "positive integers"),
+)
+
+
 @dataclass
 class SweepGrid:
     """Axes of a sweep and the options its runs share (any TrainConfig field in `common`)."""
@@ -103,6 +118,10 @@ class SweepGrid:
             values = getattr(self, axis)
             if not isinstance(values, (list, tuple)) or not values:
                 raise UserError(f"sweep axis {axis!r} needs a non-empty list, got {values!r}")
+        for axis, ok, kind in AXIS_TYPES:
+            bad = [v for v in getattr(self, axis) if not ok(v)]
+            if bad:
+                raise UserError(f"sweep axis {axis!r} has {bad[0]!r}; it takes {kind}")
         bad = [m for m in self.methods if m not in METHODS]
         if bad:
             raise UserError(f"unknown method(s) {', '.join(bad)}; choose from {', '.join(METHODS)}")
@@ -114,9 +133,6 @@ class SweepGrid:
         if clash:
             raise UserError(f"{', '.join(clash)} are sweep axes; give them as lists, not in 'common'")
         TrainConfig.from_dict({k: v for k, v in self.common.items()})  # unknown options fail here
-        for s in self.steps:
-            if int(s) < 1:
-                raise UserError(f"steps must be positive, got {s}")
 
     def expand(self) -> list[RunSpec]:
         """Every run of the grid, resolved and de-duplicated, in a fixed order."""
