@@ -26,9 +26,8 @@ SMALL = dict(vocab_size=97, hidden_size=48, num_hidden_layers=2, num_attention_h
              num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64)
 IDS = torch.arange(1, 25).reshape(2, 12) % 90 + 3
 
-# Runs in a fresh interpreter: mhar_probe cannot be imported there, so only the saved code can
-# build the model. Loads each directory with trust_remote_code and saves its logits.
-LOADER = r"""
+# The first lines of every script below: importing mhar_probe fails in that interpreter.
+BLOCK_MHAR_PROBE = r"""
 import importlib.abc, json, sys
 
 class BlockMharProbe(importlib.abc.MetaPathFinder):
@@ -37,10 +36,16 @@ class BlockMharProbe(importlib.abc.MetaPathFinder):
             raise ImportError(f"{name} is blocked in this test")
 
 sys.meta_path.insert(0, BlockMharProbe())
+"""
+
+# Runs in a fresh interpreter: mhar_probe cannot be imported there, so only the saved code can
+# build the model. Loads each directory with trust_remote_code and saves its logits.
+LOADER = BLOCK_MHAR_PROBE + r"""
 import torch
 from safetensors.torch import save_file
 from transformers import AutoModelForCausalLM
 
+torch.set_num_threads(1)  # as the in-process side: the CPU kernels' sums depend on the thread count
 ids = torch.tensor(json.loads(sys.argv[1]))
 for path in sys.argv[2:]:
     model = AutoModelForCausalLM.from_pretrained(path, trust_remote_code=True).eval()
@@ -64,12 +69,18 @@ def load_remotely(*paths: Path) -> str:
 
 
 def assert_same_as_in_process(path: Path) -> None:
+    """Bit for bit, on one CPU thread in both processes (reduction order follows the thread count)."""
     local = AutoModelForCausalLM.from_pretrained(path).eval()  # through `import mhar_probe`
     remote = load_file(path / "remote_out.safetensors")
-    with torch.no_grad():
-        assert torch.equal(remote["logits"], local(IDS).logits)
-        assert torch.equal(remote["generated"], local.generate(IDS, max_new_tokens=4, do_sample=False,
-                                                               pad_token_id=0))
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.no_grad():
+            assert torch.equal(remote["logits"], local(IDS).logits)
+            assert torch.equal(remote["generated"], local.generate(IDS, max_new_tokens=4, do_sample=False,
+                                                                   pad_token_id=0))
+    finally:
+        torch.set_num_threads(threads)
 
 
 def randomise_routing(model: torch.nn.Module) -> None:
@@ -139,15 +150,7 @@ def test_without_trust_remote_code_a_fresh_interpreter_is_told_what_to_pass(save
     assert proc.returncode != 0 and "trust_remote_code" in proc.stderr
 
 
-LM_EVAL_CLI = r"""
-import importlib.abc, sys
-
-class BlockMharProbe(importlib.abc.MetaPathFinder):
-    def find_spec(self, name, path=None, target=None):
-        if name == "mhar_probe" or name.startswith("mhar_probe."):
-            raise ImportError(f"{name} is blocked in this test")
-
-sys.meta_path.insert(0, BlockMharProbe())
+LM_EVAL_CLI = BLOCK_MHAR_PROBE + r"""
 from lm_eval.__main__ import cli_evaluate
 
 sys.argv = ["lm_eval", *sys.argv[1:]]

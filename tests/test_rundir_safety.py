@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -18,20 +19,8 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from mhar_probe.cli import main
+from cli_checks import TINY_TRAIN as TINY, cli
 from mhar_probe.rundir import LOCK_FILE, RunLock
-
-TINY = ["--preset", "tiny", "--layers", "1", "--hidden-size", "32", "--attn-heads", "2", "--kv-heads", "1",
-        "--ffn", "64", "--seq-len", "16", "--batch-size", "2", "--vocab-size", "300",
-        "--corpus-max-bytes", "60000", "--eval-batches", "1", "--no-progress"]
-
-
-def cli(*argv: str) -> int:
-    """`mhar ARGV` in-process; its exit status (argparse's refusals exit, the others return)."""
-    try:
-        return main(list(argv))
-    except SystemExit as exc:
-        return int(exc.code)
 
 
 def train(out: Path, *flags: str) -> int:
@@ -80,7 +69,7 @@ def _cache(tmp_path_factory, monkeypatch):
 ])
 def test_overwrite_with_bad_input_keeps_the_old_run(finished_run, tmp_path, capsys, flags, needle):
     run = tmp_path / "run"
-    os.system(f"cp -r {finished_run} {run}")
+    shutil.copytree(finished_run, run)
     before = snapshot(run)
     empty = tmp_path / "empty.txt"
     empty.write_text("")
@@ -103,7 +92,7 @@ def test_overwrite_refuses_a_directory_that_is_not_a_run(tmp_path, capsys):
 
 def test_overwrite_replaces_a_run(finished_run, tmp_path):
     run = tmp_path / "run"
-    os.system(f"cp -r {finished_run} {run}")
+    shutil.copytree(finished_run, run)
     (run / ".metrics.jsonl.abc.tmp").write_text("left by a killed writer")
     assert train(run, "--overwrite", "--steps", "2", "--eval-every", "1") == 0
     assert json.loads((run / "train_config.json").read_text())["steps"] == 2
@@ -136,7 +125,7 @@ def test_resume_takes_the_saved_settings(tmp_path, capsys):
 
 def test_a_second_writer_is_refused_with_the_holder_named(finished_run, tmp_path, capsys):
     run = tmp_path / "run"
-    os.system(f"cp -r {finished_run} {run}")
+    shutil.copytree(finished_run, run)
     before = snapshot(run)
     capsys.readouterr()
     with RunLock(run):

@@ -1,0 +1,143 @@
+"""Every expected failure of the command line is one line on stderr and exit status 2, with no
+traceback, and the files that were there before are untouched.
+
+Table-driven: each case gets a fresh copy of one trained tiny run (`RUN`), a plain file (`FILE`,
+so that `FILE/x` cannot be created) and a scratch directory (`TMP`); `prepare` breaks what the
+case needs broken."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+from typing import Callable
+
+import pytest
+
+from cli_checks import TINY_TRAIN as TINY, cli
+from mhar_probe.rundir import LOCK_FILE
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("trained")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        assert cli("train", "--out", str(root / "run"), *TINY, "--steps", "2", "--eval-every", "1",
+                   "--checkpoint-every", "1") == 0
+    return root / "run"
+
+
+def truncate(path: Path) -> None:
+    path.write_bytes(path.read_bytes()[:100])
+
+
+def scramble(path: Path) -> None:
+    path.write_bytes(os.urandom(4096))
+
+
+def edit_json(path: Path, **changes) -> None:
+    path.write_text(json.dumps({**json.loads(path.read_text()), **changes}))
+
+
+def grid(tmp: Path, **values) -> str:
+    path = tmp / "grid.json"
+    path.write_text(json.dumps({"methods": ["baseline"], "presets": ["tiny"], "steps": [2], **values}))
+    return str(path)
+
+
+def qwen3_base(tmp: Path) -> Path:
+    """A tiny random Qwen3 checkpoint in TMP/base, something `mhar convert` accepts."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    Qwen3ForCausalLM(Qwen3Config(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+                                 num_key_value_heads=2, head_dim=8, intermediate_size=64)).save_pretrained(tmp / "base")
+    return tmp / "base"
+
+
+def empty_task(tmp: Path) -> str:
+    (tmp / "tasks").mkdir()
+    (tmp / "tasks" / "empty.jsonl").write_text("")
+    (tmp / "tasks" / "empty.yaml").write_text(
+        f"task: toy_empty\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {tmp / 'tasks' / 'empty.jsonl'}\n"
+        "output_type: multiple_choice\ntest_split: test\ndoc_to_text: \"{{context}}\"\ndoc_to_target: label\n"
+        "doc_to_choice: \"{{choices}}\"\nmetric_list:\n  - metric: acc\n")
+    return str(tmp / "tasks")
+
+
+Case = tuple[str, Callable[[Path, Path], None] | None, list[str], str]
+CASES: list[Case] = [
+    # (id, prepare(run, tmp), argv with RUN / FILE / TMP placeholders, a piece of the message)
+    ("capture-truncated-weights", lambda r, t: truncate(r / "model.safetensors"),
+     ["capture", "RUN", "--out", "TMP/r.nc"], "cannot load the model"),
+    ("capture-random-weights", lambda r, t: scramble(r / "model.safetensors"),
+     ["capture", "RUN", "--out", "TMP/r.nc"], "cannot load the model"),
+    ("eval-truncated-weights", lambda r, t: truncate(r / "model.safetensors"),
+     ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "TMP/ev"], "cannot load the model"),
+    ("probe-truncated-weights", lambda r, t: truncate(r / "model.safetensors"),
+     ["probe", "RUN", "--out", "TMP/pr", "--tokens", "64"], "cannot load the model"),
+    ("convert-truncated-weights", lambda r, t: truncate(qwen3_base(t) / "model.safetensors"),
+     ["convert", "TMP/base", "TMP/conv"], "cannot load the base model"),
+    ("info-config-wrong-type", lambda r, t: edit_json(r / "config.json", hidden_size="wide"),
+     ["info", "RUN"], "config.json"),
+    ("capture-config-wrong-type", lambda r, t: edit_json(r / "config.json", num_hidden_layers="four"),
+     ["capture", "RUN", "--out", "TMP/r.nc"], "cannot load"),
+    ("resume-train-config-wrong-type", lambda r, t: edit_json(r / "train_config.json", lr="fast"),
+     ["train", "--out", "RUN", "--resume", "--steps", "3"], "lr = 'fast'"),
+    ("resume-train-config-not-json", lambda r, t: (r / "train_config.json").write_text("{not json"),
+     ["train", "--out", "RUN", "--resume", "--steps", "3"], "unreadable"),
+    ("sweep-steps-not-numbers", None, ["sweep", "--out", "TMP/sw", "--grid", "GRID:steps=['many']"],
+     "steps"),
+    ("sweep-lr-not-numbers", None, ["sweep", "--out", "TMP/sw", "--grid", "GRID:lrs=['fast']"], "lrs"),
+    ("sweep-heads-not-numbers", None, ["sweep", "--out", "TMP/sw", "--grid", "GRID:heads=['four']"], "heads"),
+    ("sweep-dry-run-bad-common", None,
+     ["sweep", "--out", "TMP/sw", "--grid", "GRID:common={'batch_size': 'big'}", "--dry-run"], "batch_size"),
+    ("train-out-under-a-file", None, ["train", "--out", "FILE/run", *TINY, "--steps", "2"], "Not a directory"),
+    ("capture-out-under-a-file", None, ["capture", "RUN", "--out", "FILE/r.nc"], "FILE"),
+    ("probe-out-under-a-file", None, ["probe", "RUN", "--out", "FILE/pr", "--tokens", "64"], "Not a directory"),
+    ("eval-out-under-a-file", None,
+     ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "FILE/ev"], "FILE"),
+    ("figures-out-under-a-file", None, ["figures", "RUN", "--out", "FILE/figs"], "Not a directory"),
+    ("convert-dst-under-a-file", lambda r, t: qwen3_base(t), ["convert", "TMP/base", "FILE/conv"], "FILE"),
+    ("eval-task-without-items", None,
+     ["eval", "RUN", "--tasks", "toy_empty", "--tasks-dir", "TASKS", "--out", "TMP/ev"], "has no items"),
+]
+
+
+def snapshot(root: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(root)): p.read_bytes() for p in sorted(root.rglob("*"))
+            if p.is_file() and p.name != LOCK_FILE}
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_bad_input_is_one_line_and_exit_2(case: Case, trained, tmp_path, capsys, monkeypatch):
+    name, prepare, argv, needle = case
+    monkeypatch.setenv("MHAR_CACHE_DIR", str(trained.parent / "cache"))
+    run, tmp = tmp_path / "run", tmp_path / "tmp"
+    shutil.copytree(trained, run)
+    tmp.mkdir()
+    (tmp_path / "file").write_text("a plain file")
+    if prepare is not None:
+        prepare(run, tmp)
+    words = []
+    for word in argv:
+        if word.startswith("GRID:"):
+            key, value = word[5:].split("=", 1)
+            word = grid(tmp, **{key: eval(value)})  # noqa: S307  (literals written above)
+        elif word == "TASKS":
+            word = empty_task(tmp)
+        words.append(word.replace("RUN", str(run)).replace("FILE", str(tmp_path / "file")).replace("TMP", str(tmp)))
+    before = snapshot(tmp_path)
+    capsys.readouterr()
+    assert cli(*words) == 2
+    err = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip() and not _progress(ln)]
+    assert len(err) == 1 and "Traceback" not in err[0], err
+    assert needle.replace("FILE", str(tmp_path / "file")) in err[0], err[0]
+    after = snapshot(tmp_path)
+    assert {k: v for k, v in after.items() if k in before} == before  # nothing that was there changed
+
+
+def _progress(line: str) -> bool:
+    """tqdm / Hugging Face progress bars and logging lines that are not the error."""
+    return "it/s]" in line or "%|" in line or line.startswith(("INFO", "WARNING"))
