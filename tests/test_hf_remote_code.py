@@ -114,6 +114,11 @@ def saved(tmp_path_factory) -> dict[str, Path]:
         dirs[method] = root / method
     model = MHARForCausalLM(MHARConfig(residual_method="mhar", **SMALL))
     randomise_routing(model)
+    triton_run = root / "trained_with_triton"  # as a GPU run saves it; no kernels where it is loaded
+    model.save_pretrained(triton_run)
+    edit = json.loads((triton_run / "config.json").read_text())
+    (triton_run / "config.json").write_text(json.dumps({**edit, "routing_backend": "triton"}))
+    dirs["trained_with_triton"] = triton_run
     save_hf_dir(root / "fsdp_writer", model.config, model.state_dict(), MHARForCausalLM, model.generation_config)
     dirs["fsdp_writer"] = root / "fsdp_writer"
     torch.manual_seed(0)
@@ -139,6 +144,17 @@ def test_every_saved_directory_names_its_code(saved):
 @pytest.mark.parametrize("name", ["run", *METHODS, "fsdp_writer", "converted"])
 def test_remote_code_without_mhar_probe_matches_in_process_model(saved, name):
     assert_same_as_in_process(saved[name])
+
+
+def test_a_triton_run_loads_without_mhar_probe_on_the_eager_reference(saved):
+    """A run saved on a GPU names the triton backend; its own code, without mhar_probe's kernels,
+    routes with the eager reference (with a warning) and computes what the eager model does."""
+    path = saved["trained_with_triton"]
+    local = AutoModelForCausalLM.from_pretrained(path)
+    local.config.routing_backend = "eager"
+    remote = load_file(path / "remote_out.safetensors")
+    with torch.no_grad():
+        torch.testing.assert_close(remote["logits"], local.eval()(IDS).logits, rtol=0, atol=1e-6)
 
 
 def test_without_trust_remote_code_a_fresh_interpreter_is_told_what_to_pass(saved):

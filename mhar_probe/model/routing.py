@@ -23,6 +23,7 @@ Backends share one interface so that model code never changes:
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 from collections.abc import Sequence
 from typing import Callable, Protocol
@@ -150,8 +151,13 @@ def get_backend(name: str) -> RoutingBackend:
         try:
             import mhar_probe.kernels  # noqa: F401  (registers itself)
             from mhar_probe.model import routing as installed
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise RuntimeError(f"routing backend 'triton' is unavailable here: {exc}") from exc
+        except ImportError as exc:
+            if __name__ == "mhar_probe.model.routing":  # pragma: no cover - depends on the machine
+                raise RuntimeError(f"routing backend 'triton' is unavailable here: {exc}") from exc
+            # a saved run's own code without mhar_probe installed: the reference computes the same
+            warnings.warn(f"routing backend 'triton' needs the mhar-probe package ({exc}); routing with the "
+                          f"eager reference instead", stacklevel=2)
+            return _BACKENDS["eager"]
         if name in installed._BACKENDS:
             _BACKENDS.setdefault(name, installed._BACKENDS[name])
     if name not in _BACKENDS:
