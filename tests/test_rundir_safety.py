@@ -185,10 +185,11 @@ def uninterrupted(tmp_path_factory) -> Path:
     return run
 
 
-@pytest.mark.parametrize("nth,when", [(2, "before"), (2, "after"), (3, "after")])
+@pytest.mark.parametrize("nth,when", [(1, "before"), (1, "after"), (2, "before"), (2, "after"), (3, "after")])
 def test_kill_during_the_checkpoint_swap_resumes_exactly(uninterrupted, tmp_path, nth, when):
-    """Renames 2 and 3 are the second checkpoint's: checkpoint -> .checkpoint.old, then the new
-    one -> checkpoint. After 2 no checkpoint/ exists, only its two complete copies beside it."""
+    """Rename 1 moves the first checkpoint into place (before it, only its staged copy exists).
+    Renames 2 and 3 are the second checkpoint's: checkpoint -> .checkpoint.old, then the new one
+    -> checkpoint. After 2 no checkpoint/ exists, only its two complete copies beside it."""
     run = tmp_path / "run"
     argv = ["train", "--out", str(run), *TINY, *KILL_RUN]
     proc = subprocess.run([sys.executable, "-c", KILLER, str(nth), when, *argv], capture_output=True, text=True,
