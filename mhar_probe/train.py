@@ -139,7 +139,8 @@ def check_option_types(options: Any, what: str) -> None:
     for f in fields(options):
         value = getattr(options, f.name)
         if not _has_type(value, hints[f.name]):
-            kind = str(hints[f.name]).replace("typing.", "")
+            hint = hints[f.name]
+            kind = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
             raise UserError(f"{what} option {f.name} = {value!r} is not of type {kind}")
 
 

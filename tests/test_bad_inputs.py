@@ -97,7 +97,7 @@ CASES: list[Case] = [
     ("capture-out-under-a-file", None, ["capture", "RUN", "--out", "FILE/r.nc"], "FILE"),
     ("probe-out-under-a-file", None, ["probe", "RUN", "--out", "FILE/pr", "--tokens", "64"], "Not a directory"),
     ("eval-out-under-a-file", None,
-     ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "FILE/ev"], "FILE"),
+     ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "FILE/ev"], "FILE is a file"),
     ("figures-out-under-a-file", None, ["figures", "RUN", "--out", "FILE/figs"], "Not a directory"),
     ("convert-dst-under-a-file", lambda r, t: qwen3_base(t), ["convert", "TMP/base", "FILE/conv"], "FILE"),
     ("eval-task-without-items", None,

@@ -301,6 +301,9 @@ def check_out(out: Path, overwrite: bool) -> None:
     """Refuse to replace a non-empty output directory unless `overwrite`."""
     if out.exists() and not out.is_dir():
         raise EvalError(f"--out {out} exists and is not a directory")
+    blocked = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
+    if blocked is not None:  # found now, not after the model has loaded
+        raise EvalError(f"--out {out} cannot be created: {blocked} is a file, not a directory")
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise EvalError(f"output directory {out} already exists and is not empty; "
                         "pass --overwrite to replace it or choose another --out")

@@ -75,7 +75,7 @@ class MHARConfig(PretrainedConfig):
         self.num_hidden_layers = num_hidden_layers
         self.num_attention_heads = num_attention_heads
         self.num_key_value_heads = num_key_value_heads
-        self.head_dim = head_dim if head_dim is not None else hidden_size // max(num_attention_heads, 1)
+        self.head_dim = head_dim  # None: d / heads, set by validate once both are known to be integers
         self.intermediate_size = intermediate_size
         self.max_position_embeddings = max_position_embeddings
         self.rms_norm_eps = rms_norm_eps
@@ -107,8 +107,21 @@ class MHARConfig(PretrainedConfig):
         """2L + 1 routing sites: attention and MLP of every layer, plus the final site."""
         return 2 * self.num_hidden_layers + 1
 
+    #: fields that must be positive integers (a config.json edited by hand may hold anything)
+    POSITIVE_INT_FIELDS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
+                           "num_key_value_heads", "head_dim", "intermediate_size", "max_position_embeddings",
+                           "routing_heads", "hyper_streams", "delta_num_blocks")
+
     def validate(self) -> None:
         """Raise `ConfigError` naming the field to fix."""
+        for name in self.POSITIVE_INT_FIELDS:
+            if name == "head_dim" and self.head_dim is None:
+                continue
+            value = getattr(self, name, 1)
+            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+                raise ConfigError(f"{name}={value!r} must be a positive integer")
+        if self.head_dim is None:
+            self.head_dim = self.hidden_size // self.num_attention_heads
         if self.residual_method not in METHODS:
             raise ConfigError(f"unknown residual method {self.residual_method!r}; choose one of {', '.join(METHODS)}")
         if self.routing_backend not in ROUTING_BACKENDS:
