@@ -130,6 +130,9 @@ def test_duplicated_doc_in_legacy_file(tmp_path):
     ('{"doc_id": 1, "filter": "none", "metrics": ["acc"]}\n', "listed in 'metrics' but absent"),
     ('{"doc_id": 1, "filter": 3, "metrics": ["acc"], "acc": 1}\n', "'filter' must be a string"),
     ('{"doc_id": 1, "acc": 1}\n', "mixes lines"),
+    # no 'metrics' list and a key that may or may not be a metric: ambiguous, refused
+    ('{"doc_id": 1, "filter": "none", "acc": 1, "note": "hand-made"}\n', "key\\(s\\) note are neither"),
+    ('{"doc_id": 1, "filter": "none", "metrics": "acc", "acc": 1}\n', "'metrics' must be a list"),
 ])
 def test_malformed_line_names_file_and_line(tmp_path, bad, match):
     b = _copy_arm(tmp_path)
@@ -140,6 +143,21 @@ def test_malformed_line_names_file_and_line(tmp_path, bad, match):
     with pytest.raises(StatsError, match=match) as e:
         read_samples(f)
     assert f"{f}:4:" in str(e.value)
+
+
+def test_lines_without_a_metrics_list_are_read_when_unambiguous(tmp_path):
+    """Samples written without the `metrics` list (other writers) give the same test as the
+    harness's own lines, because every remaining key is a metric value."""
+    b = _copy_arm(tmp_path)
+    f = _samples_file(b, "toy_mc")
+    _rewrite(f, lambda recs: [{k: v for k, v in r.items() if k != "metrics"} for r in recs])
+    stripped = read_samples(f)
+    original = read_samples(_samples_file(DATA / "new" / "arm_b", "toy_mc"))
+    assert stripped.metrics == original.metrics
+    assert [s.scores for s in stripped.samples] == [s.scores for s in original.samples]
+    want = compare_eval_dirs(DATA / "new" / "arm_a", DATA / "new" / "arm_b", tasks=["toy_mc"], n_boot=200).rows
+    got = compare_eval_dirs(DATA / "new" / "arm_a", b, tasks=["toy_mc"], n_boot=200).rows
+    assert [(r.metric, r.n, r.b, r.c, r.p_value) for r in got] == [(r.metric, r.n, r.b, r.c, r.p_value) for r in want]
 
 
 def test_empty_and_missing_inputs(tmp_path):

@@ -46,6 +46,25 @@ NON_METRIC_KEYS = frozenset({"doc_id", "doc", "target", "arguments", "resps", "f
 METRIC_PREFERENCE = ("acc", "exact_match", "pass@1", "pass_at_1", "em", "correct", "acc_norm")
 
 
+def _is_metric_value(value: Any) -> bool:
+    """A per-item metric value: a number or bool, or a list of numbers (e.g. perplexity's pair)."""
+    if isinstance(value, (bool, int, float)):
+        return True
+    return isinstance(value, list) and all(isinstance(v, (bool, int, float)) for v in value)
+
+
+def _unlisted_metrics(rec: dict[str, Any], where: str) -> list[str]:
+    """The metric names of a line that has no `metrics` list (writers other than the harness
+    itself): every key that is not a known sample field, provided each holds a metric value.
+    A line with other keys is ambiguous and refused."""
+    extra = [k for k in rec if k not in NON_METRIC_KEYS]
+    unclear = [k for k in extra if not _is_metric_value(rec[k])]
+    if unclear:
+        raise StatsError(f"{where}: no 'metrics' list, and the key(s) {', '.join(unclear)} are neither known sample "
+                         f"fields nor metric values; add a 'metrics' list naming the per-item metrics")
+    return extra
+
+
 @dataclass(frozen=True)
 class Sample:
     """One (document, filter) line of a samples file."""
@@ -192,7 +211,7 @@ def read_samples(path: str | Path, task: str | None = None,
                 flt = rec["filter"]
                 if not isinstance(flt, str):
                     raise StatsError(f"{where}: 'filter' must be a string, got {flt!r}")
-                names = rec.get("metrics")
+                names = rec["metrics"] if "metrics" in rec else _unlisted_metrics(rec, where)
                 if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
                     raise StatsError(f"{where}: 'metrics' must be a list of metric names, got {names!r}")
                 missing = [n for n in names if n not in rec]
