@@ -86,6 +86,23 @@ def test_width_summary_is_mean_over_routed_sites(runs):
     assert w.attrs["method"] == "attnres" and w.attrs["probe"] == "width_disagreement"
 
 
+def test_an_empty_interleaved_control_is_detected_and_not_reported(runs):
+    """At d = S x head_dim (here 32 = 4 x 8) the head-interleaved slices are the contiguous ones:
+    the capture says so, the KL of both slicings is the same number, and the probe table reports
+    no interleaved control. With 8 attention heads of 8 dims the control differs and is reported."""
+    empty = runs["attnres"]
+    real = capture(model("attnres", hidden_size=64, num_attention_heads=8))
+    for ds, differs in ((empty, False), (real, True)):
+        kl = ds.slice_kl
+        same = np.array_equal(kl.sel(slicing="contiguous"), kl.sel(slicing="interleaved"), equal_nan=True)
+        assert same is not differs
+        col = probe_table([ds]).iloc[:, 0]
+        assert bool(col["head-interleaved slicing differs from contiguous"]) is differs
+        assert bool(np.isfinite(col["head-interleaved slicing: learned excess"])) is differs
+        # datasets captured before interleave_distinct existed are judged from their KL
+        assert bool(width_disagreement(ds.drop_vars("interleave_distinct")).interleaved_differs) is differs
+
+
 def test_collinearity_probe_collinear_and_orthogonal(runs):
     ds = runs["attnres"].copy(deep=True)
     N = ds.sizes["source"]

@@ -10,9 +10,21 @@ one source has KL = 0 by construction and is no routing decision).
 
 from __future__ import annotations
 
+import numpy as np
 import xarray as xr
 
 from .provenance import require_probes, with_provenance
+
+
+def interleaved_differs(ds: xr.Dataset) -> bool:
+    """Whether the head-interleaved slicing differs from the contiguous one at some routed head.
+    False when every head is exactly S units wide: the control then computes the same KL. (Datasets
+    captured before `interleave_distinct` was recorded: whether the two slicings' KL differ.)"""
+    if "interleave_distinct" in ds:
+        return bool((ds.interleave_distinct.where(ds.site_num_sources >= 2, 0) > 0).any())
+    kl = ds.slice_kl
+    return not np.array_equal(kl.sel(slicing="contiguous").values, kl.sel(slicing="interleaved").values,
+                              equal_nan=True)
 
 
 def width_disagreement(ds: xr.Dataset) -> xr.Dataset:
@@ -36,6 +48,7 @@ def width_disagreement(ds: xr.Dataset) -> xr.Dataset:
     out["summary_null_std"] = summary_null.std("draw", ddof=1) if null.sizes["draw"] > 1 else summary_null.mean("draw") * float("nan")
     out["summary_excess"] = out.summary_kl - out.summary_null_mean
     out["summary_sites"] = int(routed.sum())
+    out["interleaved_differs"] = interleaved_differs(ds)
     for name in out.data_vars:
         out[name].attrs["units"] = "nats"
     return with_provenance(out, "width_disagreement", [ds])

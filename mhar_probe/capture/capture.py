@@ -17,7 +17,8 @@ with probes (default):
   null_weight_mean [draw, site, source, head]        E_p alpha under those random queries
   source_cosine [site, source, source_b]   E_p cos(x_n, x_n') of the sources site s reads
   source_rms [site, source]                E_p ||x_n|| / sqrt(d)
-  query_norm [site, head], interleave_unit [site, head]
+  query_norm [site, head], interleave_unit [site, head], interleave_distinct [site, head]
+  (1 where the head-interleaved slicing differs from the contiguous one; 0: an empty control)
 """
 
 from __future__ import annotations
@@ -247,6 +248,7 @@ def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) ->
             "source_rms": (("site", "source"), _nan_where(R, src_ok)),
             "query_norm": (("site", "head"), acc.query_norm.numpy()),
             "interleave_unit": (("site", "head"), np.where(head_ok, acc.units.numpy(), 0)),
+            "interleave_distinct": (("site", "head"), np.where(head_ok, acc.interleave_distinct.numpy(), 0)),
         })
         coords.update(slicing=np.array(SLICINGS, dtype=object), slice=np.arange(acc.probes.slices),
                       draw=np.arange(acc.probes.draws), source_b=np.arange(N),

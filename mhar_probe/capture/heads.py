@@ -9,6 +9,8 @@ so l_h = sum_s l_{h,s} for either slicing:
   contiguous   D_h^s = the s-th of S equal consecutive chunks of D_h;
   interleaved  D_h^s = units u with u mod S == s, a unit being one attention head (head_dim
                dims) when D_h holds a multiple of S attention heads, else one dimension.
+When D_h holds exactly S units (width = S * unit, e.g. `tiny`'s d = 128 = 4 x 32 at S = 4) the
+interleaved slices are the contiguous ones: the control is empty, and `probe_matrix` says so.
 
 All of them are columns of one matrix M [d, V * 2 * H * S] (V query variants: the trained
 query and `draws` matched-norm random queries), so a site costs one matmul  keys @ M.
@@ -57,24 +59,26 @@ def matched_norm_draws(heads: list[tuple[Tensor, Tensor]], draws: int, generator
 
 
 def probe_matrix(heads: list[tuple[Tensor, Tensor]], variants: list[list[Tensor]], d: int, slices: int,
-                 head_dim: int, max_heads: int) -> tuple[Tensor, list[int]]:
-    """M [d, V, 2, max_heads, S] (zeros for absent heads) and the interleave unit of each head.
+                 head_dim: int, max_heads: int) -> tuple[Tensor, list[int], list[bool]]:
+    """M [d, V, 2, max_heads, S] (zeros for absent heads), the interleave unit of each head, and
+    whether its interleaved slicing differs from the contiguous one (False: an empty control).
 
     `variants[v][h]` is head h's query (on its dims) in variant v (v = 0: the trained query).
     """
     V = len(variants)
     dev = heads[0][0].device
     M = torch.zeros(d, V, len(SLICINGS), max_heads, slices, dtype=torch.float64, device=dev)
-    units = []
+    units, distinct = [], []
     for h, (dims, _) in enumerate(heads):
         contiguous, interleaved, unit = slice_assignment(len(dims), slices, head_dim)
         units.append(unit)
+        distinct.append(not torch.equal(contiguous, interleaved))
         for m, assign in enumerate((contiguous, interleaved)):
             assign = assign.to(dev)
             for v in range(V):
                 q = variants[v][h].double()
                 M[dims, v, m, h, assign] = q
-    return M, units
+    return M, units, distinct
 
 
 def slice_kl(slice_logits: Tensor, head_logits: Tensor) -> Tensor:

@@ -61,13 +61,15 @@ class RoutingAccumulator:
         self.query_norm = torch.full((S, H), float("nan"), dtype=torch.float64)
         self.matrices: list[Tensor] = []  # per site: [d, V*2*H*Sl] float32
         self.units = torch.zeros(S, H, dtype=torch.long)
+        self.interleave_distinct = torch.zeros(S, H, dtype=torch.int8)  # 1: the interleaved control differs
         for s, site in enumerate(self.sites):
             heads = head_queries(site.query.detach(), site.num_heads)
             gen = torch.Generator().manual_seed(probes.seed * 1_000_003 + s)
             variants = [[q for _, q in heads], *matched_norm_draws(heads, probes.draws, gen)]
-            M, units = probe_matrix(heads, variants, self.d, probes.slices, self.head_dim, H)
+            M, units, distinct = probe_matrix(heads, variants, self.d, probes.slices, self.head_dim, H)
             self.matrices.append(M.reshape(self.d, -1).to(device=device, dtype=torch.float32))
             self.units[s, : len(units)] = torch.tensor(units)
+            self.interleave_distinct[s, : len(distinct)] = torch.tensor(distinct, dtype=torch.int8)
             for h, (_, q) in enumerate(heads):
                 self.query_norm[s, h] = q.detach().double().norm().cpu()
 
