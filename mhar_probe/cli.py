@@ -64,7 +64,9 @@ positive_int, nonnegative_int = bounded_int(1), bounded_int(0)
 def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--preset", default="tiny", help=f"model size: {', '.join(PRESETS)}")
     p.add_argument("--method", default="mhar", help=f"residual method: {', '.join(METHODS)}")
-    p.add_argument("--heads", type=positive_int, default=None, help="routing heads H (default: KV heads)")
+    p.add_argument("--heads", type=positive_int, default=None,
+                   help="routing heads H (default: 8 at the paper's presets 100m-1b, KV heads at tiny; "
+                        "mhar info says which and why)")
     p.add_argument("--kv-heads", type=positive_int, default=None, help="override the preset's KV heads")
     p.add_argument("--layers", type=positive_int, default=None, help="override the preset's number of layers L")
     p.add_argument("--hidden-size", type=positive_int, default=None, help="override the preset's width d")

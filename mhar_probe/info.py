@@ -10,6 +10,7 @@ import torch
 
 from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM
+from .model.config import routing_heads_reason
 from .rundir import require_run_dir
 
 PARTS = (  # (part, predicate on the parameter name), first match wins
@@ -56,6 +57,7 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
     seq_len = config.max_position_embeddings // 2
     info = dict(
         run=run, method=config.residual_method, preset=config.preset, routing_heads=config.routing_heads,
+        routing_heads_reason=routing_heads_reason(config),
         parameters=parameters_by_part(model), flops_per_token=flops_per_token(config, seq_len),
         seq_len_for_flops=seq_len, config=json.loads(config.to_json_string()),
     )
@@ -63,7 +65,8 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
         info["summary"] = json.loads((Path(run) / "summary.json").read_text())
     if not as_text:
         return info
-    lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']}"]
+    lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']} "
+             f"({info['routing_heads_reason']})"]
     lines.append("parameters:")
     lines += [f"  {k:<20} {v:>14,}" for k, v in info["parameters"].items()]
     lines.append(f"training FLOPs per token (T={seq_len}):")

@@ -265,3 +265,17 @@ def test_sequence_longer_than_position_limit_is_refused():
     model = make("baseline")
     with pytest.raises(ValueError, match="max_position_embeddings"):
         model(torch.zeros(1, 65, dtype=torch.long))
+
+
+@pytest.mark.parametrize("preset,kv", [("100m", 4), ("124m", 4), ("350m", 8), ("1b", 8)])
+def test_mhar_at_the_papers_scales_routes_with_eight_heads(preset, kv):
+    """The paper adopts H = 8 for its models (Table main: "MHAR (H=8)" at 100M with KV = 4); H = KV
+    stays one flag away, and mhar_hw keeps H = G."""
+    from mhar_probe.model.config import routing_heads_reason
+
+    mhar = MHARConfig.from_preset(preset, residual_method="mhar")
+    assert (mhar.routing_heads, mhar.num_key_value_heads) == (8, kv)
+    assert "the paper's choice" in routing_heads_reason(mhar)
+    assert MHARConfig.from_preset(preset, residual_method="mhar", routing_heads=kv).routing_heads == kv
+    assert MHARConfig.from_preset(preset, residual_method="mhar_hw").routing_heads == kv
+    assert MHARConfig.from_preset("tiny", residual_method="mhar").routing_heads == 2  # tiny: H = KV

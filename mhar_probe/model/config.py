@@ -29,6 +29,26 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+#: routing heads of `mhar` at the paper's scales: it adopts H = 8 for its models (Table main,
+#: "MHAR (H=8)" at 100M with KV = 4). `tiny` and other methods keep H = KV (mhar_hw needs H = G).
+PAPER_ROUTING_HEADS = {"100m": 8, "124m": 8, "350m": 8, "1b": 8}
+
+
+def routing_heads_reason(config: "MHARConfig") -> str:
+    """Why `config` routes with the heads it has, in words (for `mhar info`)."""
+    H, kv, method = config.routing_heads, config.num_key_value_heads, config.residual_method
+    if method not in ("attnres", "mhar", "mhar_hw", "delta"):
+        return f"{method} does not route"
+    if method == "attnres":
+        return "attnres routes with one head (MHAR at H = 1)"
+    if method == "mhar" and PAPER_ROUTING_HEADS.get(config.preset) == H:
+        other = "equal to KV here" if H == kv else f"--heads {kv} for H = KV"
+        return f"H = {H}: the paper's choice at preset {config.preset}; {other}"
+    if H == kv:
+        return f"H = KV = {kv}" + ("; mhar_hw has one full-width query per KV group" if method == "mhar_hw" else "")
+    return f"H = {H}, set by --heads (KV = {kv})"
+
+
 class ConfigError(ValueError):
     """A configuration the model cannot be built from; the message names the field to fix."""
 
@@ -149,6 +169,8 @@ class MHARConfig(PretrainedConfig):
         if values.get("num_hidden_layers", 0) and "delta_num_blocks" not in overrides:
             values["delta_num_blocks"] = max(1, values["num_hidden_layers"] // 4)
         values.update({k: v for k, v in overrides.items() if v is not None})
+        if values.get("residual_method") == "mhar" and values.get("routing_heads") is None:
+            values["routing_heads"] = PAPER_ROUTING_HEADS.get(preset)  # None: H = KV
         return cls(preset=preset, **values)
 
     @staticmethod
