@@ -103,6 +103,32 @@ def test_an_empty_interleaved_control_is_detected_and_not_reported(runs):
         assert bool(width_disagreement(ds.drop_vars("interleave_distinct")).interleaved_differs) is differs
 
 
+def test_cross_head_spread_tells_independent_from_grouped_heads():
+    """The mean off-diagonal r of deviations is tied to -1/(H-1) whatever the heads do (sum_h D_h = 0);
+    the spread of r about it is not. Synthetic token-mean weights on a real H = 4 capture (its
+    random-query null stays): heads with independent noise give a small spread, two pairs of heads
+    sharing opposite deviations a spread near its analytic 0.943, far outside the null."""
+    ds = capture(model("mhar", routing_heads=4), draws=6)
+    rng = np.random.default_rng(0)
+    shape = ds.weight_mean.shape  # [site, source, head]
+    base = rng.random(shape[:2])[..., None]
+    pattern = rng.normal(size=shape[:2])[..., None]
+    noise = lambda: 0.01 * rng.normal(size=shape)  # noqa: E731
+    visible = np.isfinite(ds.weight_mean.values)
+    stats = {}
+    for name, heads in (("independent", base + noise()),
+                        ("grouped", base + 0.05 * pattern * np.array([1, 1, -1, -1]) + 0.1 * noise())):
+        synth = ds.copy()
+        synth["weight_mean"] = (ds.weight_mean.dims, np.where(visible, heads, np.nan))
+        stats[name] = per_head_deviation(synth)
+    for d in stats.values():  # the constraint pins the mean either way
+        assert float(d.cross_head_corr_mean) == pytest.approx(-1 / 3, abs=0.1)
+    assert float(stats["independent"].cross_head_spread) < 0.4
+    assert float(stats["grouped"].cross_head_spread) == pytest.approx(np.sqrt(48 / 54), abs=0.05)
+    assert float(stats["grouped"].cross_head_spread_z) > float(stats["independent"].cross_head_spread_z) + 3
+    assert float(stats["grouped"].cross_head_spread_z) > 3
+
+
 def test_collinearity_probe_collinear_and_orthogonal(runs):
     ds = runs["attnres"].copy(deep=True)
     N = ds.sizes["source"]

@@ -4,9 +4,17 @@
     D_h    = wbar_h - wbar                                  [site, source, head]
 The null is the same map under matched-norm random queries (per draw). Replication r is the
 Pearson correlation of D computed on the two disjoint halves of the text (sample index mod 2);
-the cross-head correlation is corr(D_h, D_h') over the (site, source) cells. Since sum_h D_h = 0,
-independent heads would give a mean off-diagonal correlation of -1/(H-1), reported alongside.
-Statistics use the first `first_sites` sites (the figure shows ten) and skip one-source sites.
+the cross-head correlation is corr(D_h, D_h') over the (site, source) cells.
+
+Since sum_h D_h = 0, the off-diagonal correlations are tied: with equal variances their mean is
+exactly -1/(H-1) (-1 at H = 2) whatever the heads do, so that mean is reported only beside its
+reference. (A leave-one-out consensus changes nothing: w_h - mean_{h'!=h} w_h' = H/(H-1) D_h.)
+What the constraint leaves free is how the correlations spread around their mean: independent
+heads give off-diagonal r all near -1/(H-1), heads that share deviations in groups give r near
++1 within and -1 across groups. The test of "near-uncorrelated across heads" is that spread (the
+RMS of the off-diagonal r about their mean) against the same spread under the matched-norm
+random-query null (heads independent by construction, same sources and constraint; mean and sd
+over draws): `cross_head_spread_z` = (spread - null mean) / null sd. The figure's caption shows it.
 """
 
 from __future__ import annotations
@@ -39,6 +47,18 @@ def _pearson(a: np.ndarray, b: np.ndarray) -> float:
     return float((a * b).sum() / denom) if denom > 0 else float("nan")
 
 
+def _corr_matrix(vecs: np.ndarray) -> np.ndarray:
+    """Pearson correlations [H, H] between the rows of `vecs` [H, cells]."""
+    H = vecs.shape[0]
+    return np.array([[_pearson(vecs[i], vecs[j]) for j in range(H)] for i in range(H)])
+
+
+def _spread(corr: np.ndarray) -> float:
+    """RMS of the off-diagonal correlations about their mean (0 at H = 2: the one pair is -1)."""
+    off = corr[~np.eye(corr.shape[0], dtype=bool)]
+    return float(np.sqrt(np.mean((off - off.mean()) ** 2)))
+
+
 def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Dataset:
     """Deviation maps, null maps and their summary statistics for a multi-head run."""
     if ds.sizes["head"] < 2:
@@ -57,8 +77,13 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
     # cross-head correlation over (site, source) cells every head has
     common = keep.all(-1)  # [site, source]
     vecs = np.stack([Dv[..., h][common] for h in range(H)])  # [H, cells]
-    corr = np.array([[_pearson(vecs[i], vecs[j]) for j in range(H)] for i in range(H)])
+    corr = _corr_matrix(vecs)
     off = corr[~np.eye(H, dtype=bool)]
+    spread = _spread(corr)
+    # the same spread for the random-query null's heads (independent by construction)
+    null_spread = np.array([_spread(_corr_matrix(np.stack([d[..., h][common] for h in range(H)])))
+                            for d in D_null.values]) if D_null.sizes["draw"] else np.array([np.nan])
+    null_sd = float(null_spread.std(ddof=1)) if null_spread.size > 1 else float("nan")
     out = xr.Dataset(
         {
             "deviation": D,
@@ -73,6 +98,11 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
             "cross_head_corr": (("head", "head_b"), corr),
             "cross_head_corr_mean": float(off.mean()),
             "cross_head_corr_independent": -1.0 / (H - 1),
+            "cross_head_spread": spread,
+            "cross_head_spread_null": ("draw", null_spread) if D_null.sizes["draw"] else float("nan"),
+            "cross_head_spread_null_mean": float(null_spread.mean()),
+            "cross_head_spread_null_std": null_sd,
+            "cross_head_spread_z": (spread - float(null_spread.mean())) / null_sd if null_sd > 0 else float("nan"),
             "cells": int(keep.sum()),
         },
         coords={"head_b": np.arange(H)},

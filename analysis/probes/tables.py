@@ -67,7 +67,11 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
             "null max |D| (sd)": float(d.null_max_abs_std), "mean |D|": float(d.mean_abs),
             "null mean |D|": float(d.null_mean_abs_mean), "replication r": float(d.replication_r),
             "cross-head r (mean)": float(d.cross_head_corr_mean),
-            "cross-head r if independent": float(d.cross_head_corr_independent), "cells": int(d.cells),
+            "cross-head r if independent": float(d.cross_head_corr_independent),
+            "cross-head r spread": float(d.cross_head_spread),
+            "cross-head r spread, random-query null (mean)": float(d.cross_head_spread_null_mean),
+            "cross-head r spread, random-query null (sd)": float(d.cross_head_spread_null_std),
+            "cross-head r spread excess (z)": float(d.cross_head_spread_z), "cells": int(d.cells),
         }
     return pd.DataFrame.from_dict(rows, orient="index")
 
