@@ -47,11 +47,11 @@ def caption(stats, paper: dict) -> str:
     if np.isfinite(float(stats.null_max_abs_std)):
         null += f" ± {float(stats.null_max_abs_std):.3f}"
     return (f"Dark: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm random query; "
-            f"replication r = {float(stats.replication_r):.2f} (disjoint halves);\n"
+            f"replication r = {float(stats.replication_r):.2f} (halves: alternate rows, so the same documents);\n"
             f"mean cross-head r = {float(stats.cross_head_corr_mean):.2f} (tied to "
             f"{float(stats.cross_head_corr_independent):.2f} by sum_h D_h = 0); spread of r = "
             f"{float(stats.cross_head_spread):.2f} vs {float(stats.cross_head_spread_null_mean):.2f} "
-            f"± {float(stats.cross_head_spread_null_std):.2f} for random-query heads. "
+            f"± {float(stats.cross_head_spread_null_std):.2f} for random-query heads.\n"
             f"Paper ({paper['scale'].upper()}): ±{paper['max_abs']} vs {paper['null_max_abs']}, r = {paper['replication_r']}.")
 
 

@@ -3,7 +3,8 @@
     wbar_h = E_p w_{s,h}(n | p),   wbar = mean_h wbar_h  (consensus over the heads the site has)
     D_h    = wbar_h - wbar                                  [site, source, head]
 The null is the same map under matched-norm random queries (per draw). Replication r is the
-Pearson correlation of D computed on the two disjoint halves of the text (sample index mod 2);
+Pearson correlation of D computed on the two halves of the text (sample index mod 2: alternate rows,
+so the same documents feed both halves -- not yet the paper's disjoint text);
 the cross-head correlation is corr(D_h, D_h') over the (site, source) cells.
 
 Since sum_h D_h = 0, the off-diagonal correlations are tied: with equal variances their mean is
