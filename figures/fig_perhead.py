@@ -42,14 +42,20 @@ def shown_cells(c: Captured, first_sites: int = FIRST_SITES) -> tuple[int, int]:
     return S, int(c.ds.site_num_sources.values[:S].max())
 
 
+def _halves_words(stats) -> str:
+    """How the replication halves were split, in the caption's words."""
+    return ("halves of whole documents: disjoint text" if str(stats.attrs.get("halves", "")).startswith("documents")
+            else "halves of alternate rows: the same documents")
+
+
 def caption(stats, paper: dict) -> str:
     null = f"{float(stats.null_max_abs_mean):.3f}"
     if np.isfinite(float(stats.null_max_abs_std)):
         null += f" ± {float(stats.null_max_abs_std):.3f}"
-    return (f"Dark: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm random query; "
-            f"replication r = {float(stats.replication_r):.2f} (halves: alternate rows, so the same documents);\n"
+    return (f"Dark: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm "
+            f"random query; replication r = {float(stats.replication_r):.2f}\n({_halves_words(stats)}); "
             f"mean cross-head r = {float(stats.cross_head_corr_mean):.2f} (tied to "
-            f"{float(stats.cross_head_corr_independent):.2f} by sum_h D_h = 0); spread of r = "
+            f"{float(stats.cross_head_corr_independent):.2f} by sum_h D_h = 0);\nspread of cross-head r = "
             f"{float(stats.cross_head_spread):.2f} vs {float(stats.cross_head_spread_null_mean):.2f} "
             f"± {float(stats.cross_head_spread_null_std):.2f} for random-query heads.\n"
             f"Paper ({paper['scale'].upper()}): ±{paper['max_abs']} vs {paper['null_max_abs']}, r = {paper['replication_r']}.")

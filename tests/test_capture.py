@@ -267,3 +267,57 @@ def test_non_routing_files_give_clear_errors(tmp_path):
         capture_routing(make("baseline", randomise=False), [ids(1, 4)], progress=False)
     with pytest.raises(CaptureError, match="no tokens"):
         capture_routing(make("mhar"), [], progress=False)
+
+
+def test_halves_split_by_whole_documents(tmp_path):
+    """Packed rows cut documents across rows; with each token's document given, every document
+    falls in one half (document index mod 2), and each half's mean is the per-token mean over the
+    tokens of its documents (an independent recount from the streamed per-token weights)."""
+    from mhar_probe.capture.runs import row_batches
+    from mhar_probe.data import document_index, pack_tokens
+
+    model = make("mhar")
+    eos = 0
+    g = torch.Generator().manual_seed(5)
+    docs = [torch.randint(1, 97, (int(n),), generator=g) for n in torch.randint(3, 12, (12,), generator=g)]
+    stream = torch.cat([torch.cat([d, torch.tensor([eos])]) for d in docs]).numpy()
+    packed = pack_tokens(stream, 7)  # rows of 8 tokens, documents cut across rows
+    documents = document_index(packed, eos)
+    assert documents[0, 0] == 0 and int(documents.max()) <= len(docs) - 1
+    flat = packed.reshape(-1)
+    assert all(int(documents.reshape(-1)[i]) == int((flat[:i] == eos).sum()) for i in range(flat.numel()))
+    batches, _ = row_batches((packed, documents), None, 3)
+    ds = capture_routing(model, batches, per_token=True, out=tmp_path / "t.nc", progress=False, draws=1)
+    assert ds.attrs["halves"].startswith("documents")
+    parity = (documents % 2).numpy()  # [M, T]
+    for k in (0, 1):
+        want = ds.token_weights.values[parity == k].mean(0)  # [site, source, head]
+        np.testing.assert_allclose(ds.weight_mean_half.sel(half=k).values, want, rtol=1e-5, atol=1e-6)
+        assert int(ds.documents_half.sel(half=k)) == len(np.unique(documents.numpy()[parity == k]))
+    seen = [set(np.unique(documents.numpy()[parity == k])) for k in (0, 1)]
+    assert not seen[0] & seen[1]  # no document in both halves
+    ds.close()
+    rows_only = capture_routing(model, [packed[:3]], progress=False, draws=1)
+    assert rows_only.attrs["halves"].startswith("rows") and list(rows_only.documents_half.values) == [0, 0]
+    with pytest.raises(CaptureError, match="must give its tokens' documents"):
+        capture_routing(model, [batches[0], packed[:3]], progress=False, draws=1)
+
+
+def test_replication_is_one_when_both_halves_hold_the_same_documents():
+    """Known replication: every row is one whole document (ending in <eos>) and each document
+    appears twice in a row, so the document split puts one copy of each in each half; the halves'
+    deviations are then equal and the split-half r is 1. Distinct documents give r < 1."""
+    from analysis.probes import per_head_deviation
+    from mhar_probe.capture.runs import row_batches
+    from mhar_probe.data import document_index
+
+    model = make("mhar")
+    g = torch.Generator().manual_seed(9)
+    unique = torch.randint(1, 97, (6, 8), generator=g)
+    unique[:, -1] = 0  # each row is one document closed by <eos> = 0
+    for rows, same in ((unique.repeat_interleave(2, dim=0), True), (torch.cat([unique, unique.flip(1)]), False)):
+        rows = rows.clone()
+        rows[:, -1] = 0
+        batches, _ = row_batches((rows, document_index(rows, 0)), None, 4)
+        r = float(per_head_deviation(capture_routing(model, batches, progress=False, draws=2)).replication_r)
+        assert (r == pytest.approx(1.0, abs=1e-9)) is same, r

@@ -66,6 +66,7 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
             "max |D|": float(d.max_abs), "null max |D| (mean)": float(d.null_max_abs_mean),
             "null max |D| (sd)": float(d.null_max_abs_std), "mean |D|": float(d.mean_abs),
             "null mean |D|": float(d.null_mean_abs_mean), "replication r": float(d.replication_r),
+            "replication halves": d.attrs["halves"].split(" ")[0],
             "cross-head r (mean)": float(d.cross_head_corr_mean),
             "cross-head r if independent": float(d.cross_head_corr_independent),
             "cross-head r spread": float(d.cross_head_spread),

@@ -9,7 +9,10 @@ is an `xarray.Dataset` (schema in `schema.py`), NaN where a site cannot see a so
 Variables (means over the tokens seen, mask-weighted):
   weight_mean [site, source, head]        E_p w_{s,h}(n|p)              (from hook_weights)
   weight_std  [site, source, head]        token standard deviation of the same
-  weight_mean_half [half, site, source, head] the same on the two halves (sample index mod 2)
+  weight_mean_half [half, site, source, head] the same on the two halves: whole documents
+      alternate (document index mod 2) where the batches name their tokens' documents, as the
+      held-out rows of `capture.runs` do; else rows alternate. attrs["halves"] says which.
+  documents_half [half] documents in each half (0 when split by rows)
   tokens_half [half]
 with probes (default):
   slice_kl [slicing, site, head, slice]   E_p KL(a_{s,h,j} || alpha_{s,h}), trained query
@@ -69,11 +72,12 @@ def routing_backend(model: nn.Module, name: str | None) -> Iterator[str]:
                 s.backend = b
 
 
-def _unpack(batch: Batch) -> tuple[Tensor, Tensor | None]:
+def _unpack(batch: Batch) -> tuple[Tensor, Tensor | None, Tensor | None]:
+    """(ids [B, T], attention mask [B, T] or None, document index per token [B, T] or None)."""
     if isinstance(batch, Tensor):
-        return batch, None
+        return batch, None, None
     if isinstance(batch, Mapping) and "input_ids" in batch:
-        return batch["input_ids"], batch.get("attention_mask")
+        return batch["input_ids"], batch.get("attention_mask"), batch.get("document")
     raise CaptureError(f"a batch must be a LongTensor [B, T] or a mapping with 'input_ids'; got {type(batch).__name__}")
 
 
@@ -124,10 +128,10 @@ def capture_routing(
                 t0 = time.perf_counter()
                 with hooks(model, collector.fwd_hooks()):
                     for batch in tqdm(batches, disable=not progress, desc="capture", unit="batch", total=total):
-                        ids, mask = _unpack(batch)
+                        ids, mask, documents = _unpack(batch)
                         if writer is None and per_token:
                             writer = TokenWriter(tmp, layout, ids.shape[1])
-                        _capture_batch(model, layout, acc, collector, ids.to(device), mask, writer)
+                        _capture_batch(model, layout, acc, collector, ids.to(device), mask, documents, writer)
                 elapsed = time.perf_counter() - t0
             finally:
                 if writer is not None:
@@ -138,6 +142,7 @@ def capture_routing(
                 raise CaptureError("no tokens were captured: the batch iterable was empty or fully masked")
             meta = {"slices": slices, "null_draws": draws, "null_seed": seed,
                     "probes": int(probes), "per_token": int(per_token),
+                    "halves": HALVES_TEXT[acc.halves_by],
                     "capture_seconds": round(elapsed, 3), **(attrs or {})}
             ds = _finalize(acc, layout, provenance(
                 model, run_path=run_path, split=split, tokens=int(acc.tokens.sum()), samples=acc.samples,
@@ -179,13 +184,36 @@ class _Collector:
         return out
 
 
+#: attrs["halves"] of a dataset, by how its halves were split
+HALVES_TEXT = {"documents": "documents (document index mod 2: disjoint text)",
+               "rows": "rows (sample index mod 2: the same documents in both halves)"}
+
+
+def _halves(acc: RoutingAccumulator, documents: Tensor | None, B: int, T: int) -> Tensor:
+    """The half of every token [B, T]: its document's index mod 2 when documents are given (whole
+    documents to one half: disjoint text), else its row's sample index mod 2 (rows alternate)."""
+    by = "documents" if documents is not None else "rows"
+    if acc.halves_by not in (None, by):
+        raise CaptureError("every batch of one capture must give its tokens' documents, or none may")
+    acc.halves_by = by
+    if documents is None:
+        return (torch.arange(acc.samples, acc.samples + B) % 2)[:, None].expand(B, T)
+    if documents.shape != (B, T):
+        raise CaptureError(f"a batch's 'document' must have the shape of its input_ids {(B, T)}, "
+                           f"got {tuple(documents.shape)}")
+    return documents.cpu() % 2
+
+
 def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, collector: _Collector, ids: Tensor,
-                   mask: Tensor | None, writer: TokenWriter | None) -> None:
+                   mask: Tensor | None, documents: Tensor | None, writer: TokenWriter | None) -> None:
     B, T = ids.shape
     S = layout.num_sites
     masked = mask is not None and not bool(mask.all())
     m_in = mask.to(ids.device, torch.float32) if mask is not None else torch.ones(B, T, device=ids.device)
-    half = torch.arange(acc.samples, acc.samples + B) % 2  # [B] sample index mod 2
+    half = _halves(acc, documents, B, T)  # [B, T]
+    if documents is not None:
+        for k in (0, 1):
+            acc.documents[k].update(documents[(half == k) & (m_in.cpu() > 0)].unique().tolist())
     kwargs = {"use_cache": False}
     if masked:
         kwargs["attention_mask"] = mask.to(ids.device)
@@ -224,6 +252,8 @@ def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) ->
         "weight_std": (("site", "source", "head"), _nan_where(np.sqrt(var), vis)),
         "weight_mean_half": (("half", "site", "source", "head"), _nan_where(half_mean, vis[None])),
         "tokens_half": (("half",), tok_half),
+        "documents_half": (("half",), np.array([len(d) for d in acc.documents]) if acc.halves_by == "documents"
+                           else np.zeros(2, dtype=int)),
     }
     coords = layout.coords()
     coords["half"] = np.arange(2)

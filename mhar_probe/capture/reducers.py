@@ -1,8 +1,10 @@
 """Streaming reductions: fixed-size running sums, updated batch by batch.
 
 Every accumulator is a sum over tokens p (with token weight m_p in {0, 1}, the attention mask)
-split by half k(p) = (global sample index) mod 2, so two disjoint halves of the text are kept
-apart and totals are their sum. Memory is independent of the number of tokens.
+split by half k(p) = (index of p's document) mod 2 where the batches name each token's document
+(capture's own held-out rows do), so the halves are disjoint text; else k(p) = (global sample
+index) mod 2, alternate rows. Totals are the halves' sum. Memory is independent of the number of
+tokens (but for the sets of document indices seen in each half).
 
   weights      W[k, s, n, h]  = sum_p m_p w_{s,h}(n | p)            (captured weights)
                W2[s, n, h]    = sum_p m_p w_{s,h}(n | p)^2
@@ -45,6 +47,8 @@ class RoutingAccumulator:
         f64 = dict(dtype=torch.float64, device=device)
         self.tokens = torch.zeros(2, **f64)  # [half]
         self.samples = 0
+        self.halves_by: str | None = None  # "documents" or "rows", fixed by the first batch
+        self.documents: tuple[set[int], set[int]] = (set(), set())  # document indices seen in each half
         self.W = torch.zeros(2, S, N, H, **f64)
         self.W2 = torch.zeros(S, N, H, **f64)
         self.max_recompute_err = 0.0
@@ -75,23 +79,25 @@ class RoutingAccumulator:
 
     # ------------------------------------------------------------------ updates
     def update_tokens(self, mask: Tensor, half: Tensor) -> tuple[Tensor, Tensor]:
-        """mask [B, T] (float, on the device), half [B] -> token weights m [P] and half one-hot [B, 2]."""
+        """mask [B, T] (float, on the device), half [B, T] -> token weights m [P] and the tokens'
+        half one-hot [B, T, 2]."""
         m = mask.reshape(-1).to(torch.float64)  # [P]
-        onehot = torch.nn.functional.one_hot(half.to(self.device), 2).to(torch.float64)  # [B, 2]
-        self.tokens += onehot.T @ mask.sum(1).to(torch.float64)
+        onehot = torch.nn.functional.one_hot(half.to(self.device), 2).to(torch.float64)  # [B, T, 2]
+        self.tokens += torch.einsum("btk,bt->k", onehot, mask.to(torch.float64))
         self.samples += int(mask.shape[0])
         return m, onehot
 
     def update_weights(self, s: int, weights: Tensor, mask: Tensor | None, onehot: Tensor) -> None:
-        """weights [n, B, T, h] captured at site s; mask [B, T] or None (all tokens); onehot [B, 2].
+        """weights [n, B, T, h] captured at site s; mask [B, T] or None (all tokens); onehot [B, T, 2].
 
-        Sums over positions run in float32 within the batch (<= B*T terms), then accumulate in float64.
+        Sums over positions run in float32 within one half of one row (<= T terms), then accumulate
+        in float64.
         """
         n, _, _, h = weights.shape
         w = weights.float()
         wm = w if mask is None else w * mask[None, :, :, None]  # [n, B, T, h]
-        per_sample = wm.sum(2)  # [n, B, h]
-        self.W[:, s, :n, :h] += torch.einsum("nbh,bk->knh", per_sample.double(), onehot)
+        per_row = torch.einsum("nbth,btk->bknh", wm, onehot.float())  # [B, 2, n, h]
+        self.W[:, s, :n, :h] += per_row.double().sum(0)
         self.W2[s, :n, :h] += (wm * w).sum((1, 2)).double()
 
     def update_sources(self, s: int, sources: Tensor, m: Tensor, weights: Tensor | None,

@@ -43,22 +43,33 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = None) -> t
     return model, tokenizer, train_cfg
 
 
-def heldout_rows(tokenizer: Any, train_cfg: dict[str, Any], seq_len: int, split: str = "val") -> Tensor:
-    """Packed rows [M, seq_len] of the run's corpus split (the same corpus and cap it trained on)."""
-    from ..data import load_corpus, load_packed
+def heldout_rows(tokenizer: Any, train_cfg: dict[str, Any], seq_len: int, split: str = "val"
+                 ) -> tuple[Tensor, Tensor]:
+    """Packed rows [M, seq_len] of the run's corpus split (the same corpus and cap it trained on)
+    and the document index of each of their tokens [M, seq_len] (see `data.document_index`)."""
+    from ..data import EOS_TOKEN, document_index, load_corpus, load_packed
 
     if split not in ("train", "val"):
         raise CaptureError(f"--split must be 'train' or 'val', got {split!r}")
     corpus = load_corpus(train_cfg.get("corpus"), max_bytes=train_cfg.get("corpus_max_bytes"))
-    return load_packed(corpus, tokenizer, seq_len, split)[:, :seq_len]
+    packed = load_packed(corpus, tokenizer, seq_len, split)  # [M, seq_len + 1]
+    documents = document_index(packed, tokenizer.convert_tokens_to_ids(EOS_TOKEN))
+    return packed[:, :seq_len], documents[:, :seq_len]
 
 
-def row_batches(rows: Tensor, tokens: int | None, batch_size: int) -> tuple[list[Tensor], int]:
-    """Consecutive batches covering ceil(tokens / T) rows (all rows if tokens is None)."""
+def row_batches(rows: tuple[Tensor, Tensor] | Tensor, tokens: int | None, batch_size: int
+                ) -> tuple[list[Any], int]:
+    """Consecutive batches covering ceil(tokens / T) rows (all rows if tokens is None). Rows
+    given with their document indices (`heldout_rows`) give batches {"input_ids", "document"},
+    so that capture splits its halves by whole documents."""
     if batch_size < 1:
         raise CaptureError(f"--batch-size must be >= 1, got {batch_size}")
-    M, T = rows.shape
+    ids, documents = rows if isinstance(rows, tuple) else (rows, None)
+    M, T = ids.shape
     want = M if tokens is None else min(M, math.ceil(tokens / T))
     if want < 1:
         raise CaptureError(f"--tokens must be positive, got {tokens}")
-    return list(rows[:want].split(batch_size)), want * T
+    id_batches = ids[:want].split(batch_size)
+    if documents is None:
+        return list(id_batches), want * T
+    return [{"input_ids": i, "document": d} for i, d in zip(id_batches, documents[:want].split(batch_size))], want * T

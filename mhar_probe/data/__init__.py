@@ -13,11 +13,12 @@ from .corpus import Composition, CompositionRow, Corpus, load_corpus
 from .document import Document
 from .embedded import PROSE_SOURCES
 from .errors import DataError
-from .packing import load_packed, pack_tokens, tokenize_split
+from .packing import document_index, load_packed, pack_tokens, tokenize_split
 from .tokenizer import EOS_TOKEN, get_tokenizer, load_tokenizer, tokenizer_fingerprint
 
 __all__ = [
     "EOS_TOKEN",
+    "document_index",
     "PROSE_SOURCES",
     "Composition",
     "CompositionRow",

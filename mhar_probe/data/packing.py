@@ -105,6 +105,15 @@ def pack_tokens(ids: np.ndarray, seq_len: int, *, what: str = "token stream") ->
     return torch.from_numpy(rows)
 
 
+def document_index(rows: torch.LongTensor, eos_id: int) -> torch.LongTensor:
+    """The document of every token of packed rows [M, L] (consecutive chunks of one stream
+    ``d_0 <eos> d_1 <eos> ...``): the number of end-of-text ids before it in the stream, so a
+    document's closing <eos> belongs to it.  # [M, L]"""
+    flat = rows.reshape(-1)
+    ends = (flat == eos_id).long()
+    return (torch.cumsum(ends, 0) - ends).reshape(rows.shape)
+
+
 def load_packed(
     corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_len: int, split: str
 ) -> torch.LongTensor:
