@@ -30,8 +30,8 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.errors import UserError
+from mhar_probe.tail import TAIL_K, tail_mean
 
-TAIL_K = 11
 GRID_DIMS = ("method", "H", "kv", "lr", "seed")
 RUN_COORDS = ("method", "H", "kv", "lr", "seed", "preset", "steps", "hidden_size", "layers", "corpus",
               "finished", "path")
@@ -99,7 +99,7 @@ def read_run(run_dir: Path, *, k: int = TAIL_K) -> dict[str, Any]:
     evals = sorted((r for r in rows if r.get("val_loss") is not None), key=lambda r: r["step"])
     train = sorted((r for r in rows if r.get("loss") is not None), key=lambda r: r["step"])
     vals = [float(r["val_loss"]) for r in evals]
-    tail_k = min(k, len(vals))
+    tail, tail_k = tail_mean(vals, k)
     last = rows[-1] if rows else {}
     return dict(
         name=run_dir.name, path=str(run_dir), method=str(method), H=int(H or 0), kv=int(kv or 0),
@@ -110,7 +110,7 @@ def read_run(run_dir: Path, *, k: int = TAIL_K) -> dict[str, Any]:
                    or _preset_value(preset, "num_hidden_layers") or 0),
         corpus=str(corpus.get("name") or tc.get("corpus") or "embedded"),
         finished=bool(summary.get("finished", False)),
-        tail_mean=float(np.mean(vals[-tail_k:])) if tail_k else math.nan, tail_k=tail_k,
+        tail_mean=tail, tail_k=tail_k,
         initial_val_loss=vals[0] if vals else math.nan, final_val_loss=vals[-1] if vals else math.nan,
         flops=float(summary.get("flops", last.get("flops", math.nan))),
         tokens=float(summary.get("tokens", last.get("tokens", math.nan))),

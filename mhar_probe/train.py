@@ -31,10 +31,10 @@ from .model import MHARConfig, MHARForCausalLM
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
+from .tail import tail_mean
 from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
-TAIL_K = 11
 ROUTED_METHODS = ("attnres", "mhar", "mhar_hw", "delta")  # the methods whose sites route over depth
 
 
@@ -527,13 +527,14 @@ class Trainer:
         return summary
 
     def summary(self, evals: list[float]) -> dict[str, Any]:
+        tail, tail_k = tail_mean(evals)
         return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
             routing_heads=self.model_config.routing_heads if self.cfg.method in ROUTED_METHODS else None,
             kv_heads=self.model_config.num_key_value_heads,
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
             initial_val_loss=evals[0], final_val_loss=evals[-1],
-            tail_mean_val_loss=sum(evals[-TAIL_K:]) / len(evals[-TAIL_K:]), tail_k=min(TAIL_K, len(evals)),
+            tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__,
             **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),

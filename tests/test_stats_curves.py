@@ -116,3 +116,16 @@ def test_paired_seed_deltas_never_pair_runs_of_different_sizes():
             mk("mhar", 1, "tiny/d64L4", 5.7)]
     rows = {r.preset: r for r in paired_seed_deltas(runs)}
     assert rows["tiny"].deltas == [pytest.approx(-0.1)] and rows["tiny/d64L4"].deltas == [pytest.approx(-0.3)]
+
+
+def test_the_one_tail_mean_definition():
+    """mhar_probe.tail: the last 11 evaluations; a short run averages what it has (summaries), the
+    comparisons require the full window."""
+    from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
+
+    values = [float(v) for v in range(1, 16)]
+    assert TAIL_K == 11 and tail_mean(values) == (10.0, 11)
+    assert tail_mean(values[:3]) == (2.0, 3) and math.isnan(tail_mean([])[0])
+    assert full_tail_mean(values) == 10.0
+    with pytest.raises(ValueError, match="has 3 evaluations"):
+        full_tail_mean(values[:3], where="run x")

@@ -27,9 +27,10 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from mhar_probe.tail import TAIL_K, full_tail_mean
+
 from .errors import StatsError
 
-TAIL_K = 11
 RunRecord = dict[str, Any]
 
 
@@ -65,12 +66,11 @@ def eval_curve(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
 
 
 def tail_mean(values: Sequence[float], k: int = TAIL_K, *, where: str = "run") -> float:
-    """Mean of the last k values; at least k are required."""
-    if k < 1:
-        raise StatsError(f"tail length k must be >= 1, got {k}")
-    if len(values) < k:
-        raise StatsError(f"{where} has {len(values)} evaluations; the tail-mean needs k={k} (lower it with --k)")
-    return float(np.mean(values[-k:]))
+    """Mean of the last k values; at least k are required (`mhar_probe.tail.full_tail_mean`)."""
+    try:
+        return full_tail_mean(values, k, where=where)
+    except ValueError as exc:
+        raise StatsError(str(exc)) from None
 
 
 def _first(d: dict[str, Any], *keys: str) -> Any:

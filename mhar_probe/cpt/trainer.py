@@ -26,7 +26,8 @@ from .. import __version__
 from ..distributed import init_distributed, shutdown
 from ..errors import UserError
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
-from ..train import TAIL_K, Trainer, default_backend
+from ..tail import tail_mean
+from ..train import Trainer, default_backend
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
 from .objective import WeightEMA, decay_split, param_groups, z_loss
@@ -131,12 +132,13 @@ class CPTTrainer(Trainer):
         cfg = self.cfg
         first = next((m["loss"] for m in self.metrics if m["step"] == 1 and "loss" in m), None)
         decay, keep = decay_split(self.model)
+        tail, tail_k = tail_mean(evals)
         return dict(
             finished=True, kind=self.label, src=str(self.src), steps=self.step, lr=cfg.lr,
             min_lr=cfg.floor, warmup=cfg.warmup_steps, decay=cfg.decay, seed=cfg.seed,
             batch_size=cfg.batch_size, seq_len=self.seq_len, tokens=self.tokens, flops=self.flops,
             first_step_loss=first, initial_val_loss=evals[0], final_val_loss=evals[-1],
-            tail_mean_val_loss=sum(evals[-TAIL_K:]) / len(evals[-TAIL_K:]), tail_k=min(TAIL_K, len(evals)),
+            tail_mean_val_loss=tail, tail_k=tail_k,
             ema=cfg.ema, final_ema_val_loss=self.evaluate_ema(), z_loss=cfg.z_loss,
             weight_decay=cfg.weight_decay, decayed_parameters=sum(p.numel() for _, p in decay),
             parameters=sum(p.numel() for _, p in decay + keep),
