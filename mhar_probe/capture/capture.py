@@ -220,12 +220,12 @@ def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, co
     with torch.no_grad():
         model(ids, **kwargs)
     weights, sources = collector.take()
-    m, onehot = acc.update_tokens(m_in, half)
+    m, half_one = acc.update_tokens(m_in, half)
     for s in range(S):
         w = weights[s]
         if w is None:
             raise CaptureError(f"routing site {s} produced no weights (is the model's forward hooked?)")
-        acc.update_weights(s, w, m_in if masked else None, onehot)
+        acc.update_weights(s, w, m_in if masked else None, half_one)
         if acc.probes is not None:
             n = w.shape[0]
             src = sources[s] if collector.per_site_sources else sources[S - 1][:n]

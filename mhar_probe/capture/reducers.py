@@ -79,25 +79,35 @@ class RoutingAccumulator:
 
     # ------------------------------------------------------------------ updates
     def update_tokens(self, mask: Tensor, half: Tensor) -> tuple[Tensor, Tensor]:
-        """mask [B, T] (float, on the device), half [B, T] -> token weights m [P] and the tokens'
-        half one-hot [B, T, 2]."""
+        """mask [B, T] (float, on the device), half [B, T] -> token weights m [P] and the half-1
+        indicator: per row [B] when every row lies in one half (rows split; documents that fill
+        whole rows), else per token [B, T]. (The per-row form keeps `update_weights` free of
+        token-sized temporaries.)"""
         m = mask.reshape(-1).to(torch.float64)  # [P]
-        onehot = torch.nn.functional.one_hot(half.to(self.device), 2).to(torch.float64)  # [B, T, 2]
-        self.tokens += torch.einsum("btk,bt->k", onehot, mask.to(torch.float64))
+        half = half.to(self.device)
+        one = half.to(torch.float32)  # [B, T]
+        counts = (mask * one).sum(1).to(torch.float64)  # [B] tokens of half 1 per row
+        total = mask.sum(1).to(torch.float64)  # [B]
+        self.tokens += torch.stack([(total - counts).sum(), counts.sum()])
         self.samples += int(mask.shape[0])
-        return m, onehot
+        return m, (one[:, 0] if bool((half == half[:, :1]).all()) else one)
 
-    def update_weights(self, s: int, weights: Tensor, mask: Tensor | None, onehot: Tensor) -> None:
-        """weights [n, B, T, h] captured at site s; mask [B, T] or None (all tokens); onehot [B, T, 2].
+    def update_weights(self, s: int, weights: Tensor, mask: Tensor | None, half_one: Tensor) -> None:
+        """weights [n, B, T, h] captured at site s; mask [B, T] or None (all tokens); half_one: the
+        half-1 indicator from `update_tokens`, per row [B] or per token [B, T].
 
-        Sums over positions run in float32 within one half of one row (<= T terms), then accumulate
-        in float64.
+        Sums over positions run in float32 within a row (<= T terms), then accumulate in float64.
         """
         n, _, _, h = weights.shape
         w = weights.float()
         wm = w if mask is None else w * mask[None, :, :, None]  # [n, B, T, h]
-        per_row = torch.einsum("nbth,btk->bknh", wm, onehot.float())  # [B, 2, n, h]
-        self.W[:, s, :n, :h] += per_row.double().sum(0)
+        total = wm.sum(2)  # [n, B, h]
+        if half_one.dim() == 1:  # whole rows in one half
+            in_one = total * half_one[None, :, None]
+        else:
+            in_one = (wm * half_one[None, :, :, None]).sum(2)
+        self.W[1, s, :n, :h] += in_one.double().sum(1)
+        self.W[0, s, :n, :h] += (total - in_one).double().sum(1)
         self.W2[s, :n, :h] += (wm * w).sum((1, 2)).double()
 
     def update_sources(self, s: int, sources: Tensor, m: Tensor, weights: Tensor | None,
