@@ -11,6 +11,7 @@ epoch), so every method sees the same data in the same order.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
@@ -32,6 +33,7 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .tail import tail_mean
+from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
@@ -74,6 +76,7 @@ class TrainConfig:
     stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
     extra: dict[str, Any] = field(default_factory=dict)  # extra MHARConfig overrides
     fsdp: bool = False  # FSDP2 full sharding under torchrun instead of DDP (mhar_probe.parallel)
+    cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
     # the options the user set on the command line; on --resume only these are checked against
     # the saved run (None: every option is); not a setting, not saved
     explicit: tuple[str, ...] | None = None
@@ -145,7 +148,7 @@ def check_option_types(options: Any, what: str) -> None:
 
 
 #: what a resumed run may do differently: more steps, another machine or display
-RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp")
+RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs")
 #: bookkeeping fields of a training config, not settings of the run
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
 
@@ -220,8 +223,14 @@ def batch_indices(step: int, global_batch: int, num_rows: int, seed: int) -> tor
         raise UserError(f"the training split has {num_rows} rows, fewer than one global batch "
                         f"of {global_batch}; lower --batch-size or use more text")
     epoch, within = divmod(step, per_epoch)
-    perm = torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
-    return perm[within * global_batch:(within + 1) * global_batch]
+    return epoch_permutation(num_rows, seed, epoch)[within * global_batch:(within + 1) * global_batch]
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_permutation(num_rows: int, seed: int, epoch: int) -> torch.Tensor:
+    """The seeded order of the training rows in `epoch` (computed once per epoch, not per step:
+    a permutation of millions of rows takes milliseconds of host time)."""
+    return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int) -> MHARConfig:
@@ -265,6 +274,10 @@ class Trainer:
         self.device = self.info.device
         self.fsdp = bool(getattr(cfg, "fsdp", False))
         self.setup()  # option errors before any data work
+        try:
+            self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size)
+        except ValueError as exc:
+            raise UserError(str(exc)) from exc
         will_resume = check_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
         self._load_data()
         torch.manual_seed(cfg.seed)
@@ -282,6 +295,7 @@ class Trainer:
         elif world > 1:
             self.ddp = wrap_ddp(self.model, self.info)
         self.optimizer = self.build_optimizer()
+        self.stepper: EagerStep | GraphStep | None = None  # built at the first step, after any restore
         self.flops_per_token = self.count_flops()
         if self.info.is_main:  # every input is checked: only now is anything removed
             prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
@@ -305,6 +319,7 @@ class Trainer:
         cfg = self.cfg
         if cfg.routing_backend is None:
             cfg.routing_backend = default_backend(self.device)
+
         build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
         self.seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
 
@@ -372,8 +387,8 @@ class Trainer:
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
-        if self.device.type == "cuda":
-            return torch.autocast("cuda", dtype=torch.bfloat16)
+        if self.device.type == "cuda":  # (graph capture needs autocast's weight-cast cache off)
+            return torch.autocast("cuda", dtype=torch.bfloat16, cache_enabled=not self.cuda_graphs)
         return torch.autocast("cpu", enabled=False)
 
     def _logits(self, rows: torch.Tensor) -> torch.Tensor:
@@ -393,30 +408,31 @@ class Trainer:
         extra = self.extra_loss(logits)
         return ce + sum(extra.values()), ce, extra
 
+    def build_step(self) -> EagerStep | GraphStep:
+        """The step machinery (`mhar_probe.step`): CUDA graphs on one CUDA process unless opted out."""
+        params = [p for p in self.model.parameters() if p.requires_grad]
+        if self.cuda_graphs:
+            return GraphStep(objective=self._objective, params=params, optimizer=self.optimizer,
+                             grad_clip=self.cfg.grad_clip, device=self.device, after_step=self.after_optimizer_step)
+        for group in self.optimizer.param_groups:  # a checkpoint of a graph-stepped run: plain AdamW again
+            if group.get("capturable") or group.get("fused"):
+                group.update(capturable=False, fused=None)
+        return EagerStep(objective=self._objective, params=params, optimizer=self.optimizer,
+                         grad_clip=self.cfg.grad_clip, device=self.device, clip=clip_grad_norm,
+                         sync=lambda last: grad_sync(self.model, self.ddp, sync=last),
+                         before_clip=(lambda: sync_replicated_grads(self.model)) if self.fsdp else None,
+                         after_step=self.after_optimizer_step)
+
     def train_step(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         t0 = time.perf_counter()
+        if self.stepper is None:
+            self.stepper = self.build_step()
         lr = self.lr(self.step)
-        for group in self.optimizer.param_groups:
-            group["lr"] = lr
         idx = batch_indices(self.step, cfg.batch_size, len(self.train_rows), cfg.seed)
         mine = idx[info.rank * self.local_batch:(info.rank + 1) * self.local_batch]
-        chunks = mine.split(self.micro)
-        total = 0.0
-        extras: dict[str, float] = {}
-        for i, chunk in enumerate(chunks):
-            with grad_sync(self.model, self.ddp, sync=i == len(chunks) - 1):
-                objective, ce, extra = self._objective(self.train_rows[chunk])
-                (objective / len(chunks)).backward()
-            total += float((ce / len(chunks)).detach())
-            for name, value in extra.items():
-                extras[name] = extras.get(name, 0.0) + float(value.detach()) / len(chunks)
-        if self.fsdp:
-            sync_replicated_grads(self.model)
-        grad_norm = clip_grad_norm(self.model.parameters(), cfg.grad_clip)
-        self.optimizer.step()
-        self.optimizer.zero_grad(set_to_none=True)
-        self.after_optimizer_step()
+        result: StepResult = self.stepper([self.train_rows[chunk] for chunk in mine.split(self.micro)], lr)
+        total, grad_norm, extras = result.loss, result.grad_norm, result.extras
         step_tokens = cfg.batch_size * self.seq_len
         self.step += 1
         self.tokens += step_tokens
@@ -536,7 +552,7 @@ class Trainer:
             initial_val_loss=evals[0], final_val_loss=evals[-1],
             tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),
-            world_size=self.info.world_size, package_version=__version__,
+            world_size=self.info.world_size, package_version=__version__, cuda_graphs=self.cuda_graphs,
             **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),
         )
 

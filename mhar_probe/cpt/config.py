@@ -53,6 +53,7 @@ class CPTConfig:
     routing_backend: str | None = None  # delta runs: default triton on CUDA, eager on CPU
     checkpointing: bool = False  # activation checkpointing per decoder layer
     fsdp: bool = False  # FSDP2 full sharding (torchrun) instead of DDP
+    cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
     device: str | None = None
     resume: bool = False
     overwrite: bool = False
