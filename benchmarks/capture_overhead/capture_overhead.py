@@ -6,8 +6,12 @@ Same model, same batches, interleaved repeats; reports the median seconds per ba
   probes    capture_routing(..., probes=True)    + slice-KL (S slices, R matched-norm draws), collinearity
 as tokens/s and overhead ratios, and the peak memory of each mode.
 
-    python benchmarks/capture_overhead.py --preset tiny --batch 8 --seq 128            # CPU
-    python benchmarks/capture_overhead.py --preset 100m --batch 4 --seq 2048 --dtype bfloat16   # GPU
+    PYTHONPATH=. python benchmarks/capture_overhead/capture_overhead.py --preset tiny --batch 8 --seq 128 \
+        --repeats 3 --out benchmarks/capture_overhead/cpu_tiny.json                                  # CPU
+    PYTHONPATH=. python benchmarks/capture_overhead/capture_overhead.py --preset 100m --batch 4 --seq 2048 \
+        --dtype bfloat16 --backend triton --out benchmarks/capture_overhead/h200_100m_triton.json    # GPU
+
+Results: benchmarks/capture_overhead/results.md.
 """
 
 from __future__ import annotations
