@@ -14,7 +14,8 @@ from .style import method_label
 from .tables import Cell, Table
 
 NEEDS = ("a throughput file: python benchmarks/train_throughput.py --preset P --backend B "
-         "--out benchmarks/train_throughput_P_B.json (read from RUNS_DIR/benchmarks or ./benchmarks)")
+         "--out benchmarks/train_throughput/P_B.json (read from train_throughput/ and the top of "
+         "RUNS_DIR/benchmarks or ./benchmarks)")
 COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
 
 
@@ -27,7 +28,7 @@ def _nearest_baseline(results: list[dict], i: int) -> float | None:
 
 @generator("table_cost", kind="table", paper_ref="tab:cost, tab:maincost", needs=NEEDS)
 def make(ctx) -> list[Output]:
-    files = throughput_files(ctx.benchmark_files())
+    files = throughput_files(ctx.benchmark_files("train_throughput") + ctx.benchmark_files())
     if not files:
         raise Skip("no training-throughput benchmark files found in " +
                    (", ".join(str(b) for b in ctx.benchmarks) or "any benchmark directory"), [NEEDS])

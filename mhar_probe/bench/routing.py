@@ -402,7 +402,8 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
 # program keep the per-row reductions inside a warp (no block barrier per source row); maxnreg
 # trades registers for resident warps (Nsight Compute at the 100M training shape: the stack
 # kernel takes 218 registers, so 8 one-warp programs fit on an SM, not the 16 the grid assumes).
-# At 1B every cap tried spilled and lost by 1.2-12x (h100_2026-11-23c/sweep_1b_train_regcap.log),
+# At 1B every cap tried spilled and lost by 1.2-12x (git show
+# 56d8861:benchmarks/kernels/h100_2026-11-23c/sweep_1b_train_regcap.log),
 # so one cap per kernel stays in the lists, the mildest.
 SWEEP_FWD = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (1, 2, 96)]
 SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2),
@@ -414,8 +415,8 @@ SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4
 # keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
 # Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, and at a cap of
 # 168 128 B of spills with loops barely longer (432 -> 460 instructions; one pass: 734 -> 888). On
-# an H100 the caps still lost (results_h100.md, section 000000). A sixth entry True loads each
-# reader's q*g tiles with its dout (route_bwd_collect LOADS_FIRST), before the dl store.
+# an H100 the caps still lost (56d8861:benchmarks/kernels/results_h100.md, section 000000). A sixth
+# entry True loads each reader's q*g tiles with its dout (route_bwd_collect LOADS_FIRST), before the dl store.
 SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
                 (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
                 (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),

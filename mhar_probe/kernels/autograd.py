@@ -57,7 +57,8 @@ BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
 # call's autograd node returns every call's query and key-norm gradient, so it needs the
 # stack built with the routing parameters (`TritonSourceStack(capacity, params=...)`, which the
 # model passes). The default since it was measured faster on an H100 (kernel time and end to end,
-# benchmarks/kernels/results_h100.md); MHAR_STACK_COLLECT=0 selects the earlier backward, which
+# 56d8861:benchmarks/kernels/results_h100.md, section 0000; latest: benchmarks/kernels/results.md);
+# MHAR_STACK_COLLECT=0 selects the earlier backward, which
 # re-reads each call's sources (also what a stack built without `params` runs).
 COLLECT = os.environ.get("MHAR_STACK_COLLECT", "1") != "0"
 # Where every call of a stack has the same head count (the model's case), the gather takes the

@@ -431,7 +431,7 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 
 # Launch configs of stack_gather_kernel: (BLOCK_P, num_warps, prefetch[, maxnreg]) per (d, H, HM).
 # Measured on an H100 (`mhar bench routing --sweep 100M-train,350M-train,1B-train --sweep-kernels
-# gather --dtype mixed --heads 8`, benchmarks/kernels/h100_2026-11-23e/sweep_gather.*; gather time
+# gather --dtype mixed --heads 8`, 56d8861:benchmarks/kernels/h100_2026-11-23e/sweep_gather.*; gather time
 # per training microbatch): one warp per position block is fastest at d = 1024 and 1280 (9.4 and
 # 15.3 ms, against 13.9 and 19.7 ms with the four warps chosen offline before), although at 1B it
 # needs ~255 registers and spills a little (benchmarks/kernels/regs_offline.py): one warp keeps
@@ -439,12 +439,14 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 # reader. At d = 512 two warps without the dout prefetch are best (6.87 ms; one warp 7.26). Wider
 # rows (unmeasured) keep one warp per 256 columns, which compiles without spills. The grid is
 # one program per position block (no per-program partials here, so no persistent grid).
-# Two-pass entries (seventh session of 2026-11-23, h100_2026-11-23g/run1_twopass/sweep_gather_h8.*,
+# Two-pass entries (seventh session of 2026-11-23, 56d8861:benchmarks/kernels/h100_2026-11-23g/run1_twopass/
+# sweep_gather_h8.*,
 # same sweep, gather ms per training microbatch): d = 512 two warps 6.88 -> 6.48 with two passes;
 # d = 1280 one warp with the dout prefetch 15.31 -> two warps, two passes 14.68 (one pass with
 # two warps: 19.44). d = 1024 stays on one warp, one pass (9.44; every two-pass config 10.8-12.2).
 # Register caps on top of two passes spilled little offline but lost on the GPU (1B: 16.8-19.1).
-# Ninth session (2026-11-24, h100_2026-11-24/run1_typed, run2_sameh; gather ms per microbatch):
+# Ninth session (2026-11-24, 56d8861:benchmarks/kernels/h100_2026-11-24/run1_typed, run2_sameh; gather ms per
+# microbatch):
 # with the constant-H path (autograd.SAME_H) the best configs moved. Training microbatches
 # (autocast, fp32 douts): d = 512 two warps with the dout prefetch, one pass (5.66; the two-pass
 # entry 6.09); d = 1024 unchanged (1, 1, True) 9.28; d = 1280 one warp, one pass, no prefetch
@@ -452,7 +454,8 @@ def collect_dqdg_kernel(EPART, QG, CALL_N, CALL_POFF, DQ, DG, splits, stride_es,
 # by 2-byte douts): d = 512 one warp with the prefetch (1.06; the autocast entry 1.33), d = 1024
 # two warps with the prefetch (1.76; 1.83), and at H = 1 d = 512 one warp with the prefetch
 # (1.00; the heuristic's 1.10, swept on the general path).
-# Eleventh session (2026-11-24, h100_2026-11-24c/run4_loadsfirst; gather ms per microbatch, the
+# Eleventh session (2026-11-24, 56d8861:benchmarks/kernels/h100_2026-11-24c/run4_loadsfirst; gather ms per
+# microbatch, the
 # earlier entry first): with each reader's q*g loads issued with its dout (sixth entry,
 # LOADS_FIRST) and the 1B tiles aligned (ALIGN_TILES), training microbatches: d = 512 one warp,
 # no prefetch 5.68 -> 5.02, d = 1024 the same 9.27 -> 8.71, d = 1280 two warps 14.47 -> 13.70;
@@ -509,7 +512,8 @@ def gather_config_heuristic(d: int) -> tuple[int, int, bool, int | None, bool]:
 # no rule that fits every shape (it costs registers: 100M two-warp 72 -> 120 per thread).
 # Training microbatches (fp32 douts), H=8, ms: 100M 6.75 -> 7.77, 350M 9.44 -> 10.77, 1B 15.19 ->
 # 14.13; kernel-table shapes (bf16): 100M 1.10 -> 1.27 (H=1), 350M 1.77 -> 1.52 (H=1), 1B 4.17
-# -> 3.54 (H=1) but 5.72 -> ~6.8 (H=8, across two calls). `h100_2026-11-23f/run6_gathermeta/`;
+# -> 3.54 (H=1) but 5.72 -> ~6.8 (H=8, across two calls).
+# `56d8861:benchmarks/kernels/h100_2026-11-23f/run6_gathermeta/`;
 # the benchmark variant `triton-meta` times it against the default in one process.
 META_PREFETCH = os.environ.get("MHAR_GATHER_META_PREFETCH", "0") == "1"
 # The gather's loop over readers in two passes (`_gather_collect`): fewer rows of registers live

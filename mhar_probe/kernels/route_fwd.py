@@ -62,7 +62,7 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
 # (`mhar bench routing --sweep`). Missing entries use the heuristic below. Measured by device
 # time (H100): (512, 1) at the kernel-table shape (2026-11-22); the others at the cost table's
-# training microbatches in autocast's layout (2026-11-23, benchmarks/kernels/results_h100.md): one
+# training microbatches in autocast's layout (2026-11-23, 56d8861:benchmarks/kernels/results_h100.md): one
 # or two warps per position keep the per-row RMS and logit reductions inside a warp, with no
 # block barrier per source row (350M: 7.3 -> 7.2 ms, 100M H=4: 4.3 -> 3.7 ms; bf16 kernel-table
 # 100M H=8: 1.41 -> 0.94 ms). 1B (d/H = 160, two-tile heads): one warp, 14.5 -> 9.2 ms per step
@@ -76,11 +76,13 @@ def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num
 # 96 -> 80 registers at d512, 241 -> 191 at d1280, regs_offline_2026-11-23h_fwd_pipelined_*).
 # 0 or absent: the register prefetch.
 # Re-swept after the instruction cuts (fold, lazy rescale; sixth session of 2026-11-23,
-# h100_2026-11-23f/run2_sweeps): H=1 at the kernel-table shapes (bf16) and H=8 at the training
+# 56d8861:benchmarks/kernels/h100_2026-11-23f/run2_sweeps): H=1 at the kernel-table shapes (bf16) and H=8 at the
+# training
 # microbatches, ms of forward device time per microbatch: 100M H=1 (4, 4) 1.04 -> (1, 1) 0.85;
 # 1B H=1, the (1, 4) of the heuristic 7.09 -> (1, 1) 3.94; 350M H=8 (1, 2) 6.56 -> (1, 1) 6.42;
 # (1024, 1) stays at (1, 2) (1.57; (1, 1) 1.58).
-# Re-swept with the pipelined loop (eighth session, h100_2026-11-23h/run6_fwdpipe), ms of forward
+# Re-swept with the pipelined loop (eighth session, 56d8861:benchmarks/kernels/h100_2026-11-23h/run6_fwdpipe), ms of
+# forward
 # device time per microbatch, register prefetch (1, 1) -> best: 100M-train H=8 3.19 -> 2.87
 # (1, 1, 0, 4); 350M-train 6.43 -> 5.76 (1, 2, 0, 3); 1B-train 8.46 -> 7.10 (1, 1, 0, 3); bf16
 # kernel-table H=1: 100M 0.85 -> 0.72 (2, 1, 0, 3), 350M 1.57 (1, 2) -> 1.29 (1, 1, 0, 4), 1B
@@ -552,7 +554,8 @@ SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
 # than q and g, products in another order (about an fp32 ulp per term, against the 2^-8 of the
 # stored sources). fp32 storage keeps the reference's order r*v*g*q: there the fp32 path must
 # stay within 2.5e-6 of float64 on every gradient, which the fold exceeded on an H100 (3.6e-6 at
-# N=17, d=768, H=2; results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order everywhere.
+# N=17, d=768, H=2; 56d8861:benchmarks/kernels/results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order
+# everywhere.
 # MHAR_FWD_LAZY_RESCALE=0 rescales the running sums on every source row, also where no running
 # max grew. The skipped factor is exactly 1: bitwise the same in the interpreter; a GPU compile
 # may contract the multiply-adds differently on either side of the branch (fp32 rounding).
@@ -567,7 +570,7 @@ LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
 # the default: the sums in another order than reading it from the buffer, within fp32 rounding)
 # or last, in the rows' order ("last": bitwise what reading it from the buffer gives, but the row
 # stays in registers through the loop: 0.98 against 0.76 ms of forward at the 100M kernel-table
-# shape with H = 1 on an H100, results_h100.md). MHAR_FWD_APPEND_ORDER=last|first.
+# shape with H = 1 on an H100, 56d8861:benchmarks/kernels/results_h100.md). MHAR_FWD_APPEND_ORDER=last|first.
 # MHAR_FWD_W_STAGES: the stages of the pipelined loop that turns each call's stored logits into
 # weights at the end of every program (0: a plain loop, each row's load waiting on the cache).
 _w_stages = os.environ.get("MHAR_FWD_W_STAGES", "3")

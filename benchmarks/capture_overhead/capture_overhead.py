@@ -1,0 +1,129 @@
+"""Capture overhead over a plain no-grad forward (issue 4's target: <= 10% with token means).
+
+Same model, same batches, interleaved repeats; reports the median seconds per batch of
+  forward   model(ids) under no_grad
+  weights   capture_routing(..., probes=False)   token means / halves / squares from hook_weights
+  probes    capture_routing(..., probes=True)    + slice-KL (S slices, R matched-norm draws), collinearity
+as tokens/s and overhead ratios, and the peak memory of each mode.
+
+    PYTHONPATH=. python benchmarks/capture_overhead/capture_overhead.py --preset tiny --batch 8 --seq 128 \
+        --repeats 3 --out benchmarks/capture_overhead/cpu_tiny.json                                  # CPU
+    PYTHONPATH=. python benchmarks/capture_overhead/capture_overhead.py --preset 100m --batch 4 --seq 2048 \
+        --dtype bfloat16 --backend triton --out benchmarks/capture_overhead/h200_100m_triton.json    # GPU
+
+Results: benchmarks/capture_overhead/results.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import resource
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+from mhar_probe import __version__
+from mhar_probe.capture import capture_routing
+from mhar_probe.model import MHARConfig, MHARForCausalLM, available_backends
+
+
+def _sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _peak_reset(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+
+
+def _peak(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated() / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB, process lifetime peak
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--preset", default="tiny")
+    ap.add_argument("--method", default="mhar")
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--batches", type=int, default=4, help="batches per timed call")
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--draws", type=int, default=8)
+    ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--backend", default=None)
+    ap.add_argument("--out", default=None, help="JSON results file")
+    args = ap.parse_args()
+
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if device.type == "cuda" and args.backend is None:
+        try:
+            import mhar_probe.kernels  # noqa: F401
+        except Exception:
+            pass
+    backend = args.backend or ("triton" if "triton" in available_backends() and device.type == "cuda" else "eager")
+    torch.manual_seed(0)
+    cfg = MHARConfig.from_preset(args.preset, residual_method=args.method, routing_backend=backend)
+    model = MHARForCausalLM(cfg).to(device=device, dtype=getattr(torch, args.dtype)).eval()
+    with torch.no_grad():
+        for site in model.sites:
+            site.query.normal_(std=0.5)
+    g = torch.Generator().manual_seed(0)
+    batches = [torch.randint(0, cfg.vocab_size, (args.batch, args.seq), generator=g).to(device)
+               for _ in range(args.batches)]
+    tokens = args.batches * args.batch * args.seq
+
+    def forward() -> None:
+        with torch.no_grad():
+            for b in batches:
+                model(b, use_cache=False)
+
+    modes = {
+        "forward": forward,
+        "weights": lambda: capture_routing(model, batches, probes=False, progress=False),
+        "probes": lambda: capture_routing(model, batches, probes=True, draws=args.draws, progress=False),
+    }
+    times: dict[str, list[float]] = {k: [] for k in modes}
+    peaks: dict[str, float] = {}
+    for name, fn in modes.items():  # warm-up (and peak memory of each mode)
+        _peak_reset(device)
+        fn()
+        _sync(device)
+        peaks[name] = _peak(device)
+    for _ in range(args.repeats):
+        for name, fn in modes.items():
+            _sync(device)
+            t0 = time.perf_counter()
+            fn()
+            _sync(device)
+            times[name].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    result = {
+        "benchmark": "capture_overhead",
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "package_version": __version__, "torch": torch.__version__, "platform": platform.platform(),
+        "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu x{torch.get_num_threads()}",
+        "preset": args.preset, "method": args.method, "backend": backend, "dtype": args.dtype,
+        "batch": args.batch, "seq": args.seq, "batches_per_call": args.batches, "repeats": args.repeats,
+        "draws": args.draws,
+        "median_seconds": med,
+        "tokens_per_s": {k: tokens / v for k, v in med.items()},
+        "overhead_vs_forward": {k: med[k] / med["forward"] - 1 for k in ("weights", "probes")},
+        "peak_mib": peaks,
+        "peak_note": "CUDA max_memory_allocated per mode" if device.type == "cuda"
+                     else "CPU ru_maxrss: process lifetime peak after each mode (monotonic)",
+    }
+    print(json.dumps(result, indent=2))
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=2) + "\n")
+
+
+if __name__ == "__main__":
+    main()
