@@ -1,5 +1,6 @@
-"""Readers for benchmark result files (JSON): training throughput (benchmarks/train_throughput.py:
-{meta: {args: {preset, backend, ...}, device}, results: [{method, tokens_per_s, peak_memory_gb}]},
+"""Readers for benchmark result files (JSON): training throughput (benchmarks/train_throughput/train_throughput.py:
+{meta: {args: {...}, device}, results: [{preset, method, step, backend, tokens_per_s, vs_baseline,
+peak_memory_gb}]}; older files: the preset and backend in meta.args),
 or several such documents under "runs")
 and routing kernels (benchmarks/kernels/bench_routing.py: {meta: {device}, rows: [{shape, H,
 backend, fwdbwd_ms | microbatch_ms | oom}]}). Files of other shapes are ignored."""

@@ -1,5 +1,5 @@
 """Table cost (and maincost): training throughput relative to the same-run baseline and peak
-memory, per preset and routing backend, from benchmarks/train_throughput.py result files.
+memory, per preset and routing backend, from benchmarks/train_throughput/train_throughput.py result files.
 
 A file may run methods several times (`--methods baseline mhar baseline mhar`) and kernel variants
 (`mhar/padded`): each row is compared with the nearest baseline run before it (pairwise), and a
@@ -13,8 +13,8 @@ from .registry import Output, Skip, generator
 from .style import method_label
 from .tables import Cell, Table
 
-NEEDS = ("a throughput file: python benchmarks/train_throughput.py --preset P --backend B "
-         "--out benchmarks/train_throughput/P_B.json (read from train_throughput/ and the top of "
+NEEDS = ("a throughput file: python benchmarks/train_throughput/train_throughput.py --presets P "
+         "--out benchmarks/train_throughput/DEVICE.json (read from train_throughput/ and the top of "
          "RUNS_DIR/benchmarks or ./benchmarks)")
 COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
 
@@ -44,14 +44,18 @@ def make(ctx) -> list[Output]:
             # a file that runs every method twice then gives one ratio per pair
             base = _nearest_baseline(results, i)
             ratio = r["tokens_per_s"] / base if base else None
-            if r.get("vs_baseline_round_median") is not None:  # --interleave: median of per-round ratios
-                ratio = r["vs_baseline_round_median"]
+            for key in ("vs_baseline", "vs_baseline_round_median"):  # interleaved: median of per-round ratios
+                if r.get(key) is not None:
+                    ratio = r[key]
             method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
-            backend = "-" if method in ("baseline", "hyper") else str(args.get("backend", "?"))
+            preset = str(r.get("preset") or args.get("preset", "?"))  # per row: files over several presets
+            backend = "-" if method in ("baseline", "hyper") else str(r.get("backend") or args.get("backend", "?"))
+            if r.get("step"):
+                backend = f"{backend} ({r['step']} step)"
             if variant:
                 backend = f"{backend}-{variant}"
             label = method_label(method) + (f" ({variant} kernels)" if variant else "")
-            t.add([Cell(scale_label(str(args.get("preset", "?"))), args.get("preset")),
+            t.add([Cell(scale_label(preset), preset),
                    Cell(label, r["method"]), Cell(backend, backend),
                    Cell.num(r["tokens_per_s"], "{:,.0f}"), Cell.num(ratio, "{:.2f}", suffix="x"),
                    Cell.num(r.get("peak_memory_gb"), "{:.2f}"), Cell(str(meta.get("device", "?")), meta.get("device")),

@@ -7,10 +7,11 @@ A step over the micro-batches b_1..b_n of one process (gradient accumulation):
     theta <- AdamW(theta, g, lr);  g <- 0;  after_step()
 
 `EagerStep` issues every kernel from Python each step; that is the only way under DDP / FSDP2
-and on the CPU. `GraphStep` captures the same step once, as two CUDA graphs -- one micro-batch's
-forward and backward (replayed n times, gradients accumulating in place), and the clipping,
-update and `after_step` -- and afterwards launches two graphs per micro-batch-and-update instead
-of thousands of kernels, so the step is bound by the GPU, not by the host. Both return the
+and on the CPU. `GraphStep` captures the same step once, in CUDA graphs -- the first
+micro-batch's forward and backward (which writes the gradients), the further micro-batches'
+(which add to them, replayed n - 1 times), and the clipping, update and `after_step` -- and
+afterwards launches n + 1 graphs per step instead of thousands of kernels, so the step is bound
+by the GPU, not by the host. Both return the
 step's mean cross-entropy, the gradient norm before clipping and the extra loss terms, read back
 with one synchronisation per step.
 
@@ -24,7 +25,8 @@ The graph step's contract (what capture needs):
 - before capture, one forward and backward runs eagerly on a side stream (Triton compiles,
   gradients are allocated) and the gradients are zeroed again; an optimizer without state gets it
   from a null update (zero gradients, learning rate 0: parameters unchanged) whose step counters
-  are then reset to 0. Training therefore starts from exactly the state the eager step would.
+  are then reset to 0. Training therefore starts from exactly the state the eager step would;
+- the gradients live in the graphs' pool after capture: nothing may set them to None.
 """
 
 from __future__ import annotations
@@ -106,7 +108,8 @@ class GraphStep:
         self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.lr = torch.zeros((), device=device)  # AdamW reads it on the device at every replay
         self.rows: Tensor | None = None  # the captured micro-batch's input, [m, T+1]
-        self.micro_graph: torch.cuda.CUDAGraph | None = None
+        self.micro_graph: torch.cuda.CUDAGraph | None = None  # the first micro-batch's (captured yet?)
+        self.micro_graphs: list[torch.cuda.CUDAGraph] = []
         self.update_graph: torch.cuda.CUDAGraph | None = None
 
     # ------------------------------------------------------------------ capture
@@ -152,22 +155,28 @@ class GraphStep:
         torch.cuda.current_stream(self.device).wait_stream(side)
 
     def capture(self) -> None:
-        """Record the micro-batch graph and the update graph (after `warm_up`)."""
+        """Record the step's graphs (after `warm_up`): the first micro-batch's forward and backward,
+        which creates the gradients (they live in the graph's pool from then on, at fixed
+        addresses); the further micro-batches', which add to them; the clipping and update."""
         n = self.n
-        self.micro_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.micro_graph, pool=self.pool):
-            objective, ce, extra = self.objective(self.rows)
-            (objective / n).backward()
-            self.loss_sum.add_(ce.detach().double() / n)
-            for name, value in extra.items():
-                self.extra_sums[name].add_(value.detach().double() / n)
-            del objective, ce, extra
+        self.optimizer.zero_grad(set_to_none=True)  # the first backward writes, not adds (no zero fill)
+        self.micro_graphs = []
+        for first in (True, False)[: 2 if n > 1 else 1]:
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph, pool=self.pool):
+                objective, ce, extra = self.objective(self.rows)
+                (objective / n).backward()
+                sums = [(self.loss_sum, ce), *((self.extra_sums[k], v) for k, v in extra.items())]
+                for total, value in sums:
+                    (total.copy_ if first else total.add_)(value.detach().double() / n)
+                del objective, ce, extra, sums
+            self.micro_graphs.append(graph)
+        self.micro_graph = self.micro_graphs[0]
         self.update_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.update_graph, pool=self.pool):
             norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
             self.grad_norm.copy_(norm)
             self.optimizer.step()
-            self.optimizer.zero_grad(set_to_none=False)
             self.after_step()
             del norm
 
@@ -183,14 +192,11 @@ class GraphStep:
                              f"{tuple(self.rows.shape)}, got {n} of {tuple(micro_batches[0].shape)}")
         self.lr.fill_(lr)
         batch = torch.cat(list(micro_batches)).to(self.device, non_blocking=True)  # [n * m, T+1]
-        for rows in batch.split(self.rows.shape[0]):
+        for i, rows in enumerate(batch.split(self.rows.shape[0])):
             self.rows.copy_(rows)
-            self.micro_graph.replay()
+            self.micro_graphs[min(i, 1)].replay()
         self.update_graph.replay()
         values = torch.stack([self.loss_sum, self.grad_norm.double(), *self.extra_sums.values()]).tolist()
-        self.loss_sum.zero_()
-        for t in self.extra_sums.values():
-            t.zero_()
         return StepResult(values[0], values[1], dict(zip(self.extra_sums, values[2:])))
 
 

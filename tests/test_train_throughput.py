@@ -1,17 +1,19 @@
-"""benchmarks/train_throughput.py --interleave on the CPU: every arm timed round by round, the
-ratio to baseline the median of per-round ratios, and bad arms refused before anything runs."""
+"""benchmarks/train_throughput/train_throughput.py on the CPU: every arm built with the training
+step (`mhar_probe.step`), timed round by round; the ratio to baseline is the median of per-round
+ratios; bad names are refused with one message before anything runs."""
 
 from __future__ import annotations
 
 import argparse
 import importlib.util
+import json
 import statistics
 from pathlib import Path
 
 import pytest
 import torch
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput.py"
+SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "train_throughput" / "train_throughput.py"
 
 
 @pytest.fixture(scope="module")
@@ -23,75 +25,56 @@ def tt():
 
 
 def _args(**kw) -> argparse.Namespace:
-    base = dict(preset="tiny", batch=1, seq=16, vocab=128, backend="eager", warmup=1, steps=3,
-                methods=["baseline", "mhar", "baseline"])
+    base = dict(presets=["tiny"], batch=2, seq=16, vocab=128, backend="eager", step="eager", warmup=1, rounds=3,
+                methods=["baseline", "mhar"], profile=False, trace=None, commit=None)
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_interleaved_rounds_and_ratio(tt):
-    rows = tt.interleaved(_args(), torch.device("cpu"))
-    assert [r["method"] for r in rows] == ["baseline", "mhar"]  # each arm once, in order
+def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
+    calls = []
+    real = tt.EagerStep.__call__
+
+    def spy(self, micro_batches, lr):
+        calls.append(self)
+        return real(self, micro_batches, lr)
+
+    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    rows = tt.bench_preset("tiny", _args(), torch.device("cpu"))
+    assert [r["method"] for r in rows] == ["baseline", "mhar"]
     base, mhar = rows
+    steppers = list(dict.fromkeys(calls))
+    assert len(steppers) == 2 and calls == steppers * 5  # a first step each, then 1 + 3 rounds arm by arm
     assert len(base["step_s"]) == len(mhar["step_s"]) == 3
     per_round = [b / m for b, m in zip(base["step_s"], mhar["step_s"])]
-    assert mhar["vs_baseline_round_median"] == pytest.approx(statistics.median(per_round))
-    assert base["vs_baseline_round_median"] == 1.0
-    assert mhar["tokens_per_s"] == pytest.approx(16 / statistics.median(mhar["step_s"]))
+    assert mhar["vs_baseline"] == pytest.approx(statistics.median(per_round))
+    assert mhar["vs_baseline_range"] == [min(per_round), max(per_round)]
+    assert base["vs_baseline"] == 1.0
+    assert mhar["tokens_per_s"] == pytest.approx(2 * 16 / statistics.median(mhar["step_s"]))
     assert mhar["params"] > base["params"]  # the routing sites' queries and key norms
-    assert mhar["peak_memory_gb"] is None  # not separable per arm on the CPU
+    assert mhar["routing_heads"] == 2 and base["routing_heads"] is None
+    assert "peak_memory_gb" not in mhar and mhar["mfu"] is None  # GPU-only measures
 
 
-def test_interleaved_refuses_bad_arms_before_building(tt):
-    with pytest.raises(SystemExit, match="unknown kernel variant 'nope'"):
-        tt.interleaved(_args(methods=["baseline", "mhar/nope"]), torch.device("cpu"))
-    with pytest.raises(SystemExit, match="need --backend triton"):
-        tt.interleaved(_args(methods=["baseline", "mhar/collect"]), torch.device("cpu"))
-
-
-def test_cli_refuses_zero_steps(tt, monkeypatch):
-    monkeypatch.setattr("sys.argv", ["train_throughput.py", "--steps", "0", "--interleave"])
-    with pytest.raises(SystemExit, match="--steps must be at least 1"):
-        tt.main()
-
-
-@pytest.mark.parametrize("argv,message", [
-    (["--preset", "7b"], "unknown preset '7b'"),
-    (["--methods", "baseline", "residual"], "unknown method 'residual'"),
-    (["--methods", "baseline", "mhar/nope", "--backend", "triton"], "unknown kernel variant 'nope'"),
-])
-def test_cli_refuses_bad_names_before_running(tt, monkeypatch, argv, message):
-    """One message (SystemExit), not a traceback from deep in model construction, and before any
-    arm runs: the non-interleaved mode would otherwise time the arms before the bad one."""
-    monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])
-    monkeypatch.setattr(tt, "bench_method", lambda *a: pytest.fail("an arm ran"))
-    with pytest.raises(SystemExit, match=message):
-        tt.main()
-
-
-def test_variants_are_the_routing_benchmarks(tt):
-    """One list of kernel variants: the routing benchmark's, without the 'triton-' prefix."""
-    from mhar_probe.bench.routing import VARIANTS
-
-    assert set(tt.VARIANTS) == {""} | {v.removeprefix("triton-") for v in VARIANTS}
-    assert {"stackbwd", "collect", "prev"} <= set(tt.VARIANTS)
+def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
+    out = tmp_path / "r.json"
+    monkeypatch.setattr("sys.argv", ["train_throughput.py", "--presets", "tiny", "--batch", "1", "--seq", "8",
+                                     "--vocab", "64", "--backend", "eager", "--rounds", "1", "--warmup", "0",
+                                     "--commit", "abc123", "--out", str(out)])
+    tt.main()
+    doc = json.loads(out.read_text())
+    assert doc["meta"]["commit"] == "abc123" and doc["meta"]["args"]["step"] == "eager"
+    assert [r["method"] for r in doc["results"]] == ["baseline", "mhar"]
 
 
 @pytest.mark.parametrize("argv,message", [
     (["--presets", "7b"], "unknown preset '7b'"),
+    (["--presets", "tiny"], "--batch and --seq are needed for 'tiny'"),
     (["--methods", "baseline", "residual"], "unknown method 'residual'"),
-    (["--methods", "mhar/nope"], "unknown kernel variant 'nope'"),
+    (["--methods", "baseline", "baseline"], "each method once"),
+    (["--rounds", "0"], "--rounds must be at least 1"),
 ])
-def test_profile_script_refuses_bad_names_before_building(monkeypatch, argv, message):
-    """benchmarks/profile_train_step.py: one message for a bad preset, method or variant (checked
-    as if a GPU were there), and for a machine without one."""
-    spec = importlib.util.spec_from_file_location("profile_train_step", SCRIPT.parent / "profile_train_step.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    monkeypatch.setattr(mod, "profile_one", lambda *a: pytest.fail("a model was profiled"))
-    monkeypatch.setattr("sys.argv", ["profile_train_step.py", *argv])
-    if not torch.cuda.is_available():
-        with pytest.raises(SystemExit, match="on a CUDA GPU"):
-            mod.main()
-        monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+def test_cli_refuses_bad_arguments_before_building(tt, monkeypatch, argv, message):
+    monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])
+    monkeypatch.setattr(tt, "bench_preset", lambda *a: pytest.fail("an arm was built"))
     with pytest.raises(SystemExit, match=message):
-        mod.main()
+        tt.main()

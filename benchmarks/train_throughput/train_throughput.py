@@ -1,0 +1,310 @@
+"""Training throughput: tokens/s, MFU, peak memory and GPU-busy fraction per method, arms interleaved.
+
+Every arm (a method) trains on the same fixed token batch with the step `mhar train` uses
+(`mhar_probe.step`: `GraphStep` by default on CUDA, `EagerStep` with --step eager): bf16
+autocast, cross-entropy, global-norm clipping at 1.0, AdamW. All arms are built first, then
+timed round by round (baseline, mhar, ..., baseline, mhar, ...), so that a drifting host slows
+every arm alike; each arm's ratio is the median over rounds of baseline step / arm step.
+
+    python benchmarks/train_throughput/train_throughput.py --presets 100m 350m 1b \\
+        --methods baseline attnres mhar --rounds 8 --profile --out results.json   # one GPU
+    python benchmarks/train_throughput/train_throughput.py --presets tiny --batch 8 --seq 128 \\
+        --vocab 4096 --step eager --backend eager                                     # CPU
+
+Measured per arm:
+- step time: host wall time of a whole step (batch copy, replays or launches, the read-back of
+  the loss: one synchronisation per step), median over rounds; tokens/s = B T / step time;
+- MFU: training FLOPs per token (`mhar_probe.flops`, LM head included) x tokens/s over the GPU's
+  dense bf16 peak (H100 / H200 SXM: 989 TFLOP/s);
+- peak memory: the arm's resident state (parameters, gradients, optimizer state) plus the
+  largest growth of allocated memory during its first eager forward and backward (the graph
+  step's warm-up, whose activations the captured step re-creates in its pool);
+- with --profile, one more step under torch.profiler: `busy` is the union of the step's kernel
+  intervals over its wall time (1.0: the GPU never waits for the host), and kernel time by
+  category (routing kernels, matmuls, attention, optimizer, ...).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import statistics
+import tempfile
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from mhar_probe import __version__
+from mhar_probe.flops import flops_per_token
+from mhar_probe.model import MHARConfig, MHARForCausalLM
+from mhar_probe.model.config import METHODS, PRESETS
+from mhar_probe.parallel import clip_grad_norm
+from mhar_probe.step import EagerStep, GraphStep
+
+#: the paper's per-GPU microbatches (batch, sequence) and its baseline's H100 tokens/s (Table "cost")
+PAPER = {"100m": ((8, 2048), 113.9e3), "350m": ((4, 1024), 45.0e3), "1b": ((2, 1024), 19.7e3)}
+PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12}
+CATEGORIES = [  # (category, substrings of the kernel name), first match wins
+    ("routing", ("route_fwd", "stack_bwd", "dqdg", "route_bwd", "attnres", "stack_gather", "pair_e", "gather")),
+    ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
+    ("matmul", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "wgmma", "splitk")),
+    ("optimizer", ("multi_tensor", "adam", "foreach", "fused_adam")),
+    ("norm/softmax/loss", ("norm", "softmax", "cross_entropy", "nll", "log_softmax", "reduce")),
+    ("copy/elementwise", ("copy", "elementwise", "cat", "fill", "index", "embedding", "vectorized")),
+]
+
+
+def category(name: str) -> str:
+    low = name.lower()
+    return next((cat for cat, keys in CATEGORIES if any(k in low for k in keys)), "other")
+
+
+class Arm:
+    """One method's model, optimizer and step on the benchmark's batch."""
+
+    def __init__(self, method: str, preset: str, args: argparse.Namespace, device: torch.device, pool) -> None:
+        torch.manual_seed(0)
+        self.method = method
+        self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
+                                             routing_backend=args.backend,
+                                             max_position_embeddings=max(2 * args.seq_len, 256))
+        self.model = MHARForCausalLM(self.config).to(device)
+        self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
+        cuda = device.type == "cuda"
+
+        def objective(rows):  # [B, T+1] -> (objective, cross-entropy, extras)
+            with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda, cache_enabled=False):
+                logits = self.model(rows[:, :-1], use_cache=False).logits
+            ce = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+            return ce, ce, {}
+
+        params = list(self.model.parameters())
+        if args.step == "graph":
+            self.step = GraphStep(objective=objective, params=params, optimizer=self.opt, grad_clip=1.0,
+                                  device=device, pool=pool)
+        else:
+            self.step = EagerStep(objective=objective, params=params, optimizer=self.opt, grad_clip=1.0,
+                                  device=device, clip=clip_grad_norm)
+        self.times: list[float] = []
+        self.peak_growth = 0
+
+    def resident_bytes(self) -> int:
+        ts = [*self.model.parameters(), *(p.grad for p in self.model.parameters() if p.grad is not None),
+              *(t for st in self.opt.state.values() for t in st.values() if isinstance(t, torch.Tensor))]
+        return sum(t.numel() * t.element_size() for t in ts if t.device.type == "cuda")
+
+
+def timed_step(arm: Arm, batch: torch.Tensor, cuda: bool) -> float:
+    if cuda:
+        torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    arm.step([batch], lr=1e-4)  # reads the loss back: the step has finished on the device
+    return time.perf_counter() - t0
+
+
+def profile_step(arm: Arm, batch: torch.Tensor, trace: str | None = None) -> dict:
+    """One step under torch.profiler: kernel-interval union over wall time, kernel time by category;
+    and, without the profiler, the device time between events around the step over its wall time."""
+    from torch.profiler import ProfilerActivity, profile
+
+    start, end_ev = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    start.record()
+    arm.step([batch], lr=1e-4)
+    end_ev.record()
+    end_ev.synchronize()
+    event_wall = time.perf_counter() - t0
+    device_ms = start.elapsed_time(end_ev)
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        t0 = time.perf_counter()
+        arm.step([batch], lr=1e-4)
+        wall = time.perf_counter() - t0
+    # kernels from the Chrome trace: `prof.events()` drops about half of a graph replay's kernels
+    with tempfile.TemporaryDirectory() as tmp:
+        path = trace or f"{tmp}/trace.json"
+        prof.export_chrome_trace(path)
+        events = json.loads(Path(path).read_text())["traceEvents"]
+    spans = sorted((e["ts"], e["ts"] + e["dur"], e["name"]) for e in events  # microseconds
+                   if e.get("ph") == "X" and e.get("cat") in ("kernel", "gpu_memcpy", "gpu_memset"))
+    busy, end, prev = 0.0, float("-inf"), ""
+    cats: dict[str, float] = {}
+    gaps: list[tuple[float, str, str]] = []
+    for s, e, name in spans:
+        busy += max(0.0, e - max(s, end))
+        if s > end:
+            gaps.append(((s - end) / 1e3, prev[:60], name[:60]))
+        if e > end:
+            end, prev = e, name
+        cats[category(name)] = cats.get(category(name), 0.0) + (e - s) / 1e3
+    gaps = sorted(gaps[1:], reverse=True)  # (the first "gap" is before the first kernel)
+    idle = [g for g, _, _ in gaps]
+    top: dict[str, list[float]] = {}
+    for s, e, name in spans:
+        top.setdefault(name[:100], []).append((e - s) / 1e3)
+    top_kernels = sorted(([sum(v), len(v), k] for k, v in top.items()), reverse=True)[:30]
+    first = spans[0][0] if spans else 0.0
+    return dict(device_ms_events=device_ms, wall_ms_events=event_wall * 1e3,
+                device_fraction_events=device_ms / (event_wall * 1e3), kernel_sum_ms=sum(sum(v) for v in top.values()),
+                top_kernels=top_kernels,
+                wall_ms=wall * 1e3, busy_ms=busy / 1e3, busy_fraction=busy / 1e3 / (wall * 1e3),
+                kernel_span_ms=(end - first) / 1e3 if spans else 0.0, kernels=len(spans),
+                gaps=dict(count=len(idle), total_ms=sum(idle), over_10us=sum(g > 0.01 for g in idle),
+                          median_us=1e3 * statistics.median(idle) if idle else 0.0, largest=gaps[:8]),
+                categories_ms=dict(sorted(cats.items(), key=lambda kv: -kv[1])))
+
+
+def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) -> list[dict]:
+    cuda = device.type == "cuda"
+    (B, T), _ = PAPER.get(preset, ((args.batch, args.seq), None))
+    B, T = args.batch or B, args.seq or T
+    args.seq_len = T
+    g = torch.Generator().manual_seed(1)
+    batch = torch.randint(0, args.vocab, (B, T + 1), generator=g)  # [B, T+1] on the host, as in training
+    pool = torch.cuda.graph_pool_handle() if cuda and args.step == "graph" else None
+    arms = []
+    for method in args.methods:  # every arm warms up before any captures (see GraphStep.warm_up)
+        if cuda:
+            torch.cuda.synchronize()
+            before = torch.cuda.memory_allocated()
+            torch.cuda.reset_peak_memory_stats()
+        arm = Arm(method, preset, args, device, pool)
+        if isinstance(arm.step, GraphStep):
+            arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
+        else:
+            arm.step([batch], lr=1e-4)
+        if cuda:
+            arm.peak_growth = torch.cuda.max_memory_allocated() - before
+        arms.append(arm)
+    for arm in arms:
+        if isinstance(arm.step, GraphStep):
+            arm.step.capture()
+    for r in range(args.warmup + args.rounds):
+        for arm in arms:
+            dt = timed_step(arm, batch, cuda)
+            if r >= args.warmup:
+                arm.times.append(dt)
+    name = torch.cuda.get_device_name() if cuda else ""
+    peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
+    base = next((a for a in arms if a.method == "baseline"), None)
+    rows = []
+    for arm in arms:
+        median = statistics.median(arm.times)
+        tok_s = B * T / median
+        flops = flops_per_token(arm.config, T, count_lm_head=True)["total"]
+        row = dict(preset=preset, method=arm.method, batch=B, seq=T, step=args.step, backend=args.backend,
+                   routing_heads=arm.config.routing_heads if arm.method in ("attnres", "mhar", "mhar_hw") else None,
+                   params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
+                   step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
+                   mfu=flops * tok_s / peak if peak else None)
+        if cuda:
+            row["peak_memory_gb"] = (arm.resident_bytes() + arm.peak_growth) / 1e9
+        if base is not None:
+            per_round = sorted(b / t for b, t in zip(base.times, arm.times))
+            row["vs_baseline"] = statistics.median(per_round)
+            row["vs_baseline_range"] = [per_round[0], per_round[-1]]
+            if cuda:
+                row["memory_vs_baseline"] = row["peak_memory_gb"] / ((base.resident_bytes() + base.peak_growth) / 1e9)
+        if cuda and args.profile:
+            trace = args.trace and f"{args.trace}_{preset}_{arm.method}.json"
+            row["profile"] = profile_step(arm, batch, trace)
+        rows.append(row)
+    del arms, base, arm
+    gc.collect()  # an arm's objective closes over the arm: a cycle that holds its graphs and their pool
+    if cuda:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+    return rows
+
+
+def check_arguments(args: argparse.Namespace) -> None:
+    """One message (SystemExit) for a bad preset, method or count, before any arm is built."""
+    for preset in args.presets:
+        if preset not in PRESETS:
+            raise SystemExit(f"unknown preset {preset!r}; choose from {', '.join(PRESETS)}")
+        if preset not in PAPER and not (args.batch and args.seq):
+            raise SystemExit(f"--batch and --seq are needed for {preset!r} (the paper's microbatches cover "
+                             f"{', '.join(PAPER)})")
+    for method in args.methods:
+        if method not in METHODS:
+            raise SystemExit(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
+    if len(set(args.methods)) != len(args.methods):
+        raise SystemExit(f"each method once, please (got {' '.join(args.methods)})")
+    if args.rounds < 1 or args.warmup < 0:
+        raise SystemExit(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
+
+
+def git_commit() -> str | None:
+    """The checkout's commit (None where there is no git, e.g. a copied tree on the GPU machine)."""
+    import subprocess
+
+    try:
+        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
+                             cwd=Path(__file__).parent)
+        return out.stdout.strip() or None
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def cpu_name() -> str:
+    for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or "cpu"
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--presets", nargs="+", default=["100m", "350m", "1b"])
+    p.add_argument("--methods", nargs="+", default=["baseline", "mhar"])
+    p.add_argument("--batch", type=int, default=None, help="default: the paper's microbatch of the preset")
+    p.add_argument("--seq", type=int, default=None)
+    p.add_argument("--vocab", type=int, default=151936)
+    p.add_argument("--backend", default="triton", choices=("triton", "eager"))
+    p.add_argument("--step", default=None, choices=("graph", "eager"), help="default: graph on CUDA, eager on CPU")
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--rounds", type=int, default=8)
+    p.add_argument("--profile", action="store_true", help="one more step per arm under torch.profiler")
+    p.add_argument("--trace", default=None, help="with --profile: write Chrome traces to TRACE_PRESET_METHOD.json")
+    p.add_argument("--commit", default=None, help="the commit measured (default: git rev-parse HEAD)")
+    p.add_argument("--out", default=None, help="write the results JSON here")
+    args = p.parse_args()
+    check_arguments(args)
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    args.step = args.step or ("graph" if device.type == "cuda" else "eager")
+    rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]
+    meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
+                torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
+                package=__version__, commit=args.commit or git_commit(), args={k: v for k, v in vars(args).items() if k != "seq_len"})
+    try:
+        import triton
+        meta["triton"] = triton.__version__
+    except ImportError:
+        pass
+    if args.out:
+        Path(args.out).parent.mkdir(parents=True, exist_ok=True)
+        Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=2) + "\n")
+    print(f"# {meta['device']}  torch {meta['torch']}  step={args.step}  backend={args.backend}  {meta['date']}")
+    print("| preset | method | B x T | tokens/s | paper baseline | MFU | vs baseline (range) | peak GB (vs base) | GPU busy |")
+    print("|---|---|---|---:|---:|---:|---|---|---:|")
+    for r in rows:
+        paper = PAPER.get(r["preset"], (None, None))[1]
+        ratio = f"{r['vs_baseline']:.3f}x ({r['vs_baseline_range'][0]:.3f}-{r['vs_baseline_range'][1]:.3f})" \
+            if "vs_baseline" in r else "-"
+        mem = f"{r['peak_memory_gb']:.2f} ({r.get('memory_vs_baseline', 1):.3f}x)" if "peak_memory_gb" in r else "-"
+        busy = f"{r['profile']['busy_fraction']:.3f}" if "profile" in r else "-"
+        mfu = f"{r['mfu']:.3f}" if r["mfu"] else "-"
+        vs_paper = f"{r['tokens_per_s'] / paper:.2f}x" if paper else "-"
+        print(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq']} | {r['tokens_per_s']:,.0f} | "
+              f"{vs_paper} | {mfu} | {ratio} | {mem} | {busy} |")
+
+
+if __name__ == "__main__":
+    main()
