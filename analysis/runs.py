@@ -1,5 +1,6 @@
 """Many training runs as one xarray dataset, and its pivot onto the sweep grid.
 
+Each run is read once as an `analysis.run.Run`; this module only stacks them.
 `load_runs(ROOT)` finds every run directory under ROOT (a directory holding metrics.jsonl)
 and returns the *long form*:
 
@@ -21,7 +22,6 @@ seed (plus any dims you name), the array the figure generators read.
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -30,7 +30,9 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.errors import UserError
-from mhar_probe.tail import TAIL_K, tail_mean
+from mhar_probe.tail import TAIL_K
+
+from .run import Run
 
 GRID_DIMS = ("method", "H", "kv", "lr", "seed")
 RUN_COORDS = ("method", "H", "kv", "lr", "seed", "preset", "steps", "hidden_size", "layers", "corpus",
@@ -50,73 +52,26 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     return sorted(found)
 
 
-def _json(path: Path) -> dict[str, Any]:
-    if not path.exists():
-        return {}
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path}: not valid JSON ({exc.msg}, line {exc.lineno})") from exc
-    return doc if isinstance(doc, dict) else {}
+def h_coord(heads: int | None) -> int:
+    """The H coordinate of a run with `heads` routing heads: 0 for a method without them."""
+    return heads or 0
 
 
-def _metrics(path: Path) -> list[dict[str, Any]]:
-    rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as exc:
-            raise UserError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-    return rows
-
-
-def _preset_value(preset: str | None, key: str) -> Any:
-    from mhar_probe.model.config import PRESETS
-
-    return PRESETS.get(preset or "", {}).get(key)
-
-
-def read_run(run_dir: Path, *, k: int = TAIL_K) -> dict[str, Any]:
-    """One run as a flat record: axes, scalars and its curves (lists)."""
-    tc, summary, hf = _json(run_dir / "train_config.json"), _json(run_dir / "summary.json"), _json(run_dir / "config.json")
-    corpus = _json(run_dir / "corpus.json")
-    method = summary.get("method") or tc.get("method") or hf.get("residual_method")
-    if method is None:
-        raise UserError(f"{run_dir}: no method recorded (train_config.json and summary.json missing)")
-    preset = summary.get("preset") or tc.get("preset")
-    extra = tc.get("extra") or {}
-    kv = summary.get("kv_heads") or tc.get("kv_heads") or hf.get("num_key_value_heads") \
-        or extra.get("num_key_value_heads") or _preset_value(preset, "num_key_value_heads")
-    if method in ("baseline", "hyper"):
-        H = 0
-    elif method == "attnres":
-        H = 1
-    else:
-        H = summary.get("routing_heads") or tc.get("heads") or hf.get("routing_heads") or kv
-    rows = _metrics(run_dir / "metrics.jsonl")
-    evals = sorted((r for r in rows if r.get("val_loss") is not None), key=lambda r: r["step"])
-    train = sorted((r for r in rows if r.get("loss") is not None), key=lambda r: r["step"])
-    vals = [float(r["val_loss"]) for r in evals]
-    tail, tail_k = tail_mean(vals, k)
-    last = rows[-1] if rows else {}
+def _flat(run: Run, root: Path, k: int) -> dict[str, Any]:
+    """One run's coords, scalars and curves for the long form (H = 0 without routing heads)."""
+    evals, train = run.evals, run.train_points
+    vals = [p["val_loss"] for p in evals]
+    tail, tail_k = run.tail(k)
     return dict(
-        name=run_dir.name, path=str(run_dir), method=str(method), H=int(H or 0), kv=int(kv or 0),
-        lr=float(summary.get("lr") or tc.get("lr") or math.nan), seed=int(summary.get("seed", tc.get("seed", -1))),
-        preset=str(preset or ""), steps=int(summary.get("steps") or tc.get("steps") or last.get("step", 0)),
-        hidden_size=int(hf.get("hidden_size") or extra.get("hidden_size") or _preset_value(preset, "hidden_size") or 0),
-        layers=int(hf.get("num_hidden_layers") or extra.get("num_hidden_layers")
-                   or _preset_value(preset, "num_hidden_layers") or 0),
-        corpus=str(corpus.get("name") or tc.get("corpus") or "embedded"),
-        finished=bool(summary.get("finished", False)),
-        tail_mean=tail, tail_k=tail_k,
+        run=_rel(run.path, root), path=str(run.path), method=run.method, H=h_coord(run.heads), kv=run.kv or 0,
+        lr=run.lr if run.lr is not None else math.nan, seed=run.seed if run.seed is not None else -1,
+        preset=str(run.preset or ""), steps=run.steps, hidden_size=run.hidden_size or 0, layers=run.layers or 0,
+        corpus=run.corpus, finished=run.finished, tail_mean=tail, tail_k=tail_k,
         initial_val_loss=vals[0] if vals else math.nan, final_val_loss=vals[-1] if vals else math.nan,
-        flops=float(summary.get("flops", last.get("flops", math.nan))),
-        tokens=float(summary.get("tokens", last.get("tokens", math.nan))),
-        parameters=float(summary.get("parameters", math.nan)),
-        eval_steps=[int(r["step"]) for r in evals], val_loss=vals,
-        val_flops=[float(r.get("flops", math.nan)) for r in evals],
+        flops=run.scalar("flops"), tokens=run.scalar("tokens"),
+        parameters=float(run.summary.get("parameters", math.nan)),
+        eval_steps=[int(p["step"]) for p in evals], val_loss=vals,
+        val_flops=[float(p["flops"] if p["flops"] is not None else math.nan) for p in evals],
         train_steps=[int(r["step"]) for r in train], train_loss=[float(r["loss"]) for r in train],
         flops_at_step=[float(r.get("flops", math.nan)) for r in train],
     )
@@ -131,21 +86,32 @@ def _curve(records: list[dict[str, Any]], steps_key: str, value_key: str, index:
     return out
 
 
-def load_runs(source: str | Path | Iterable[str | Path], *, k: int = TAIL_K,
-              finished_only: bool = False) -> xr.Dataset:
-    """The long-form dataset of every run under `source` (a directory, or a list of run dirs)."""
-    from mhar_probe import __version__
-
+def read_runs(source: str | Path | Iterable[str | Path], *, finished_only: bool = False) -> tuple[list[Run], Path]:
+    """The runs under `source` (a directory, or a list of run dirs) and the root their names are
+    relative to."""
     if isinstance(source, (str, Path)):
         root = Path(source)
         dirs = find_run_dirs(root)
     else:
         dirs = [Path(p) for p in source]
         root = Path(*_common_parts(dirs)) if dirs else Path(".")
-    records = [read_run(d, k=k) for d in dirs]
-    if finished_only:
-        records = [r for r in records if r["finished"]]
-    names = [_rel(Path(r["path"]), root) for r in records]
+    runs = [Run.read(d) for d in dirs]
+    return ([r for r in runs if r.finished] if finished_only else runs), root
+
+
+def load_runs(source: str | Path | Iterable[str | Path], *, k: int = TAIL_K,
+              finished_only: bool = False) -> xr.Dataset:
+    """The long-form dataset of every run under `source` (a directory, or a list of run dirs)."""
+    runs, root = read_runs(source, finished_only=finished_only)
+    return runs_dataset(runs, root, k=k)
+
+
+def runs_dataset(runs: Sequence[Run], root: Path, *, k: int = TAIL_K) -> xr.Dataset:
+    """`runs` as the long-form dataset (module doc); run names are paths relative to `root`."""
+    from mhar_probe import __version__
+
+    records = [_flat(r, root, k) for r in runs]
+    names = [r["run"] for r in records]
     eval_index = np.array(sorted({s for r in records for s in r["eval_steps"]}), dtype=np.int64)
     step_index = np.array(sorted({s for r in records for s in r["train_steps"]}), dtype=np.int64)
     coords: dict[str, Any] = {"run": np.array(names, dtype=object), "eval_step": eval_index, "step": step_index}

@@ -3,14 +3,12 @@ skipped and why, and an index (index.md, index.json) of both in the output direc
 
 from __future__ import annotations
 
-import json
 import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from analysis.stats.atomic import write_text_atomic
-
+from mhar_probe.atomic import write_json, write_text
 from mhar_probe.errors import UserError
 
 from .context import Context
@@ -69,15 +67,15 @@ def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] |
             raise
         except Exception as exc:  # a bug in one generator must not hide the others' output
             report.failed[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
-    write_index(report, registry, overwrite=True)
+    write_index(report, registry)
     return report
 
 
-def write_index(report: BuildReport, registry: dict, *, overwrite: bool) -> None:
+def write_index(report: BuildReport, registry: dict) -> None:
+    """index.json and index.md in the output directory (replaced atomically)."""
     out = report.out
     out.mkdir(parents=True, exist_ok=True)
-    write_text_atomic(out / "index.json", json.dumps(report.as_dict(), indent=2, sort_keys=True) + "\n",
-                      overwrite=overwrite)
+    write_json(out / "index.json", report.as_dict())
     lines = ["# Figures and tables", ""]
     for name, outputs in report.made.items():
         gen = registry[name]
@@ -97,4 +95,4 @@ def write_index(report: BuildReport, registry: dict, *, overwrite: bool) -> None
                   for k, s in report.skipped.items()]
     if report.failed:
         lines += ["", "## Failed", ""] + [f"- **{k}**: {v.splitlines()[0]}" for k, v in report.failed.items()]
-    write_text_atomic(out / "index.md", "\n".join(lines).rstrip() + "\n", overwrite=overwrite)
+    write_text(out / "index.md", "\n".join(lines).rstrip() + "\n")

@@ -68,18 +68,6 @@ def shared_seeds(ds: xr.Dataset, cells: list[dict[str, Any]]) -> list[int]:
     return sorted(set.intersection(*sets)) if sets else []
 
 
-def run_records(ds: xr.Dataset) -> list[dict[str, Any]]:
-    """The runs as analysis.stats.curves run records (method, H, kv, lr, seed, preset, tail_mean, path)."""
-    recs = []
-    for i in range(ds.sizes["run"]):
-        r = ds.isel(run=i)
-        recs.append(dict(method=str(r["method"].item()), H=int(r["H"].item()), kv=int(r["kv"].item()),
-                         lr=float(r["lr"].item()), seed=int(r["seed"].item()), preset=str(r["preset"].item()),
-                         steps=int(r["steps"].item()), tail_mean=float(r["tail_mean"].item()),
-                         path=str(r["path"].item())))
-    return recs
-
-
 def groups(ds: xr.Dataset, by: tuple[str, ...]) -> list[tuple[dict[str, Any], xr.Dataset]]:
     """Split runs by the coords in `by` (sorted keys)."""
     keys = sorted(set(zip(*(ds[c].values.tolist() for c in by))), key=lambda k: tuple(str(x) for x in k))

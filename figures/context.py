@@ -12,6 +12,8 @@ from typing import Any
 
 import xarray as xr
 
+from analysis.run import Run
+
 from .registry import Skip
 
 PAPER_VALUES = Path(__file__).with_name("paper_values.json")
@@ -32,16 +34,29 @@ class Context:
     written: list[Path] = field(default_factory=list)
 
     @cached_property
-    def runs(self) -> xr.Dataset:
-        """Finished runs under runs_dir (long form, see analysis.runs); Skip when there are none."""
-        from analysis.runs import load_runs
+    def run_list(self) -> list[Run]:
+        """Finished runs under runs_dir, each read once (`analysis.run.Run`); Skip when there are none."""
+        from analysis.runs import read_runs
 
         if self.runs_dir is None:
             raise Skip("no runs directory given", ["a RUNS_DIR with training runs"])
-        ds = load_runs(self.runs_dir, finished_only=True)
-        if ds.sizes["run"] == 0:
+        runs, _ = read_runs(self.runs_dir, finished_only=True)
+        if not runs:
             raise Skip(f"no finished runs under {self.runs_dir}", ["finished training runs (mhar train / mhar sweep)"])
-        return ds
+        return runs
+
+    @cached_property
+    def runs(self) -> xr.Dataset:
+        """The same runs in long form (see analysis.runs), for selecting and pivoting."""
+        from analysis.runs import runs_dataset
+
+        return runs_dataset(self.run_list, Path(self.runs_dir))  # type: ignore[arg-type]
+
+    def records(self, ds: xr.Dataset) -> list[dict[str, Any]]:
+        """The run records (`Run.record`, short runs averaging what they have) of the runs a
+        selection of `runs` holds, for analysis.stats.curves."""
+        paths = set(ds["path"].values.tolist())
+        return [r.record(full=False) for r in self.run_list if str(r.path) in paths]
 
     @cached_property
     def paper(self) -> dict[str, Any]:

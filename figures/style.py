@@ -8,8 +8,6 @@ natural width in a two-column or one-column paper reads at the body text size.
 from __future__ import annotations
 
 import contextlib
-import os
-import tempfile
 from pathlib import Path
 from typing import Iterator
 
@@ -19,6 +17,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import seaborn as sns  # noqa: E402
 
+from mhar_probe.atomic import write_with  # noqa: E402
 from mhar_probe.errors import UserError  # noqa: E402
 
 COLUMN = 3.35  # inches
@@ -93,13 +92,6 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str, *, overwrite: bool = 
         raise UserError(f"{', '.join(existing)} already exist; pass --overwrite to replace them")
     out_dir.mkdir(parents=True, exist_ok=True)
     for path, meta in zip(paths, (PNG_META, PDF_META)):
-        fd, tmp = tempfile.mkstemp(dir=out_dir, prefix=f".{path.name}.", suffix=path.suffix)
-        os.close(fd)
-        try:
-            fig.savefig(tmp, format=path.suffix[1:], metadata=meta, dpi=DPI)
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        write_with(path, lambda tmp: fig.savefig(tmp, format=path.suffix[1:], metadata=meta, dpi=DPI))
     plt.close(fig)
     return paths

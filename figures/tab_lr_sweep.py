@@ -4,10 +4,10 @@ preset (analysis.stats.curves.best_vs_best)."""
 
 from __future__ import annotations
 
-from analysis.runs import select
+from analysis.runs import h_coord, select
 from analysis.stats.curves import best_vs_best
 
-from .common import choose_mhar_H, groups, run_records, scale_label, shared_seeds
+from .common import choose_mhar_H, groups, scale_label, shared_seeds
 from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
@@ -36,8 +36,8 @@ def _paired_lr_cells(sub):
 def _paired_delta(sub, row, base_row) -> float:
     """tail-mean(method at its best LR) - tail-mean(baseline at its best LR), both averaged over
     the seeds the two cells share (all of each cell's seeds when they share none)."""
-    a = dict(method=row.method, H=row.H, lr=float(row.best_lr))
-    b = dict(method=base_row.method, H=base_row.H, lr=float(base_row.best_lr))
+    a = dict(method=row.method, H=h_coord(row.H), lr=float(row.best_lr))
+    b = dict(method=base_row.method, H=h_coord(base_row.H), lr=float(base_row.best_lr))
     seeds = shared_seeds(sub, [a, b])
     paired = dict(seed=seeds) if seeds else {}
     return float(select(sub, **a, **paired)["tail_mean"].mean() - select(sub, **b, **paired)["tail_mean"].mean())
@@ -58,7 +58,7 @@ def make(ctx) -> list[Output]:
         if dropped:
             t.notes.append(f"{scale_label(key['preset'])}, {key['corpus']}: each method's learning rates "
                            f"compared on the seeds all its LR cells share (left out: {'; '.join(dropped)}).")
-        rows = [r for r in best_vs_best(run_records(sub)) if r.method != "mhar" or r.H == H]
+        rows = [r for r in best_vs_best(ctx.records(sub)) if r.method != "mhar" or r.H == H]
         base_row = min((r for r in rows if r.method == "baseline"), key=lambda r: r.tail_mean)
         for r in rows:  # delta over the seeds the method's and the baseline's best cells share
             r.delta = _paired_delta(sub, r, base_row)

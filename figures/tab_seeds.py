@@ -6,7 +6,7 @@ from __future__ import annotations
 from analysis.runs import select
 from analysis.stats.curves import paired_seed_deltas
 
-from .common import choose_mhar_H, groups, pick_lr, run_records, scale_label
+from .common import choose_mhar_H, groups, pick_lr, scale_label
 from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
@@ -25,7 +25,7 @@ def make(ctx) -> list[Output]:
         if len(set(select(sub, method="baseline")["seed"].values.tolist())) < 2:
             continue
         H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), int(select(sub, method="baseline")["kv"].values[0]))
-        rows = [r for r in paired_seed_deltas(run_records(sub), pair_on=("preset", "kv", "lr", "seed"))
+        rows = [r for r in paired_seed_deltas(ctx.records(sub), pair_on=("preset", "kv", "lr", "seed"))
                 if r.n >= 2 and (r.method != "mhar" or r.H == H)]
         rows.sort(key=lambda r: METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99)
         for i, r in enumerate(rows):

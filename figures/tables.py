@@ -16,8 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
-from analysis.stats.atomic import write_text_atomic
-
+from mhar_probe.atomic import write_text
 from mhar_probe.errors import UserError
 
 
@@ -134,5 +133,5 @@ def write_table(t: Table, out_dir: Path, *, overwrite: bool = False) -> list[Pat
     if existing and not overwrite:
         raise UserError(f"{', '.join(existing)} already exist; pass --overwrite to replace them")
     for path, text in zip(paths, (to_markdown(t), to_latex(t), to_csv(t))):
-        write_text_atomic(path, text, overwrite=True)
+        write_text(path, text)
     return paths

@@ -15,14 +15,11 @@ from .model.config import METHODS, PRESETS, ROUTING_BACKENDS, ConfigError
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """Every error class the library raises for input the user can fix."""
-    from analysis.stats.errors import StatsError
+    """The errors the library raises for input the user can fix: `UserError`, the one base.
 
-    from .capture.errors import CaptureError
-    from .convert.errors import ConversionError
-    from .data.errors import DataError
-
-    return (UserError, ConfigError, DataError, StatsError, CaptureError, ConversionError)
+    ConfigError is listed only until model/config.py derives it from `model.errors.UserError`
+    (a two-line change this branch leaves to that file's owner)."""
+    return (UserError, ConfigError)
 
 
 class OneLineParser(argparse.ArgumentParser):

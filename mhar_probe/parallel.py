@@ -26,9 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
-import tempfile
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -38,9 +36,10 @@ from safetensors.torch import load_file, save_file
 from torch import Tensor, nn
 from transformers.dynamic_module_utils import custom_object_save
 
+from . import atomic
 from .distributed import DistInfo
 from .errors import UserError
-from .rundir import CHECKPOINT, _untie, atomic_write_json, swap_in_checkpoint
+from .rundir import CHECKPOINT, _untie, write_checkpoint
 
 try:  # torch >= 2.6
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -237,13 +236,14 @@ def save_full_checkpoint(out: Path, model_state: dict[str, Tensor], optim_state:
                          state: dict[str, Any], extra: dict[str, dict[str, Tensor]] | None = None) -> None:
     """RUN/checkpoint/: model.safetensors, optimizer.pt (name-keyed), state.json and one
     `{name}.safetensors` per extra tensor dict (e.g. the EMA), swapped in atomically. Rank 0 only."""
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{CHECKPOINT}."))
-    save_file(_untie(dict(model_state)), tmp / "model.safetensors")
-    torch.save(optim_state, tmp / "optimizer.pt")
-    for name, tensors in (extra or {}).items():
-        save_file(_untie(dict(tensors)), tmp / f"{name}.safetensors")
-    atomic_write_json(tmp / "state.json", {**state, "optimizer_keys": "names", "extra": sorted(extra or {})})
-    swap_in_checkpoint(out, tmp)
+    def fill(tmp: Path) -> None:
+        save_file(_untie(dict(model_state)), tmp / "model.safetensors")
+        torch.save(optim_state, tmp / "optimizer.pt")
+        for name, tensors in (extra or {}).items():
+            save_file(_untie(dict(tensors)), tmp / f"{name}.safetensors")
+        atomic.write_json(tmp / "state.json", {**state, "optimizer_keys": "names", "extra": sorted(extra or {})})
+
+    write_checkpoint(out, fill)
 
 
 def load_full_checkpoint(out: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any],
@@ -276,7 +276,7 @@ def save_hf_dir(path: Path, config: Any, state: dict[str, Tensor], model_class: 
     A model class registered for an Auto class (`register_for_auto_class`) also gets its code
     and `auto_map`, as `save_pretrained` writes them, so that `trust_remote_code` loads it."""
     path.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path, prefix=".hf-tmp-"))
+    tmp = atomic.staging_dir(path / ".hf-tmp", prefix=".hf-tmp-")  # inside `path`: rundir.TEMPORARY_GLOBS
     try:
         config = type(config).from_dict(config.to_dict())
         config.architectures = [model_class.__name__]
@@ -296,7 +296,6 @@ def save_hf_dir(path: Path, config: Any, state: dict[str, Tensor], model_class: 
             generation_config.save_pretrained(tmp)
         if tokenizer is not None:
             tokenizer.save_pretrained(tmp)
-        for f in sorted(tmp.iterdir()):
-            os.replace(f, path / f.name)
+        atomic.move_entries(tmp, path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)

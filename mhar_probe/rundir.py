@@ -17,7 +17,6 @@ import os
 import shutil
 import socket
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any, Callable, Iterable, TypeVar
@@ -26,23 +25,14 @@ import torch
 from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 
+from . import atomic
 from .errors import UserError
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
 
-
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write to a temporary file beside `path`, then rename over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(fd, "w") as fh:
-        fh.write(text)
-    os.replace(tmp, path)
-
-
-def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+#: the name train.py and sweep import; the definition is `mhar_probe.atomic.write_json`
+atomic_write_json = atomic.write_json
 
 
 LOCK_FILE = ".mhar-lock"
@@ -183,24 +173,21 @@ def remove_temporaries(out: Path) -> None:
 def save_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
                     state: dict[str, Any]) -> None:
     """Model weights (safetensors), optimizer state and trainer state, swapped in atomically."""
-    tmp = Path(tempfile.mkdtemp(dir=out, prefix=f".{CHECKPOINT}."))
-    tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-    save_file(_untie(tensors), tmp / "model.safetensors")
-    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-    atomic_write_json(tmp / "state.json", state)
-    swap_in_checkpoint(out, tmp)
+    def fill(tmp: Path) -> None:
+        tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
+        save_file(_untie(tensors), tmp / "model.safetensors")
+        torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+        atomic.write_json(tmp / "state.json", state)  # last: a staging copy with state.json is complete
+
+    write_checkpoint(out, fill)
 
 
-def swap_in_checkpoint(out: Path, tmp: Path) -> None:
-    """Replace RUN/checkpoint by the fully written directory `tmp` (rename, never a partial copy)."""
-    final, old = out / CHECKPOINT, out / f".{CHECKPOINT}.old"
-    if final.exists():
-        if old.exists():
-            shutil.rmtree(old)
-        os.replace(final, old)
-    os.replace(tmp, final)
-    if old.exists():
-        shutil.rmtree(old)
+def write_checkpoint(out: Path, fill: Callable[[Path], object]) -> None:
+    """Replace RUN/checkpoint by a directory that ``fill(tmp)`` writes in full beside it.
+
+    The staging copy (``.checkpoint.tmp-*``) and the old one moved aside (``.checkpoint.old``)
+    both match ``.checkpoint.*``, where `recover_checkpoint` looks after a kill between renames."""
+    atomic.build_dir(out / CHECKPOINT, fill, replace=True, aside=out / f".{CHECKPOINT}.old")
 
 
 def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
@@ -244,7 +231,7 @@ def read_metrics(path: Path) -> list[dict[str, Any]]:
 
 
 def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> None:
-    atomic_write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
+    atomic.write_text(path, "".join(json.dumps(r) + "\n" for r in rows))
 
 
 #: what loading a saved model or tokenizer raises for files that are missing, truncated,

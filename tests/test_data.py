@@ -36,7 +36,6 @@ from mhar_probe.data import (
 )
 from mhar_probe.data import packing as packing_mod
 from mhar_probe.data import tokenizer as tokenizer_mod
-from mhar_probe.data.cache import write_dir_atomically
 
 SMALL_BYTES = 300_000
 SMALL_VOCAB = 1024
@@ -310,19 +309,6 @@ def test_tokenizer_cache_hit_does_not_retrain(small_corpus, monkeypatch, tmp_pat
     assert second.get_vocab() == first.get_vocab()
     # no temporary directories left behind
     assert [p.name for p in where.parent.iterdir()] == [where.name]
-
-
-def test_atomic_write_keeps_the_first_writer(tmp_path):
-    final = tmp_path / "tok"
-
-    def fill_and_lose_race(tmp: Path) -> None:
-        (tmp / "mine.txt").write_text("loser")
-        final.mkdir()  # another process renames its copy in first
-        (final / "theirs.txt").write_text("winner")
-
-    assert write_dir_atomically(final, fill_and_lose_race) == final
-    assert [p.name for p in tmp_path.iterdir()] == ["tok"]
-    assert [p.name for p in final.iterdir()] == ["theirs.txt"]
 
 
 def test_load_tokenizer_from_disk_and_errors(small_tok, tmp_path):

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import math
 import os
-import tempfile
 from pathlib import Path
 from typing import Sequence
 
 import pandas as pd
 import xarray as xr
 
+from mhar_probe.atomic import write_text
 from mhar_probe.capture.errors import CaptureError
 
 from .alignment import head_alignment
@@ -137,18 +137,6 @@ def to_latex(df: pd.DataFrame, caption: str = "", label: str = "") -> str:
     return "\n".join(lines) + "\n"
 
 
-def _atomic_text(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="") as fh:
-            fh.write(text)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-
-
 def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, *, caption: str = "",
                 label: str = "", overwrite: bool = False) -> list[Path]:
     """Write stem.md, stem.tex, stem.csv under out_dir (none is written if any exists without overwrite)."""
@@ -160,7 +148,7 @@ def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, stem: str, *, capt
     out.mkdir(parents=True, exist_ok=True)
     md = (f"{caption}\n\n" if caption else "") + to_markdown(df)
     for path, text in zip(paths, (md, to_latex(df, caption, label), df.to_csv())):
-        _atomic_text(path, text)
+        write_text(path, text)
     return paths
 
 

@@ -20,7 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .atomic import write_text_atomic
+from .output import write_text_new
 from .ceg import ceg_table, final_points, fit_power_law, lower_envelope
 from .compare import MAX_UNPAIRED, compare_eval_dirs
 from .curves import TAIL_K, best_vs_best, load_run, paired_seed_deltas
@@ -79,7 +79,7 @@ def cmd_mcnemar(args: argparse.Namespace) -> int:
     if args.n_boot < 1:
         raise StatsError(f"--n-boot must be positive, got {args.n_boot}")
     if args.out:  # fail before the (slow) work if outputs exist
-        from .atomic import check_writable
+        from .output import check_writable
         out = Path(args.out)
         check_writable([out / f"mcnemar.{s}" for s in ("csv", "json", "tex")], overwrite=args.overwrite)
     cmp = compare_eval_dirs(args.dir_a, args.dir_b, tasks=args.task, filters=args.filter, metric=args.metric,
@@ -115,7 +115,7 @@ def _print_table(head: list[str], rows: list[list[str]]) -> None:
 
 def _write_json(path: str | None, doc: dict[str, Any], overwrite: bool) -> None:
     if path:
-        write_text_atomic(path, json.dumps(doc, indent=2, default=_json_default) + "\n", overwrite=overwrite)
+        write_text_new(path, json.dumps(doc, indent=2, default=_json_default) + "\n", overwrite=overwrite)
         print(f"wrote {path}")
 
 

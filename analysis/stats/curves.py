@@ -1,7 +1,7 @@
 """Training-curve statistics: tail-means, paired per-seed deltas, best-vs-best over LR.
 
-A run record is a plain dict
-    {"method", "H", "kv", "lr", "seed", "preset", "tail_mean", "curve", "path"}
+A run record is a plain dict (`analysis.run.Run.record`)
+    {"method", "H", "kv", "lr", "seed", "preset", "curve", "path", "scale", "tail_mean"}
 where `curve` is the list of evaluation points {"step", "tokens", "flops", "val_loss"} of the
 run's `metrics.jsonl` (lines with `step`, `tokens`, `flops`, `lr`, `loss`, `grad_norm`,
 `tokens_per_s`, and `val_loss` on evaluation steps).
@@ -17,52 +17,33 @@ Definitions (paper, Experiments "Metric" and appendix "Robustness"):
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Sequence
 
 import numpy as np
 from scipy import stats as sps
 
 from mhar_probe.tail import TAIL_K, full_tail_mean
 
+from ..run import Run, eval_curve, parse_metrics, scale_label  # noqa: F401 (eval_curve, scale_label: re-exported)
 from .errors import StatsError
 
 RunRecord = dict[str, Any]
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
-    """Parse a metrics.jsonl; a malformed line raises StatsError naming file and line."""
+    """Parse a metrics.jsonl (`analysis.run.parse_metrics`); a missing or empty file, or a
+    malformed line, raises StatsError naming file and line."""
     path = Path(path)
     if not path.exists():
         raise StatsError(f"{path} does not exist")
-    rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise StatsError(f"{path}:{lineno}: not valid JSON ({e.msg})") from None
-            if not isinstance(rec, dict) or "step" not in rec:
-                raise StatsError(f"{path}:{lineno}: expected an object with a 'step' field")
-            if "val_loss" in rec and not isinstance(rec["val_loss"], (int, float)):
-                raise StatsError(f"{path}:{lineno}: 'val_loss' must be a number, got {rec['val_loss']!r}")
-            rows.append(rec)
+    rows = parse_metrics(path, error=StatsError)
     if not rows:
         raise StatsError(f"{path}: no lines (empty file)")
     return rows
-
-
-def eval_curve(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
-    """The evaluation points (lines carrying val_loss), in step order."""
-    pts = [{"step": r["step"], "tokens": r.get("tokens"), "flops": r.get("flops"), "val_loss": float(r["val_loss"])}
-           for r in rows if r.get("val_loss") is not None]
-    return sorted(pts, key=lambda p: p["step"])
 
 
 def tail_mean(values: Sequence[float], k: int = TAIL_K, *, where: str = "run") -> float:
@@ -73,58 +54,13 @@ def tail_mean(values: Sequence[float], k: int = TAIL_K, *, where: str = "run") -
         raise StatsError(str(exc)) from None
 
 
-def _first(d: dict[str, Any], *keys: str) -> Any:
-    for key in keys:
-        if d.get(key) is not None:
-            return d[key]
-    return None
-
-
-def scale_label(preset: Any, d: Any, L: Any) -> str:
-    """The preset's name, or "preset/d{d}L{L}" when the run overrode the preset's width or depth
-    (e.g. the rungs of a compute ladder), so that runs of different sizes are never pooled."""
-    from mhar_probe.model.config import PRESETS
-
-    dims = PRESETS.get(str(preset))
-    if dims is None or d is None or L is None:
-        return str(preset)
-    if (int(d), int(L)) == (dims["hidden_size"], dims["num_hidden_layers"]):
-        return str(preset)
-    return f"{preset}/d{d}L{L}"
-
-
 def load_run(path: str | Path, k: int = TAIL_K) -> RunRecord:
-    """Run record from a run directory (metrics.jsonl + train_config.json / summary.json /
-    config.json) or from a metrics.jsonl path."""
-    path = Path(path)
-    run_dir = path.parent if path.is_file() else path
-    metrics = path if path.is_file() else path / "metrics.jsonl"
-    if not run_dir.exists():
-        raise StatsError(f"run {path} does not exist")
-    meta: dict[str, Any] = {}
-    for name in ("config.json", "summary.json", "train_config.json"):  # later files win
-        p = run_dir / name
-        if p.exists():
-            try:
-                meta.update(json.loads(p.read_text(encoding="utf-8")))
-            except json.JSONDecodeError as e:
-                raise StatsError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
-    curve = eval_curve(read_metrics(metrics))
-    rec = {
-        "method": _first(meta, "method", "residual_method"),
-        "H": _first(meta, "routing_heads", "heads"),
-        "kv": _first(meta, "kv_heads", "num_key_value_heads"),
-        "lr": _first(meta, "lr"),
-        "seed": _first(meta, "seed"),
-        "preset": _first(meta, "preset"),
-        "curve": curve,
-        "path": str(run_dir),
-    }
-    if rec["method"] is None:
-        raise StatsError(f"{run_dir}: no method recorded (train_config.json / config.json missing?)")
-    rec["scale"] = scale_label(rec["preset"], meta.get("hidden_size"), meta.get("num_hidden_layers"))
-    rec["tail_mean"] = tail_mean([p["val_loss"] for p in curve], k, where=str(metrics))
-    return rec
+    """Run record (`analysis.run.Run.record`) of a run directory or a metrics.jsonl path; the
+    tail-mean needs k evaluations."""
+    run = Run.read(path, error=StatsError)
+    if not run.metrics:
+        read_metrics(run.metrics_path)  # raises: the file is missing or empty
+    return run.record(k, error=StatsError)
 
 
 @dataclass

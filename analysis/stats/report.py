@@ -9,7 +9,7 @@ import math
 from dataclasses import fields
 from pathlib import Path
 
-from .atomic import check_writable, write_text_atomic
+from .output import check_writable, write_text_new
 from .compare import Comparison, McNemarRow
 
 COLUMNS = [f.name for f in fields(McNemarRow)]
@@ -89,4 +89,4 @@ def write_outputs(cmp: Comparison, out_dir: str | Path, *, overwrite: bool = Fal
     targets = {out_dir / f"{stem}.csv": to_csv(cmp), out_dir / f"{stem}.json": to_json(cmp),
                out_dir / f"{stem}.tex": to_latex(cmp)}
     check_writable(list(targets), overwrite=overwrite)
-    return [write_text_atomic(p, text, overwrite=overwrite) for p, text in targets.items()]
+    return [write_text_new(p, text, overwrite=overwrite) for p, text in targets.items()]

@@ -37,11 +37,12 @@ import xarray as xr
 from torch import Tensor, nn
 from tqdm.auto import tqdm
 
+from ..atomic import temp_file
 from ..model.routing import get_backend
 from .errors import CaptureError
 from .heads import SLICINGS
 from .hooks import hooks
-from .io import check_output, open_routing_dataset, temp_path, write_dataset
+from .io import check_output, open_routing_dataset, write_dataset
 from .reducers import ProbeSpec, RoutingAccumulator
 from .schema import Layout, layout_of, provenance
 from .tokens import TokenWriter
@@ -122,7 +123,7 @@ def capture_routing(
         with routing_backend(model, backend) as used:
             acc = RoutingAccumulator(model, layout, spec, device)
             collector = _Collector(layout, sources=probes)
-            tmp = temp_path(out) if per_token else None
+            tmp = temp_file(out) if per_token else None
             writer = None
             try:
                 t0 = time.perf_counter()

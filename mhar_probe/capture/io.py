@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import os
-import tempfile
 from pathlib import Path
 
 import xarray as xr
 
+from ..atomic import write_with
 from .errors import CaptureError
 from .schema import DATASET_KIND, DATASET_MARKER
 
@@ -25,27 +25,14 @@ def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
     return path
 
 
-def temp_path(path: Path) -> Path:
-    """A fresh temporary file name beside `path` (renamed over it once complete)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    os.close(fd)
-    return Path(tmp)
-
-
 def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = False,
                   append_to: Path | None = None) -> Path:
-    """Write `ds` to `path` atomically (temp + rename). With `append_to` (a temp file that
-    already holds streamed per-token variables) the dataset is added to it and it is renamed."""
+    """Write `ds` to `path` atomically (`mhar_probe.atomic`). With `append_to` (a temporary from
+    `atomic.temp_file` that already holds streamed per-token variables) the dataset is added to it
+    and it is renamed."""
     path = check_output(path, overwrite)
-    tmp = append_to if append_to is not None else temp_path(path)
-    try:
-        ds.to_netcdf(tmp, mode="a" if append_to is not None else "w", engine=ENGINE)
-        os.replace(tmp, path)
-    except BaseException:
-        if tmp.exists():
-            tmp.unlink()
-        raise
-    return path
+    mode = "a" if append_to is not None else "w"
+    return write_with(path, lambda tmp: ds.to_netcdf(tmp, mode=mode, engine=ENGINE), into=append_to)
 
 
 def open_routing_dataset(path: str | os.PathLike, *, load: bool = True) -> xr.Dataset:

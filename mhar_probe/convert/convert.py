@@ -8,8 +8,6 @@
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
+from ..atomic import build_dir
 from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
 from ..rundir import load_pretrained
 from .errors import ConversionError
@@ -106,16 +105,16 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
             raise ConversionError(f"converted model deviates from the base by {deviation:g} at step 0 "
                                   f"(expected exactly 0); nothing was written")
 
-    dst.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.tmp-", dir=dst.parent))
-    try:
-        tmp.chmod(0o755)  # mkdtemp makes it 0700; the result is an ordinary directory
+    tokenizer_copied = False
+
+    def fill(tmp: Path) -> None:
+        nonlocal tokenizer_copied
         model.save_pretrained(tmp)
         tokenizer_copied = _copy_tokenizer(src, tmp)
-        _replace_dir(tmp, dst)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
+
+    # mode 0755: an ordinary directory (staging is private otherwise); an existing dst is
+    # moved aside and removed only once the new one is in place
+    build_dir(dst, fill, replace=True, mode=0o755)
     cfg = model.config
     return ConversionReport(
         dst=dst, base_type=cfg.text_config.model_type, num_layers=cfg.num_hidden_layers,
@@ -128,10 +127,13 @@ TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model",
 
 
 def _copy_tokenizer(src: Path, out: Path) -> bool:
-    """Save the source's tokenizer beside the converted weights; warn (not fail) if it has none."""
+    """Save the source's tokenizer beside the converted weights; warn (not fail) if it has none.
+
+    Called from `convert_checkpoint`'s fill through `atomic.build_dir`: the warning's stacklevel
+    names `convert_checkpoint`'s caller."""
     if not any((src / name).is_file() for name in TOKENIZER_FILES):
         warnings.warn(f"{src} has no tokenizer ({', '.join(TOKENIZER_FILES)}); the converted model is "
-                      f"saved without one -- copy the base's tokenizer into it before training", stacklevel=3)
+                      f"saved without one -- copy the base's tokenizer into it before training", stacklevel=5)
         return False
     try:
         tokenizer = AutoTokenizer.from_pretrained(src)
@@ -140,14 +142,3 @@ def _copy_tokenizer(src: Path, out: Path) -> bool:
                               f"nothing was written") from exc
     tokenizer.save_pretrained(out)
     return True
-
-
-def _replace_dir(tmp: Path, dst: Path) -> None:
-    """Rename `tmp` to `dst`; an existing `dst` is moved aside first and removed only afterwards."""
-    old = None
-    if dst.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dst.name}.old-", dir=dst.parent))
-        dst.rename(old / dst.name)
-    tmp.rename(dst)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)

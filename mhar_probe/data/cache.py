@@ -2,20 +2,20 @@
 
 The root is ``$MHAR_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/mhar-probe``, else
 ``~/.cache/mhar-probe``. Everything is written to a temporary name beside its final
-place and renamed, so concurrent processes (e.g. torchrun ranks) never see half a file
-and never corrupt each other's output: the first rename wins, the rest are discarded.
+place and renamed (`mhar_probe.atomic`), so concurrent processes (e.g. torchrun ranks)
+never see half a file and never corrupt each other's output: for directories the first
+rename wins and the rest are discarded (``atomic.build_dir``), a token array
+(`save_npy_atomically`) is simply replaced by an identical one.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
-import tempfile
-from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
 
+from ..atomic import write_with
 from .errors import DataError
 
 
@@ -42,36 +42,10 @@ def cache_subdir(kind: str) -> Path:
     return path
 
 
-def write_dir_atomically(final: Path, fill: Callable[[Path], None]) -> Path:
-    """Create directory ``final`` by calling ``fill(tmp_dir)`` and renaming ``tmp_dir``.
-
-    If another process created ``final`` first, our copy is discarded and theirs kept.
-    Returns ``final``.
-    """
-    final.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
-    try:
-        fill(tmp)
-        try:
-            os.rename(tmp, final)  # atomic; fails if final exists and is non-empty
-        except OSError:
-            if not final.is_dir():
-                raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
 def save_npy_atomically(final: Path, array: np.ndarray) -> Path:
-    """Write ``array`` to ``final`` (.npy) via a temporary file and ``os.replace``."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", suffix=".npy", dir=final.parent)
-    try:
-        with os.fdopen(fd, "wb") as fh:
+    """Write ``array`` to ``final`` (.npy) atomically (``mhar_probe.atomic.write_with``)."""
+    def save(tmp: Path) -> None:
+        with open(tmp, "wb") as fh:  # a file object: np.save would add ".npy" to a bare name
             np.save(fh, array)
-        os.replace(tmp_name, final)
-    finally:
-        if os.path.exists(tmp_name):
-            os.unlink(tmp_name)
-    return final
+
+    return write_with(final, save)

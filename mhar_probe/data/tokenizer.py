@@ -27,7 +27,8 @@ import tokenizers
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 from transformers import AutoTokenizer, PreTrainedTokenizerFast
 
-from .cache import cache_subdir, write_dir_atomically
+from ..atomic import build_dir
+from .cache import cache_subdir
 from .corpus import Corpus
 from .document import Document
 from .errors import DataError
@@ -149,5 +150,5 @@ def get_tokenizer(
             }
             (tmp / META_FILE).write_text(json.dumps(meta, indent=2) + "\n")
 
-        write_dir_atomically(final, fill)
+        build_dir(final, fill)  # the first writer wins
     return load_tokenizer(final)

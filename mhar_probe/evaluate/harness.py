@@ -23,12 +23,12 @@ import json
 import logging
 import os
 import shutil
-import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Sequence
 
+from ..atomic import replace_dir, staging_dir
 from ..rundir import load_pretrained
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
@@ -309,18 +309,6 @@ def check_out(out: Path, overwrite: bool) -> None:
                         "pass --overwrite to replace it or choose another --out")
 
 
-def _publish(staging: Path, out: Path, overwrite: bool) -> None:
-    """Rename the finished staging directory to `out` (replacing it only with `overwrite`)."""
-    check_out(out, overwrite)
-    old = None
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.parent))
-        os.rename(out, old / out.name)
-    os.rename(staging, out)
-    if old is not None:
-        shutil.rmtree(old, ignore_errors=True)
-
-
 def _model_name(run: Path) -> str:
     return run.resolve().name or "model"
 
@@ -421,8 +409,7 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
     from lm_eval import evaluator
     from lm_eval.loggers import EvaluationTracker
 
-    out.parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=out.parent))
+    staging = staging_dir(out)  # the harness writes into it over the whole evaluation
     try:
         tracker = EvaluationTracker(output_path=str(staging))
         log(f"evaluating {', '.join(cfg.tasks)} (limit {cfg.limit or 'none'}, batch {cfg.batch_size}, "
@@ -451,7 +438,8 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         for task_name in results["configs"]:
             tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
         (staging / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n", encoding="utf-8")
-        _publish(staging, out, cfg.overwrite)
+        check_out(out, cfg.overwrite)  # again: `out` may have appeared while the harness ran
+        replace_dir(staging, out)
     finally:
         if staging.exists():
             shutil.rmtree(staging, ignore_errors=True)

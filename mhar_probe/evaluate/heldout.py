@@ -51,7 +51,8 @@ from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Iterable
 
-from ..data.cache import cache_subdir, write_dir_atomically
+from ..atomic import build_dir
+from ..data.cache import cache_subdir
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
@@ -299,7 +300,7 @@ def heldout_tasks(val: list[Document], fingerprint: str) -> TaskFiles:
         def fill(tmp: Path) -> None:
             counts = write_heldout_tasks(val, tmp, data_root=final)
             (tmp / "counts.json").write_text(json.dumps(counts, sort_keys=True) + "\n", encoding="utf-8")
-        write_dir_atomically(final, fill)
+        build_dir(final, fill)  # the first writer wins
     counts = json.loads((final / "counts.json").read_text(encoding="utf-8"))
     sha = {p.name: sha256_file(p) for p in sorted(final.iterdir()) if p.suffix in (".jsonl", ".yaml")}
     return TaskFiles(root=final, tasks=SHIPPED_TASKS, sha256=sha, counts=counts)

@@ -12,11 +12,12 @@ from typing import Any
 from transformers import AutoConfig, PretrainedConfig
 
 from .config import ROUTING_BACKENDS
+from .errors import UserError
 
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
 # with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
 # residual add reading the *un-normed* stream) and a final `.norm` before the LM head.
-class ConversionError(ValueError):
+class ConversionError(UserError):
     """A source checkpoint or option that cannot be converted; the message says what to fix and
     what is supported. The CLI prints it on one line and exits with status 2."""
 

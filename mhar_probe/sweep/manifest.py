@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from ..rundir import CHECKPOINT, atomic_write_json
+from ..atomic import write_json
+from ..rundir import CHECKPOINT
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -56,7 +57,7 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
 def write_manifest(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) -> None:
     doc = dict(format=FORMAT, grid=grid, runs=runs,
                updated=datetime.now(timezone.utc).isoformat(timespec="seconds"))
-    atomic_write_json(out / MANIFEST, doc)
+    write_json(out / MANIFEST, doc)
 
 
 def run_entry(name: str, axes: dict[str, Any], run_dir: Path, status: str | None = None,

@@ -1,0 +1,240 @@
+"""One training run read from its directory: the one model of a run that the analyses and the
+figures share.
+
+A run directory (`mhar_probe.rundir`) holds config.json (the model's Hugging Face config),
+train_config.json (every training option), summary.json (written last), corpus.json and
+metrics.jsonl. `Run.read(path)` loads them as they are; the properties give the run's axes
+(method, heads, kv, lr, seed, preset, size, corpus) with one rule each for where they come from,
+and its curves. Two views are built from it, never from the files again:
+
+- `analysis.runs.load_runs`: many runs as one xarray dataset (the figures' grid);
+- `Run.record`: the plain dict `analysis.stats.curves` pairs and averages.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping
+
+from mhar_probe.errors import UserError
+from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
+
+#: methods without routing heads (their `heads` is None; 0 in the xarray view)
+UNROUTED = ("baseline", "hyper")
+METRICS = "metrics.jsonl"
+
+
+def _routing_heads(summary: Mapping[str, Any], config: Mapping[str, Any]) -> int | None:
+    """TEMPORARY, the one spot that knows the head count's recorded names (to be replaced by the
+    routing_heads translation function of the methods/head-count change, issue 24): summary.json
+    `routing_heads`, else train_config.json `heads`, else config.json `routing_heads`. `config`
+    is train_config.json over config.json. None when no name holds a count."""
+    for value in (summary.get("routing_heads"), config.get("heads"), config.get("routing_heads")):
+        if value:
+            return int(value)
+    return None
+
+
+def read_json(path: Path, *, error: type[UserError] = UserError) -> dict[str, Any]:
+    """A run's JSON document; {} if it is missing or not an object, `error` if it is not JSON."""
+    if not path.exists():
+        return {}
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise error(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
+    return doc if isinstance(doc, dict) else {}
+
+
+def parse_metrics(path: Path, *, error: type[UserError] = UserError) -> list[dict[str, Any]]:
+    """The lines of a metrics.jsonl (blank lines skipped); a malformed line raises `error`
+    naming file and line. Every line is an object with `step`; `val_loss`, where present, a number."""
+    rows = []
+    with path.open(encoding="utf-8") as f:
+        for lineno, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as exc:
+                raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
+            if not isinstance(rec, dict) or "step" not in rec:
+                raise error(f"{path}:{lineno}: expected an object with a 'step' field")
+            if "val_loss" in rec and not isinstance(rec["val_loss"], (int, float)):
+                raise error(f"{path}:{lineno}: 'val_loss' must be a number, got {rec['val_loss']!r}")
+            rows.append(rec)
+    return rows
+
+
+def eval_curve(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
+    """The evaluation points (lines carrying val_loss): step, tokens, flops, val_loss, in step order."""
+    pts = [{"step": r["step"], "tokens": r.get("tokens"), "flops": r.get("flops"), "val_loss": float(r["val_loss"])}
+           for r in rows if r.get("val_loss") is not None]
+    return sorted(pts, key=lambda p: p["step"])
+
+
+def scale_label(preset: Any, d: Any, L: Any) -> str:
+    """The preset's name, or "preset/d{d}L{L}" when the run overrode the preset's width or depth
+    (e.g. the rungs of a compute ladder), so that runs of different sizes are never pooled."""
+    from mhar_probe.model.config import PRESETS
+
+    dims = PRESETS.get(str(preset))
+    if dims is None or d is None or L is None:
+        return str(preset)
+    if (int(d), int(L)) == (dims["hidden_size"], dims["num_hidden_layers"]):
+        return str(preset)
+    return f"{preset}/d{d}L{L}"
+
+
+def _preset_value(preset: str | None, key: str) -> Any:
+    from mhar_probe.model.config import PRESETS
+
+    return PRESETS.get(preset or "", {}).get(key)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run directory: its documents as read (empty where a file is missing) and its metrics."""
+
+    path: Path
+    config: dict[str, Any]  # config.json: the model's Hugging Face config
+    train_config: dict[str, Any]  # train_config.json
+    summary: dict[str, Any]  # summary.json ({} until the run has finished or failed)
+    corpus_info: dict[str, Any]  # corpus.json
+    metrics: list[dict[str, Any]]  # metrics.jsonl, one dict a line ([] if there is none)
+    metrics_path: Path
+
+    @classmethod
+    def read(cls, path: str | Path, *, error: type[UserError] = UserError) -> Run:
+        """Read the run at `path` (its directory, or its metrics.jsonl). Missing documents read
+        as {}; unreadable ones, and a run with no method recorded, raise `error`."""
+        path = Path(path)
+        run_dir = path.parent if path.is_file() else path
+        metrics_path = path if path.is_file() else path / METRICS
+        if not run_dir.exists():
+            raise error(f"run {path} does not exist")
+        run = cls(path=run_dir, config=read_json(run_dir / "config.json", error=error),
+                  train_config=read_json(run_dir / "train_config.json", error=error),
+                  summary=read_json(run_dir / "summary.json", error=error),
+                  corpus_info=read_json(run_dir / "corpus.json", error=error),
+                  metrics=parse_metrics(metrics_path, error=error) if metrics_path.exists() else [],
+                  metrics_path=metrics_path)
+        if run._method is None:
+            raise error(f"{run_dir}: no method recorded (train_config.json, summary.json and config.json missing?)")
+        return run
+
+    # ------------------------------------------------------------------------ axes
+    @property
+    def _method(self) -> Any:
+        return self.summary.get("method") or self.train_config.get("method") or self.config.get("residual_method")
+
+    @property
+    def method(self) -> str:
+        return str(self._method)
+
+    @property
+    def _extra(self) -> dict[str, Any]:
+        return self.train_config.get("extra") or {}
+
+    @property
+    def preset(self) -> str | None:
+        return self.summary.get("preset") or self.train_config.get("preset")
+
+    @property
+    def kv(self) -> int | None:
+        """KV heads: summary, train options, model config, model overrides, else the preset's."""
+        kv = (self.summary.get("kv_heads") or self.train_config.get("kv_heads")
+              or self.config.get("num_key_value_heads") or self._extra.get("num_key_value_heads")
+              or _preset_value(self.preset, "num_key_value_heads"))
+        return int(kv) if kv else None
+
+    @property
+    def heads(self) -> int | None:
+        """Routing heads H: None for methods without them, 1 for attnres, else the recorded
+        count (H = KV where none is recorded)."""
+        if self.method in UNROUTED:
+            return None
+        if self.method == "attnres":
+            return 1
+        return _routing_heads(self.summary, {**self.config, **self.train_config}) or self.kv
+
+    @property
+    def lr(self) -> float | None:
+        lr = self.summary.get("lr") or self.train_config.get("lr")
+        return float(lr) if lr is not None else None
+
+    @property
+    def seed(self) -> int | None:
+        seed = self.summary.get("seed", self.train_config.get("seed"))
+        return int(seed) if seed is not None else None
+
+    @property
+    def steps(self) -> int:
+        """The planned budget: summary, train options, else the last logged step."""
+        return int(self.summary.get("steps") or self.train_config.get("steps")
+                   or (self.metrics[-1].get("step", 0) if self.metrics else 0))
+
+    @property
+    def hidden_size(self) -> int | None:
+        d = (self.config.get("hidden_size") or self._extra.get("hidden_size")
+             or _preset_value(self.preset, "hidden_size"))
+        return int(d) if d else None
+
+    @property
+    def layers(self) -> int | None:
+        L = (self.config.get("num_hidden_layers") or self._extra.get("num_hidden_layers")
+             or _preset_value(self.preset, "num_hidden_layers"))
+        return int(L) if L else None
+
+    @property
+    def scale(self) -> str:
+        return scale_label(self.preset, self.hidden_size, self.layers)
+
+    @property
+    def corpus(self) -> str:
+        return str(self.corpus_info.get("name") or self.train_config.get("corpus") or "embedded")
+
+    @property
+    def finished(self) -> bool:
+        return bool(self.summary.get("finished", False))
+
+    # ------------------------------------------------------------------------ curves
+    @property
+    def evals(self) -> list[dict[str, float]]:
+        """Evaluation points {step, tokens, flops, val_loss}, in step order."""
+        return eval_curve(self.metrics)
+
+    @property
+    def train_points(self) -> list[dict[str, Any]]:
+        """Metrics lines with a training loss, in step order."""
+        return sorted((r for r in self.metrics if r.get("loss") is not None), key=lambda r: r["step"])
+
+    def tail(self, k: int = TAIL_K) -> tuple[float, int]:
+        """(tail-mean, evaluations averaged): a short run averages what it has (`mhar_probe.tail`)."""
+        return tail_mean([p["val_loss"] for p in self.evals], k)
+
+    def record(self, k: int = TAIL_K, *, full: bool = True,
+               error: type[UserError] = UserError) -> dict[str, Any]:
+        """The run as `analysis.stats.curves` reads it: method, H, kv, lr, seed, preset, curve,
+        path, scale, tail_mean. `full`: the tail-mean needs k evaluations (else `error`), as the
+        statistics require; off, a short run averages what it has."""
+        curve = self.evals
+        vals = [p["val_loss"] for p in curve]
+        if full:
+            try:
+                tail = full_tail_mean(vals, k, where=str(self.metrics_path))
+            except ValueError as exc:
+                raise error(str(exc)) from None
+        else:
+            tail = tail_mean(vals, k)[0]
+        return {"method": self.method, "H": self.heads, "kv": self.kv, "lr": self.lr, "seed": self.seed,
+                "preset": self.preset, "curve": curve, "path": str(self.path), "scale": self.scale,
+                "tail_mean": tail}
+
+    def scalar(self, key: str, default: float = math.nan) -> float:
+        """A number from summary.json, else from the last metrics line, else `default`."""
+        last = self.metrics[-1] if self.metrics else {}
+        return float(self.summary.get(key, last.get(key, default)))

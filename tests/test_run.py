@@ -1,0 +1,106 @@
+"""analysis.run.Run: one run directory read once; the xarray long form (analysis.runs) and the
+statistics' run records (analysis.stats.curves) are both views of it."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from analysis.run import Run, _routing_heads
+from analysis.runs import load_runs, select
+from analysis.stats.curves import load_run
+from analysis.stats.errors import StatsError
+from figures.context import Context
+from figures.synthetic import tail_mean_of, write_run
+from mhar_probe.errors import UserError
+
+
+@pytest.fixture()
+def runs(tmp_path):
+    root = tmp_path / "runs"
+    for seed in (1, 2):
+        write_run(root, f"base-s{seed}", method="baseline", seed=seed, steps=60, eval_every=5)
+        write_run(root, f"mhar-s{seed}", method="mhar", H=4, kv=2, seed=seed, steps=60, eval_every=5)
+    write_run(root, "attnres", method="attnres", seed=1, steps=60, eval_every=5)
+    write_run(root, "short", method="mhar", H=None, kv=2, seed=3, steps=10, eval_every=5, finished=False)
+    return root
+
+
+def test_read_gives_the_documents_and_the_axes(runs):
+    run = Run.read(runs / "mhar-s1")
+    assert run.path == runs / "mhar-s1" and run.metrics_path == runs / "mhar-s1" / "metrics.jsonl"
+    assert run.summary["finished"] is True and run.train_config["heads"] == 4 and run.config == {}
+    assert (run.method, run.heads, run.kv, run.lr, run.seed, run.preset, run.steps) == ("mhar", 4, 2, 5e-4, 1, "tiny", 60)
+    assert run.corpus == "embedded" and run.finished and run.scale == "tiny"
+    assert [p["step"] for p in run.evals] == list(range(0, 61, 5))
+    assert run.tail() == (pytest.approx(tail_mean_of(runs / "mhar-s1")), 11)
+    assert Run.read(runs / "mhar-s1" / "metrics.jsonl") == run  # the metrics file names its run
+
+
+def test_heads_by_method():
+    def heads(method, summary=None, tc=None, config=None):
+        return Run(path=None, config=config or {}, train_config={"method": method, "kv_heads": 2, **(tc or {})},
+                   summary=summary or {}, corpus_info={}, metrics=[], metrics_path=None).heads
+
+    assert heads("baseline", tc={"heads": 4}) is None and heads("hyper") is None
+    assert heads("attnres", summary={"routing_heads": 8}) == 1
+    assert heads("mhar") == 2  # none recorded: H = KV
+    assert heads("mhar", tc={"heads": 4}, config={"routing_heads": 8}) == 4
+
+
+def test_routing_heads_reads_each_recorded_name_in_order():
+    assert _routing_heads({"routing_heads": 8}, {"heads": 4, "routing_heads": 2}) == 8
+    assert _routing_heads({"routing_heads": None}, {"heads": 4, "routing_heads": 2}) == 4
+    assert _routing_heads({}, {"heads": None, "routing_heads": 2}) == 2
+    assert _routing_heads({}, {}) is None
+
+
+def test_the_long_form_and_the_records_are_views_of_the_same_runs(runs):
+    ds = load_runs(runs)
+    assert ds.sizes["run"] == 6
+    for name in ("base-s1", "mhar-s2", "attnres"):
+        row = select(ds, path=str(runs / name))
+        rec = load_run(runs / name)  # the statistics' record: the full 11-evaluation window
+        run = Run.read(runs / name)
+        assert rec["tail_mean"] == pytest.approx(float(row["tail_mean"].item()))
+        assert (rec["method"], rec["kv"], rec["lr"], rec["seed"]) == (
+            row["method"].item(), int(row["kv"].item()), float(row["lr"].item()), int(row["seed"].item()))
+        assert int(row["H"].item()) == (rec["H"] or 0) == (run.heads or 0)  # H = 0: no routing heads
+    assert select(ds, method="baseline")["H"].values.tolist() == [0, 0]
+
+
+def test_figures_read_records_of_their_selection_from_the_runs(runs, tmp_path):
+    ctx = Context(runs_dir=runs, out=tmp_path / "fig")
+    assert [r.path.name for r in ctx.run_list] == ["attnres", "base-s1", "base-s2", "mhar-s1", "mhar-s2"]
+    recs = ctx.records(select(ctx.runs, method="mhar"))
+    assert [r["path"] for r in recs] == [str(runs / "mhar-s1"), str(runs / "mhar-s2")]
+    assert recs[0] == load_run(runs / "mhar-s1")
+
+
+def test_a_short_run_averages_what_it_has_except_in_the_statistics(runs):
+    run = Run.read(runs / "short")
+    assert run.tail()[1] == 3 and not run.finished and run.heads == 2
+    assert run.record(full=False)["tail_mean"] == pytest.approx(run.tail()[0])
+    with pytest.raises(StatsError, match="has 3 evaluations"):
+        load_run(runs / "short")
+
+
+def test_unreadable_runs_raise_the_callers_error(tmp_path):
+    with pytest.raises(UserError, match="does not exist"):
+        Run.read(tmp_path / "nope")
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 0, "val_loss": 1.0}) + "\n")
+    with pytest.raises(UserError, match="no method recorded"):
+        Run.read(run)
+    (run / "summary.json").write_text("{oops")
+    with pytest.raises(StatsError, match=r"summary.json:1: not valid JSON"):
+        load_run(run)
+    (run / "summary.json").write_text(json.dumps({"method": "baseline"}))
+    (run / "metrics.jsonl").write_text("")
+    assert Run.read(run).metrics == []  # a run that has not logged yet
+    with pytest.raises(StatsError, match="empty file"):
+        load_run(run)
+    assert math.isnan(Run.read(run).scalar("flops"))
