@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import UserError
-from .model.config import METHODS, PRESETS, ROUTING_BACKENDS, ConfigError
+from .model.config import METHODS, PRESETS, ConfigError
+from .model.routing import ROUTING_BACKENDS
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:

@@ -12,7 +12,6 @@ from transformers import PretrainedConfig
 
 METHODS = ("baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta")
 ROUTED_METHODS = ("attnres", "mhar", "mhar_hw")  # replacement forms over 2L+1 sources
-ROUTING_BACKENDS = ("eager", "compile", "triton")
 
 PRESETS: dict[str, dict[str, Any]] = {
     # name: d, L, heads, kv heads, FFN, context (T); head_dim = d / heads
@@ -81,7 +80,6 @@ class MHARConfig(PretrainedConfig):
         tie_word_embeddings: bool = True,
         residual_method: str = "baseline",
         routing_heads: int | None = None,
-        routing_backend: str = "eager",
         hyper_streams: int = 4,
         delta_num_blocks: int = 2,
         preset: str | None = None,
@@ -103,7 +101,9 @@ class MHARConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.residual_method = residual_method
         self.routing_heads = routing_heads if routing_heads is not None else num_key_value_heads
-        self.routing_backend = routing_backend
+        # a config.json written before the routing backend became a run-time choice
+        # (model.routing.set_routing_backend) names one: read and ignored, never saved again
+        kwargs.pop("routing_backend", None)
         self.hyper_streams = hyper_streams
         self.delta_num_blocks = delta_num_blocks
         self.preset = preset
@@ -144,8 +144,6 @@ class MHARConfig(PretrainedConfig):
             self.head_dim = self.hidden_size // self.num_attention_heads
         if self.residual_method not in METHODS:
             raise ConfigError(f"unknown residual method {self.residual_method!r}; choose one of {', '.join(METHODS)}")
-        if self.routing_backend not in ROUTING_BACKENDS:
-            raise ConfigError(f"unknown routing backend {self.routing_backend!r}; choose one of {', '.join(ROUTING_BACKENDS)}")
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                               f"num_key_value_heads={self.num_key_value_heads}")

@@ -11,8 +11,6 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-from .config import ROUTING_BACKENDS
-
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
 # with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
 # residual add reading the *un-normed* stream) and a final `.norm` before the LM head.
@@ -54,7 +52,6 @@ class MHARDeltaConfig(PretrainedConfig):
         num_blocks: int | None = None,
         routing_heads: int = DEFAULT_ROUTING_HEADS,
         routing_eps: float | None = None,
-        routing_backend: str = "eager",
         **kwargs: Any,
     ) -> None:
         if isinstance(text_config, dict):
@@ -67,7 +64,9 @@ class MHARDeltaConfig(PretrainedConfig):
         self.num_blocks = num_blocks
         self.routing_heads = routing_heads
         self.routing_eps = routing_eps
-        self.routing_backend = routing_backend
+        # a config.json written before the routing backend became a run-time choice
+        # (routing.set_routing_backend) names one: read and ignored, never saved again
+        kwargs.pop("routing_backend", None)
         if text_config is not None:
             if self.num_blocks is None:
                 self.num_blocks = default_num_blocks(text_config.num_hidden_layers)
@@ -110,9 +109,6 @@ class MHARDeltaConfig(PretrainedConfig):
             divisors = [h for h in (1, 2, 4, 8, 16, 32, 64) if d % h == 0]
             raise ConversionError(f"routing heads H={H} must divide the hidden size d={d}; "
                                   f"e.g. one of {', '.join(map(str, divisors))}")
-        if self.routing_backend not in ROUTING_BACKENDS:
-            raise ConversionError(f"unknown routing backend {self.routing_backend!r}; "
-                                  f"choose one of {', '.join(ROUTING_BACKENDS)}")
 
 
 MHARDeltaConfig.register_for_auto_class()  # save_pretrained writes auto_map and this code

@@ -21,7 +21,7 @@ from .config import ROUTED_METHODS, MHARConfig
 from .hf_compat import CACHE_NAME, cache_field, one_cache, refuse_unsupported_outputs
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
 from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
-from .routing import get_backend
+from .routing import DEFAULT_BACKEND, get_backend
 
 
 class DecoderLayer(nn.Module):
@@ -65,6 +65,8 @@ class MHARModel(MHARPreTrainedModel):
         super().__init__(config)
         d, L = config.hidden_size, config.num_hidden_layers
         self.method = config.residual_method
+        if self.method in ROUTED_METHODS:  # the source stack's backend; routing.set_routing_backend sets it
+            self.routing_backend = DEFAULT_BACKEND
         self.embed_tokens = nn.Embedding(config.vocab_size, d)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(L))
         self.norm = RMSNorm(d, config.rms_norm_eps)
@@ -96,8 +98,7 @@ class MHARModel(MHARPreTrainedModel):
                                          num_queries=config.num_key_value_heads if hw else 1))
             return sites
         if method == "delta":
-            return [DeltaSite(d, H, eps, s, layer, kind, config.routing_backend)
-                    for s, (layer, kind) in enumerate(kinds)]
+            return [DeltaSite(d, H, eps, s, layer, kind) for s, (layer, kind) in enumerate(kinds)]
         return []
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -158,7 +159,7 @@ class MHARModel(MHARPreTrainedModel):
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
         params = [(site.query, site.key_norm.weight) for site in self.sites]  # in call order
-        stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources, params=params)
+        stack = get_backend(self.routing_backend).new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1
