@@ -7,6 +7,8 @@ variant is labelled with its kernels."""
 
 from __future__ import annotations
 
+from mhar_probe.model.methods import ROUTED_METHODS
+
 from .benchfiles import throughput_files
 from .common import scale_label
 from .registry import Output, Skip, generator
@@ -46,7 +48,7 @@ def make(ctx) -> list[Output]:
             if r.get("vs_baseline_round_median") is not None:  # --interleave: median of per-round ratios
                 ratio = r["vs_baseline_round_median"]
             method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
-            backend = "-" if method in ("baseline", "hyper") else str(args.get("backend", "?"))
+            backend = str(args.get("backend", "?")) if method in ROUTED_METHODS else "-"
             if variant:
                 backend = f"{backend}-{variant}"
             label = method_label(method) + (f" ({variant} kernels)" if variant else "")

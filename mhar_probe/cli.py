@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import UserError
-from .model.config import METHODS, PRESETS, ConfigError
+from .model.config import PRESETS, ConfigError
+from .model.methods import METHODS
 from .model.routing import ROUTING_BACKENDS
 
 

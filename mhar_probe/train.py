@@ -27,7 +27,7 @@ from tqdm.auto import tqdm
 from . import __version__
 from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
 from .errors import UserError
-from .model import MHARConfig, MHARForCausalLM
+from .model import MHARConfig, MHARForCausalLM, methods
 from .model.routing import choose_backend, set_routing_backend
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
@@ -35,8 +35,6 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
 from .tail import tail_mean
 from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
-
-ROUTED_METHODS = ("attnres", "mhar", "mhar_hw", "delta")  # the methods whose sites route over depth
 
 
 @dataclass
@@ -523,9 +521,10 @@ class Trainer:
 
     def summary(self, evals: list[float]) -> dict[str, Any]:
         tail, tail_k = tail_mean(evals)
+        has_heads = methods.method(self.cfg.method).has_routing_heads
         return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
-            routing_heads=self.model_config.routing_heads if self.cfg.method in ROUTED_METHODS else None,
+            routing_heads=self.model_config.routing_heads if has_heads else None,
             kv_heads=self.model_config.num_key_value_heads,
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
             initial_val_loss=evals[0], final_val_loss=evals[-1],
@@ -537,7 +536,7 @@ class Trainer:
 
     def _kernel_record(self) -> dict[str, Any]:
         """Which triton kernels computed the routing (none for other backends or methods)."""
-        if self.cfg.routing_backend != "triton" or self.cfg.method not in ROUTED_METHODS:
+        if self.cfg.routing_backend != "triton" or not methods.method(self.cfg.method).routes:
             return {}
         from mhar_probe.kernels import kernel_settings
 

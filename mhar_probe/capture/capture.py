@@ -137,7 +137,7 @@ class _Collector:
 
     def __init__(self, layout: Layout, sources: bool) -> None:
         self.S = layout.num_sites
-        self.per_site_sources = layout.method == "delta"
+        self.per_site_sources = layout.per_site_sources
         self.want_sources = sources
         self.weights: list[Tensor | None] = [None] * self.S
         self.sources: dict[int, Tensor] = {}
@@ -240,7 +240,7 @@ def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) ->
         hs = np.array([s.num_heads for s in layout.sites])
         head_ok = np.arange(layout.max_heads)[None, :] < hs[:, None]  # [S, H]
         C, R = acc.C.cpu().numpy() / tok, acc.R.cpu().numpy() / tok
-        if layout.method != "delta":  # every site reads a prefix of the final site's sources
+        if not layout.per_site_sources:  # every site reads a prefix of the final site's sources
             C, R = np.broadcast_to(C[-1], C.shape).copy(), np.broadcast_to(R[-1], R.shape).copy()
         src_ok = np.arange(N)[None, :] < ns[:, None]  # [S, N]
         pair_ok = src_ok[:, :, None] & src_ok[:, None, :]

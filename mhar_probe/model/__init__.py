@@ -2,7 +2,8 @@
 
 from transformers import AutoConfig, AutoModelForCausalLM
 
-from .config import METHODS, PRESETS, ConfigError, MHARConfig
+from .config import PRESETS, ConfigError, MHARConfig
+from .methods import METHODS
 from .modeling import MHARForCausalLM, MHARModel
 from .routing import available_backends, choose_backend, route, route_reference, set_routing_backend
 

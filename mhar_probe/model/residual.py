@@ -115,6 +115,16 @@ def delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
     return [layer * num_blocks // num_layers for layer in range(num_layers)]
 
 
+def delta_num_sources(block_of_layer: Sequence[int]) -> list[int]:
+    """Sources each of the 2L+1 delta sites reads, in site order (see `delta_site_plan`)."""
+    return [_sources_read(block, opens) for block, opens in delta_site_plan(block_of_layer)]
+
+
+def _sources_read(block: int, opens: bool) -> int:
+    """A site of block b reads the null source, b completed deltas and, unless it opens b, b's partial."""
+    return 1 + block + (0 if opens else 1)
+
+
 def delta_site_plan(block_of_layer: Sequence[int]) -> list[tuple[int, bool]]:
     """(block b, opens) for each of the 2L+1 delta sites, in site order (attn, mlp per layer, final).
 
@@ -154,8 +164,7 @@ class DeltaSources:
         self._null: Tensor | None = None  # null expanded to [B, T, d] once per pass
 
     def num_sources(self, site: int) -> int:
-        block, opens = self.plan[site]
-        return 1 + block + (0 if opens else 1)
+        return _sources_read(*self.plan[site])
 
     def __call__(self, site: int, h: Tensor) -> Tensor:  # h [B, T, d] -> [N, B, T, d]
         block, opens = self.plan[site]
