@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.errors import UserError
+from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, tail_mean
 
 GRID_DIMS = ("method", "H", "kv", "lr", "seed")
@@ -89,12 +90,7 @@ def read_run(run_dir: Path, *, k: int = TAIL_K) -> dict[str, Any]:
     extra = tc.get("extra") or {}
     kv = summary.get("kv_heads") or tc.get("kv_heads") or hf.get("num_key_value_heads") \
         or extra.get("num_key_value_heads") or _preset_value(preset, "num_key_value_heads")
-    if method in ("baseline", "hyper"):
-        H = 0
-    elif method == "attnres":
-        H = 1
-    else:
-        H = summary.get("routing_heads") or tc.get("heads") or hf.get("routing_heads") or kv
+    H = routing_heads_of(method, summary, tc, hf, default=kv)  # None: the method has no routing heads
     rows = _metrics(run_dir / "metrics.jsonl")
     evals = sorted((r for r in rows if r.get("val_loss") is not None), key=lambda r: r["step"])
     train = sorted((r for r in rows if r.get("loss") is not None), key=lambda r: r["step"])

@@ -1,5 +1,6 @@
 """`mhar_probe.model.methods` is the one definition of the residual methods: the models it
-builds, the FLOP count and the sweep grid follow its properties."""
+builds, the FLOP count and the sweep grid follow its properties, and `routing_heads_of` reads the
+routing head count from records old and new."""
 
 from __future__ import annotations
 
@@ -8,7 +9,8 @@ import torch
 
 from mhar_probe.flops import routing_sites
 from mhar_probe.model import MHARConfig, MHARForCausalLM
-from mhar_probe.model.methods import FREE_HEAD_METHODS, METHODS, REPLACEMENT_METHODS, ROUTED_METHODS, method
+from mhar_probe.model.methods import (FREE_HEAD_METHODS, METHODS, REPLACEMENT_METHODS, ROUTED_METHODS, method,
+                                      routing_heads_of)
 from mhar_probe.model.residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
 from mhar_probe.sweep.grid import SweepGrid
 
@@ -48,7 +50,28 @@ def test_flops_count_the_delta_sources_the_model_reads(L, blocks):
     assert [n for _, n, _ in routing_sites(config)] == [sources.num_sources(s) for s in range(2 * L + 1)]
 
 
+def test_routing_heads_of_reads_every_name_it_was_recorded_under():
+    summary, train_config, config_json = {"routing_heads": 4}, {"heads": 8}, {"routing_heads": 2}
+    assert routing_heads_of("mhar", summary, train_config, config_json) == 4  # the first record wins
+    assert routing_heads_of("mhar", {"routing_heads": None}, train_config) == 8  # train_config.json: heads
+    assert routing_heads_of("mhar", {"method": "mhar", "H": 2}) == 2  # a routing dataset written before
+    assert routing_heads_of("mhar_hw", {}, {}, default=2) == 2  # nothing recorded: H = KV
+    assert routing_heads_of("attnres", {"routing_heads": 4}) == 1  # MHAR at H = 1 by definition
+    assert routing_heads_of("baseline", {"routing_heads": 2}, default=2) is None  # no routing heads
+    assert routing_heads_of("later_method", {"heads": 3}) == 3
+
+
 def test_the_sweep_grid_resolves_heads_by_the_method():
     grid = SweepGrid(methods=["baseline", "attnres", "mhar", "delta"], heads=[None, 8], presets=["tiny"], steps=[2])
     heads = {(s.method, s.H) for s in grid.expand()}
     assert heads == {("baseline", None), ("attnres", 1), ("mhar", 2), ("mhar", 8), ("delta", 2), ("delta", 8)}
+
+
+def test_a_routing_dataset_records_routing_heads_and_an_old_one_still_reads():
+    from mhar_probe.capture import capture_routing
+
+    model = MHARForCausalLM(MHARConfig(residual_method="mhar", **{**SMALL, "routing_heads": 2})).eval()
+    ds = capture_routing(model, [torch.randint(0, 97, (2, 6))], progress=False, draws=1)
+    assert ds.attrs["routing_heads"] == 2 and "H" not in ds.attrs
+    old = {k: v for k, v in ds.attrs.items() if k != "routing_heads"} | {"H": 2}  # as capture wrote it before
+    assert routing_heads_of(old["method"], old) == routing_heads_of(ds.attrs["method"], ds.attrs) == 2

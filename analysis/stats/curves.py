@@ -27,6 +27,7 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 from scipy import stats as sps
 
+from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean
 
 from .errors import StatsError
@@ -110,9 +111,10 @@ def load_run(path: str | Path, k: int = TAIL_K) -> RunRecord:
             except json.JSONDecodeError as e:
                 raise StatsError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
     curve = eval_curve(read_metrics(metrics))
+    method = _first(meta, "method", "residual_method")
     rec = {
-        "method": _first(meta, "method", "residual_method"),
-        "H": _first(meta, "routing_heads", "heads"),
+        "method": method,
+        "H": routing_heads_of(method, meta),
         "kv": _first(meta, "kv_heads", "num_key_value_heads"),
         "lr": _first(meta, "lr"),
         "seed": _first(meta, "seed"),

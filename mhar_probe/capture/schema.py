@@ -142,7 +142,7 @@ def provenance(model: nn.Module, *, run_path: str | Path | None, split: str, tok
         DATASET_MARKER: DATASET_KIND,
         "schema_version": SCHEMA_VERSION,
         "method": cfg.residual_method,
-        "H": int(cfg.routing_heads),
+        "routing_heads": int(cfg.routing_heads),  # `H` in datasets written before: methods.routing_heads_of
         "G": int(cfg.num_key_value_heads),
         "d": int(cfg.hidden_size),
         "L": int(cfg.num_hidden_layers),

@@ -60,6 +60,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
     check = ("not checked" if report.max_logit_deviation is None
              else f"max |logit deviation| at step 0 = {report.max_logit_deviation:g}")
     print(f"{report.dst}: {report.base_type} L={report.num_layers} -> mhar_delta "
-          f"(num_blocks={report.num_blocks}, H={report.heads}, +{report.new_parameters:,} parameters, "
+          f"(num_blocks={report.num_blocks}, H={report.routing_heads}, +{report.new_parameters:,} parameters, "
           f"{report.dtype}); {check}; tokenizer {'copied' if report.tokenizer_copied else 'MISSING'}")
     return 0

@@ -67,7 +67,7 @@ class ConversionReport:
     base_type: str
     num_layers: int
     num_blocks: int
-    heads: int
+    routing_heads: int
     dtype: str
     new_parameters: int
     max_logit_deviation: float | None  # on the probe batch; None when not checked
@@ -129,7 +129,7 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
     cfg = model.config
     return ConversionReport(
         dst=dst, base_type=cfg.text_config.model_type, num_layers=cfg.num_hidden_layers,
-        num_blocks=cfg.num_blocks, heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
+        num_blocks=cfg.num_blocks, routing_heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
         new_parameters=sum(p.numel() for p in [model.null_source, *model.sites.parameters()]),
         max_logit_deviation=deviation, tokenizer_copied=tokenizer_copied)
 

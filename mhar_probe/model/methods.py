@@ -9,14 +9,18 @@
                                                                         query per KV group
     delta     yes      null + block deltas              free (H)        identity-preserving delta form
 
+The head count of a run is recorded as `routing_heads` everywhere (model config, summaries,
+routing datasets); `routing_heads_of` reads it from any record, old names included.
+
 This module is part of the code a saved run carries (`auto_map`): it imports only the
 standard library, and the model files import it as `from .methods import ...`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 
 @dataclass(frozen=True)
@@ -86,3 +90,30 @@ def method(name: str) -> Method:
     if found is None:
         raise ValueError(f"unknown residual method {name!r}; choose one of {', '.join(METHODS)}")
     return found
+
+
+#: the names the routing head count was recorded under, current name first: `heads` in
+#: train_config.json (the --heads option), `H` in routing datasets before they said routing_heads
+ROUTING_HEADS_KEYS = ("routing_heads", "heads", "H")
+
+
+def routing_heads_of(method_name: str | None, *records: Mapping[str, Any],
+                     default: int | None = None) -> int | None:
+    """The routing head count of a run of `method_name`, read from its records.
+
+    `records` (summary.json, config.json, train_config.json, routing-dataset attrs ...) are
+    searched in the order given, each under every name in `ROUTING_HEADS_KEYS`; the first value
+    set wins, else `default` (H = KV heads when nothing was set). Methods without routing heads
+    give None whatever the records say, attnres gives 1. An unknown method name reads the
+    records as a method with free heads (analysis of a run by a later version)."""
+    found = _BY_NAME.get(method_name)
+    if found is not None and not found.has_routing_heads:
+        return None
+    if found is not None and found.head_count == "one":
+        return 1
+    for record in records:
+        for key in ROUTING_HEADS_KEYS:
+            value = record.get(key)
+            if value is not None:
+                return int(value)
+    return default
