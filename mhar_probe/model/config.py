@@ -6,6 +6,7 @@ in minutes on two CPU cores.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from transformers import PretrainedConfig
@@ -47,6 +48,17 @@ def routing_heads_reason(config: "MHARConfig") -> str:
     if H == kv:
         return f"H = KV = {kv}" + (f"; {name} has one full-width query per KV group" if props.head_wise else "")
     return f"H = {H}, set by --heads (KV = {kv})"
+
+
+def drop_saved_backend(kwargs: dict[str, Any]) -> None:
+    """Remove the `routing_backend` a config written before the backend became a run-time setting
+    (routing.set_routing_backend) names: read and ignored, never saved again. Any other than the
+    default is worth a warning: the model routes with eager until it is set (a script that still
+    passes routing_backend='triton' to the config would otherwise time the reference)."""
+    name = kwargs.pop("routing_backend", None)
+    if name not in (None, "eager"):
+        warnings.warn(f"routing_backend={name!r} in a model config is ignored: the backend is a run-time "
+                      f"setting, set it with mhar_probe.model.set_routing_backend(model, {name!r})", stacklevel=3)
 
 
 class ConfigError(ValueError):
@@ -102,9 +114,7 @@ class MHARConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.residual_method = residual_method
         self.routing_heads = routing_heads if routing_heads is not None else num_key_value_heads
-        # a config.json written before the routing backend became a run-time choice
-        # (model.routing.set_routing_backend) names one: read and ignored, never saved again
-        kwargs.pop("routing_backend", None)
+        drop_saved_backend(kwargs)  # an old config.json's routing_backend
         self.hyper_streams = hyper_streams
         self.delta_num_blocks = delta_num_blocks
         self.preset = preset

@@ -11,6 +11,8 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
+from .config import drop_saved_backend
+
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
 # with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
 # residual add reading the *un-normed* stream) and a final `.norm` before the LM head.
@@ -64,9 +66,7 @@ class MHARDeltaConfig(PretrainedConfig):
         self.num_blocks = num_blocks
         self.routing_heads = routing_heads
         self.routing_eps = routing_eps
-        # a config.json written before the routing backend became a run-time choice
-        # (routing.set_routing_backend) names one: read and ignored, never saved again
-        kwargs.pop("routing_backend", None)
+        drop_saved_backend(kwargs)  # an old config.json's routing_backend
         if text_config is not None:
             if self.num_blocks is None:
                 self.num_blocks = default_num_blocks(text_config.num_hidden_layers)
