@@ -20,22 +20,10 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mhar_probe.errors import UserError
+from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
 
-#: methods without routing heads (their `heads` is None; 0 in the xarray view)
-UNROUTED = ("baseline", "hyper")
 METRICS = "metrics.jsonl"
-
-
-def _routing_heads(summary: Mapping[str, Any], config: Mapping[str, Any]) -> int | None:
-    """TEMPORARY, the one spot that knows the head count's recorded names (to be replaced by the
-    routing_heads translation function of the methods/head-count change, issue 24): summary.json
-    `routing_heads`, else train_config.json `heads`, else config.json `routing_heads`. `config`
-    is train_config.json over config.json. None when no name holds a count."""
-    for value in (summary.get("routing_heads"), config.get("heads"), config.get("routing_heads")):
-        if value:
-            return int(value)
-    return None
 
 
 def read_json(path: Path, *, error: type[UserError] = UserError) -> dict[str, Any]:
@@ -155,11 +143,7 @@ class Run:
     def heads(self) -> int | None:
         """Routing heads H: None for methods without them, 1 for attnres, else the recorded
         count (H = KV where none is recorded)."""
-        if self.method in UNROUTED:
-            return None
-        if self.method == "attnres":
-            return 1
-        return _routing_heads(self.summary, {**self.config, **self.train_config}) or self.kv
+        return routing_heads_of(self.method, self.summary, self.train_config, self.config, default=self.kv)
 
     @property
     def lr(self) -> float | None:

@@ -14,6 +14,7 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.capture import open_routing_dataset
+from mhar_probe.model.methods import routing_heads_of
 
 from .common import choose_mhar_H
 
@@ -42,7 +43,7 @@ class Captured:
 
     @property
     def H(self) -> int:
-        return int(self.ds.attrs.get("H", 1)) if self.method != "attnres" else 1
+        return routing_heads_of(self.method, self.ds.attrs, default=1) or 1
 
     @property
     def G(self) -> int:

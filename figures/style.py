@@ -19,6 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from mhar_probe.atomic import write_with  # noqa: E402
 from mhar_probe.errors import UserError  # noqa: E402
+from mhar_probe.model.methods import METHODS  # noqa: E402
 
 COLUMN = 3.35  # inches
 FULL = 6.75
@@ -36,7 +37,7 @@ METHOD_LABELS = {
     "baseline": "Baseline", "hyper": "Hyper-conn.", "attnres": "Single-head", "mhar": "MHAR",
     "mhar_hw": "MHAR (head-wise)", "delta": "MHAR (delta)",
 }
-METHOD_ORDER = ("baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta")
+METHOD_ORDER = METHODS
 #: sequential palette for loss grids (lower = lighter), cells without a run are grey
 GRID_CMAP = "crest"
 MISSING_COLOR = "#D9D9D9"

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from mhar_probe.model.methods import routing_heads_of
+
 
 def write_run(root: str | Path, name: str, *, method: str, H: int | None = None, kv: int = 2, lr: float = 5e-4,
               seed: int = 0, preset: str = "tiny", steps: int = 100, eval_every: int = 5,
@@ -42,10 +44,9 @@ def write_run(root: str | Path, name: str, *, method: str, H: int | None = None,
         eval_every=eval_every, corpus=None if corpus == "embedded" else corpus, extra=extra)))
     evals = [r["val_loss"] for r in rows if "val_loss" in r]
     if finished:
-        routed = method in ("attnres", "mhar", "mhar_hw", "delta")
         (run / "summary.json").write_text(json.dumps(dict(
             finished=True, method=method, preset=preset, steps=steps,
-            routing_heads=(1 if method == "attnres" else (H or kv)) if routed else None, kv_heads=kv, lr=lr,
+            routing_heads=routing_heads_of(method, {"routing_heads": H}, default=kv), kv_heads=kv, lr=lr,
             seed=seed, tokens=rows[-1]["tokens"], flops=rows[-1]["flops"], initial_val_loss=evals[0],
             final_val_loss=evals[-1], tail_mean_val_loss=float(np.mean(evals[-11:])), tail_k=min(11, len(evals)),
             parameters=1_000_000 + (2 * 4 + 1) * 2 * 128 * (method != "baseline"))))

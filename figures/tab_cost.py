@@ -7,6 +7,8 @@ variant is labelled with its kernels."""
 
 from __future__ import annotations
 
+from mhar_probe.model.methods import ROUTED_METHODS
+
 from .benchfiles import throughput_files
 from .common import scale_label
 from .registry import Output, Skip, generator
@@ -49,7 +51,7 @@ def make(ctx) -> list[Output]:
                     ratio = r[key]
             method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
             preset = str(r.get("preset") or args.get("preset", "?"))  # per row: files over several presets
-            backend = "-" if method in ("baseline", "hyper") else str(r.get("backend") or args.get("backend", "?"))
+            backend = str(r.get("backend") or args.get("backend", "?")) if method in ROUTED_METHODS else "-"
             if r.get("step"):
                 backend = f"{backend} ({r['step']} step)"
             if variant:

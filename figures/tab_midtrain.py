@@ -5,6 +5,7 @@ preset, corpus, LR, seed, steps) with the exact McNemar test on per-item correct
 from __future__ import annotations
 
 from analysis.runs import select
+from mhar_probe.model.methods import ROUTED_METHODS
 
 from .common import scale_label
 from .evalfiles import eval_dir
@@ -14,7 +15,6 @@ from .tables import Cell, Table
 NEEDS = ("harness output with --log_samples for a baseline run and its paired MHAR/delta run "
          "in EVALS/<run name>/ (EVALS = RUNS_DIR/evals or --evals)")
 COLUMNS = ["Pair", "Task", "Metric", "n", "Control", "+MHAR", "Delta", "b", "c", "p (McNemar)", "p (Holm)"]
-ROUTED = ("delta", "mhar", "mhar_hw", "attnres")
 
 
 def pairs(ctx):
@@ -23,7 +23,7 @@ def pairs(ctx):
     out = []
     for i in range(ds.sizes["run"]):
         r = ds.isel(run=i)
-        if str(r["method"].item()) not in ROUTED or eval_dir(ctx.evals, str(r["run"].item())) is None:
+        if str(r["method"].item()) not in ROUTED_METHODS or eval_dir(ctx.evals, str(r["run"].item())) is None:
             continue
         base = select(ds, method="baseline", preset=str(r["preset"].item()), corpus=str(r["corpus"].item()),
                       lr=float(r["lr"].item()), seed=int(r["seed"].item()), steps=int(r["steps"].item()))

@@ -11,15 +11,14 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from .errors import UserError
-from .model.config import METHODS, PRESETS, ROUTING_BACKENDS, ConfigError
+from .model.config import PRESETS
+from .model.methods import METHODS
+from .model.routing import ROUTING_BACKENDS
 
 
 def _user_errors() -> tuple[type[BaseException], ...]:
-    """The errors the library raises for input the user can fix: `UserError`, the one base.
-
-    ConfigError is listed only until model/config.py derives it from `model.errors.UserError`
-    (a two-line change this branch leaves to that file's owner)."""
-    return (UserError, ConfigError)
+    """The errors the library raises for input the user can fix: `UserError`, the one base."""
+    return (UserError,)
 
 
 class OneLineParser(argparse.ArgumentParser):

@@ -43,7 +43,8 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-ROUTED = ("attnres", "mhar", "mhar_hw")
+from .model.methods import method
+from .model.residual import delta_block_of_layer, delta_num_sources
 
 
 def non_embedding_params(config: Any) -> int:
@@ -55,37 +56,16 @@ def non_embedding_params(config: Any) -> int:
     return L * (attn + mlp)
 
 
-def _delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
-    try:  # the model's own definition, when available
-        from .model.residual import delta_block_of_layer
-        return list(delta_block_of_layer(num_layers, num_blocks))
-    except ImportError:  # pragma: no cover - same formula
-        return [layer * num_blocks // num_layers for layer in range(num_layers)]
-
-
 def routing_sites(config: Any) -> list[tuple[str, int, int]]:
     """(kind, N_s sources read, Q_s full-width queries) for every routing site, in order."""
-    method, L = config.residual_method, config.num_hidden_layers
-    if method in ROUTED:
-        G = config.num_key_value_heads if method == "mhar_hw" else 1
-        sites = []
-        for layer in range(L):
-            sites.append(("attn", 2 * layer + 1, G))
-            sites.append(("mlp", 2 * layer + 2, 1))
-        sites.append(("final", 2 * L + 1, 1))
-        return sites
-    if method == "delta":
-        block = _delta_block_of_layer(L, config.delta_num_blocks)
-        sites, completed, current_block, partial = [], 0, block[0] if block else 0, False
-        for layer in range(L):
-            if block[layer] != current_block:  # the previous block's delta is now complete
-                completed += 1
-                current_block, partial = block[layer], False
-            sites.append(("attn", 1 + completed + int(partial), 1))
-            partial = True  # the attention output has changed h within this block
-            sites.append(("mlp", 1 + completed + 1, 1))
-        sites.append(("final", 1 + completed + 1, 1))  # the last block is closed before the final site
-        return sites
+    props, L = method(config.residual_method), config.num_hidden_layers
+    kinds = [kind for _ in range(L) for kind in ("attn", "mlp")] + ["final"]
+    if props.replaces:
+        G = config.num_key_value_heads if props.head_wise else 1
+        return [(kind, s + 1, G if kind == "attn" else 1) for s, kind in enumerate(kinds)]
+    if props.delta:  # the model's own plan of which block deltas each site reads
+        counts = delta_num_sources(delta_block_of_layer(L, config.delta_num_blocks))
+        return [(kind, n, 1) for kind, n in zip(kinds, counts)]
     return []
 
 
@@ -117,7 +97,7 @@ def flops_per_token(
     lm_head = mult * 2.0 * d * config.vocab_size
     routing = mult * sum(q * 4.0 * d * n for _, n, q in routing_sites(config))
     hyper = 0.0
-    if config.residual_method == "hyper":
+    if method(config.residual_method).hyper_streams:
         n = config.hyper_streams
         hyper = mult * 2 * L * 4.0 * d * n * (n + 2)
     base = dense + attn + (lm_head if count_lm_head else 0.0)

@@ -28,7 +28,8 @@ from tqdm.auto import tqdm
 from . import __version__
 from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
 from .errors import UserError
-from .model import MHARConfig, MHARForCausalLM
+from .model import MHARConfig, MHARForCausalLM, methods
+from .model.routing import choose_backend, set_routing_backend
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
@@ -36,8 +37,6 @@ from .tail import tail_mean
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
-
-ROUTED_METHODS = ("attnres", "mhar", "mhar_hw", "delta")  # the methods whose sites route over depth
 
 
 @dataclass
@@ -237,17 +236,12 @@ def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int) -> MHARCo
     seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
     overrides: dict[str, Any] = dict(residual_method=cfg.method, routing_heads=cfg.heads,
                                      num_key_value_heads=cfg.kv_heads, vocab_size=vocab_size,
-                                     routing_backend=cfg.routing_backend, eos_token_id=eos_id,
-                                     pad_token_id=eos_id, **cfg.extra)
+                                     eos_token_id=eos_id, pad_token_id=eos_id, **cfg.extra)
     mc = MHARConfig.from_preset(cfg.preset, **overrides)
     if seq_len > mc.max_position_embeddings:
         raise UserError(f"--seq-len {seq_len} is longer than the model's position limit "
                         f"({mc.max_position_embeddings}); use at most that")
     return mc
-
-
-def default_backend(device: torch.device) -> str:
-    return "triton" if device.type == "cuda" else "eager"
 
 
 class Trainer:
@@ -317,9 +311,7 @@ class Trainer:
     def setup(self) -> None:
         """Resolve defaults and check options; sets `self.seq_len`."""
         cfg = self.cfg
-        if cfg.routing_backend is None:
-            cfg.routing_backend = default_backend(self.device)
-
+        cfg.routing_backend = choose_backend(self.device, cfg.routing_backend)  # a run option, not the model's
         build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
         self.seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
 
@@ -335,7 +327,7 @@ class Trainer:
     def build_model(self) -> torch.nn.Module:
         """The model to train, on `self.device` (seeded with cfg.seed just before)."""
         self.model_config = build_model_config(self.cfg, len(self.tokenizer), self.tokenizer.eos_token_id)
-        return MHARForCausalLM(self.model_config).to(self.device)
+        return set_routing_backend(MHARForCausalLM(self.model_config), self.cfg.routing_backend).to(self.device)
 
     def param_groups(self) -> list[dict[str, Any]] | Any:
         """What AdamW optimizes: every parameter with `cfg.weight_decay`."""
@@ -544,9 +536,10 @@ class Trainer:
 
     def summary(self, evals: list[float]) -> dict[str, Any]:
         tail, tail_k = tail_mean(evals)
+        has_heads = methods.method(self.cfg.method).has_routing_heads
         return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
-            routing_heads=self.model_config.routing_heads if self.cfg.method in ROUTED_METHODS else None,
+            routing_heads=self.model_config.routing_heads if has_heads else None,
             kv_heads=self.model_config.num_key_value_heads,
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
             initial_val_loss=evals[0], final_val_loss=evals[-1],
@@ -558,7 +551,7 @@ class Trainer:
 
     def _kernel_record(self) -> dict[str, Any]:
         """Which triton kernels computed the routing (none for other backends or methods)."""
-        if self.model_config.routing_backend != "triton" or self.cfg.method not in ROUTED_METHODS:
+        if self.cfg.routing_backend != "triton" or not methods.method(self.cfg.method).routes:
             return {}
         from mhar_probe.kernels import kernel_settings
 

@@ -98,6 +98,12 @@ CASES: list[Case] = [
     ("resume-cuda-graphs-on-cpu", None, ["train", "--out", "RUN", "--resume", "--steps", "3", "--cuda-graphs"],
      "--cuda-graphs needs a CUDA device"),
     ("train-out-under-a-file", None, ["train", "--out", "FILE/run", *TINY, "--steps", "2"], "Not a directory"),
+    ("train-triton-heads-not-power-of-two", None,  # refused when the model is set up, not at the first forward
+     ["train", "--out", "TMP/run", *TINY, "--steps", "2", "--hidden-size", "48", "--heads", "3",
+      "--routing-backend", "triton"], "power-of-two head count, got H=3"),
+    ("train-unknown-routing-backend-in-resumed-run", lambda r, t: edit_json(r / "train_config.json",
+                                                                            routing_backend="cuda-magic"),
+     ["train", "--out", "RUN", "--resume", "--steps", "3"], "unknown routing backend 'cuda-magic'"),
     ("capture-out-under-a-file", None, ["capture", "RUN", "--out", "FILE/r.nc"], "FILE"),
     ("probe-out-under-a-file", None, ["probe", "RUN", "--out", "FILE/pr", "--tokens", "64"], "Not a directory"),
     ("eval-out-under-a-file", None,

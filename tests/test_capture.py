@@ -20,6 +20,7 @@ from mhar_probe.capture.heads import slice_kl  # noqa: E402
 from mhar_probe.capture.io import write_dataset  # noqa: E402
 from mhar_probe.capture.reducers import ProbeSpec, RoutingAccumulator  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM, available_backends  # noqa: E402
+from mhar_probe.model.routing import routing_backend_of  # noqa: E402
 
 try:
     import mhar_probe.kernels  # noqa: F401,E402  (registers 'triton' where it imports)
@@ -136,7 +137,7 @@ def test_capture_equals_cache_for_every_backend(backend):
     assert np.isnan(ds.weight_mean.values[~vis]).all() and not np.isnan(ds.weight_mean.values[vis]).any()
     np.testing.assert_allclose(ds.weight_mean.sum("source").values, 1.0, atol=1e-5)
     assert ds.attrs["recompute_max_abs_err"] < 1e-4
-    assert ds.attrs["routing_backend"] == backend and model.config.routing_backend == "eager"
+    assert ds.attrs["routing_backend"] == backend and routing_backend_of(model) == "eager"  # restored
 
 
 # ---------------------------------------------------------------------------------- analytic

@@ -80,7 +80,7 @@ def _uncounted(c):
                                        ("mhar_hw", {}), ("hyper", {}), ("delta", {"delta_num_blocks": 2})])
 def test_matches_torch_flop_counter_forward(method, kw):
     torch.manual_seed(0)
-    c = cfg(method, routing_backend="eager", **kw)
+    c = cfg(method, **kw)
     model = MHARForCausalLM(c).eval()
     T = 16
     f = flops_per_token(c, T, count_lm_head=True, attention="full", training=False)

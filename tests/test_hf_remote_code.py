@@ -147,11 +147,13 @@ def test_remote_code_without_mhar_probe_matches_in_process_model(saved, name):
 
 
 def test_a_triton_run_loads_without_mhar_probe_on_the_eager_reference(saved):
-    """A run saved on a GPU names the triton backend; its own code, without mhar_probe's kernels,
-    routes with the eager reference (with a warning) and computes what the eager model does."""
+    """A run saved on a GPU before the backend became a run-time choice names triton in its
+    config.json; its own code, without mhar_probe, reads and ignores it (the backend is not part
+    of the config any more) and computes what the eager model does."""
     path = saved["trained_with_triton"]
-    local = AutoModelForCausalLM.from_pretrained(path)
-    local.config.routing_backend = "eager"
+    with pytest.warns(UserWarning, match=r"routing_backend='triton' in a model config is ignored"):
+        local = AutoModelForCausalLM.from_pretrained(path)
+    assert "routing_backend" not in local.config.to_dict()
     remote = load_file(path / "remote_out.safetensors")
     with torch.no_grad():
         torch.testing.assert_close(remote["logits"], local.eval()(IDS).logits, rtol=0, atol=1e-6)

@@ -18,6 +18,7 @@ pytest.importorskip("triton")
 
 from mhar_probe.model.config import MHARConfig  # noqa: E402
 from mhar_probe.model.modeling import MHARForCausalLM  # noqa: E402
+from mhar_probe.model.routing import set_routing_backend  # noqa: E402
 
 METHODS = ["attnres", "mhar", "mhar_hw", "delta"]
 # the shared-stack methods again with the 4-bytes/pair backward (MHAR_STACK_COLLECT=1)
@@ -38,7 +39,7 @@ def collect(request, monkeypatch):
 
 def _loss_and_grads(config: MHARConfig, state: dict, ids: torch.Tensor, backend: str, device: str):
     torch.manual_seed(0)
-    model = MHARForCausalLM(MHARConfig(**{**config.to_dict(), "routing_backend": backend}))
+    model = set_routing_backend(MHARForCausalLM(config), backend)
     model.load_state_dict(state)
     model.to(device)
     loss = model(input_ids=ids.to(device), labels=ids.to(device)).loss

@@ -239,7 +239,6 @@ def test_padding_mask_matches_unpadded():
 @pytest.mark.parametrize("kw,needle", [
     (dict(routing_heads=5), "not divisible by routing heads"),
     (dict(residual_method="bogus"), "unknown residual method"),
-    (dict(routing_backend="cuda-magic"), "unknown routing backend"),
     (dict(num_key_value_heads=3), "not a multiple"),
     (dict(residual_method="delta", delta_num_blocks=9), "delta_num_blocks"),
 ])

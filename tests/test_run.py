@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from analysis.run import Run, _routing_heads
+from analysis.run import Run
 from analysis.runs import load_runs, select
 from analysis.stats.curves import load_run
 from analysis.stats.errors import StatsError
@@ -48,13 +48,6 @@ def test_heads_by_method():
     assert heads("attnres", summary={"routing_heads": 8}) == 1
     assert heads("mhar") == 2  # none recorded: H = KV
     assert heads("mhar", tc={"heads": 4}, config={"routing_heads": 8}) == 4
-
-
-def test_routing_heads_reads_each_recorded_name_in_order():
-    assert _routing_heads({"routing_heads": 8}, {"heads": 4, "routing_heads": 2}) == 8
-    assert _routing_heads({"routing_heads": None}, {"heads": 4, "routing_heads": 2}) == 4
-    assert _routing_heads({}, {"heads": None, "routing_heads": 2}) == 2
-    assert _routing_heads({}, {}) is None
 
 
 def test_the_long_form_and_the_records_are_views_of_the_same_runs(runs):

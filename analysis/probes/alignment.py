@@ -16,6 +16,7 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.capture.errors import CaptureError
+from mhar_probe.model.methods import routing_heads_of
 
 from .deviation import per_head_deviation
 from .provenance import with_provenance
@@ -58,5 +59,5 @@ def head_alignment(mhar: xr.Dataset, mhar_hw: xr.Dataset) -> xr.Dataset:
                      coords={"variant": ["mhar", "mhar_hw"]})
     out["delta_val_loss"] = out.val_loss.sel(variant="mhar_hw") - out.val_loss.sel(variant="mhar")
     out["consensus_corr"] = _consensus_corr(mhar, mhar_hw)
-    out.attrs["matched_heads"] = int(mhar.attrs.get("H") == mhar_hw.attrs.get("G"))
+    out.attrs["matched_heads"] = int(routing_heads_of("mhar", mhar.attrs) == mhar_hw.attrs.get("G"))
     return with_provenance(out, "head_alignment", [mhar, mhar_hw])

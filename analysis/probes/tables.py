@@ -12,6 +12,7 @@ import xarray as xr
 
 from mhar_probe.atomic import write_text
 from mhar_probe.capture.errors import CaptureError
+from mhar_probe.model.methods import routing_heads_of
 
 from .alignment import head_alignment
 from .collinearity import source_collinearity
@@ -47,7 +48,7 @@ def probe_table(datasets: Sequence[xr.Dataset]) -> pd.DataFrame:
             if control else float("nan"),
             "Source collinearity (mean cos, all N)": float(source_collinearity(ds).all_sources_cosine),
             "N sources": int(ds.site_num_sources.values[-1]),
-            "Routing heads H": int(ds.attrs.get("H", 1)),
+            "Routing heads H": routing_heads_of(ds.attrs.get("method"), ds.attrs, default=1) or 1,
             "Tokens": int(ds.attrs.get("tokens_seen", 0)),
         }
         if matched is not None:

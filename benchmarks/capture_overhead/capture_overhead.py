@@ -29,7 +29,8 @@ import torch
 
 from mhar_probe import __version__
 from mhar_probe.capture import capture_routing
-from mhar_probe.model import MHARConfig, MHARForCausalLM, available_backends
+from mhar_probe.model import MHARConfig, MHARForCausalLM
+from mhar_probe.model.routing import choose_backend, set_routing_backend
 
 
 def _sync(device: torch.device) -> None:
@@ -63,15 +64,10 @@ def main() -> None:
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if device.type == "cuda" and args.backend is None:
-        try:
-            import mhar_probe.kernels  # noqa: F401
-        except Exception:
-            pass
-    backend = args.backend or ("triton" if "triton" in available_backends() and device.type == "cuda" else "eager")
+    backend = choose_backend(device, args.backend)  # triton on CUDA, eager elsewhere, unless given
     torch.manual_seed(0)
-    cfg = MHARConfig.from_preset(args.preset, residual_method=args.method, routing_backend=backend)
-    model = MHARForCausalLM(cfg).to(device=device, dtype=getattr(torch, args.dtype)).eval()
+    cfg = MHARConfig.from_preset(args.preset, residual_method=args.method)
+    model = set_routing_backend(MHARForCausalLM(cfg), backend).to(device=device, dtype=getattr(torch, args.dtype)).eval()
     with torch.no_grad():
         for site in model.sites:
             site.query.normal_(std=0.5)

@@ -31,14 +31,15 @@ import mhar_probe.kernels.autograd as kad  # noqa: E402
 from mhar_probe.kernels import launch  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.config import ROUTED_METHODS  # noqa: E402
+from mhar_probe.model.routing import set_routing_backend  # noqa: E402
 
 
 def build(method: str, layers: int, heads: int) -> MHARForCausalLM:
     torch.manual_seed(0)
     cfg = MHARConfig(num_hidden_layers=layers, hidden_size=64, num_attention_heads=8, num_key_value_heads=8,
-                     intermediate_size=128, vocab_size=256, residual_method=method, routing_backend="triton",
+                     intermediate_size=128, vocab_size=256, residual_method=method,
                      routing_heads=heads if method != "baseline" else None)
-    return MHARForCausalLM(cfg)
+    return set_routing_backend(MHARForCausalLM(cfg), "triton")
 
 
 def step_times(model: MHARForCausalLM, tokens: torch.Tensor) -> tuple[float, float]:

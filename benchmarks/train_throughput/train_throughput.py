@@ -43,6 +43,8 @@ from mhar_probe import __version__
 from mhar_probe.flops import flops_per_token
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
+from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.model.routing import set_routing_backend
 from mhar_probe.parallel import clip_grad_norm
 from mhar_probe.step import EagerStep, GraphStep
 
@@ -71,9 +73,8 @@ class Arm:
         torch.manual_seed(0)
         self.method = method
         self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
-                                             routing_backend=args.backend,
                                              max_position_embeddings=max(2 * args.seq_len, 256))
-        self.model = MHARForCausalLM(self.config).to(device)
+        self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend).to(device)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
         cuda = device.type == "cuda"
 
@@ -199,7 +200,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         tok_s = B * T / median
         flops = flops_per_token(arm.config, T, count_lm_head=True)["total"]
         row = dict(preset=preset, method=arm.method, batch=B, seq=T, step=args.step, backend=args.backend,
-                   routing_heads=arm.config.routing_heads if arm.method in ("attnres", "mhar", "mhar_hw") else None,
+                   routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
                    mfu=flops * tok_s / peak if peak else None)

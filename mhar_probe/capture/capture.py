@@ -26,10 +26,9 @@ with probes (default):
 
 from __future__ import annotations
 
-import contextlib
 import os
 import time
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -38,7 +37,7 @@ from torch import Tensor, nn
 from tqdm.auto import tqdm
 
 from ..atomic import temp_file
-from ..model.routing import get_backend
+from ..model.routing import routing_backend
 from .errors import CaptureError
 from .heads import SLICINGS
 from .hooks import hooks
@@ -48,29 +47,6 @@ from .schema import Layout, layout_of, provenance
 from .tokens import TokenWriter
 
 Batch = Tensor | Mapping[str, Tensor]
-
-
-@contextlib.contextmanager
-def routing_backend(model: nn.Module, name: str | None) -> Iterator[str]:
-    """Temporarily route with backend `name` (None: keep the model's)."""
-    old = model.config.routing_backend
-    if name is None:
-        yield old
-        return
-    get_backend(name)  # raises for an unknown / unavailable backend
-    sites = list(model.model.sites)
-    old_sites = [getattr(s, "backend", None) for s in sites]
-    model.config.routing_backend = name
-    for s in sites:
-        if hasattr(s, "backend"):
-            s.backend = name
-    try:
-        yield name
-    finally:
-        model.config.routing_backend = old
-        for s, b in zip(sites, old_sites):
-            if b is not None:
-                s.backend = b
 
 
 def _unpack(batch: Batch) -> tuple[Tensor, Tensor | None, Tensor | None]:
@@ -106,6 +82,7 @@ def capture_routing(
         matched-norm random queries seeded by `seed`, collinearity); off = token means only.
     per_token: stream every token's weights into `out` (required then) as they are produced.
     out: write the dataset there atomically (refusing to overwrite unless `overwrite`).
+    backend: route with it during the capture (None: as the model is set; see model.routing).
     Returns the dataset (opened from `out` when per-token weights were written).
     """
     if per_token and out is None:
@@ -161,7 +138,7 @@ class _Collector:
 
     def __init__(self, layout: Layout, sources: bool) -> None:
         self.S = layout.num_sites
-        self.per_site_sources = layout.method == "delta"
+        self.per_site_sources = layout.per_site_sources
         self.want_sources = sources
         self.weights: list[Tensor | None] = [None] * self.S
         self.sources: dict[int, Tensor] = {}
@@ -264,7 +241,7 @@ def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) ->
         hs = np.array([s.num_heads for s in layout.sites])
         head_ok = np.arange(layout.max_heads)[None, :] < hs[:, None]  # [S, H]
         C, R = acc.C.cpu().numpy() / tok, acc.R.cpu().numpy() / tok
-        if layout.method != "delta":  # every site reads a prefix of the final site's sources
+        if not layout.per_site_sources:  # every site reads a prefix of the final site's sources
             C, R = np.broadcast_to(C[-1], C.shape).copy(), np.broadcast_to(R[-1], R.shape).copy()
         src_ok = np.arange(N)[None, :] < ns[:, None]  # [S, N]
         pair_ok = src_ok[:, :, None] & src_ok[:, None, :]

@@ -23,7 +23,8 @@ def add_capture_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--slices", type=int, default=4, help="query slices S for width-disagreement")
     p.add_argument("--draws", type=int, default=8, help="matched-norm random-query draws")
     p.add_argument("--seed", type=int, default=0, help="seed of the random-query draws")
-    p.add_argument("--backend", default=None, help="routing backend (default: the run's); eager, compile, triton")
+    p.add_argument("--backend", default=None,
+                   help="routing backend: eager, compile, triton (default: triton on CUDA, eager on CPU)")
     p.add_argument("--device", default=None, help="cpu or cuda (default: cuda if available)")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output file")
     p.add_argument("--no-progress", action="store_true", help="hide the progress bar")
@@ -35,7 +36,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else Path(args.run) / DEFAULT_DATASET
     if out.exists() and not args.overwrite:  # fail before loading anything
         raise CaptureError(f"{out} already exists; pass --overwrite to replace it")
-    model, tokenizer, train_cfg = load_run(args.run, args.device)
+    model, tokenizer, train_cfg = load_run(args.run, args.device, args.backend)
     seq_len = args.seq_len or train_cfg.get("seq_len") or model.config.max_position_embeddings // 2
     if seq_len > model.config.max_position_embeddings:
         raise CaptureError(f"--seq-len {seq_len} exceeds the model's position limit "
@@ -44,7 +45,7 @@ def cmd_capture(args: argparse.Namespace) -> int:
     batches, tokens = row_batches(rows, args.tokens, args.batch_size)
     ds = capture_routing(
         model, batches, probes=not args.no_probes, slices=args.slices, draws=args.draws, seed=args.seed,
-        per_token=args.per_token, out=out, overwrite=args.overwrite, backend=args.backend, split=args.split,
+        per_token=args.per_token, out=out, overwrite=args.overwrite, split=args.split,
         run_path=args.run, progress=not args.no_progress, total=len(batches),
         attrs={"seq_len": int(seq_len), "corpus": str(train_cfg.get("corpus") or "embedded"),
                "train_preset": str(train_cfg.get("preset", ""))})

@@ -25,15 +25,20 @@ def require_run(run_dir: str | Path) -> Path:
     return run
 
 
-def load_run(run_dir: str | Path, device: str | torch.device | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
-    """(model in eval mode on `device`, tokenizer, train_config.json as a dict ({} if absent))."""
+def load_run(run_dir: str | Path, device: str | torch.device | None = None,
+             backend: str | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
+    """(model in eval mode on `device`, routing with `backend` (default: the device's, see
+    `choose_backend`), tokenizer, train_config.json as a dict ({} if absent))."""
     import mhar_probe  # noqa: F401  (registers the Auto classes)
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from ..model.routing import choose_backend, set_routing_backend
+
     run = require_run(run_dir)
-    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model")
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    model.to(device).eval()
+    backend = choose_backend(device, backend)  # an unknown backend fails before the weights load
+    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model")
+    set_routing_backend(model, backend).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(run)
     except (OSError, ValueError) as exc:

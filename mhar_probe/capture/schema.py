@@ -23,6 +23,9 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from ..model import methods
+from ..model.residual import delta_num_sources
+
 DATASET_MARKER = "mhar_probe_dataset"
 DATASET_KIND = "routing"
 SCHEMA_VERSION = 1
@@ -51,6 +54,12 @@ class Layout:
     @property
     def num_sites(self) -> int:
         return len(self.sites)
+
+    @property
+    def per_site_sources(self) -> bool:
+        """Each site reads sources of its own (the delta form's partial block); otherwise every
+        site reads a prefix of the final site's sources."""
+        return methods.method(self.method).delta
 
     @property
     def num_sources(self) -> int:
@@ -83,20 +92,6 @@ class Layout:
         }
 
 
-def _delta_num_sources(block_of_layer: list[int]) -> list[int]:
-    """Sources each delta site reads (mirrors MHARModel._delta): null + completed blocks
-    + the current partial block once the block has begun."""
-    counts, done, block, fresh = [], 0, 0, True
-    for b in block_of_layer:
-        if b != block:
-            done, block, fresh = done + 1, b, True
-        counts.append(1 + done + (0 if fresh else 1))  # attention site
-        fresh = False
-        counts.append(1 + done + 1)  # MLP site
-    counts.append(1 + done + (0 if fresh else 1))  # final site
-    return counts
-
-
 def layout_of(model: nn.Module) -> Layout:
     """The layout of a routed model; a model without routing sites is a user error."""
     from .errors import CaptureError
@@ -106,11 +101,11 @@ def layout_of(model: nn.Module) -> Layout:
     sites = list(model.model.sites) if hasattr(model, "model") else list(model.sites)
     if not sites:
         raise CaptureError(f"this model uses residual method {method!r}, which has no routing sites; "
-                           f"capture needs attnres, mhar, mhar_hw or delta")
+                           f"capture needs one of {', '.join(methods.ROUTED_METHODS)}")
     L = cfg.num_hidden_layers
-    if method == "delta":
+    if methods.method(method).delta:
         blocks = model.model.block_of_layer
-        nsrc = _delta_num_sources(blocks)
+        nsrc = delta_num_sources(blocks)
         nb = cfg.delta_num_blocks
         first = [blocks.index(b) for b in range(nb)]
         source_layer = (-1, *first)
@@ -147,7 +142,7 @@ def provenance(model: nn.Module, *, run_path: str | Path | None, split: str, tok
         DATASET_MARKER: DATASET_KIND,
         "schema_version": SCHEMA_VERSION,
         "method": cfg.residual_method,
-        "H": int(cfg.routing_heads),
+        "routing_heads": int(cfg.routing_heads),  # `H` in datasets written before: methods.routing_heads_of
         "G": int(cfg.num_key_value_heads),
         "d": int(cfg.hidden_size),
         "L": int(cfg.num_hidden_layers),

@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 from ..model.delta_config import DEFAULT_ROUTING_HEADS, SUPPORTED_MODEL_TYPES
+from ..model.routing import ROUTING_BACKENDS
 
 
 def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -27,8 +28,9 @@ def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
                    help="block-aggregated sources: one delta per block of consecutive layers (default L//4)")
     p.add_argument("--heads", type=int, default=DEFAULT_ROUTING_HEADS,
                    help=f"routing heads H; must divide the hidden size (default {DEFAULT_ROUTING_HEADS})")
-    p.add_argument("--routing-backend", default="eager", choices=("eager", "compile", "triton"),
-                   help="routing backend stored in the converted config (default eager)")
+    p.add_argument("--routing-backend", default="eager", choices=ROUTING_BACKENDS,
+                   help="routing backend of the step-0 check (default eager); not saved: the backend is "
+                        "chosen where the model runs")
     p.add_argument("--no-verify", action="store_true",
                    help="skip the step-0 check that converted and base logits are identical")
     p.add_argument("--overwrite", action="store_true", help="replace an existing DST")
@@ -58,6 +60,6 @@ def cmd_convert(args: argparse.Namespace) -> int:
     check = ("not checked" if report.max_logit_deviation is None
              else f"max |logit deviation| at step 0 = {report.max_logit_deviation:g}")
     print(f"{report.dst}: {report.base_type} L={report.num_layers} -> mhar_delta "
-          f"(num_blocks={report.num_blocks}, H={report.heads}, +{report.new_parameters:,} parameters, "
+          f"(num_blocks={report.num_blocks}, H={report.routing_heads}, +{report.new_parameters:,} parameters, "
           f"{report.dtype}); {check}; tokenizer {'copied' if report.tokenizer_copied else 'MISSING'}")
     return 0

@@ -16,31 +16,41 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from ..atomic import build_dir
+from ..model.config import ConfigError
 from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
+from ..model.delta_modeling import MHARDeltaForCausalLM
+from ..model.routing import check_backend, set_routing_backend
 from ..rundir import load_pretrained
 from .errors import ConversionError
-from ..model.delta_modeling import MHARDeltaForCausalLM
 
 
 def delta_config_for(base_config, num_blocks: int | None = None, heads: int = DEFAULT_ROUTING_HEADS,
                      eps: float | None = None, routing_backend: str = "eager") -> MHARDeltaConfig:
-    """The converted model's config; raises `ConversionError` before any weight is read."""
+    """The converted model's config; raises `ConversionError` before any weight is read, also for
+    a `routing_backend` that is unknown, unavailable here or cannot route H heads of width d
+    (the backend is not part of the config: `convert_model` sets it on the model)."""
     if getattr(base_config, "model_type", None) == MHARDeltaConfig.model_type:
         raise ConversionError("the source is already a converted (mhar_delta) model")
-    return MHARDeltaConfig(text_config=base_config, num_blocks=num_blocks, routing_heads=heads,
-                           routing_eps=eps, routing_backend=routing_backend)
+    config = MHARDeltaConfig(text_config=base_config, num_blocks=num_blocks, routing_heads=heads,
+                             routing_eps=eps)
+    try:  # every delta site makes one read of width d with H heads
+        check_backend(routing_backend, [(config.hidden_size, config.routing_heads)])
+    except ConfigError as exc:
+        raise ConversionError(str(exc)) from None
+    return config
 
 
 def convert_model(base: PreTrainedModel, num_blocks: int | None = None, heads: int = DEFAULT_ROUTING_HEADS,
                   eps: float | None = None, routing_backend: str = "eager") -> MHARDeltaForCausalLM:
     """Wrap `base` in place (its modules become `model.base`); routing parameters get the base's
-    dtype and device. The result computes exactly what `base` computed (gates are zero)."""
+    dtype and device, and it routes with `routing_backend`. The result computes exactly what
+    `base` computed (gates are zero)."""
     config = delta_config_for(base.config, num_blocks, heads, eps, routing_backend)
     impl = getattr(base.config, "_attn_implementation", None)
     if impl:
         config._attn_implementation = impl
     param = next(base.parameters())
-    model = MHARDeltaForCausalLM(config, base=base)
+    model = set_routing_backend(MHARDeltaForCausalLM(config, base=base), routing_backend)
     with torch.no_grad():  # only the new routing parameters move; base weights are untouched
         for p in [model.null_source, *model.sites.parameters()]:
             p.data = p.data.to(device=param.device, dtype=param.dtype)
@@ -56,7 +66,7 @@ class ConversionReport:
     base_type: str
     num_layers: int
     num_blocks: int
-    heads: int
+    routing_heads: int
     dtype: str
     new_parameters: int
     max_logit_deviation: float | None  # on the probe batch; None when not checked
@@ -118,7 +128,7 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
     cfg = model.config
     return ConversionReport(
         dst=dst, base_type=cfg.text_config.model_type, num_layers=cfg.num_hidden_layers,
-        num_blocks=cfg.num_blocks, heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
+        num_blocks=cfg.num_blocks, routing_heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
         new_parameters=sum(p.numel() for p in [model.null_source, *model.sites.parameters()]),
         max_logit_deviation=deviation, tokenizer_copied=tokenizer_copied)
 

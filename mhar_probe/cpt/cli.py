@@ -11,7 +11,7 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..model.config import ROUTING_BACKENDS
+from ..model.routing import ROUTING_BACKENDS
 
 
 def add_cpt_arguments(p: argparse.ArgumentParser) -> None:

@@ -21,6 +21,7 @@ from torch import nn
 from transformers import AutoConfig, AutoModelForCausalLM
 
 from ..errors import UserError
+from ..model.routing import set_routing_backend
 from ..parallel import decoder_layers
 from ..rundir import load_pretrained
 
@@ -72,8 +73,9 @@ def load_base_of_converted(src: Path, config: Any) -> nn.Module:
     return base
 
 
-def load_cpt_model(src: Path, control: bool, routing_backend: str) -> nn.Module:
-    """The model to continue-training, in float32 on CPU, in train mode (see module doc)."""
+def load_cpt_model(src: Path, control: bool, routing_backend: str | None) -> nn.Module:
+    """The model to continue-training, in float32 on CPU, in train mode (see module doc); a
+    converted model routes with `routing_backend`."""
     config = read_config(src)
     if is_converted(config):
         if control:
@@ -81,9 +83,7 @@ def load_cpt_model(src: Path, control: bool, routing_backend: str) -> nn.Module:
         else:
             model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "converted model",
                                     dtype=torch.float32, local_files_only=True)
-            model.config.routing_backend = routing_backend
-            for site in model.sites:
-                site.backend = routing_backend
+            set_routing_backend(model, routing_backend)
     elif control:
         model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch.float32,
                                 local_files_only=True)

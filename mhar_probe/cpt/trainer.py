@@ -25,9 +25,10 @@ import torch
 from .. import __version__
 from ..distributed import init_distributed, shutdown
 from ..errors import UserError
+from ..model.routing import choose_backend
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
-from ..train import Trainer, default_backend
+from ..train import Trainer
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
 from .objective import WeightEMA, decay_split, param_groups, z_loss
@@ -48,15 +49,8 @@ class CPTTrainer(Trainer):
             raise UserError(f"{self.src} is a plain {self.src_config.model_type} model, not a converted one; "
                             f"convert it with `mhar convert {self.src} DST` and train DST, "
                             f"or pass --control to train it as is")
-        if cfg.routing_backend is None:
-            cfg.routing_backend = default_backend(self.device)
-        if cfg.routing_backend == "triton" and not cfg.control:
-            from ..model.routing import get_backend
-
-            try:
-                get_backend("triton")
-            except RuntimeError as exc:
-                raise UserError(f"{exc}; use --routing-backend eager") from exc
+        if not cfg.control:  # the control is a plain model: nothing in it routes
+            cfg.routing_backend = choose_backend(self.device, cfg.routing_backend)
         limit = getattr(text_config(self.src_config), "max_position_embeddings", None) or 1024
         self.seq_len = cfg.seq_len or min(1024, limit)
         if self.seq_len > limit:

@@ -134,12 +134,13 @@ def load_model(run: Path, device: str):
         raise EvalError(f"--device {device!r} is not a torch device ({e})") from None
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise EvalError(f"--device {device}: CUDA is not available on this machine; use --device cpu")
+    from mhar_probe.model.routing import choose_backend, set_routing_backend
+
+    backend = choose_backend(dev)
     config = load_pretrained(AutoConfig.from_pretrained, run, "model config", local_files_only=True)
-    if hasattr(config, "routing_backend"):
-        config.routing_backend = "triton" if dev.type == "cuda" else "eager"
     model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model", config=config,
                             local_files_only=True)
-    model.to(dev).eval()
+    set_routing_backend(model, backend).to(dev).eval()
     tok = load_pretrained(AutoTokenizer.from_pretrained, run, "tokenizer", local_files_only=True)
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token

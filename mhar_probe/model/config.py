@@ -6,13 +6,14 @@ in minutes on two CPU cores.
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from transformers import PretrainedConfig
 
-METHODS = ("baseline", "hyper", "attnres", "mhar", "mhar_hw", "delta")
-ROUTED_METHODS = ("attnres", "mhar", "mhar_hw")  # replacement forms over 2L+1 sources
-ROUTING_BACKENDS = ("eager", "compile", "triton")
+from .methods import METHODS, method  # noqa: F401  (METHODS: re-exported, the benchmarks import it here)
+from .methods import REPLACEMENT_METHODS as ROUTED_METHODS  # noqa: F401  (benchmarks/kernels/host_model_cpu.py)
+from .errors import UserError
 
 PRESETS: dict[str, dict[str, Any]] = {
     # name: d, L, heads, kv heads, FFN, context (T); head_dim = d / heads
@@ -36,20 +37,32 @@ PAPER_ROUTING_HEADS = {"100m": 8, "124m": 8, "350m": 8, "1b": 8}
 
 def routing_heads_reason(config: "MHARConfig") -> str:
     """Why `config` routes with the heads it has, in words (for `mhar info`)."""
-    H, kv, method = config.routing_heads, config.num_key_value_heads, config.residual_method
-    if method not in ("attnres", "mhar", "mhar_hw", "delta"):
-        return f"{method} does not route"
-    if method == "attnres":
-        return "attnres routes with one head (MHAR at H = 1)"
-    if method == "mhar" and PAPER_ROUTING_HEADS.get(config.preset) == H:
+    H, kv, name = config.routing_heads, config.num_key_value_heads, config.residual_method
+    props = method(name)
+    if not props.has_routing_heads:
+        return f"{name} does not route"
+    if props.head_count == "one":
+        return f"{name} routes with one head (MHAR at H = 1)"
+    if name == "mhar" and PAPER_ROUTING_HEADS.get(config.preset) == H:
         other = "equal to KV here" if H == kv else f"--heads {kv} for H = KV"
         return f"H = {H}: the paper's choice at preset {config.preset}; {other}"
     if H == kv:
-        return f"H = KV = {kv}" + ("; mhar_hw has one full-width query per KV group" if method == "mhar_hw" else "")
+        return f"H = KV = {kv}" + (f"; {name} has one full-width query per KV group" if props.head_wise else "")
     return f"H = {H}, set by --heads (KV = {kv})"
 
 
-class ConfigError(ValueError):
+def drop_saved_backend(kwargs: dict[str, Any]) -> None:
+    """Remove the `routing_backend` a config written before the backend became a run-time setting
+    (routing.set_routing_backend) names: read and ignored, never saved again. Any other than the
+    default is worth a warning: the model routes with eager until it is set (a script that still
+    passes routing_backend='triton' to the config would otherwise time the reference)."""
+    name = kwargs.pop("routing_backend", None)
+    if name not in (None, "eager"):
+        warnings.warn(f"routing_backend={name!r} in a model config is ignored: the backend is a run-time "
+                      f"setting, set it with mhar_probe.model.set_routing_backend(model, {name!r})", stacklevel=3)
+
+
+class ConfigError(UserError):
     """A configuration the model cannot be built from; the message names the field to fix."""
 
 
@@ -81,7 +94,6 @@ class MHARConfig(PretrainedConfig):
         tie_word_embeddings: bool = True,
         residual_method: str = "baseline",
         routing_heads: int | None = None,
-        routing_backend: str = "eager",
         hyper_streams: int = 4,
         delta_num_blocks: int = 2,
         preset: str | None = None,
@@ -103,7 +115,7 @@ class MHARConfig(PretrainedConfig):
         self.initializer_range = initializer_range
         self.residual_method = residual_method
         self.routing_heads = routing_heads if routing_heads is not None else num_key_value_heads
-        self.routing_backend = routing_backend
+        drop_saved_backend(kwargs)  # an old config.json's routing_backend
         self.hyper_streams = hyper_streams
         self.delta_num_blocks = delta_num_blocks
         self.preset = preset
@@ -142,19 +154,19 @@ class MHARConfig(PretrainedConfig):
                 raise ConfigError(f"{name}={value!r} must be a positive integer")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
-        if self.residual_method not in METHODS:
-            raise ConfigError(f"unknown residual method {self.residual_method!r}; choose one of {', '.join(METHODS)}")
-        if self.routing_backend not in ROUTING_BACKENDS:
-            raise ConfigError(f"unknown routing backend {self.routing_backend!r}; choose one of {', '.join(ROUTING_BACKENDS)}")
+        try:
+            props = method(self.residual_method)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
         if self.num_attention_heads % self.num_key_value_heads:
             raise ConfigError(f"num_attention_heads={self.num_attention_heads} is not a multiple of "
                               f"num_key_value_heads={self.num_key_value_heads}")
         if self.routing_heads < 1 or self.hidden_size % self.routing_heads:
             raise ConfigError(f"hidden size d={self.hidden_size} is not divisible by routing heads "
                               f"H={self.routing_heads}; pick H that divides d")
-        if self.residual_method == "attnres" and self.routing_heads != 1:
+        if props.head_count == "one" and self.routing_heads != 1:
             self.routing_heads = 1  # attnres is MHAR at H=1 by definition
-        if self.residual_method == "delta" and not 1 <= self.delta_num_blocks <= self.num_hidden_layers:
+        if props.delta and not 1 <= self.delta_num_blocks <= self.num_hidden_layers:
             raise ConfigError(f"delta_num_blocks={self.delta_num_blocks} must be between 1 and the number "
                               f"of layers ({self.num_hidden_layers})")
 

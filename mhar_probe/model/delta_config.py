@@ -11,7 +11,7 @@ from typing import Any
 
 from transformers import AutoConfig, PretrainedConfig
 
-from .config import ROUTING_BACKENDS
+from .config import drop_saved_backend
 from .errors import UserError
 
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
@@ -55,7 +55,6 @@ class MHARDeltaConfig(PretrainedConfig):
         num_blocks: int | None = None,
         routing_heads: int = DEFAULT_ROUTING_HEADS,
         routing_eps: float | None = None,
-        routing_backend: str = "eager",
         **kwargs: Any,
     ) -> None:
         if isinstance(text_config, dict):
@@ -68,7 +67,7 @@ class MHARDeltaConfig(PretrainedConfig):
         self.num_blocks = num_blocks
         self.routing_heads = routing_heads
         self.routing_eps = routing_eps
-        self.routing_backend = routing_backend
+        drop_saved_backend(kwargs)  # an old config.json's routing_backend
         if text_config is not None:
             if self.num_blocks is None:
                 self.num_blocks = default_num_blocks(text_config.num_hidden_layers)
@@ -111,9 +110,6 @@ class MHARDeltaConfig(PretrainedConfig):
             divisors = [h for h in (1, 2, 4, 8, 16, 32, 64) if d % h == 0]
             raise ConversionError(f"routing heads H={H} must divide the hidden size d={d}; "
                                   f"e.g. one of {', '.join(map(str, divisors))}")
-        if self.routing_backend not in ROUTING_BACKENDS:
-            raise ConversionError(f"unknown routing backend {self.routing_backend!r}; "
-                                  f"choose one of {', '.join(ROUTING_BACKENDS)}")
 
 
 MHARDeltaConfig.register_for_auto_class()  # save_pretrained writes auto_map and this code

@@ -97,7 +97,7 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
         self.null_source = nn.Parameter(torch.zeros(d))  # learnable null source  [d]
         kinds = [(layer, kind) for layer in range(L) for kind in ("attn", "mlp")] + [(L, "final")]
         self.sites = nn.ModuleList(
-            DeltaSite(d, config.routing_heads, config.routing_eps, s, layer, kind, config.routing_backend)
+            DeltaSite(d, config.routing_heads, config.routing_eps, s, layer, kind)
             for s, (layer, kind) in enumerate(kinds))
         norms = [n for layer in decoder.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         for s, norm in enumerate([*norms, decoder.norm]):

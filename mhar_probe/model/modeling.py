@@ -17,11 +17,12 @@ from transformers import GenerationMixin, PreTrainedModel
 from transformers.cache_utils import Cache, DynamicCache
 from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutputWithPast
 
-from .config import ROUTED_METHODS, MHARConfig
+from .config import MHARConfig
 from .hf_compat import CACHE_NAME, cache_field, one_cache, refuse_unsupported_outputs
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
+from .methods import method
 from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
-from .routing import get_backend
+from .routing import DEFAULT_BACKEND, get_backend
 
 
 class DecoderLayer(nn.Module):
@@ -65,12 +66,15 @@ class MHARModel(MHARPreTrainedModel):
         super().__init__(config)
         d, L = config.hidden_size, config.num_hidden_layers
         self.method = config.residual_method
+        props = method(self.method)
+        if props.replaces:  # the source stack's backend; routing.set_routing_backend sets it
+            self.routing_backend = DEFAULT_BACKEND
         self.embed_tokens = nn.Embedding(config.vocab_size, d)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(L))
         self.norm = RMSNorm(d, config.rms_norm_eps)
         self.rotary_emb = RotaryEmbedding(config.head_dim, config.rope_theta)
         self.sites = nn.ModuleList(self._make_sites(config))
-        if self.method == "hyper":
+        if props.hyper_streams:
             try:  # only this method needs the package (a saved run's code does not require it)
                 from hyper_connections import HyperConnections
             except ImportError as exc:
@@ -78,7 +82,7 @@ class MHARModel(MHARPreTrainedModel):
                                   "pip install hyper-connections") from exc
             n = config.hyper_streams
             self.hyper = nn.ModuleList(HyperConnections(n, dim=d, layer_index=i) for i in range(2 * L))
-        if self.method == "delta":
+        if props.delta:
             self.null_source = nn.Parameter(torch.zeros(d))
             self.block_of_layer = delta_block_of_layer(L, config.delta_num_blocks)
         self.post_init()
@@ -86,18 +90,17 @@ class MHARModel(MHARPreTrainedModel):
     @staticmethod
     def _make_sites(config: MHARConfig) -> list[nn.Module]:
         d, L, eps, H = config.hidden_size, config.num_hidden_layers, config.rms_norm_eps, config.routing_heads
-        method = config.residual_method
+        props = method(config.residual_method)
         kinds = [(layer, kind) for layer in range(L) for kind in ("attn", "mlp")] + [(L, "final")]
-        if method in ROUTED_METHODS:
+        if props.replaces:
             sites = []
             for s, (layer, kind) in enumerate(kinds):
-                hw = method == "mhar_hw" and kind == "attn"
+                hw = props.head_wise and kind == "attn"
                 sites.append(RoutingSite(d, H, eps, s, layer, kind, num_sources=s + 1,
                                          num_queries=config.num_key_value_heads if hw else 1))
             return sites
-        if method == "delta":
-            return [DeltaSite(d, H, eps, s, layer, kind, config.routing_backend)
-                    for s, (layer, kind) in enumerate(kinds)]
+        if props.delta:
+            return [DeltaSite(d, H, eps, s, layer, kind) for s, (layer, kind) in enumerate(kinds)]
         return []
 
     def get_input_embeddings(self) -> nn.Embedding:
@@ -134,11 +137,16 @@ class MHARModel(MHARPreTrainedModel):
             position_ids = torch.arange(past, past + T, device=inputs_embeds.device).expand(B, T)
         cos, sin = self.rotary_emb(inputs_embeds, position_ids)
         mask = _attention_mask(attention_mask, T, past, inputs_embeds.device)
-        wiring = {"baseline": self._additive, "hyper": self._hyper, "delta": self._delta}.get(
-            self.method, self._routed)
-        h = wiring(inputs_embeds, cos, sin, mask, cache)
+        h = self._wiring(inputs_embeds, cos, sin, mask, cache)
         out = BaseModelOutputWithPast(last_hidden_state=self.norm(h), **cache_field(cache))
         return out if return_dict is not False else out.to_tuple()
+
+    def _wiring(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
+        """The residual wiring of the model's method: routed, delta, hyper-connections or additive."""
+        props = method(self.method)
+        wiring = (self._routed if props.replaces else self._delta if props.delta
+                  else self._hyper if props.hyper_streams else self._additive)
+        return wiring(h, cos, sin, mask, cache)
 
     def _additive(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
         for layer in self.layers:
@@ -158,7 +166,7 @@ class MHARModel(MHARPreTrainedModel):
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
         params = [(site.query, site.key_norm.weight) for site in self.sites]  # in call order
-        stack = get_backend(self.config.routing_backend).new_stack(self.config.num_sources, params=params)
+        stack = get_backend(self.routing_backend).new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1

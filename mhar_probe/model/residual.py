@@ -10,6 +10,10 @@ A replacement-form site s owns a query q (d,) initialised to zero and a key RMSN
 A head-aligned site (`mhar_hw`, attention only) owns one full-width query per KV group
 ([G, d]) and returns one routed input per group ([G, B, T, d]).
 A delta site additionally owns a scalar gate (zero at init): out = partial + gate * routed.
+
+The backend a site routes with is the run-time setting `routing_backend` (routing.py's
+`set_routing_backend`): a delta site routes itself and reads it at every forward; replacement
+sites route over the `SourceStack` that `MHARModel` builds from its own setting.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from torch import Tensor, nn
 
 from .hooks import HookPoint
 from .layers import RMSNorm
-from .routing import SourceStack, get_backend
+from .routing import DEFAULT_BACKEND, SourceStack, get_backend
 
 
 def site_label(layer: int, kind: str) -> str:
@@ -46,6 +50,13 @@ class RoutingSite(nn.Module):
     def label(self) -> str:
         return site_label(self.layer, self.kind)
 
+    @property
+    def routing_reads(self) -> list[tuple[int, int]]:
+        """(d, H) of each routing call of this site: one H-head read, or one single-head read per
+        KV group (head-aligned)."""
+        d = self.query.shape[-1]
+        return [(d, self.num_heads)] if self.query.dim() == 1 else [(d, 1)]
+
     def forward(self, stack: SourceStack) -> Tensor:
         n = self.num_sources
         if self.hook_sources.active:
@@ -68,11 +79,11 @@ class DeltaSite(nn.Module):
     With gate = 0 (its initial value) the sublayer sees exactly the additive stream h.
     """
 
-    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str,
-                 backend: str) -> None:
+    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str) -> None:
         super().__init__()
         self.index, self.layer, self.kind = index, layer, kind
-        self.num_heads, self.eps, self.backend = num_heads, eps, backend
+        self.num_heads, self.eps = num_heads, eps
+        self.routing_backend = DEFAULT_BACKEND  # run-time setting: routing.set_routing_backend
         self.query = nn.Parameter(torch.zeros(d))
         self.key_norm = RMSNorm(d, eps)
         self.gate = nn.Parameter(torch.zeros(()))
@@ -84,10 +95,15 @@ class DeltaSite(nn.Module):
     def label(self) -> str:
         return site_label(self.layer, self.kind)
 
+    @property
+    def routing_reads(self) -> list[tuple[int, int]]:
+        """(d, H) of this site's one routing call."""
+        return [(self.query.shape[-1], self.num_heads)]
+
     def forward(self, h: Tensor, sources: Tensor) -> Tensor:  # h [B, T, d]; sources [N, B, T, d]
         if self.hook_sources.active:
             self.hook_sources(sources)
-        out, weights = get_backend(self.backend).route(
+        out, weights = get_backend(self.routing_backend).route(
             sources, self.query, self.key_norm.weight, self.num_heads, self.eps, partial=h, gate=self.gate)
         if self.hook_weights.active:
             self.hook_weights(weights)
@@ -97,6 +113,16 @@ class DeltaSite(nn.Module):
 def delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
     """Block index of each layer: `num_blocks` contiguous blocks, sizes differing by at most one."""
     return [layer * num_blocks // num_layers for layer in range(num_layers)]
+
+
+def delta_num_sources(block_of_layer: Sequence[int]) -> list[int]:
+    """Sources each of the 2L+1 delta sites reads, in site order (see `delta_site_plan`)."""
+    return [_sources_read(block, opens) for block, opens in delta_site_plan(block_of_layer)]
+
+
+def _sources_read(block: int, opens: bool) -> int:
+    """A site of block b reads the null source, b completed deltas and, unless it opens b, b's partial."""
+    return 1 + block + (0 if opens else 1)
 
 
 def delta_site_plan(block_of_layer: Sequence[int]) -> list[tuple[int, bool]]:
@@ -138,8 +164,7 @@ class DeltaSources:
         self._null: Tensor | None = None  # null expanded to [B, T, d] once per pass
 
     def num_sources(self, site: int) -> int:
-        block, opens = self.plan[site]
-        return 1 + block + (0 if opens else 1)
+        return _sources_read(*self.plan[site])
 
     def __call__(self, site: int, h: Tensor) -> Tensor:  # h [B, T, d] -> [N, B, T, d]
         block, opens = self.plan[site]

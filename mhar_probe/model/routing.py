@@ -19,17 +19,26 @@ Backends share one interface so that model code never changes:
     place (triton's 4-bytes/pair backward), the others ignore it.
 `eager` is the reference, `compile` is the same code under torch.compile, and `triton`
 (mhar_probe.kernels) registers itself on import.
+
+Which backend a model routes with is a run-time setting, not part of its config:
+`set_routing_backend(model, name)` (or `routing_backend(model, name)` for a `with` block)
+checks that the backend can route the model's reads (the triton kernels' limits on H) and
+sets it on every module that routes; `choose_backend(device, requested)` is the default
+every entry point uses (triton on CUDA, eager elsewhere).
 """
 
 from __future__ import annotations
 
+import contextlib
 import warnings
 from dataclasses import dataclass
-from collections.abc import Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Callable, Protocol
 
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+from .config import ConfigError
 
 
 def rms_norm_keys(x: Tensor, weight: Tensor, eps: float) -> Tensor:
@@ -181,3 +190,98 @@ def route(
 ) -> tuple[Tensor, Tensor]:
     """The one routing entry point: (out [B, T, d], weights [N, B, T, H]) from any backend."""
     return get_backend(backend).route(sources, query, norm_weight, num_heads, eps, partial=partial, gate=gate)
+
+
+# --------------------------------------------------------------------------- choosing a backend
+#: the backends a user may choose (--routing-backend)
+ROUTING_BACKENDS = ("eager", "compile", "triton")
+#: what a model routes with until it is told otherwise: the reference, which runs anywhere
+DEFAULT_BACKEND = "eager"
+
+
+def choose_backend(device: torch.device | str, requested: str | None = None) -> str:
+    """The backend to route with on `device`: `requested` when given, else triton on CUDA and
+    eager elsewhere. An unknown or unavailable backend is a `ConfigError` (one line)."""
+    name = requested if requested is not None else ("triton" if torch.device(device).type == "cuda" else "eager")
+    check_backend(name)
+    return name
+
+
+def _heads_limit(name: str) -> Callable[[int, int], None] | None:
+    """The backend's own check of a read of width d with H heads (ValueError if it cannot route
+    it): the triton kernels' `_check_heads`; None for a backend without limits, or where the
+    kernels are absent (a saved run's code without mhar_probe routes with eager instead)."""
+    if name != "triton":
+        return None
+    try:
+        from mhar_probe.kernels.autograd import _check_heads
+    except ImportError:
+        return None
+    return _check_heads
+
+
+def _check_name(name: str) -> None:
+    if name not in ROUTING_BACKENDS:
+        raise ConfigError(f"unknown routing backend {name!r}; choose one of {', '.join(ROUTING_BACKENDS)}")
+
+
+def check_backend(name: str, reads: Iterable[tuple[int, int]] = ()) -> None:
+    """Refuse, with a one-line `ConfigError`, a backend that is unknown, unavailable here, or
+    cannot route one of `reads` ((d, H): a query of width d split into H heads)."""
+    _check_name(name)
+    try:
+        get_backend(name)
+    except (RuntimeError, ValueError) as exc:
+        raise ConfigError(f"{exc}; route with 'eager' instead") from None
+    limit = _heads_limit(name)
+    for d, heads in sorted(set(reads)) if limit is not None else ():
+        try:
+            limit(d, heads)
+        except ValueError as exc:
+            raise ConfigError(f"{exc} (a read of width d={d}); choose such an H or route with 'eager'") from None
+
+
+def _routing_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules that route (they hold a `routing_backend` name and read it at every forward)."""
+    return [m for m in model.modules() if isinstance(getattr(m, "routing_backend", None), str)]
+
+
+def set_routing_backend(model: nn.Module, name: str) -> nn.Module:
+    """Route `model` with backend `name` from its next forward on; returns `model`.
+
+    Checked first (`check_backend`) against every read of the model's routing sites (each site
+    names its own as `routing_reads`), so a limit of the backend is refused here, in one line, not at
+    the first forward. A model without routing sites (baseline, a plain Hugging Face model)
+    accepts any known backend name and is left as it is."""
+    modules = _routing_modules(model)
+    if not modules:
+        _check_name(name)
+        return model
+    check_backend(name, [r for m in model.modules() for r in getattr(m, "routing_reads", ())])
+    for m in modules:
+        m.routing_backend = name
+    return model
+
+
+def routing_backend_of(model: nn.Module) -> str:
+    """The backend `model` routes with (DEFAULT_BACKEND for a model without routing sites)."""
+    names = {m.routing_backend for m in _routing_modules(model)}
+    if len(names) > 1:
+        raise RuntimeError(f"the model's routing modules disagree on the backend ({sorted(names)}); "
+                           f"set it with set_routing_backend")
+    return names.pop() if names else DEFAULT_BACKEND
+
+
+@contextlib.contextmanager
+def routing_backend(model: nn.Module, name: str | None) -> Iterator[str]:
+    """Route `model` with `name` inside the block (None: as it is); yields the backend in use."""
+    old = routing_backend_of(model)
+    if name is None:
+        yield old
+        return
+    set_routing_backend(model, name)
+    try:
+        yield name
+    finally:
+        for m in _routing_modules(model):
+            m.routing_backend = old

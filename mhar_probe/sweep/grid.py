@@ -19,9 +19,8 @@ from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 from ..errors import UserError
-from ..model.config import METHODS, PRESETS, ConfigError, MHARConfig
-
-ROUTED = ("mhar", "mhar_hw", "delta")  # methods with a free routing-head count
+from ..model.config import PRESETS, ConfigError, MHARConfig
+from ..model.methods import METHODS, routing_heads_of
 #: TrainConfig fields that describe how a process runs, not which model is trained
 RUNTIME_FIELDS = ("progress", "device", "resume", "overwrite", "stop_after", "out", "fsdp")
 AXES = ("methods", "heads", "kv_heads", "lrs", "seeds", "presets", "steps")
@@ -143,12 +142,7 @@ class SweepGrid:
                 self.presets, self.steps, self.seeds, self.lrs, self.kv_heads, self.methods, self.heads):
             kv = int(kv_in) if kv_in is not None else int(extra.get("num_key_value_heads",
                                                                      PRESETS[preset]["num_key_value_heads"]))
-            if method in ROUTED:
-                H: int | None = int(h_in) if h_in is not None else kv
-            elif method == "attnres":
-                H = 1
-            else:
-                H = None
+            H = routing_heads_of(method, {"routing_heads": h_in}, default=kv)  # attnres 1, baseline None
             spec = RunSpec(preset=preset, method=method, H=H, kv=kv, lr=float(lr), seed=int(seed),
                            steps=int(steps))
             specs.setdefault(spec.name, spec)

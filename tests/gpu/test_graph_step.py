@@ -22,6 +22,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
+from mhar_probe.model.routing import set_routing_backend  # noqa: E402
 from mhar_probe.parallel import clip_grad_norm  # noqa: E402
 from mhar_probe.rundir import read_metrics  # noqa: E402
 from mhar_probe.step import EagerStep, GraphStep  # noqa: E402
@@ -32,9 +33,9 @@ DEV = torch.device("cuda")
 
 def _model(method: str) -> MHARForCausalLM:
     torch.manual_seed(0)
-    cfg = MHARConfig.from_preset("tiny", residual_method=method, vocab_size=512, routing_heads=2 if method == "mhar" else None,
-                                 routing_backend="triton", num_hidden_layers=3)
-    return MHARForCausalLM(cfg).to(DEV)
+    cfg = MHARConfig.from_preset("tiny", residual_method=method, vocab_size=512, num_hidden_layers=3,
+                                 routing_heads=2 if method == "mhar" else None)
+    return set_routing_backend(MHARForCausalLM(cfg), "triton").to(DEV)
 
 
 def _stepper(kind: str, model, opt, ema: dict):
