@@ -559,3 +559,41 @@ def test_launch_configs_keyed_by_storage_width(monkeypatch, tmp_path, dtype, wid
         assert seen_f and set(seen_f) == {(bp, nw, stages)}, (pick, seen_f)
         for i, (a, t) in enumerate(zip(grads, truth)):
             assert rel(a, t) < (1e-5 if dtype == torch.float32 else 2e-2), (pick, i)
+
+
+def test_backward_tables_built_once_per_layout(monkeypatch):
+    """The call table and pair_e's work items are host-built int64 tables: a second backward over
+    the same layout (other values) launches from the very device tensors of the first, with no
+    torch.tensor built and no copy (what a CUDA graph replay needs), and gives the gradients of a
+    fresh process's first backward; a stack of another layout gets tables of its own."""
+    S, D = 4, 8
+    heads = [2, 1, 2, 4]
+    seen = []
+    real_gather, real_pair_e = rbc.STACK_GATHER, kad.launch_pair_e
+    monkeypatch.setattr(kad, "STACK_GATHER", lambda grid, args, *a: (seen.append(args[14]), real_gather(grid, args, *a)))
+    monkeypatch.setattr(kad, "launch_pair_e", lambda *a: (seen.append(a[1]), real_pair_e(*a)))
+    monkeypatch.setattr(kad, "_DEVICE_INTS", {})
+
+    def run(seed):
+        seen.clear()
+        leaves = _leaves(D, S, heads, 0, seed, torch.float32)
+        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        grads = torch.autograd.grad(loss, leaves)
+        return grads, [t.data_ptr() for t in seen]
+
+    first, ptrs = run(31)
+    assert len(kad._DEVICE_INTS) == 2 and len(set(ptrs)) >= 2  # the call table and the items
+    built = []
+    real_tensor = torch.tensor
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: (built.append(1), real_tensor(*a, **k))[1])
+    _, again = run(32)
+    assert again == ptrs and not built and len(kad._DEVICE_INTS) == 2
+    monkeypatch.setattr(torch, "tensor", real_tensor)
+    monkeypatch.setattr(kad, "_DEVICE_INTS", {})
+    fresh, _ = run(31)
+    assert all(torch.equal(a, b) for a, b in zip(first, fresh))
+    seen.clear()
+    leaves = _leaves(D, S + 1, heads + [2], 0, 33, torch.float32)
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S + 1, heads + [2])
+    torch.autograd.grad(loss, leaves)
+    assert len(kad._DEVICE_INTS) == 4

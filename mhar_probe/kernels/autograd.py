@@ -186,6 +186,27 @@ def _programs(device: torch.device, blocks: int, per_sm: int) -> int:
     return max(1, min(blocks, per_sm * sms))
 
 
+# Host-built int64 tables of the stack's backward (the call table, pair_e's work items), on the
+# device once per layout: key (device, shape, values) -> (device tensor, its pinned source). A
+# backward over a layout seen before launches from the same device tensor with no host-to-device
+# copy, so a CUDA graph captured over it replays what it read at capture; the pinned source is
+# kept too, so that a copy captured the first time the layout is seen also stays valid. A run has
+# a few layouts (one per model shape); nothing is evicted, since a captured graph may read any.
+_DEVICE_INTS: dict[tuple, tuple[Tensor, Tensor | None]] = {}
+
+
+def _device_ints(values: list[int], shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """`values` as an int64 tensor of `shape` on `device`, built once per (device, shape, values)."""
+    key = (device, shape, tuple(values))
+    hit = _DEVICE_INTS.get(key)
+    if hit is None:
+        cuda = device.type == "cuda"
+        host = torch.tensor(values, dtype=torch.int64, pin_memory=cuda).view(shape)
+        # from pinned memory the copy is asynchronous: no wait for the forward pass's kernels
+        hit = _DEVICE_INTS[key] = (host.to(device, non_blocking=True), host if cuda else None)
+    return hit[0]
+
+
 def _flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
     hit = _FLAGS.get((storage, weight))
     if hit is None:
@@ -486,9 +507,11 @@ class _StackState:
         for rec in calls:
             poffs.append(poffs[-1] + rec.n)
         rmode = [_ROUND_MODE.get(rec.dtype, 0) for rec in calls]
-        tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
-            [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
-             soffs + [0], poffs, rmode + [0]], dtype=torch.int64, pin_memory=dev.type == "cuda")
+        # [6, calls + 1] int64: n, H, woff, soff, poff, rounding mode per call, + a sentinel call
+        # reading nothing (n = 0); on the device once per layout (`_device_ints`)
+        self._tables = _device_ints(
+            [*(r.n for r in calls), 0, *(r.H for r in calls), 1, *(r.woff for r in calls), 0, *soffs, 0,
+             *poffs, *rmode, 0], (6, len(calls) + 1), dev)
         if self.collect:
             self._sh_flat = _new((s,), torch.float32, dev, poison)
             self._rall = _new((self._len, P), torch.float32, dev, poison)
@@ -497,10 +520,6 @@ class _StackState:
             self._e_plan = pair_e_plan(D, max(r.H for r in calls), frozenset(rmode),
                                        dev.type == "cuda", self.launch_tables)
             self._build_items(calls, top, dev, self._e_plan[0])
-        # From pinned memory the copy is asynchronous; from pageable memory it would wait for
-        # the whole forward pass to finish before backward could queue anything (measured: the
-        # GPU then idled while the host caught up, 10-50 ms per step on an H100).
-        self._tables = tables.to(dev, non_blocking=True)
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
         self._same_h = _uniform_heads(calls)  # the gather's constant-H path
@@ -518,8 +537,7 @@ class _StackState:
                     items += (j, c0)
                 if j == 0:
                     n0 = len(items) // 2
-        t = torch.tensor(items or [0, 0], dtype=torch.int64, pin_memory=dev.type == "cuda")
-        self._items = t.view(-1, 2).to(dev, non_blocking=True)
+        self._items = _device_ints(items or [0, 0], (max(1, len(items) // 2), 2), dev)  # [items, 2]
         self._items_n = (n0, len(items) // 2)
 
     def _row_bytes(self) -> int:

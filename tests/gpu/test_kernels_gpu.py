@@ -537,3 +537,48 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     assert all(a.dtype == torch.float32 for a in split[1:])
     assert torch.equal(split[0], ieee[0])
     assert err <= 1e-5, err
+
+
+@pytest.mark.parametrize("collect", [False, True], ids=["", "collect"])
+def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect):
+    """The routing autograd path is capturable (no host sync, host-built tables on the device
+    once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed
+    on new input values (written in place), gives bitwise the outputs and gradients of an eager
+    run on those values (the kernels are deterministic), twice, with other pinned host memory
+    allocated and written between replays (what a replay must not depend on)."""
+    S, D = 7, 1280
+    g = torch.Generator(device="cuda").manual_seed(41)
+    x0 = torch.randn(2, 37, D, device="cuda", generator=g).requires_grad_()
+    qs = [(torch.randn(D, device="cuda", generator=g) * 2 / D**0.5).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.2 * torch.randn(D, device="cuda", generator=g)).requires_grad_() for _ in range(S)]
+    Ms = [torch.randn(D, D, device="cuda", generator=g) / D**0.5 for _ in range(S - 1)]
+    leaves = [x0, *qs, *gs]
+
+    def step():
+        stack = TritonSourceStack(S, params=list(zip(qs, gs)) if collect else None)
+        loss, ws = chain(stack, x0, qs, gs, Ms, [8, 1, 4] * 3)
+        return [loss.detach(), *(w.detach() for w in ws), *torch.autograd.grad(loss, leaves)]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    for seed in (43, 47):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        with torch.no_grad():
+            x0.copy_(torch.randn(x0.shape, device="cuda", generator=gen))
+            for q in qs:
+                q.copy_(torch.randn(D, device="cuda", generator=gen) * 2 / D**0.5)
+        junk = torch.arange(1 << 16, dtype=torch.int64).pin_memory()  # reuses freed pinned blocks
+        junk.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        bitwise = all(torch.equal(a, b) for a, b in zip(static, eager, strict=True))
+        record(test="cuda_graph_replay", collect=collect, seed=seed, bitwise=bitwise)
+        assert bitwise
