@@ -45,7 +45,7 @@ def test_interleaved_refuses_bad_arms_before_building(tt):
     with pytest.raises(SystemExit, match="unknown kernel variant 'nope'"):
         tt.interleaved(_args(methods=["baseline", "mhar/nope"]), torch.device("cpu"))
     with pytest.raises(SystemExit, match="need --backend triton"):
-        tt.interleaved(_args(methods=["baseline", "mhar/collect"]), torch.device("cpu"))
+        tt.interleaved(_args(methods=["baseline", "mhar/bf16dout"]), torch.device("cpu"))
 
 
 def test_cli_refuses_zero_steps(tt, monkeypatch):
@@ -73,7 +73,7 @@ def test_variants_are_the_routing_benchmarks(tt):
     from mhar_probe.bench.routing import VARIANTS
 
     assert set(tt.VARIANTS) == {""} | {v.removeprefix("triton-") for v in VARIANTS}
-    assert {"stackbwd", "collect", "prev"} <= set(tt.VARIANTS)
+    assert "bf16dout" in tt.VARIANTS  # the opt-in dout dtype (KernelConfig.dout_dtype)
 
 
 @pytest.mark.parametrize("argv,message", [
