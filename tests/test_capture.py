@@ -22,8 +22,10 @@ from mhar_probe.capture.reducers import ProbeSpec, RoutingAccumulator  # noqa: E
 from mhar_probe.model import MHARConfig, MHARForCausalLM, available_backends  # noqa: E402
 from mhar_probe.model.routing import routing_backend_of  # noqa: E402
 
-try:
-    import mhar_probe.kernels  # noqa: F401,E402  (registers 'triton' where it imports)
+try:  # 'triton' where the kernels import
+    from mhar_probe.model.routing import register_triton_backend  # noqa: E402
+
+    register_triton_backend()
 except Exception:  # pragma: no cover - machine dependent
     pass
 

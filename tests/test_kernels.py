@@ -13,17 +13,18 @@ import torch
 triton = pytest.importorskip("triton")
 
 import mhar_probe.kernels.autograd as kad  # noqa: E402
-from mhar_probe.kernels import TritonSourceStack, route_triton  # noqa: E402
-from mhar_probe.kernels.route_bwd import route_bwd_reference  # noqa: E402
-from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
+from mhar_probe.kernels import TritonSourceStack, route_triton, use_kernel_config  # noqa: E402
+from mhar_probe.kernels.launch_tables import LaunchTables  # noqa: E402
+from mhar_probe.kernels.naive import route_bwd_reference, route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
 
 from kernel_checks import DEV, EPS, rel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setattr(kad, "POISON", True)
+def _poison():
+    with use_kernel_config(poison=True):
+        yield
 
 
 def route64(*args, **kwargs):
@@ -69,39 +70,36 @@ def test_head_split_rule():
 
 
 @pytest.mark.parametrize("D,H,dtype,delta", [(12, 2, torch.float32, True), (10, 1, torch.float32, False),
-                                             (24, 8, torch.float16, False), (12, 1, torch.float16, True)])
-def test_split_head_forward_matches_padded_and_float64(monkeypatch, D, H, dtype, delta):
-    """Head widths that are not powers of two run as two exact tiles (route_fwd_split_kernel):
-    the same function as the padded single tile, to fp32 rounding, and as the float64 truth."""
+                                             (24, 8, torch.float16, False), (12, 1, torch.float16, True),
+                                             (16, 4, torch.float32, True)])
+def test_split_head_forward_matches_float64(monkeypatch, D, H, dtype, delta):
+    """Head widths that are not powers of two run as two exact tiles (route_fwd_split_kernel),
+    powers of two as one tile: outputs and weights match the float64 truth, and the two-tile
+    kernel ran exactly where the head width splits (6 = 4 + 2, 10, 3 = 2 + 1, 12 = 8 + 4)."""
     from mhar_probe.kernels import route_fwd
 
     N = 5
     src, q, w, _ = make(N, 1, 3, D, dtype, seed=4)
     partial = torch.randn(1, 3, D, generator=torch.Generator().manual_seed(5)).to(DEV, dtype) if delta else None
     gate = torch.tensor(0.7, device=DEV) if delta else None
-    runs, used = {}, []
+    used = []
     real = route_fwd._FWD_SPLIT
     monkeypatch.setattr(route_fwd, "_FWD_SPLIT", lambda *a: (used.append(1), real(*a)))
-    for split in (True, False):
-        monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split)
-        runs[split] = route_triton(src, q, w, H, EPS, partial=partial, gate=gate)
-        assert len(used) == 1  # the split kernel ran once, in the first run only
+    out, W = route_triton(src, q, w, H, EPS, partial=partial, gate=gate)
     ref_out, ref_W = route64(src, q, w, H, partial=partial, gate=gate, round_to=dtype)
     tol = 1e-6 if dtype == torch.float32 else 2e-3
-    for out, W in runs.values():
-        assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
-    assert rel(runs[True][1], runs[False][1]) < 1e-6  # fp32 weights: rounding of the row sums only
-    assert rel(runs[True][0], runs[False][0]) < (1e-6 if dtype == torch.float32 else 1e-3)
+    assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
+    assert len(used) == (0 if (D // H) & (D // H - 1) == 0 else 1)
 
 
 @pytest.mark.parametrize("order", ["rising", "falling", "random"])
 @pytest.mark.parametrize("D,H", [(12, 2), (16, 4)])  # two-tile heads (6 = 4 + 2) and one tile
 def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
-    """The forward's instruction cuts (route_fwd.FOLD_QG: logit r*<q*g, v>; LAZY_RESCALE: the
-    running sums rescaled only where a running max grew) against the float64 truth, on source
-    orders where every row raises the max (rising), only the first does (falling), or mixed.
-    Three layouts: fp32 (no fold: the reference's product order), fp16 (the key is rounded: no
-    fold) and autocast's (fp32 row 0 and output, 16-bit buffer: the fold applies)."""
+    """The forward's instruction cuts (the fold: logit r*<q*g, v> over a 16-bit buffer; the lazy
+    rescale: running sums rescaled only where a running max grew) against the float64 truth, on
+    source orders where every row raises the max (rising), only the first does (falling), or
+    mixed. Three layouts: fp32 (no fold: the reference's product order), fp16 (the key is
+    rounded: no fold) and autocast's (fp32 row 0 and output, 16-bit buffer: the fold applies)."""
     from mhar_probe.kernels import route_fwd
 
     N, T = 7, 5
@@ -127,61 +125,18 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
         out_dtype = torch.float16 if layout == "fp16" else torch.float32
         truth = torch.cat([v0[None].float(), buf[1:].float()])[:, None]  # [N, 1, P, D]: promoted
         ref_out, ref_W = route64(truth, qq, ww, H, round_to=torch.float16 if layout == "fp16" else None)
-        runs = {}
         monkeypatch.setattr(route_fwd, "_FWD_PLANS", {})  # this layout's plans only (checked below)
-        for fold in (True, False):
-            for lazy in (True, False):
-                monkeypatch.setattr(route_fwd, "FOLD_QG", fold)
-                monkeypatch.setattr(route_fwd, "LAZY_RESCALE", lazy)
-                out = torch.full((T, D), float("nan"), dtype=out_dtype, device=DEV)
-                W = torch.full((N, T, H), float("nan"), device=DEV)
-                route_fwd.launch_route_fwd(buf, N, T, qq, ww, H, EPS, out, W, v0=v0)
-                runs[fold, lazy] = out, W
+        out = torch.full((T, D), float("nan"), dtype=out_dtype, device=DEV)
+        W = torch.full((N, T, H), float("nan"), device=DEV)
+        route_fwd.launch_route_fwd(buf, N, T, qq, ww, H, EPS, out, W, v0=v0)
         tol = 2e-3 if layout == "fp16" else 1e-6
-        for out, W in runs.values():
-            assert rel(W, ref_W[:, 0]) < tol * 10 and rel(out, ref_out[0]) < tol
+        assert rel(W, ref_W[:, 0]) < tol * 10 and rel(out, ref_out[0]) < tol
         folded = {plan[2]["FOLD"] for plan in route_fwd._FWD_PLANS.values()}
-        assert folded == ({True, False} if layout == "mixed" else {False}), (layout, folded)
-        if layout == "fp16" and DEV == "cpu":  # no fold, and the skipped rescale is exactly x1:
-            # bitwise the same in the interpreter (a GPU compile may contract the multiply-adds
-            # differently on either side of the skipped branch: fp32 rounding)
-            for out, W in runs.values():
-                assert torch.equal(W, runs[False, False][1])
+        assert folded == {layout == "mixed"}, (layout, folded)
     if order == "rising":  # the test's premise: the running max grows on every row in every head
         normed = src / src.pow(2).mean(-1, keepdim=True).add(EPS).sqrt()
         lg = torch.einsum("nphk,hk->nph", normed.view(N, T, H, -1), u)  # [N, P, H]
         assert (lg.diff(dim=0) > 0).all()
-
-
-@pytest.mark.parametrize("D,H", [(12, 2), (16, 4)])  # two-tile heads (6 = 4 + 2) and one tile
-def test_forward_pipelined_loop_is_the_prefetch_loop(monkeypatch, D, H):
-    """A fourth forward config entry (stages >= 2) replaces the loop's register prefetch of the
-    next two rows by Triton's pipeliner: the same rows folded in the same order, so over a
-    shared-stack chain with N = 1 .. 7 sources every output, weight and gradient is bitwise the
-    prefetch loop's in the interpreter, and the plans show the stages reached the launch."""
-    from mhar_probe.kernels import route_fwd
-
-    L, S = 3, 7
-    gen = torch.Generator().manual_seed(5)
-    x0 = torch.randn(1, 3, D, generator=gen)
-    qs = [torch.randn(D, generator=gen) * 0.7 for _ in range(S)]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
-    Ms = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S - 1)]
-    runs = {}
-    for stages in (0, 3):
-        monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), (1, 1, 0, stages))
-        monkeypatch.setattr(route_fwd, "_FWD_PLANS", {})
-        leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
-        loss, wts = _chain(TritonSourceStack(S), leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1],
-                           leaves[2 * S + 1:], [H] * S, 0)
-        runs[stages] = [loss, *wts, *torch.autograd.grad(loss, leaves)]
-        assert {plan[2]["STAGES"] for plan in route_fwd._FWD_PLANS.values()} == {stages}
-    assert all(torch.equal(a, b) for a, b in zip(runs[0], runs[3]))
-    ref = _chain(ListSourceStack(S, lambda *a, **k: route64(*a, **k)), x0.double(),
-                 [q.double() for q in qs], [g.double() for g in gs], [m.double() for m in Ms], [H] * S, 0)
-    assert rel(runs[3][0], ref[0]) < 1e-5
-    for a, b in zip(runs[3][1:S + 1], ref[1]):
-        assert rel(a, b) < 1e-5
 
 
 def test_forward_bad_heads():
@@ -265,16 +220,15 @@ def _chain_params(D, S, seed, mixers=None):
     return x0, qs, gs, Ms
 
 
-@pytest.mark.parametrize("hw,split_heads,D,head_cycle", [
-    (0, True, 12, (1, 2, 4)), (2, True, 12, (1, 2, 4)), (0, False, 12, (1, 2, 4)),
-    (0, True, 40, (8, 2, 8)), (0, False, 16, (1, 4, 2))])
-def test_shared_stack_chain(monkeypatch, hw, split_heads, D, head_cycle):
-    """d = 12 with H in (1, 2, 4): head widths 12, 6, 3 run as two exact tiles (8+4, 4+2, 2+1)
-    unless the split is switched off (one padded tile per head); d = 40 with H = 8 splits 5 = 4+1
-    (narrowest second tile, as d/H = 40 at H = 32 of d1280); d = 16 has power-of-two heads only."""
-    from mhar_probe.kernels import route_bwd, route_fwd
+@pytest.mark.parametrize("hw,D,head_cycle", [
+    (0, 12, (1, 2, 4)), (2, 12, (1, 2, 4)), (0, 40, (8, 2, 8)), (0, 16, (1, 4, 2))])
+def test_shared_stack_chain(monkeypatch, hw, D, head_cycle):
+    """A stack built without the sites' parameters (the stack_bwd kernels) against float64:
+    d = 12 with H in (1, 2, 4): head widths 12, 6, 3 run as two exact tiles (8+4, 4+2, 2+1);
+    d = 40 with H = 8 splits 5 = 4+1 (narrowest second tile, as d/H = 40 at H = 32 of d1280);
+    d = 16 has power-of-two heads only (one tile)."""
+    from mhar_probe.kernels import route_bwd
 
-    monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
     used = []
     real = kad.STACK_BWD_SPLIT
     monkeypatch.setattr(kad, "STACK_BWD_SPLIT", lambda *a: (used.append(1), real(*a)))
@@ -296,7 +250,7 @@ def test_shared_stack_chain(monkeypatch, hw, split_heads, D, head_cycle):
         assert rel(a, b) < 1e-5
     for a, b in zip(grads, ref_grads):
         assert rel(a, b) < 2e-5
-    assert bool(used) == (split_heads and D % 16 != 0) and route_bwd.STACK_BWD_SPLIT is real
+    assert bool(used) == (D % 16 != 0) and route_bwd.STACK_BWD_SPLIT is real
 
 
 class _AppendSpy:
@@ -312,33 +266,46 @@ class _AppendSpy:
         return run
 
 
-@pytest.mark.parametrize("order", ["last", "first"])
-@pytest.mark.parametrize("pipeline", [True, False])
+class _CopyingStack:
+    """A TritonSourceStack whose appended sources are not contiguous (the same values, strided):
+    the stack must copy each into its buffer at append, as it does for any such tensor."""
+
+    def __init__(self, stack):
+        self.stack = stack
+
+    def append(self, x):
+        self.stack.append(x.transpose(-1, -2).contiguous().transpose(-1, -2))
+
+    def __len__(self):
+        return len(self.stack)
+
+    def route(self, *args):
+        return self.stack.route(*args)
+
+
 @pytest.mark.parametrize("D,H,hw,mixed", [(12, 2, 0, False), (16, 4, 2, False), (12, 2, 0, True)])
-def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, order, pipeline, D, H, hw, mixed):
+def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, D, H, hw, mixed):
     """The forward kernel stores a call's newest source into the buffer (route_fwd APPEND)
-    instead of a copy at append: the same outputs, weights, gradients and buffer contents as
-    copying (bitwise where the row is folded into the softmax in the rows' order, "last";
-    within fp32 rounding where right after row 0, "first"), and
-    every call over n >= 2 rows stored its last row itself (the first of an mhar_hw site's
-    reads does; its siblings read the stored row). The buffer is NaN-poisoned, so a row the
-    kernel failed to store fails the comparison. Both kernels (6 = 4 + 2 two-tile heads and
-    one tile), both loops, fp32 and fp16 sources beside an fp32 source 0 (autocast's layout)."""
+    where a contiguous source is appended, and a strided one is copied at append: the same
+    outputs, weights and gradients within fp32 rounding (the stored row is folded into the
+    softmax right after row 0, the copied one in the rows' order), the same buffer contents, and
+    every call over n >= 2 rows stored its last row itself (the first of an mhar_hw site's reads
+    does; its siblings read the stored row). The buffer is NaN-poisoned, so a row the kernel
+    failed to store fails the comparison. Both kernels (6 = 4 + 2 two-tile heads and one tile),
+    fp32 and fp16 sources beside an fp32 source 0 (autocast's layout)."""
     from mhar_probe.kernels import route_fwd
 
-    monkeypatch.setattr(route_fwd, "PIPELINE", pipeline)
-    monkeypatch.setattr(route_fwd, "APPEND_ORDER", order)
     S = 2 * 2 + 1
     x0, qs, gs, Ms = _chain_params(D, S, seed=5)
     heads = [H] * S
 
-    def run(fold):
-        monkeypatch.setattr(kad, "FWD_APPEND", fold)
+    def run(copy):
         seen = []
         for launcher in (route_fwd._FWD, route_fwd._FWD_SPLIT):
             monkeypatch.setattr(launcher, "fn", _AppendSpy(launcher.fn, seen))
         leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
-        stack = TritonSourceStack(S)
+        inner = TritonSourceStack(S)
+        stack = _CopyingStack(inner) if copy else inner
         if mixed:  # an fp32 source 0 and half-precision sublayer outputs, as bf16 under autocast
             stack.append(leaves[0])
             loss, wts = 0.0, []
@@ -350,23 +317,21 @@ def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, order,
         else:
             loss, wts = _chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1],
                                leaves[2 * S + 1:], heads, hw)
-        buf = stack.stacked()
+        buf = inner.stacked()
         for launcher in (route_fwd._FWD, route_fwd._FWD_SPLIT):
             monkeypatch.setattr(launcher, "fn", launcher.fn.fn)
-        return [loss, *wts, buf, *torch.autograd.grad(loss, leaves)], seen
+        return [loss, *wts, *torch.autograd.grad(loss, leaves)], buf, seen
 
-    folded, seen_fold = run(True)
-    copied, seen_copy = run(False)
-    for a, b in zip(folded, copied, strict=True):
-        assert a.dtype == b.dtype and (torch.equal(a, b) if order == "last" else rel(a, b) < 1e-6)
-    assert any(not torch.equal(a, b) for a, b in zip(folded, copied)) == (order != "last")
-    assert all(torch.isfinite(t).all() for t in folded)
-    assert [a for _, a in seen_copy] == [0] * len(seen_copy)
-    mode = route_fwd.APPEND_ORDERS[order]
+    folded, buf_fold, seen_fold = run(False)
+    copied, buf_copy, seen_copy = run(True)
+    for a, b in zip([*folded, buf_fold], [*copied, buf_copy], strict=True):
+        assert a.dtype == b.dtype and rel(a, b) < 1e-6
+    assert all(torch.isfinite(t).all() for t in [*folded, buf_fold])
+    assert [a for _, a in seen_copy] == [False] * len(seen_copy)
     expect = []
     for s in range(S):
         reads = hw if (hw and s % 2 == 0) else 1
-        expect += [(s + 1, mode if s > 0 else 0)] + [(s + 1, 0)] * (reads - 1)
+        expect += [(s + 1, s > 0)] + [(s + 1, False)] * (reads - 1)
     assert seen_fold == expect
 
 
@@ -401,24 +366,29 @@ def test_append_then_other_reads_store_the_row_first():
         stack.route(q, g, 2, EPS, 2)
 
 
-@pytest.mark.parametrize("env,message", [("MHAR_FWD_APPEND_ORDER=sideways", "choose from last, first"),
-                                         ("MHAR_FWD_W_STAGES=1", "a stage count of 2 or more"),
-                                         ("MHAR_FWD_W_STAGES=three", "a stage count of 2 or more")])
-def test_bad_forward_switch_is_one_user_error(env, message):
-    """A bad value of a forward switch stops the import with the CLI's UserError, which names
-    the variable and what it accepts (the CLI prints it on one line and exits with status 2)."""
-    import os
-    import subprocess
-    import sys
+def test_kernel_config_refuses_bad_values(tmp_path):
+    """A KernelConfig field outside its choices, and a launch table file that is not one (a row
+    of the wrong width, a forward row without the pipeliner's stages, not JSON), are refused
+    with a message naming what is wrong; the UserError of a bad file is the CLI's one-line error."""
+    from mhar_probe.errors import UserError
+    from mhar_probe.kernels import KernelConfig
+    from mhar_probe.kernels.launch_tables import load_tables, tables_for
 
-    name, value = env.split("=")
-    code = ("from mhar_probe.errors import UserError\n"
-            "try:\n    import mhar_probe.kernels.route_fwd\n"
-            "except UserError as exc:\n    print(exc)\n    raise SystemExit(2)\n")
-    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                          env={**os.environ, name: value, "TRITON_INTERPRET": "1"})
-    assert done.returncode == 2, done.stderr[-2000:]
-    assert name in done.stdout and message in done.stdout
+    with pytest.raises(ValueError, match="choose from promoted, storage"):
+        KernelConfig(dout_dtype="bf16")
+    for body, message in (('{"fwd": [[512, 8, 0, 1, 1, 0]]}', "expected 7 integers"),
+                          ('{"fwd": [[512, 8, 0, 1, 1, 0, 0]]}', "has 0 stages"),
+                          ('{"gather": [[512, 8, 8, 0, 1, 1, 0, 0]]}', "expected 9 integers"),
+                          ("fwd = 1", "cannot read it")):
+        path = tmp_path / "table.json"
+        path.write_text(body)
+        with pytest.raises(UserError, match=message):
+            load_tables(path)
+    good = tmp_path / "good.json"
+    LaunchTables(fwd={(512, 8, 2): (2, 2, 0, 4)}).dump(good)
+    tables = tables_for(KernelConfig(launch_table=good))
+    assert tables.fwd_config(512, 8, 2)[1:] == (2, 2, None, 4)  # the file's row, over the built-in
+    assert tables.fwd_config(512, 8, 4) == tables_for(KernelConfig()).fwd_config(512, 8, 4)  # the rest
 
 
 def test_no_grad_path_saves_nothing_and_matches():
@@ -526,23 +496,27 @@ def test_stack_pending_sources_gathered_once():
 
 
 @pytest.mark.parametrize("first_k", [1, 2])
-def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
+def test_mixed_dtype_stack_is_the_promoted_function(first_k):
     """Autocast's layout: an fp32 source 0 beside half-precision sublayer outputs. The stack
     keeps source 0 in its own fp32 row and the rest in a half-precision buffer (half the bytes),
-    and must compute exactly what the promoted fp32 stack computes: bitwise equal outputs,
-    weights and gradients (with the reference's product order in the logits, MHAR_FWD_FOLD_QG=0,
-    and the rows in order, MHAR_FWD_APPEND_ORDER=last; the defaults move only fp32 rounding), and the eager reference on
-    the torch.stack-promoted sources."""
+    and must compute what the promoted stack computes (the same half values appended as fp32:
+    an all-fp32 stack) up to fp32 rounding (the forward folds q*g over the half buffer, and
+    stores each newest source itself), and what the eager reference computes on the
+    torch.stack-promoted sources."""
     D, S = 12, 5
     x0, qs, gs, Ms = _chain_params(D, S, seed=11, mixers=S - 1 + first_k - 1)
     heads = [1, 2, 4, 2, 1]
 
-    def run(stack):
+    def run(stack, widen=False):
         leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
         x0_, q_, g_, M_ = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
+
+        def append(x):  # x: half, as bf16 under autocast; widen: the promoted stack's fp32 copy
+            stack.append(x.float() if widen else x)
+
         stack.append(x0_)  # fp32, as the embedding under autocast
         for k in range(1, first_k):  # more sources before the first call (gathered together)
-            stack.append(torch.tanh(x0_ @ M_[S - 2 + k]).half())
+            append(torch.tanh(x0_ @ M_[S - 2 + k]).half())
         loss, outs, wts = 0.0, [], []
         for s in range(S):
             out, w = stack.route(q_[s], g_[s], heads[s], EPS, len(stack))
@@ -550,27 +524,18 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
             wts.append(w)
             loss = loss + (out.float() * (s + 1)).sin().sum()
             if len(stack) < stack.capacity:
-                stack.append(torch.tanh(out.float() @ M_[s]).half())  # half, as bf16 under autocast
+                append(torch.tanh(out.float() @ M_[s]).half())
         return outs, wts, torch.autograd.grad(loss, leaves)
 
-    from mhar_probe.kernels import route_fwd
-
     cap = S + first_k - 1
-    folded = run(TritonSourceStack(cap))  # the default: the forward folds q*g over a half buffer
-    monkeypatch.setattr(route_fwd, "FOLD_QG", False)  # the reference's product order throughout
-    monkeypatch.setattr(route_fwd, "APPEND_ORDER", "last")  # and the rows' order (the promoted
-    # stack cannot store a half source into its fp32 buffer from the forward: it copies)
     split_stack = TritonSourceStack(cap)
     split = run(split_stack)
     assert split_stack.row0.dtype == torch.float32 and split_stack.buffer.dtype == torch.float16
-    monkeypatch.setattr(kad, "SPLIT_ROW0", False)
     promoted_stack = TritonSourceStack(cap)
-    promoted = run(promoted_stack)
+    promoted = run(promoted_stack, widen=True)
     assert promoted_stack.buffer.dtype == torch.float32
     for a, b in zip(split[0] + split[1] + list(split[2]), promoted[0] + promoted[1] + list(promoted[2])):
-        assert a.dtype == b.dtype and torch.equal(a, b)
-    for a, b in zip(folded[0] + folded[1] + list(folded[2]), split[0] + split[1] + list(split[2])):
-        assert a.dtype == b.dtype and rel(a, b) < 1e-5  # the fold moves only fp32 rounding
+        assert a.dtype == b.dtype and rel(a, b) < 1e-5
     eager = run(ListSourceStack(cap, route_reference))
     assert all(o.dtype == torch.float32 for o in split[0])
     for a, b in zip(split[0], eager[0]):
@@ -579,9 +544,10 @@ def test_mixed_dtype_stack_is_the_promoted_function(monkeypatch, first_k):
         assert rel(a, b) < 3e-3           # gradient to half, the kernel rounds their fp32 sum
     # the opt-in approximation (douts stored in the buffer's half precision): the forward is
     # untouched, the gradients move by about half-precision rounding, and they do move
-    monkeypatch.setattr(kad, "SPLIT_ROW0", True)
-    monkeypatch.setattr(kad, "BF16_DOUTS", True)
-    approx = run(TritonSourceStack(cap))
+    with use_kernel_config(dout_dtype="storage"):
+        approx_stack = TritonSourceStack(cap)
+    approx = run(approx_stack)  # the stack keeps the configuration it was built with
+    assert approx_stack._dout_buf is None and approx_stack.config.dout_dtype == "storage"
     assert all(torch.equal(a, b) for a, b in zip(approx[0] + approx[1], split[0] + split[1]))
     assert any(not torch.equal(a, b) for a, b in zip(approx[2], split[2]))
     for a, b in zip(approx[2], split[2]):
@@ -651,31 +617,34 @@ def test_direct_launch_key_is_at_least_as_fine_as_tritons_specialisation():
 class _RecordingKernel:
     """Stands in for a @triton.jit object: records the launch options, then launches the real one."""
 
-    def __init__(self, fn, seen):
-        self.fn, self.seen = fn, seen
+    def __init__(self, fn, seen, keys=("num_warps", "maxnreg")):
+        self.fn, self.seen, self.keys = fn, seen, keys
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
-            self.seen.append({k: kwargs.get(k) for k in ("num_warps", "maxnreg")})
+            self.seen.append({k: kwargs.get(k) for k in self.keys})
             return self.fn[grid](*args, **kwargs)
         return run
 
 
-def test_register_cap_in_a_config_reaches_the_launch(monkeypatch):
-    """A launch config may carry a register cap (FWD_CONFIG: a third entry, STACK_CONFIG: a
-    fourth); it must reach Triton's launch as `maxnreg` and leave the function unchanged (the
-    interpreter ignores it: here the values are checked against float64)."""
+def test_launch_table_file_reaches_the_launch(monkeypatch, tmp_path):
+    """Rows of a launch-table file (KernelConfig.launch_table) reach Triton's launch: the
+    forward's warps, register cap (`maxnreg`) and pipeliner stages, the stack kernel's warps and
+    cap. They leave the function unchanged (the interpreter ignores caps and stages: the values
+    are checked against float64). A stack built before the file was set keeps the built-in rows."""
     from mhar_probe.kernels import route_bwd, route_fwd
 
     D, H = 16, 4
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), (1, 1, 64))
-    monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, H, H), (1, 1, 16, 96))
+    table = tmp_path / "tuned.json"
+    LaunchTables(fwd={(D, H, 0): (1, 1, 64, 4)}, stack={(D, H, H): (1, 1, 16, 96)}).dump(table)
     seen_f, seen_b = [], []
-    monkeypatch.setattr(route_fwd._FWD, "fn", _RecordingKernel(route_fwd._FWD.fn, seen_f))
+    monkeypatch.setattr(route_fwd._FWD, "fn", _RecordingKernel(route_fwd._FWD.fn, seen_f,
+                                                                ("num_warps", "maxnreg", "STAGES")))
     monkeypatch.setattr(route_bwd.STACK_BWD, "fn", _RecordingKernel(route_bwd.STACK_BWD.fn, seen_b))
     src, q, w, dout = make(3, 1, 3, D, torch.float32)
     leaves = [t.clone().requires_grad_() for t in (src, q, w)]
-    stack = TritonSourceStack(3)
+    with use_kernel_config(launch_table=table):
+        stack = TritonSourceStack(3)
     for i in range(3):
         stack.append(leaves[0][i])
     out, _ = stack.route(leaves[1], leaves[2], H, EPS, 3)
@@ -685,4 +654,10 @@ def test_register_cap_in_a_config_reaches_the_launch(monkeypatch):
     ref = torch.autograd.grad(ref_out, leaves64, dout.double())
     assert rel(out, ref_out) < 1e-6
     assert all(rel(a, b) < 1e-5 for a, b in zip(got, ref))
-    assert seen_f == [{"num_warps": 1, "maxnreg": 64}] and seen_b == [{"num_warps": 1, "maxnreg": 96}]
+    assert seen_f == [{"num_warps": 1, "maxnreg": 64, "STAGES": 4}]
+    assert seen_b == [{"num_warps": 1, "maxnreg": 96}]
+    seen_f.clear()
+    plain = TritonSourceStack(1)  # built outside: the built-in rows (the heuristic here)
+    plain.append(leaves[0][0])
+    plain.route(leaves[1], leaves[2], H, EPS, 1)
+    assert seen_f == [{"num_warps": 1, "maxnreg": None, "STAGES": 3}]

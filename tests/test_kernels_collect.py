@@ -12,20 +12,32 @@ import torch
 triton = pytest.importorskip("triton")
 
 import mhar_probe.kernels.autograd as kad  # noqa: E402
-from mhar_probe.kernels import TritonSourceStack, route_fwd  # noqa: E402
+from mhar_probe.kernels import TritonSourceStack, route_fwd, use_kernel_config  # noqa: E402
 import mhar_probe.kernels.route_bwd_collect as rbc  # noqa: E402
-from mhar_probe.kernels.route_bwd_collect import collect_reference, e_block_k, tile_split  # noqa: E402
-from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
+from mhar_probe.kernels.launch_tables import LaunchTables  # noqa: E402
+from mhar_probe.kernels.naive import collect_reference, route_reference_f64  # noqa: E402
+from mhar_probe.kernels.route_bwd_collect import e_block_k, tile_split  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
 from kernel_checks import DEV, EPS, rel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
-def _collect(monkeypatch):
-    monkeypatch.setattr(kad, "POISON", True)
-    monkeypatch.setattr(kad, "COLLECT", True)
+def _poison(monkeypatch):
     monkeypatch.setattr(rbc, "E_CHUNK", 2)  # tiny shapes still split the E reduction over positions
+    with use_kernel_config(poison=True):
+        yield
+
+
+def launch_table(path, D, heads, hw=0, gather=None, pair_e=None):
+    """Current inside the block: a launch-table file whose gather rows (any storage width) give
+    `gather` to every call of `_chain` over `heads` (with `hw`, the head-aligned sites' reads
+    have H = 1), and `pair_e` to its pair_e launches."""
+    hs = {1 if hw and s % 2 == 0 else h for s, h in enumerate(heads)}
+    hm = max(hs)
+    LaunchTables(gather={(D, h, hm, 0): gather for h in hs} if gather else {},
+                 pair_e={(D, hm): pair_e} if pair_e else {}).dump(path)
+    return use_kernel_config(launch_table=path)
 
 
 def f64_stack(cap: int, params=None) -> ListSourceStack:
@@ -95,35 +107,20 @@ def test_decomposition_is_the_gradient_of_eq_mh():
         assert torch.allclose(a, b, rtol=1e-10, atol=1e-12)
 
 
-@pytest.mark.parametrize("hw,split_heads,D,head_cycle,config,e_config,meta", [
-    (0, True, 12, (1, 2, 4), None, None, True), (2, True, 12, (1, 2, 4), None, None, True),
-    (0, False, 12, (1, 2, 4), None, None, True), (0, True, 40, (8, 2, 8), None, None, True),
-    (0, False, 16, (4, 4, 4), None, None, True),
-    (0, True, 12, (1, 2, 4), (2, 2, False, None, False), None, True),
-    (2, True, 40, (8, 2, 8), (2, 1, True, None, False), None, True),
-    (2, True, 12, (1, 2, 4), None, (2, 2, 1), True), (0, True, 40, (8, 2, 8), None, (4, 8, 2), True),
-    (2, True, 12, (1, 2, 4), None, None, False),
-    (0, True, 12, (1, 2, 4), (2, 2, False, None, False), None, False),
-    (2, True, 40, (8, 2, 8), (2, 1, True, None, False), None, False),
-    (2, True, 12, (1, 2, 4), (1, 1, False, None, True), None, False),
-    (0, True, 40, (8, 2, 8), (2, 2, True, None, True), None, False),
-    (2, False, 12, (1, 2, 4), (2, 1, True, None, True), None, True)])
-def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cycle, config, e_config, meta):
+@pytest.mark.parametrize("hw,D,head_cycle,config,e_config", [
+    (0, 12, (1, 2, 4), None, None), (2, 12, (1, 2, 4), None, None), (0, 40, (8, 2, 8), None, None),
+    (0, 16, (4, 4, 4), None, None),
+    (0, 12, (1, 2, 4), (2, 2, 0, 0, 0), None), (2, 40, (8, 2, 8), (2, 1, 1, 0, 0), None),
+    (2, 12, (1, 2, 4), None, (2, 2, 1)), (0, 40, (8, 2, 8), None, (4, 8, 2)),
+    (2, 12, (1, 2, 4), (1, 1, 0, 0, 1), None), (0, 40, (8, 2, 8), (2, 2, 1, 0, 1), None),
+    (2, 12, (1, 2, 4), (2, 1, 1, 0, 1), None)])
+def test_collect_chain_matches_float64(tmp_path, hw, D, head_cycle, config, e_config):
     """fp32 chain: outputs, weights and every gradient (sources, all queries including a
     head-aligned [G, d] one, all key-norm weights, the sublayers) against float64 autograd.
-    `config` forces a gather launch config (two positions per block, with and without the
-    dout prefetch; three positions make the second block ragged; the last entry True: the loop
-    over readers in two passes); `e_config` a pair_e one
-    (two readers per block: the 8 readers of source 0 take four work items; positions in
-    steps of 2 or 8 over a split of 2); `meta` True: the gather loads each reader's scalars one
-    reader ahead (route_bwd_collect.META_PREFETCH, opt-in); False: in the reader's own iteration
-    (the default)."""
-    monkeypatch.setattr(route_fwd, "SPLIT_HEADS", split_heads)
-    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
-    if config is not None:
-        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: config)
-    if e_config is not None:
-        monkeypatch.setattr(rbc, "pair_e_config", lambda d, hm: e_config)
+    `config` is a gather launch-table row for every call (two positions per block, with and
+    without the dout prefetch; three positions make the second block ragged; the last entry 1:
+    each reader's q*g loaded with its dout); `e_config` a pair_e row (two readers per block: the
+    8 readers of source 0 take four work items; positions in steps of 2 or 8 over a split of 2)."""
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, hw, 3, torch.float32)
@@ -133,7 +130,8 @@ def test_collect_chain_matches_float64(monkeypatch, hw, split_heads, D, head_cyc
         stack_used.append(TritonSourceStack(cap, params=params))
         return stack_used[-1]
 
-    loss, outs, wts = _chain(triton_stack, leaves, S, heads)
+    with launch_table(tmp_path / "t.json", D, heads, hw, config, e_config):
+        loss, outs, wts = _chain(triton_stack, leaves, S, heads)
     grads = torch.autograd.grad(loss, leaves)
     assert stack_used[0].collect
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
@@ -164,9 +162,10 @@ def test_collect_half_chain_no_worse_than_eager():
         assert rel(a, t) <= 1.25 * rel(e, t) + 1e-3, i
 
 
-def test_collect_half_sources_match_the_old_backward(monkeypatch):
+def test_collect_half_sources_match_the_stack_bwd_backward():
     """fp16 sources and outputs with fp32 parameters: the query and key-norm gradients (fp32)
-    agree with the current backward's (which forms S' from every source) to fp32 rounding. This
+    agree with those of the backward a stack built without the sites' parameters runs (which
+    forms S' from every source) to fp32 rounding. This
     pins the residual path and the key rounding of pair_e_kernel: without the residual, or
     without rounding the key to fp16, they move by 1e-4 to 1e-3."""
     S, D = 5, 16
@@ -177,8 +176,8 @@ def test_collect_half_sources_match_the_old_backward(monkeypatch):
     leaves = [x0] + leaves[1:2 * S + 1] + Ms
 
     def run(collect):
-        monkeypatch.setattr(kad, "COLLECT", collect)
-        loss, outs, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, outs, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p if collect else None),
+                               leaves, S, heads)
         assert outs[-1].dtype == torch.float16
         return torch.autograd.grad(loss, leaves)
 
@@ -188,19 +187,18 @@ def test_collect_half_sources_match_the_old_backward(monkeypatch):
         assert rel(a, b) < (1e-5 if a.dtype == torch.float32 else 1e-3), i
 
 
-def test_collect_autocast_layout_matches_the_old_backward(monkeypatch):
+def test_collect_autocast_layout_matches_the_stack_bwd_backward():
     """Autocast's layout (fp32 source 0 beside half sublayer outputs, fp32 routed outputs: S' = 0)
-    gives the gradients of the current backward up to fp32 rounding, and of float64."""
+    gives the gradients of a stack built without the sites' parameters up to fp32 rounding."""
     S, D = 5, 12
     heads = [1, 2, 4, 2, 1]
     leaves = _leaves(D, S, heads, 0, 11, torch.float32)
 
     def run(collect):
-        monkeypatch.setattr(kad, "COLLECT", collect)
         stacks = []
 
         def make(cap, p):
-            stacks.append(TritonSourceStack(cap, params=p))
+            stacks.append(TritonSourceStack(cap, params=p if collect else None))
             return stacks[-1]
 
         loss, _, _ = _chain(make, leaves, S, heads, half_sources=True)
@@ -271,29 +269,6 @@ def test_collect_is_bitwise_repeatable():
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-@pytest.mark.parametrize("half", [False, True])
-def test_two_pass_gather_is_the_one_pass_sum(monkeypatch, half):
-    """The gather's loop over readers in two passes (rbc.TWO_PASS) adds the same terms in the
-    same order as one pass: in the interpreter every gradient is bitwise the one-pass gradient,
-    over an fp32 stack and over autocast's layout (fp32 source 0 beside half sublayer outputs),
-    with head-aligned sibling reads, positions in blocks of two (the second ragged) and a forced
-    one-pass config overridden by the switch."""
-    S, D = 5, 12
-    heads = [1, 2, 4, 2, 1]
-    leaves = _leaves(D, S, heads, 2, 13, torch.float32)
-    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, True, None, False))
-
-    def run(two_pass):
-        monkeypatch.setattr(rbc, "TWO_PASS", two_pass)
-        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads,
-                            half_sources=half)
-        return torch.autograd.grad(loss, leaves)
-
-    one, two = run(False), run(True)
-    assert all(torch.isfinite(a).all() for a in two)
-    assert all(torch.equal(a, b) for a, b in zip(one, two))
-
-
 def _spied_grads(leaves, S, heads, half, seen, expect):
     """Gradients of `_chain` over a stack built with its parameters (the collect backward); every
     gather launch the spy recorded into `seen` carried `expect`."""
@@ -304,61 +279,60 @@ def _spied_grads(leaves, S, heads, half, seen, expect):
     return grads
 
 
-@pytest.mark.parametrize("half,meta,prefetch", [(False, False, True), (True, False, False), (False, True, True)])
-def test_gather_loads_first_is_the_same_sum(monkeypatch, half, meta, prefetch):
-    """A sixth config entry True (LOADS_FIRST) issues each reader's q*g tiles and call-table
+@pytest.mark.parametrize("half,prefetch", [(False, True), (True, False)])
+def test_gather_loads_first_is_the_same_sum(monkeypatch, tmp_path, half, prefetch):
+    """A gather row's loads_first 1 (LOADS_FIRST) issues each reader's q*g tiles and call-table
     entry with its dout instead of after the dl store: the same terms in the same order, so in
     the interpreter every gradient is bitwise the program-order gradient, over an fp32 stack and
-    autocast's layout, with and without the one-reader-ahead scalar loads and the dout
-    prefetch, positions in ragged blocks of two; and the launches carried the flag."""
+    autocast's layout, with and without the dout prefetch, positions in ragged blocks of two;
+    and the launches carried the flag."""
     S, D = 5, 12
     heads = [1, 2, 4, 2, 1]
     leaves = _leaves(D, S, heads, 2, 23, torch.float32)
-    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
     seen = []
     monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("LOADS_FIRST",)))
 
     def run(first):
-        monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, prefetch, None, False, first))
-        return _spied_grads(leaves, S, heads, half, seen, (first,))
+        with launch_table(tmp_path / f"t{first}.json", D, heads, 2, (2, 1, int(prefetch), 0, int(first))):
+            return _spied_grads(leaves, S, heads, half, seen, (first,))
 
     plain, first = run(False), run(True)
     assert all(torch.isfinite(a).all() for a in first)
     assert all(torch.equal(a, b) for a, b in zip(plain, first))
 
 
-@pytest.mark.parametrize("half,two_pass,meta", [(False, False, False), (True, True, False), (False, False, True)])
-def test_same_h_gather_is_the_general_gather(monkeypatch, half, two_pass, meta):
-    """Where every call has the same head count, the gather's constant-H path (kad.SAME_H)
-    forms the same terms in the same order as the general path (reader head counts from the
-    call table): every gradient bitwise equal in the interpreter, in one and two passes, with
-    the one-reader-ahead scalar loads, positions in ragged blocks of two; and the stack takes
-    that path only when the heads agree."""
+@pytest.mark.parametrize("half", [False, True])
+def test_same_h_gather_is_the_general_gather(monkeypatch, tmp_path, half):
+    """Where every call has the same head count, the gather's constant-H path (SAME_H) forms
+    the same terms in the same order as the general path (reader head counts from the call
+    table), which stacks whose calls differ in head count run (mhar_hw): every gradient bitwise
+    equal in the interpreter, positions in ragged blocks of two; and the stack takes the
+    constant-H path exactly when the heads agree."""
     S, D, H = 5, 12, 2
     heads = [H] * S
     leaves = _leaves(D, S, heads, 0, 17, torch.float32)
-    monkeypatch.setattr(kad, "gather_config", lambda d, h, hm, *_: (2, 1, True, None, two_pass))
-    monkeypatch.setattr(rbc, "META_PREFETCH", meta)
     seen = []
     monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("SAME_H",)))
+    uniform = kad._uniform_heads
 
-    def run(same_h, hs=heads):
-        monkeypatch.setattr(kad, "SAME_H", same_h)
+    def run(force_general, hs=heads):
+        monkeypatch.setattr(kad, "_uniform_heads", (lambda calls: False) if force_general else uniform)
         seen.clear()
-        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, hs, half_sources=half)
+        with launch_table(tmp_path / "t.json", D, hs, 0, (2, 1, 1, 0, 0)):
+            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, hs, half_sources=half)
         grads = torch.autograd.grad(loss, leaves)
         return grads, set(seen)
 
-    (general, used_g), (same, used_s) = run(False), run(True)
+    (general, used_g), (same, used_s) = run(True), run(False)
     assert used_g == {(False,)} and used_s == {(True,)}
     assert all(torch.isfinite(a).all() for a in same)
     assert all(torch.equal(a, b) for a, b in zip(general, same))
-    assert run(True, [H, 1, H, H, H])[1] == {(False,)}  # heads differ: the general path
+    assert run(False, [H, 1, H, H, H])[1] == {(False,)}  # heads differ: the general path
 
 
 @pytest.mark.parametrize("half", [False, True])
 def test_aligned_narrow_tile_reads_the_same_columns(monkeypatch, half):
-    """With ALIGN_TILES the gather writes the narrow column tile's offsets as
+    """With VEC_B > 0 the gather writes the narrow column tile's offsets as
     (c // VEC_B) * VEC_B + c % VEC_B, which only changes what the compiler can prove about
     them: every gradient is bitwise the plain tile's in the interpreter, for each load width
     the rule can pick (d/H = 12 = 8 + 4 here), over an fp32 stack and autocast's layout, and
@@ -368,7 +342,6 @@ def test_aligned_narrow_tile_reads_the_same_columns(monkeypatch, half):
     leaves = _leaves(D, S, heads, 0, 19, torch.float32)
     seen = []
     monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("VEC_B",)))
-    monkeypatch.setattr(rbc, "ALIGN_TILES", True)
 
     def run(vec):
         monkeypatch.setattr(kad, "narrow_tile_vec", lambda *a: vec)
@@ -382,7 +355,7 @@ def test_aligned_narrow_tile_reads_the_same_columns(monkeypatch, half):
         assert all(torch.equal(a, b) for a, b in zip(plain, got)), vec
 
 
-def test_narrow_tile_vec_rule(monkeypatch):
+def test_narrow_tile_vec_rule():
     """The widths that give the narrow tile the wide tile's lanes along a head (checked in the
     SASS of Triton 3.6 for sm_90, benchmarks/kernels/regs_offline.py: the loop over readers
     keeps one shared-memory round trip instead of two): d = 1280, H = 8 (160 = 128 + 32) at one
@@ -393,30 +366,6 @@ def test_narrow_tile_vec_rule(monkeypatch):
     assert rbc.narrow_tile_vec(1, 4, 8, 128, 32, 2) == 0
     assert rbc.narrow_tile_vec(1, 1, 1, 1024, 256, 2) == 0
     assert rbc.narrow_tile_vec(1, 1, 8, 64, 1, 2) == 0
-    monkeypatch.setattr(rbc, "ALIGN_TILES", False)
-    assert rbc.narrow_tile_vec(1, 1, 8, 128, 32, 2) == 0
-
-
-def test_pair_e_wide_blocks_agree_with_narrow(monkeypatch):
-    """pair_e_kernel's wide column blocks (one per narrowest head, its width padded to a power of
-    two and masked: d/H = 5 in 8-wide tiles here) give the narrow blocks' query and key-norm
-    gradients (each column sums the same products over the positions) up to fp32 rounding, and
-    float64's."""
-    S, D = 5, 40
-    heads = [8, 2, 8, 2, 8]
-    leaves = _leaves(D, S, heads, 0, 17, torch.float32)
-
-    def run(wide):
-        monkeypatch.setattr(rbc, "E_WIDE", wide)
-        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
-        return torch.autograd.grad(loss, leaves)
-
-    wide, narrow = run(True), run(False)
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    ref_loss, _, _ = _chain(f64_stack, ref_leaves, S, heads)
-    truth = torch.autograd.grad(ref_loss, ref_leaves)
-    for i, (a, b, t) in enumerate(zip(wide, narrow, truth)):
-        assert rel(a, b) < 1e-6 and rel(a, t) < 2e-5, i
 
 
 def test_pair_e_block_writes_only_its_columns(monkeypatch):
@@ -461,49 +410,35 @@ def test_tile_and_column_block_rules():
     assert e_block_k(1280, 8) == 32 and e_block_k(512, 8) == 64
 
 
-def test_pair_e_plan_rules(monkeypatch):
+def test_pair_e_plan_rules():
     """A GPU's tl.dot needs blocks of 16: configs below are raised there (not in the interpreter);
     readers rounding differently, or column blocks under 16 on a GPU, take the per-reader path at
-    the default blocks whatever the config."""
-    cfg = rbc.pair_e_config(1280, 8)
-    assert cfg == (16, 16, 4)  # the default (no tuned entry)
-    bf16, fp32 = frozenset({1}), frozenset({0})
-    block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True)
+    the default blocks whatever the config. Readers whose keys are rounded to bf16 or fp16
+    (values TF32 holds exactly) take the three-product TF32 dot; fp32 keys and readers that
+    round differently keep the IEEE dot."""
+    no_rows = LaunchTables()
+    assert no_rows.pair_e_config(1280, 8) == (16, 16, 4)  # the default (no tuned entry)
+    bf16, fp16, fp32 = frozenset({1}), frozenset({2}), frozenset({0})
+    block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=no_rows)
     # wide column blocks: one per 160-column head, in a 256-wide tile
     assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["K_STEP"], consts["ROUND"],
             consts["MIXED"]) == (16, 16, 256, 160, 1, False)
-    rbc.PAIR_E_CONFIG[(1280, 8)] = (4, 64, 8)
-    try:
-        assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[0] == 16  # raised to 16 rows for the dot
-        assert rbc.pair_e_plan(1280, 8, bf16, cuda=False)[0] == 4  # the interpreter takes any block
-        assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[1]["BLOCK_P"] == 64
-        mixed = rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True)
-        assert mixed[0] == 16 and mixed[1]["MIXED"] and mixed[1]["BLOCK_P"] == 16 and mixed[2] == 4
-    finally:
-        del rbc.PAIR_E_CONFIG[(1280, 8)]
-    # d/H = 40: one 40-column block per head (a 64-wide tile) takes the dot; the narrow rule's
-    # blocks of 8 were too narrow for it
-    wide40 = rbc.pair_e_plan(1280, 32, fp32, cuda=True)[1]
+    tuned = LaunchTables(pair_e={(1280, 8): (4, 64, 8)})
+    assert rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=tuned)[0] == 16  # raised to 16 rows for the dot
+    assert rbc.pair_e_plan(1280, 8, bf16, cuda=False, tables=tuned)[0] == 4  # the interpreter takes any block
+    assert rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=tuned)[1]["BLOCK_P"] == 64
+    mixed = rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True, tables=tuned)
+    assert mixed[0] == 16 and mixed[1]["MIXED"] and mixed[1]["BLOCK_P"] == 16 and mixed[2] == 4
+    # d/H = 40: one 40-column block per head (a 64-wide tile) takes the dot; narrow blocks of 8
+    # would be too narrow for it
+    wide40 = rbc.pair_e_plan(1280, 32, fp32, cuda=True, tables=no_rows)[1]
     assert (wide40["BLOCK_K"], wide40["K_STEP"], wide40["MIXED"]) == (64, 40, False)
-    assert rbc.e_blocks(1280, 1, True) == (256, 256)  # a wide head: 256-column blocks
-    assert rbc.e_blocks(12, 4, True) == (4, 3)
-    assert rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True)[1]["K_STEP"] == 32  # per-reader: narrow
-    monkeypatch.setattr(rbc, "E_WIDE", False)  # the narrow blocks
-    assert rbc.pair_e_plan(1280, 8, bf16, cuda=True)[1]["K_STEP"] == 32
-    narrow = rbc.pair_e_plan(1280, 32, fp32, cuda=True)  # d/H = 40: column blocks of 8
-    assert narrow[1]["BLOCK_K"] == narrow[1]["K_STEP"] == 8 and narrow[1]["MIXED"]
-    assert not rbc.pair_e_plan(1280, 32, fp32, cuda=False)[1]["MIXED"]
-
-
-def test_pair_e_split_dot_only_for_keys_exact_in_tf32(monkeypatch):
-    """The three-product TF32 dot is taken only where every reader rounds its key to bf16 or fp16
-    (values TF32 holds exactly); fp32 keys, readers that round differently (the per-reader path)
-    and the switch off keep the IEEE dot."""
-    plan = lambda modes: rbc.pair_e_plan(1280, 8, frozenset(modes), cuda=True)[1]  # noqa: E731
-    assert plan({1})["SPLIT_DOT"] and plan({2})["SPLIT_DOT"]
-    assert not plan({0})["SPLIT_DOT"] and not plan({0, 1})["SPLIT_DOT"]
-    monkeypatch.setattr(rbc, "E_SPLIT_DOT", False)
-    assert not plan({1})["SPLIT_DOT"]
+    assert rbc.e_blocks(1280, 1) == (256, 256)  # a wide head: 256-column blocks
+    assert rbc.e_blocks(12, 4) == (4, 3)
+    assert rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True, tables=no_rows)[1]["K_STEP"] == 32  # per-reader: narrow
+    plan = lambda modes: rbc.pair_e_plan(1280, 8, frozenset(modes), cuda=True, tables=no_rows)[1]  # noqa: E731
+    assert plan(bf16)["SPLIT_DOT"] and plan(fp16)["SPLIT_DOT"]
+    assert not plan(fp32)["SPLIT_DOT"] and not plan(bf16 | fp32)["SPLIT_DOT"]
     # bf16 and fp16 keys are exact in TF32 (19 bits: 10 of mantissa): rounding to TF32 keeps them
     k = torch.randn(4096).to(torch.bfloat16).float()
     h = torch.randn(4096).to(torch.float16).float()
@@ -545,10 +480,10 @@ def test_collect_skips_the_query_pass_when_no_parameter_needs_it(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(part, expect))
 
 
-def test_collect_readers_with_different_key_rounding(monkeypatch):
+def test_collect_readers_with_different_key_rounding():
     """An fp16 source 0 beside fp32 sources: the first call (source 0 only) rounds its key to
     fp16, the later (promoted fp32) calls do not, so pair_e_kernel takes its per-reader rounding
-    path. Every gradient matches the current backward's."""
+    path. Every gradient matches that of a stack built without the sites' parameters."""
     S, D = 4, 8
     heads = [2, 1, 2, 4]
     gen = torch.Generator().manual_seed(12)
@@ -559,8 +494,7 @@ def test_collect_readers_with_different_key_rounding(monkeypatch):
     leaves = [x0, x1, *qs, *gs]
 
     def run(collect):
-        monkeypatch.setattr(kad, "COLLECT", collect)
-        stack = TritonSourceStack(S + 1, params=list(zip(qs, gs)))
+        stack = TritonSourceStack(S + 1, params=list(zip(qs, gs)) if collect else None)
         stack.append(x0)
         stack.append(x1)
         loss = 0.0
@@ -591,40 +525,75 @@ class _LaunchSpy:
 
 
 @pytest.mark.parametrize("dtype,width", [(torch.float16, 2), (torch.float32, 4)])
-def test_launch_configs_keyed_by_storage_width(monkeypatch, dtype, width):
-    """A config entry that names a storage width (bytes per output / stored dout element) wins
-    over the generic entry for chains of that width only; with `launch.DTYPE_CONFIGS` off the
-    generic entry is used. The chain still matches float64 under each choice."""
-    from mhar_probe.kernels import launch
+def test_launch_configs_keyed_by_storage_width(monkeypatch, tmp_path, dtype, width):
+    """A launch-table row that names a storage width (bytes per output / stored dout element)
+    wins over the row for any width for chains of that width only; a chain of another width
+    takes the row for any width. The chain still matches float64 under each choice."""
+    from mhar_probe.kernels import route_fwd
 
     S, D, H = 4, 16, 2
     other = 6 - width
-    cfg_gather = {width: (2, 1, True, None, False), other: (1, 2, False, None, True), 0: (1, 1, False, None, True)}
-    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H, width), cfg_gather[width])
-    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H, other), cfg_gather[other])
-    monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H), cfg_gather[0])
-    cfg_fwd = {width: (2, 1, 0, 3), other: (1, 2, 0, 4), 0: (1, 1, 0, 0)}
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H, width), cfg_fwd[width])
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H, other), cfg_fwd[other])
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, H), cfg_fwd[0])
+    cfg_gather = {width: (2, 1, 1, 0, 0), other: (1, 2, 0, 0, 1), 0: (1, 1, 0, 0, 1)}
+    cfg_fwd = {width: (2, 1, 0, 3), other: (1, 2, 0, 4), 0: (1, 1, 0, 2)}
     seen_g, seen_f = [], []
     monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen_g,
-                                                           ("BLOCK_P", "num_warps", "PREFETCH", "TWO_PASS")))
+                                                           ("BLOCK_P", "num_warps", "PREFETCH", "LOADS_FIRST")))
     monkeypatch.setattr(route_fwd._FWD, "fn", _LaunchSpy(route_fwd._FWD.fn, seen_f,
                                                          ("BLOCK_P", "num_warps", "STAGES")))
     heads = [H] * S
     leaves = _leaves(D, S, heads, 0, 21, dtype)
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
-    for typed, pick in ((True, width), (False, 0)):
-        monkeypatch.setattr(launch, "DTYPE_CONFIGS", typed)
+    for widths, pick in (((width, other, 0), width), ((other, 0), 0)):
+        path = tmp_path / f"t{pick}.json"
+        LaunchTables(gather={(D, H, H, b): cfg_gather[b] for b in widths},
+                     fwd={(D, H, b): cfg_fwd[b] for b in widths}).dump(path)
         seen_g.clear()
         seen_f.clear()
+        with use_kernel_config(launch_table=path):
+            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        grads = torch.autograd.grad(loss, leaves)
+        bp, nw, pre, _, first = cfg_gather[pick]
+        assert seen_g and set(seen_g) == {(bp, nw, bool(pre), bool(first))}, (pick, seen_g)
+        bp, nw, _, stages = cfg_fwd[pick]
+        assert seen_f and set(seen_f) == {(bp, nw, stages)}, (pick, seen_f)
+        for i, (a, t) in enumerate(zip(grads, truth)):
+            assert rel(a, t) < (1e-5 if dtype == torch.float32 else 2e-2), (pick, i)
+
+
+def test_backward_tables_built_once_per_layout(monkeypatch):
+    """The call table and pair_e's work items are host-built int64 tables: a second backward over
+    the same layout (other values) launches from the very device tensors of the first, with no
+    torch.tensor built and no copy (what a CUDA graph replay needs), and gives the gradients of a
+    fresh process's first backward; a stack of another layout gets tables of its own."""
+    S, D = 4, 8
+    heads = [2, 1, 2, 4]
+    seen = []
+    real_gather, real_pair_e = rbc.STACK_GATHER, kad.launch_pair_e
+    monkeypatch.setattr(kad, "STACK_GATHER", lambda grid, args, *a: (seen.append(args[14]), real_gather(grid, args, *a)))
+    monkeypatch.setattr(kad, "launch_pair_e", lambda *a: (seen.append(a[1]), real_pair_e(*a)))
+    monkeypatch.setattr(kad, "_DEVICE_INTS", {})
+
+    def run(seed):
+        seen.clear()
+        leaves = _leaves(D, S, heads, 0, seed, torch.float32)
         loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
         grads = torch.autograd.grad(loss, leaves)
-        bp, nw, pre, _, two = cfg_gather[pick]
-        assert seen_g and set(seen_g) == {(bp, nw, pre, two)}, (typed, seen_g)
-        bp, nw, _, stages = cfg_fwd[pick]
-        assert seen_f and set(seen_f) == {(bp, nw, stages)}, (typed, seen_f)
-        for i, (a, t) in enumerate(zip(grads, truth)):
-            assert rel(a, t) < (1e-5 if dtype == torch.float32 else 2e-2), (typed, i)
+        return grads, [t.data_ptr() for t in seen]
+
+    first, ptrs = run(31)
+    assert len(kad._DEVICE_INTS) == 2 and len(set(ptrs)) >= 2  # the call table and the items
+    built = []
+    real_tensor = torch.tensor
+    monkeypatch.setattr(torch, "tensor", lambda *a, **k: (built.append(1), real_tensor(*a, **k))[1])
+    _, again = run(32)
+    assert again == ptrs and not built and len(kad._DEVICE_INTS) == 2
+    monkeypatch.setattr(torch, "tensor", real_tensor)
+    monkeypatch.setattr(kad, "_DEVICE_INTS", {})
+    fresh, _ = run(31)
+    assert all(torch.equal(a, b) for a, b in zip(first, fresh))
+    seen.clear()
+    leaves = _leaves(D, S + 1, heads + [2], 0, 33, torch.float32)
+    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S + 1, heads + [2])
+    torch.autograd.grad(loss, leaves)
+    assert len(kad._DEVICE_INTS) == 4

@@ -104,7 +104,7 @@ def test_train_fsdp_triton_collect_matches_eager(tmp_path):
                       "train(TrainConfig.from_dict(json.loads(sys.argv[1])))\n")
     from dataclasses import asdict
 
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1", "MHAR_STACK_COLLECT": "1"}
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TRITON_INTERPRET": "1"}
     proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port",
                            "29671", str(script), json.dumps(asdict(cfg))], env=env, timeout=600,
                           capture_output=True, text=True)

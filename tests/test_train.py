@@ -67,19 +67,18 @@ def test_run_directory_contents_and_learning(tmp_path):
     assert "routing_kernels" not in summary  # eager routing (the CPU default)
 
 
-def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
-    """A triton run says which backward computed its gradients (they differ in fp32 rounding)."""
+def test_summary_records_the_triton_kernels(tmp_path):
+    """A triton run records the KernelConfig its kernels ran with (the opt-in douts move the
+    gradients): here the current one, set around the run."""
     pytest.importorskip("triton")
-    import mhar_probe.kernels.autograd as kad
+    from mhar_probe.kernels import KernelConfig, use_kernel_config
 
-    monkeypatch.setattr(kad, "COLLECT", False)
-    assert kad.kernel_settings()["backward"] == "stack_bwd"
-    monkeypatch.setattr(kad, "COLLECT", True)
-    summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
-                          batch_size=1, eval_every=100))
+    with use_kernel_config(KernelConfig(dout_dtype="storage")):
+        summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
+                              batch_size=1, eval_every=100))
     kernels = summary["routing_kernels"]
-    assert kernels["backward"] == "collect"
-    assert kernels["split_heads"] is True and kernels["bf16_douts"] is False
+    assert {k: kernels[k] for k in ("dout_dtype", "poison", "launch_table")} == \
+        dict(dout_dtype="storage", poison=False, launch_table=None)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["routing_kernels"] == kernels
 
 

@@ -1,10 +1,8 @@
 import sys, torch
 sys.path.insert(0, "tests/gpu")
-import mhar_probe.kernels.autograd as kad
 import test_kernels_gpu as G
 from mhar_probe.kernels import TritonSourceStack
 for D, hw in [(1280, 4), (256, 4), (1280, 2)]:
-    kad.COLLECT = True
     t = G.run_chain(TritonSourceStack, torch.float32, D=D, hw=hw, collect=True)
     r = G.run_chain(G._eager_stack, torch.float32, D=D, hw=hw, collect=True)
     errs = [G.rel(a, b) for a, b in zip(t, r)]

@@ -4,7 +4,8 @@ The routing chain of one microbatch (2L+1 calls, the model's order) runs its Pyt
 glue on tiny CPU tensors while `Launcher.__call__` does nothing, so what is timed is the host
 work per routing call that a GPU step also pays (argument packing, allocations, autograd
 nodes), minus the launches themselves (count them: `launches` in the output). The current
-backward and the 4-bytes/pair backward (`MHAR_STACK_COLLECT`) alternate round by round; each
+backward of a stack built without the sites' parameters ("current": the stack_bwd kernels) and
+the 4-bytes/pair backward of one built with them ("collect", the model's) alternate round by round; each
 figure is the median over rounds. No GPU needed:
 
     python benchmarks/kernels/host_glue_cpu.py --layers 12 24 36 --out host_glue_cpu.json
@@ -24,13 +25,13 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU tensors pass the device ch
 
 import torch  # noqa: E402
 
-import mhar_probe.kernels.autograd as kad  # noqa: E402
 from mhar_probe.kernels import TritonSourceStack, launch  # noqa: E402
 
 
-def chain(L: int, d: int, H: int, P: int, qs, gs) -> tuple[TritonSourceStack, list[torch.Tensor]]:
+def chain(L: int, d: int, H: int, P: int, qs, gs, collect: bool = True
+          ) -> tuple[TritonSourceStack, list[torch.Tensor]]:
     S = 2 * L + 1
-    stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+    stack = TritonSourceStack(S, params=list(zip(qs, gs)) if collect else None)
     x = torch.zeros(1, P, d, requires_grad=True)
     outs = []
     for s in range(S):
@@ -54,7 +55,6 @@ def main() -> None:
         launches[0] += 1
 
     launch.Launcher.__call__ = stub
-    kad.POISON = False
     torch.set_num_threads(1)
     rows = []
     for L in args.layers:
@@ -66,10 +66,9 @@ def main() -> None:
         counts = {}
         for r in range(args.rounds + 2):  # two warm-up rounds
             for arm in ("current", "collect"):
-                kad.COLLECT = arm == "collect"
                 launches[0] = 0
                 t0 = time.perf_counter()
-                _, outs = chain(L, args.d, args.heads, args.positions, qs, gs)
+                _, outs = chain(L, args.d, args.heads, args.positions, qs, gs, collect=arm == "collect")
                 t1 = time.perf_counter()
                 torch.autograd.backward(outs, [torch.ones_like(o) for o in outs])
                 t2 = time.perf_counter()

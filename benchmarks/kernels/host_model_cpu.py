@@ -62,7 +62,6 @@ def main() -> None:
     if args.rounds < 1:
         raise SystemExit(f"--rounds must be at least 1 (got {args.rounds})")
     launch.Launcher.__call__ = lambda self, *a, **k: None  # no kernel runs: outputs stay as allocated
-    kad.POISON = False
     torch.set_num_threads(1)
     models = {m: build(m, args.layers, args.heads) for m in ("baseline", args.method)}
     calls = models[args.method].config.num_sites
@@ -75,11 +74,11 @@ def main() -> None:
                 times[m].append(t)
     fwd = {m: statistics.median(t[0] for t in v) * 1e3 for m, v in times.items()}
     bwd = {m: statistics.median(t[1] for t in v) * 1e3 for m, v in times.items()}
-    row = dict(layers=args.layers, method=args.method, calls=calls, collect=kad.COLLECT,
+    row = dict(layers=args.layers, method=args.method, calls=calls, kernels=kad.kernel_settings(),
                fwd_ms=fwd, bwd_ms=bwd,
                extra_fwd_us_per_call=round((fwd[args.method] - fwd["baseline"]) / calls * 1e3, 1),
                extra_bwd_us_per_call=round((bwd[args.method] - bwd["baseline"]) / calls * 1e3, 1))
-    print(f"L={args.layers} {args.method} ({calls} routing calls, collect={kad.COLLECT}): baseline fwd "
+    print(f"L={args.layers} {args.method} ({calls} routing calls): baseline fwd "
           f"{fwd['baseline']:.2f} bwd {bwd['baseline']:.2f} ms | {args.method} fwd {fwd[args.method]:.2f} "
           f"bwd {bwd[args.method]:.2f} ms | extra per call: fwd {row['extra_fwd_us_per_call']} us, "
           f"bwd {row['extra_bwd_us_per_call']} us")

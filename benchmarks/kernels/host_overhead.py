@@ -22,7 +22,6 @@ import time
 
 import torch
 
-import mhar_probe.kernels  # noqa: F401  (registers 'triton')
 from mhar_probe.bench.routing import SHAPES, chain_fwd, make_inputs
 from mhar_probe.model.routing import get_backend
 
@@ -75,8 +74,15 @@ def main() -> None:
         for t in leaves:
             t.grad = None
 
-    from mhar_probe.kernels import launch
+    from mhar_probe.kernels import launch, route_bwd, route_bwd_collect, route_fwd
     from mhar_probe.kernels.route_fwd import launch_route_fwd
+
+    launchers = [k for mod in (route_fwd, route_bwd, route_bwd_collect) for k in vars(mod).values()
+                 if isinstance(k, launch.Launcher)]
+
+    def set_direct(direct: bool) -> None:  # False: Triton's own launch path every time
+        for k in launchers:
+            k._direct_ok = direct
 
     calls = 2 * L + 1
     res = dict(shape=args.shape, H=H, calls=calls, device=torch.cuda.get_device_name(),
@@ -94,7 +100,7 @@ def main() -> None:
     # reported ratio is the median over rounds.
     arms = ((False, "jit"), (True, "direct"))
     for direct, _ in arms:  # compile and fill the direct path's cache
-        launch.DIRECT = direct
+        set_direct(direct)
         for _ in range(2):
             fwd()
             bwd()
@@ -103,7 +109,7 @@ def main() -> None:
     for _ in range(args.rounds):
         per_round = {}
         for direct, tag in arms:
-            launch.DIRECT = direct
+            set_direct(direct)
             for _ in range(args.iters):
                 torch.cuda.synchronize()
                 t0 = time.perf_counter()
@@ -121,7 +127,7 @@ def main() -> None:
             per_round[tag] = statistics.median(
                 [f + b for f, b in zip(samples[tag]["fwd"][-n:], samples[tag]["bwd"][-n:])])
         ratios.append(per_round["jit"] / per_round["direct"])
-    launch.DIRECT = True
+    set_direct(True)
     for _, tag in arms:
         res[f"fwd_host_ms_{tag}"] = statistics.median(samples[tag]["fwd"])
         res[f"bwd_host_ms_{tag}"] = statistics.median(samples[tag]["bwd"])

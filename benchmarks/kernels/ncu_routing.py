@@ -25,11 +25,14 @@ import re
 from collections import defaultdict
 
 
-def run_chain(shape: str, heads: int, dtype: str) -> None:
+def run_chain(shape: str, heads: int, dtype: str, launch_table: str | None = None) -> None:
     import torch
 
     import mhar_probe.bench.routing as bench
+    from mhar_probe.kernels import KernelConfig, set_kernel_config
     from mhar_probe.model.routing import get_backend
+
+    set_kernel_config(KernelConfig(launch_table=launch_table))
 
     bench.DTYPE = {"mixed": "mixed", "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     d, L, B, T = bench.SHAPES[shape]
@@ -96,6 +99,7 @@ def main() -> None:
     ap.add_argument("--shape", default="1B-train", choices=list(SHAPES))
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--dtype", default="mixed", choices=["mixed", "bf16", "fp32"])
+    ap.add_argument("--launch-table", default=None, help="a launch-table file laid over the built-in one")
     ap.add_argument("--summarise", nargs="*")
     ap.add_argument("--out", default="")
     args = ap.parse_args()
@@ -105,7 +109,7 @@ def main() -> None:
         if not torch.cuda.is_available():
             raise SystemExit("ncu_routing.py runs the routing chain under Nsight Compute on a CUDA GPU; "
                              "none is visible here (--summarise reads its CSV files anywhere)")
-        run_chain(args.shape, args.heads, args.dtype)
+        run_chain(args.shape, args.heads, args.dtype, args.launch_table)
         return
     recs = summarise(args.summarise)
     for r in recs:

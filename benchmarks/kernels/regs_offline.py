@@ -34,12 +34,10 @@ from triton.compiler import ASTSource
 
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
-from mhar_probe.kernels.route_bwd_collect import (E_SPLIT_DOT, E_WIDE, META_PREFETCH, TWO_PASS, e_blocks,
-                                                  gather_config, narrow_tile_vec, pair_e_kernel,
-                                                  stack_gather_kernel)
-from mhar_probe.kernels import route_fwd
-from mhar_probe.kernels.autograd import FWD_APPEND, SAME_H
-from mhar_probe.kernels.route_fwd import head_split, route_fwd_kernel, route_fwd_split_kernel
+from mhar_probe.kernels import KernelConfig
+from mhar_probe.kernels.launch_tables import tables_for
+from mhar_probe.kernels.route_bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels.route_fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
@@ -97,10 +95,9 @@ def fwd_job(d: int, cfg: tuple) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
                  RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F)
+    # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=route_fwd.FOLD_QG, LAZY=route_fwd.LAZY_RESCALE,  # env switches
-                 STAGES=cfg[3] if len(cfg) > 3 else 0, W_STAGES=route_fwd.W_STAGES,
-                 APPEND=route_fwd.APPEND_ORDERS[route_fwd.APPEND_ORDER] if FWD_APPEND else 0)
+                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES)
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
@@ -133,20 +130,18 @@ def gather_job(d: int, cfg: tuple) -> tuple:
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                             BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
-                                            PREFETCH=bool(cfg[2]), META=META_PREFETCH,
-                                            TWO_PASS=TWO_PASS if TWO_PASS is not None else
-                                            len(cfg) > 4 and bool(cfg[4]), SAME_H=SAME_H,
+                                            PREFETCH=bool(cfg[2]), SAME_H=True,
                                             VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                            LOADS_FIRST=len(cfg) > 5 and bool(cfg[5]))
+                                            LOADS_FIRST=bool(cfg[4]))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
-    block_k, k_step = e_blocks(d, 8, E_WIDE)
+    block_k, k_step = e_blocks(d, 8)
     return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
-                                      ROUND=1, MIXED=False, SPLIT_DOT=E_SPLIT_DOT)
+                                      ROUND=1, MIXED=False, SPLIT_DOT=True)
 
 
 def main() -> None:
@@ -157,7 +152,8 @@ def main() -> None:
     ap.add_argument("--out", default="")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
-    # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps)
+    # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps);
+    # configs are launch-table rows (launch_tables.py)
     jobs = {"fwd": (fwd_job, SWEEP_FWD, 2, 1), "stack": (stack_job, SWEEP_STACK, 3, 1),
             "gather": (gather_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
     unknown = [k for k in args.kernels.split(",") if k not in jobs]
@@ -167,8 +163,9 @@ def main() -> None:
     for kind in args.kernels.split(","):
         make, cfgs, cap_at, warps_at = jobs[kind]
         for shape, d in SHAPES.items():
-            extra = [gather_config(d, 8, 8)] if kind == "gather" else \
-                [tuple(route_fwd.tile_config(d, 8, 4)[1:])] if kind == "fwd" else []  # the current default
+            tables = tables_for(KernelConfig())  # the current default, as a launch-table row
+            extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] if kind == "gather" else \
+                [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps = cfg[warps_at]

@@ -35,153 +35,23 @@ SHAPES = {  # name: (d, L, B, T)
 }
 GRAPH = False  # --graph: also time CUDA-graph replays of fwd+bwd
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
-# Earlier states of the triton kernels, timed beside the current one in the same process:
-# the whole stack in the promoted dtype (fp32 under autocast), the launch configurations of
-# 2026-11-22, or both.
-# name: what the variant changes against "triton" (split_row0=True, prev_cfg=False, direct=True,
-# split_heads=True, bf16_douts=False, collect=True, fold_qg=True, lazy_rescale=True,
-# fwd_pipeline=True). Each variant
-# but `prev` and `fwdprev` changes one thing: promoted, prevcfg,
-# jitlaunch and padded undo one change for same-run ratios; bf16dout is an opt-in approximation
-# (the stored douts the gather reads rounded to bf16), timed to show what that byte cut buys;
-# collect is the 4-bytes/pair backward (route_bwd_collect.py), the default since 2026-11-23 (the
-# fifth session); stackbwd is the backward before it (each call re-reads its sources), prev the
-# state of 2026-11-22; nofold and eagerscale undo one of the forward's two instruction cuts of
-# the sixth session of 2026-11-23 (route_fwd.FOLD_QG, LAZY_RESCALE), fwdprev both (and the register
-# prefetch below); meta turns on
-# the gather's one-reader-ahead loads of its per-reader scalars (route_bwd_collect.META_PREFETCH,
-# off by default); onepass and twopass force the gather's loop over readers into one or two passes
-# at every shape (route_bwd_collect.TWO_PASS; by default each shape's launch config decides);
-# gatherprev runs the gather's launch configs from before the two-pass table entries (its heuristic
-# at every shape); enarrow runs pair_e_kernel in the narrow column blocks it had before the wide
-# ones (route_bwd_collect.E_WIDE); fwdregs runs the forward's loop with its register prefetch of
-# the next two rows instead of Triton's pipeliner (route_fwd.PIPELINE); untyped looks up only the
-# launch-config entries that do not name a storage width (launch.DTYPE_CONFIGS off: what every
-# shape ran before the ninth session's entries for pure 16-bit chains); anyh runs the gather's
-# general path, which reads each reader's head count from the call table, also where every call
-# has the same head count (autograd.SAME_H off); s8 runs the gather as the eighth session left it
-# (the general path and its launch-config table then); eieee forms pair_e's dot as IEEE fp32 FMAs
-# also where the keys are rounded to 16 bits (route_bwd_collect.E_SPLIT_DOT off); copyappend copies
-# each appended source into the stack's buffer at once, as before the tenth session, instead of
-# the next call's forward kernel storing it (autograd.FWD_APPEND off); appendlast folds that row
-# into the softmax last, in the rows' order, instead of right after row 0 (route_fwd.APPEND_ORDER);
-# wplain turns the forward's stored logits into weights in a plain loop, not a pipelined one
-# (route_fwd.W_STAGES 0); unaligned lets Triton lay out the gather's two column tiles of a head
-# like 160 = 128 + 32 on its own, as before the eleventh session, so that each head's sum crosses
-# between them through shared memory (route_bwd_collect.ALIGN_TILES off); g10 runs the gather as
-# the tenth session left it (its launch-config table then, no loads-first entries, tiles not
-# aligned).
-VARIANTS = {"triton-promoted": dict(split_row0=False), "triton-prevcfg": dict(prev_cfg=True),
-            "triton-jitlaunch": dict(direct=False), "triton-padded": dict(split_heads=False),
-            "triton-prev": dict(split_row0=False, prev_cfg=True, direct=False, split_heads=False,
-                                collect=False, fold_qg=False, lazy_rescale=False),
-            "triton-bf16dout": dict(bf16_douts=True), "triton-collect": dict(collect=True),
-            "triton-stackbwd": dict(collect=False), "triton-nofold": dict(fold_qg=False),
-            "triton-eagerscale": dict(lazy_rescale=False),
-            "triton-fwdprev": dict(fold_qg=False, lazy_rescale=False, fwd_pipeline=False),
-            "triton-meta": dict(meta_prefetch=True), "triton-onepass": dict(two_pass=False),
-            "triton-twopass": dict(two_pass=True), "triton-gatherprev": dict(gather_prev=True),
-            "triton-enarrow": dict(e_wide=False), "triton-fwdregs": dict(fwd_pipeline=False),
-            "triton-untyped": dict(dtype_configs=False), "triton-anyh": dict(same_h=False),
-            "triton-s8": dict(same_h=False, dtype_configs=False, gather_s8=True),
-            "triton-eieee": dict(e_split_dot=False), "triton-copyappend": dict(fwd_append=False),
-            "triton-appendlast": dict(append_order="last"), "triton-wplain": dict(w_stages=0),
-            "triton-unaligned": dict(align_tiles=False),
-            "triton-g10": dict(align_tiles=False, gather_s10=True)}
+# Triton kernel variants timed beside the default in one process: name -> the KernelConfig
+# fields it changes. bf16dout stores the douts the gather reads in the source buffer's dtype (bf16
+# under autocast): an opt-in approximation, timed to show what that byte cut buys. The variants
+# that lost against today's kernels are gone (mhar_probe/kernels/README.md says which commit last
+# had each).
+VARIANTS: dict[str, dict[str, object]] = {"triton-bf16dout": dict(dout_dtype="storage")}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
-
-
-def _prev_tile_config(d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, None, int]:
-    """route_fwd launch configs as of 2026-11-22 (table and heuristic)."""
-    import triton  # here, not at import: `mhar bench` must give its GPU message where Triton is absent
-
-    block_k = triton.next_power_of_2(d // num_heads)
-    hit = {(512, 1): (4, 4), (512, 8): (1, 4), (1024, 8): (1, 4), (1280, 8): (2, 4)}.get((d, num_heads))
-    if hit:
-        return block_k, *hit, None, 0
-    width = num_heads * block_k
-    block_p = max(1, min(4, 1024 // width))
-    return block_k, block_p, 4 if width * block_p <= 2048 else 8, None, 0
-
-
-def _prev_stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, None]:
-    """stack_bwd launch configs as of 2026-11-22 (table and heuristic)."""
-    import triton
-
-    hit = {(512, 1, 1): (4, 8, 2), (512, 8, 8): (4, 4, 2), (1024, 8, 8): (1, 4, 4),
-           (1280, 8, 8): (2, 4, 2)}.get((d, num_heads, max_heads))
-    if hit:
-        return (*hit, None)
-    width = num_heads * triton.next_power_of_2(d // num_heads)
-    return (4, 4, 2, None) if width <= 512 else (1, 4, 4, None) if width <= 1024 else (2, 4, 2, None)
-
-
-_S10_GATHER_CONFIG = {(512, 8, 8): (1, 2, True), (1280, 8, 8): (1, 1, False), (512, 8, 8, 2): (1, 1, True),
-                      (1024, 8, 8, 2): (1, 2, True), (512, 1, 1, 2): (1, 1, True)}
-
-
-def _s10_gather_config(d: int, num_heads: int, max_heads: int, dout_bytes: int = 0) -> tuple:
-    """stack_gather_kernel's launch configs as the tenth session (2026-11-24) left them."""
-    from mhar_probe.kernels import route_bwd_collect
-
-    hit = _S10_GATHER_CONFIG.get((d, num_heads, max_heads, dout_bytes)) or \
-        _S10_GATHER_CONFIG.get((d, num_heads, max_heads))
-    return (*hit, None, False) if hit else route_bwd_collect.gather_config_heuristic(d)
-
-
-def _s8_gather_config(d: int, num_heads: int, max_heads: int, *_) -> tuple:
-    """stack_gather_kernel's launch configs as the eighth session of 2026-11-23 left them."""
-    from mhar_probe.kernels import route_bwd_collect
-
-    if (d, num_heads, max_heads) in ((512, 8, 8), (1280, 8, 8)):
-        return 1, 2, False, None, True
-    return route_bwd_collect.gather_config_heuristic(d)
 
 
 @contextlib.contextmanager
 def kernel_variant(name: str):
-    """Give the kernels the stack layout and launch configs of backend `name` (restored after)."""
-    from mhar_probe.kernels import autograd as kad, launch, route_bwd_collect, route_fwd
+    """Run the triton kernels with backend `name`'s KernelConfig inside the block ("triton" and
+    the non-triton backends: the current one)."""
+    from mhar_probe.kernels import use_kernel_config
 
-    v = VARIANTS.get(name, {})
-    old = (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
-           launch.DIRECT,
-           route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-           route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-           route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS, kad.SAME_H,
-           route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER, route_fwd.W_STAGES,
-           route_bwd_collect.ALIGN_TILES)
-    if name in VARIANTS:  # anything else ("triton") runs the current state
-        (kad.SPLIT_ROW0, launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT,
-         route_fwd.FOLD_QG, route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH,
-         route_bwd_collect.TWO_PASS, route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS,
-         kad.SAME_H, route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER,
-         route_fwd.W_STAGES, route_bwd_collect.ALIGN_TILES) = (
-            v.get("split_row0", True), v.get("direct", True), v.get("split_heads", True),
-            v.get("bf16_douts", False), v.get("collect", True), v.get("fold_qg", True),
-            v.get("lazy_rescale", True), v.get("meta_prefetch", False),
-            v.get("two_pass", route_bwd_collect.TWO_PASS), v.get("e_wide", True),
-            v.get("fwd_pipeline", True), v.get("dtype_configs", True), v.get("same_h", True),
-            v.get("e_split_dot", True), v.get("fwd_append", True), v.get("append_order", "first"),
-            v.get("w_stages", old[-2]), v.get("align_tiles", old[-1]))
-    if v.get("gather_prev"):
-        kad.gather_config = lambda d, h, hm, *_: route_bwd_collect.gather_config_heuristic(d)
-    if v.get("gather_s8"):
-        kad.gather_config = _s8_gather_config
-    if v.get("gather_s10"):
-        kad.gather_config = _s10_gather_config
-    if v.get("prev_cfg"):
-        route_fwd.tile_config = kad.tile_config = _prev_tile_config
-        kad.stack_config = _prev_stack_config
-    try:
+    with use_kernel_config(**VARIANTS.get(name, {})):
         yield
-    finally:
-        (kad.SPLIT_ROW0, route_fwd.tile_config, kad.tile_config, kad.stack_config, kad.gather_config,
-         launch.DIRECT, route_fwd.SPLIT_HEADS, kad.BF16_DOUTS, kad.COLLECT, route_fwd.FOLD_QG,
-         route_fwd.LAZY_RESCALE, route_bwd_collect.META_PREFETCH, route_bwd_collect.TWO_PASS,
-         route_bwd_collect.E_WIDE, route_fwd.PIPELINE, launch.DTYPE_CONFIGS, kad.SAME_H,
-         route_bwd_collect.E_SPLIT_DOT, kad.FWD_APPEND, route_fwd.APPEND_ORDER, route_fwd.W_STAGES,
-         route_bwd_collect.ALIGN_TILES) = old
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -282,9 +152,11 @@ def fla_backend():
     return SimpleNamespace(name="fla", new_stack=_FLAStack)
 
 
-def chain_fwd(backend, xs, qs, gs, H):
-    """The model's order: append source s, route over [0, s+1); 2L+1 calls and sources."""
-    stack = backend.new_stack(len(xs), params=list(zip(qs, gs)))
+def chain_fwd(backend, xs, qs, gs, H, params: bool = True):
+    """The model's order: append source s, route over [0, s+1); 2L+1 calls and sources. The
+    stack is built with the sites' parameters, as the model builds it (params=False: without,
+    which runs triton's stack_bwd kernels instead of the 4-bytes/pair backward)."""
+    stack = backend.new_stack(len(xs), params=list(zip(qs, gs))) if params else backend.new_stack(len(xs))
     outs = []
     for s in range(len(xs)):
         stack.append(xs[s])
@@ -397,96 +269,89 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
     return rows
 
 
-# Launch configurations the sweep tries: (BLOCK_P, num_warps[, maxnreg]) for the forward and
-# (BLOCK_P, num_warps, programs per SM[, maxnreg]) for the stack backward. One or two warps per
-# program keep the per-row reductions inside a warp (no block barrier per source row); maxnreg
-# trades registers for resident warps (Nsight Compute at the 100M training shape: the stack
-# kernel takes 218 registers, so 8 one-warp programs fit on an SM, not the 16 the grid assumes).
-# At 1B every cap tried spilled and lost by 1.2-12x (git show
-# 56d8861:benchmarks/kernels/h100_2026-11-23c/sweep_1b_train_regcap.log),
-# so one cap per kernel stays in the lists, the mildest.
-SWEEP_FWD = [(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (1, 4), (2, 4), (4, 4), (1, 2, 96)]
-SWEEP_STACK = [(1, 1, 16), (1, 1, 8), (2, 1, 16), (1, 2, 8), (2, 2, 8), (1, 4, 4), (2, 4, 2), (4, 4, 2),
-               (1, 2, 6, 168)]
-# The 4-bytes/pair backward's gather (BLOCK_P, num_warps, dout prefetch[, maxnreg]); swept with
-# MHAR_STACK_COLLECT's path on. Warps per position from 1 (d/32 registers per row tile per thread:
-# 250-255 registers at d >= 1024, compiled offline) to 8.
-# A fifth entry True runs the loop over readers in two passes (route_bwd_collect.TWO_PASS), which
-# keeps fewer rows live, so that the register caps (fourth entry; 0: none) spill little: offline,
-# Triton 3.6, 1B one warp 255 registers + 16 B of spills in one pass, 231 in two, and at a cap of
-# 168 128 B of spills with loops barely longer (432 -> 460 instructions; one pass: 734 -> 888). On
-# an H100 the caps still lost (56d8861:benchmarks/kernels/results_h100.md, section 000000). A sixth
-# entry True loads each reader's q*g tiles with its dout (route_bwd_collect LOADS_FIRST), before the dl store.
-SWEEP_GATHER = [(1, 1, True), (1, 1, False), (1, 2, True), (1, 4, True), (1, 8, True), (1, 2, False), (1, 4, False),
-                (2, 4, True), (2, 8, True), (4, 8, True), (4, 16, True),  # >1 position: q*g rows reused
-                (1, 1, False, 0, True), (1, 1, False, 168, True), (1, 1, True, 168, True),
-                (1, 1, False, 128, True), (1, 2, False, 0, True), (1, 4, False, 0, True),
-                (1, 1, False, 0, False, True), (1, 1, True, 0, False, True), (1, 2, False, 0, False, True),
-                (1, 2, True, 0, False, True)]
-SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
-# pair_e_kernel: (readers per program, positions per dot step, warps); wider reader blocks read
-# each source row fewer times
+# Launch configurations the sweep tries, rows of the launch-table format (launch_tables.py):
+# fwd (block_p, num_warps, maxnreg, stages), stack (block_p, num_warps, programs per SM, maxnreg),
+# gather (block_p, num_warps, dout prefetch, maxnreg, loads first), pair_e (readers per program,
+# positions per dot step, warps); maxnreg 0: no cap. One or two warps per program keep the
+# per-row reductions inside a warp (no block barrier per source row); maxnreg trades registers
+# for resident warps (at 1B every cap tried spilled and lost by 1.2-12x, so one cap per kernel
+# stays in the lists, the mildest).
+SWEEP_FWD = [(1, 1, 0, 3), (2, 1, 0, 3), (1, 2, 0, 3), (1, 1, 0, 4), (1, 2, 0, 4), (1, 1, 0, 5), (2, 2, 0, 3),
+             (1, 4, 0, 3), (1, 2, 96, 3)]
+SWEEP_STACK = [(1, 1, 16, 0), (1, 1, 8, 0), (2, 1, 16, 0), (1, 2, 8, 0), (2, 2, 8, 0), (1, 4, 4, 0), (2, 4, 2, 0),
+               (4, 4, 2, 0), (1, 2, 6, 168)]
+SWEEP_GATHER = [(1, 1, 1, 0, 0), (1, 1, 0, 0, 0), (1, 2, 1, 0, 0), (1, 2, 0, 0, 0), (1, 4, 1, 0, 0), (1, 4, 0, 0, 0),
+                (1, 8, 1, 0, 0), (2, 4, 1, 0, 0), (2, 8, 1, 0, 0), (1, 1, 0, 0, 1), (1, 1, 1, 0, 1), (1, 2, 0, 0, 1),
+                (1, 2, 1, 0, 1), (1, 1, 0, 168, 1)]
 SWEEP_PAIR_E = [(16, 16, 4), (16, 32, 4), (16, 64, 4), (32, 16, 4), (32, 32, 4), (32, 64, 8), (64, 16, 4),
                 (64, 32, 8), (16, 16, 8), (32, 16, 8)]
-# MHAR_SWEEP_FWD, MHAR_SWEEP_STACK, MHAR_SWEEP_GATHER, MHAR_SWEEP_PAIR_E (JSON lists of configs)
-# replace a kind's list for one run (a short device call that sweeps a few candidates).
-SWEEP_FWD, SWEEP_STACK, SWEEP_GATHER, SWEEP_PAIR_E = (
-    [tuple(c) for c in json.loads(os.environ[f"MHAR_SWEEP_{kind.upper()}"])]
-    if os.environ.get(f"MHAR_SWEEP_{kind.upper()}") else default
-    for kind, default in (("fwd", SWEEP_FWD), ("stack", SWEEP_STACK), ("gather", SWEEP_GATHER),
-                          ("pair_e", SWEEP_PAIR_E)))
+SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
+SWEEP_LISTS = {"fwd": SWEEP_FWD, "stack": SWEEP_STACK, "gather": SWEEP_GATHER, "pair_e": SWEEP_PAIR_E}
+SWEEP_PREFIX = {"fwd": "route_fwd", "stack": "stack_bwd", "gather": "stack_gather", "pair_e": "pair_e"}
+
+
+def sweep_candidates(kind: str, given: str | None = None) -> list[tuple[int, ...]]:
+    """The configs to sweep for `kind`: `given` (a JSON list of rows, e.g. from MHAR_SWEEP_<KIND>
+    in benchmarks/kernels/device_run.sh, for a short device call) or the default list."""
+    if not given:
+        return list(SWEEP_LISTS[kind])
+    from mhar_probe.kernels.launch_tables import VALUE_COLUMNS
+
+    rows = [tuple(int(x) for x in row) for row in json.loads(given)]
+    bad = [r for r in rows if len(r) != len(VALUE_COLUMNS[kind])]
+    if bad:
+        raise UserError(f"sweep configs for {kind}: {bad} are not rows of "
+                        f"({', '.join(VALUE_COLUMNS[kind])})")
+    return rows
 
 
 def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path: str,
           kernels: tuple[str, ...] = ("fwd", "stack")) -> list[dict]:
     """Launch-configuration sweep of the triton kernels per shape/H, judged by device time
     (torch.profiler kernel sums: wall time here is dominated by host noise). Writes the chosen
-    configs as JSON for MHAR_KERNEL_CONFIG (read at import by route_fwd / route_bwd)."""
-    from mhar_probe.kernels import route_bwd, route_bwd_collect, route_fwd
+    rows as a launch-table file (launch_tables.py's format) for KernelConfig(launch_table=...),
+    after every shape (a cut-short sweep keeps what it found). The stack kind times the chain
+    built without the sites' parameters (the only one that runs the stack_bwd kernels)."""
+    import tempfile
 
-    plans = [(k, cfgs, prefix) for k, cfgs, prefix in (("fwd", SWEEP_FWD, "route_fwd"),
-                                                      ("stack", SWEEP_STACK, "stack_bwd"),
-                                                      ("gather", SWEEP_GATHER, "stack_gather"),
-                                                      ("pair_e", SWEEP_PAIR_E, "pair_e")) if k in kernels]
+    from mhar_probe.kernels import use_kernel_config
+    from mhar_probe.kernels.launch_tables import LaunchTables
+
+    lists = {k: sweep_candidates(k, os.environ.get(f"MHAR_SWEEP_{k.upper()}")) for k in kernels}
+    chosen = LaunchTables()
+    trials = tempfile.mkdtemp(prefix="mhar_sweep_")
     rows = []
     for name in shapes:
         d, L, B, T = SHAPES[name]
         xs, qs, gs, douts = make_inputs(d, L, B, T)
         for H in heads:
             be = get_backend("triton")
-
-            def fb():
-                outs = chain_fwd(be, xs, qs, gs, H)
-                torch.autograd.backward(outs, douts)
-                for t in xs + qs + gs:
-                    t.grad = None
-
-            # the forward's and the gather's entries name the storage width they were swept at
+            # the forward's and the gather's rows name the storage width they were swept at
             # (bytes per output / stored dout element: 2 in a 16-bit chain, 4 under autocast)
             eb = 2 if DTYPE in (torch.bfloat16, torch.float16) else 4
-            tables = {"fwd": (route_fwd.FWD_CONFIG, (d, H, eb)), "stack": (route_bwd.STACK_CONFIG, (d, H, H)),
-                      "gather": (route_bwd_collect.GATHER_CONFIG, (d, H, H, eb)),
-                      "pair_e": (route_bwd_collect.PAIR_E_CONFIG, (d, H))}
-            for kind, cfgs, prefix in plans:
-                table, key = tables[kind]
-                for cfg in cfgs:
-                    table[key] = cfg
-                    with kernel_variant("triton-collect" if kind in ("gather", "pair_e") else "triton"):
+            keys = {"fwd": (d, H, eb), "stack": (d, H, H), "gather": (d, H, H, eb), "pair_e": (d, H)}
+            for kind in kernels:
+
+                def fb(params=kind != "stack"):
+                    outs = chain_fwd(be, xs, qs, gs, H, params=params)
+                    torch.autograd.backward(outs, douts)
+                    for t in xs + qs + gs:
+                        t.grad = None
+
+                for i, cfg in enumerate(lists[kind]):
+                    trial = LaunchTables(**{**chosen.__dict__, kind: {**getattr(chosen, kind), keys[kind]: cfg}})
+                    path = os.path.join(trials, f"{name}_h{H}_{kind}_{i}.json")
+                    trial.dump(path)
+                    with use_kernel_config(launch_table=path):
                         fb()  # compiles
-                        ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(prefix))
+                        ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(SWEEP_PREFIX[kind]))
                     rows.append(dict(sweep=kind, shape=name, H=H, cfg=cfg, gpu_ms=ms))
                 mine = [r for r in rows if r["sweep"] == kind and r["shape"] == name and r["H"] == H]
-                table[key] = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
+                best = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
+                getattr(chosen, kind)[keys[kind]] = tuple(best)
                 print(f"SWEEP {name} H={H} {kind}: " + " ".join(f"{r['cfg']}:{r['gpu_ms']:.3f}" for r in mine)
-                      + f" -> {table[key]}", flush=True)
-            fwd_t, gather_t = route_fwd.FWD_CONFIG, route_bwd_collect.GATHER_CONFIG
-            json.dump(dict(fwd=[[*k, *c] for k, c in fwd_t.items() if len(k) == 2],
-                           fwd_by_dtype=[[*k, *c] for k, c in fwd_t.items() if len(k) == 3],
-                           stack=[[d_, h_, hm, *c] for (d_, h_, hm), c in route_bwd.STACK_CONFIG.items()],
-                           gather=[[*k, *c] for k, c in gather_t.items() if len(k) == 3],
-                           gather_by_dtype=[[*k, *c] for k, c in gather_t.items() if len(k) == 4],
-                           pair_e=[[d_, hm, *c] for (d_, hm), c in route_bwd_collect.PAIR_E_CONFIG.items()]),
-                      open(out_path, "w"))  # after every shape: a cut-short sweep keeps what it found
+                      + f" -> {best}", flush=True)
+            chosen.dump(out_path)
     return rows
 
 
@@ -541,7 +406,7 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="results.json")
     ap.add_argument("--backends", default="triton,compile,eager",
                     help="comma-separated, timed in this order in one process: triton, compile, eager, "
-                         "fla, or a triton variant with one kernel switch or launch config changed, for a same-run "
+                         "fla, or a triton variant with a KernelConfig field changed, for a same-run "
                          "ratio ("
                          + ", ".join(VARIANTS) + "; see VARIANTS in mhar_probe/bench/routing.py)")
     ap.add_argument("--heads", default="1,8")
@@ -550,8 +415,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--no-delta", action="store_true")
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
     ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
-    ap.add_argument("--sweep-kernels", default="fwd,stack",
-                    help="which kernels the sweep tunes: " + ", ".join(SWEEP_KINDS))
+    ap.add_argument("--sweep-kernels", default="fwd,gather",
+                    help="which kernels the sweep tunes: " + ", ".join(SWEEP_KINDS) + " (stack: the backward "
+                         "of a stack built without the sites' parameters, which the model does not run)")
+    ap.add_argument("--launch-table", default=None,
+                    help="a launch-table file (what --sweep writes) laid over the built-in table for every "
+                         "triton run (KernelConfig.launch_table)")
     ap.add_argument("--graph", action="store_true",
                     help="also time a CUDA-graph replay of each backend's fwd+bwd (no host launch cost)")
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
@@ -563,7 +432,12 @@ def main(argv: list[str] | None = None) -> None:
     check_arguments(args)
     import triton
 
-    import mhar_probe.kernels  # noqa: F401  (registers 'triton')
+    from mhar_probe.kernels import KernelConfig, kernel_settings, set_kernel_config
+    from mhar_probe.model.routing import register_triton_backend
+
+    register_triton_backend()
+    if args.launch_table:
+        set_kernel_config(KernelConfig(launch_table=args.launch_table))
 
     global DTYPE, GRAPH
     GRAPH = args.graph
@@ -573,7 +447,7 @@ def main(argv: list[str] | None = None) -> None:
     bw = copy_bandwidth()
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
                 torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
-                copy_gbps=bw, dtype=args.dtype)
+                copy_gbps=bw, dtype=args.dtype, kernels=kernel_settings())
     print(json.dumps(meta), flush=True)
     rows = []
     if args.host_profile:

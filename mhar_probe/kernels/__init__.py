@@ -1,18 +1,21 @@
-"""Fused Triton routing kernels; importing this module registers routing backend 'triton'.
+"""Fused Triton routing kernels. This package only exports; the model side registers it as
+routing backend 'triton' (`mhar_probe.model.routing.register_triton_backend`).
 
-Layout (kernel beside its plain reference):
-  route_fwd.py  -- online-softmax forward with the key RMSNorm fused (+ `route_fwd_reference`)
-  route_bwd.py  -- per-call backward, and the earlier shared-stack backward (call part + gather;
-                   `MHAR_STACK_COLLECT=0`) (+ `route_bwd_reference`)
-  route_bwd_collect.py -- the default shared-stack backward at 4 bytes per pair-element
-                   (+ `collect_reference`)
+Layout:
+  config.py     -- `KernelConfig` (the kernels' options, no environment switches) and how to set it
+  launch_tables.py / launch_tables.json -- launch configs per shape (data) and their lookups
+  naive.py      -- plain float64 references of every kernel (forward, backward, collect)
+  route_fwd.py  -- online-softmax forward with the key RMSNorm fused
+  route_bwd.py  -- per-call backward, and the shared-stack backward of a stack built without
+                   the sites' parameters (call part + gather)
+  route_bwd_collect.py -- the shared-stack backward at 4 bytes per pair-element (stacks built
+                   with the sites' parameters: the model's)
   launch.py     -- direct launches of the compiled kernels
   autograd.py   -- autograd Functions, `route_triton`, `TritonSourceStack`, `kernel_settings`
 """
 
-from mhar_probe.kernels.autograd import TritonSourceStack, kernel_settings, route_triton
-from mhar_probe.model.routing import RoutingBackend, register_backend
+from mhar_probe.kernels.autograd import TritonSourceStack, check_heads, kernel_settings, route_triton
+from mhar_probe.kernels.config import KernelConfig, current_kernel_config, set_kernel_config, use_kernel_config
 
-register_backend(RoutingBackend("triton", route_triton, TritonSourceStack))
-
-__all__ = ["TritonSourceStack", "kernel_settings", "route_triton"]
+__all__ = ["KernelConfig", "TritonSourceStack", "check_heads", "current_kernel_config", "kernel_settings", "route_triton",
+           "set_kernel_config", "use_kernel_config"]

@@ -19,7 +19,6 @@ that touches the shared stack) is refused with a message; the delta path is not 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -27,87 +26,40 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mhar_probe.kernels import route_bwd_collect as collect_mod
-from mhar_probe.kernels import route_fwd
+from mhar_probe.kernels.config import KernelConfig, current_kernel_config
+from mhar_probe.kernels.launch import cdiv, is_interpreted, next_pow2
+from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
+from mhar_probe.kernels.route_bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg
 from mhar_probe.kernels.route_bwd_collect import (
-    STACK_GATHER, e_splits, gather_config, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan,
-    tile_split,
+    STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route_bwd import (
-    ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg, stack_config,
-)
-from mhar_probe.kernels.launch import cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import head_split, launch_route_fwd, rounding_flags, tile_config
-
-# Tests set this to fill every kernel output with NaN before the kernel writes it.
-POISON = os.environ.get("MHAR_KERNELS_POISON", "") == "1"
-# Under autocast the embedding (source 0) is fp32 and every sublayer output bf16. The stack
-# keeps source 0 in its own row and the rest in a bf16 buffer, and the kernels compute in the
-# promoted dtype (fp32), as torch.stack + the reference would: the same function with 2 bytes
-# per source element read instead of 4. MHAR_STACK_SPLIT_ROW0=0 promotes the whole buffer
-# instead (the earlier layout; kept for the benchmark's comparison).
-SPLIT_ROW0 = os.environ.get("MHAR_STACK_SPLIT_ROW0", "1") != "0"
-# Opt-in approximation (off by default): store the calls' douts, which the gathers read, in the
-# buffer's dtype (bf16 under autocast) instead of the promoted dtype (fp32 there). That halves
-# the gather's dout bytes (8 -> 6 bytes per pair-element under autocast) but rounds the value
-# path of every source gradient through bf16 douts, so the gradients are no longer the
-# reference's up to fp32 rounding. MHAR_STACK_DOUT_BF16=1 turns it on.
-BF16_DOUTS = os.environ.get("MHAR_STACK_DOUT_BF16", "") == "1"
-# The 4-bytes/pair backward (`route_bwd_collect.py`): no call re-reads its sources; the first
-# call's autograd node returns every call's query and key-norm gradient, so it needs the
-# stack built with the routing parameters (`TritonSourceStack(capacity, params=...)`, which the
-# model passes). The default since it was measured faster on an H100 (kernel time and end to end,
-# 56d8861:benchmarks/kernels/results_h100.md, section 0000; latest: benchmarks/kernels/results.md);
-# MHAR_STACK_COLLECT=0 selects the earlier backward, which
-# re-reads each call's sources (also what a stack built without `params` runs).
-COLLECT = os.environ.get("MHAR_STACK_COLLECT", "1") != "0"
-# Where every call of a stack has the same head count (the model's case), the gather takes the
-# reader's head count as a constant: no table load, no index division and no per-head regrouping
-# per reader (`route_bwd_collect.stack_gather_kernel`, SAME_H; the same sums). MHAR_GATHER_SAME_H=0
-# (or the benchmark's `triton-anyh` variant) runs the general path at every stack.
-SAME_H = os.environ.get("MHAR_GATHER_SAME_H", "1") != "0"
-# A source appended to the stack is not copied into the buffer at once: the next routing call,
-# which reads it as its last row, reads it from the appended tensor and stores it into its row
-# (`route_fwd_kernel`, APPEND). One launch and one read of the row fewer per call. The copy still
-# runs wherever the row is read otherwise first (stacked(), a call over fewer rows, backward), or
-# where the tensor cannot be stored as is (another dtype, not contiguous). MHAR_FWD_APPEND=0 (or
-# the benchmark's `triton-copyappend` variant) copies at every append.
-FWD_APPEND = os.environ.get("MHAR_FWD_APPEND", "1") != "0"
+from mhar_probe.kernels.route_fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
-def kernel_settings() -> dict[str, object]:
-    """The switches that choose among the triton kernels, as a training run records them: the
-    two backwards give the same gradients up to fp32 rounding, not bitwise."""
+def kernel_settings(config: KernelConfig | None = None) -> dict[str, object]:
+    """What a training run records of its kernels (`routing_kernels` in summary.json): the
+    KernelConfig's fields (default: the current one) and Triton's version."""
     import triton
 
-    from mhar_probe.kernels import launch
-
-    return dict(backward="collect" if COLLECT else "stack_bwd", bf16_douts=BF16_DOUTS,
-                split_row0=SPLIT_ROW0, split_heads=route_fwd.SPLIT_HEADS, direct_launch=launch.DIRECT,
-                fwd_fold_qg=route_fwd.FOLD_QG, fwd_lazy_rescale=route_fwd.LAZY_RESCALE,
-                fwd_pipeline=route_fwd.PIPELINE, fwd_append=FWD_APPEND,
-                fwd_append_order=route_fwd.APPEND_ORDER, fwd_w_stages=route_fwd.W_STAGES,
-                dtype_configs=launch.DTYPE_CONFIGS, gather_same_h=SAME_H,
-                gather_align_tiles=collect_mod.ALIGN_TILES,
-                gather_meta_prefetch=collect_mod.META_PREFETCH, gather_two_pass=collect_mod.TWO_PASS,
-                pair_e_wide=collect_mod.E_WIDE, pair_e_split_dot=collect_mod.E_SPLIT_DOT,
-                triton=triton.__version__)
+    return dict((config or current_kernel_config()).as_dict(), triton=triton.__version__)
 
 
-def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-    if POISON:
+def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, poison: bool) -> Tensor:
+    """A kernel output: uninitialised, or NaN-filled where the config poisons outputs."""
+    if poison:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
 
 def _check_device(t: Tensor) -> None:
-    if not t.is_cuda and os.environ.get("TRITON_INTERPRET", "") != "1":
+    if not t.is_cuda and not is_interpreted(route_fwd_kernel):
         raise RuntimeError(
             "routing backend 'triton' needs CUDA tensors (or TRITON_INTERPRET=1 set before "
             "triton is imported, for the CPU interpreter); use routing_backend='eager' on CPU")
 
 
-def _check_heads(d: int, num_heads: int) -> None:
+def check_heads(d: int, num_heads: int) -> None:
+    """Refuse (ValueError) a read of width d in H heads that the kernels cannot route."""
     if num_heads < 1 or d % num_heads:
         raise ValueError(f"hidden size d={d} is not divisible by routing heads H={num_heads}")
     if num_heads & (num_heads - 1):
@@ -141,11 +93,11 @@ def _refuse_recompute() -> None:
 class _RouteLocal(torch.autograd.Function):
     @staticmethod
     def forward(ctx, sources: Tensor, query: Tensor, norm_weight: Tensor, partial: Tensor | None,
-                gate: Tensor | None, num_heads: int, eps: float):  # type: ignore[override]
-        out, W = _route_local_fwd(sources, query, norm_weight, num_heads, eps, partial, gate)
+                gate: Tensor | None, num_heads: int, eps: float, cfg: KernelConfig):  # type: ignore[override]
+        out, W = _route_local_fwd(sources, query, norm_weight, num_heads, eps, partial, gate, cfg)
         ctx.mark_non_differentiable(W)
         ctx.save_for_backward(sources, query, norm_weight, gate, W)
-        ctx.has_partial, ctx.num_heads, ctx.eps = partial is not None, num_heads, eps
+        ctx.has_partial, ctx.num_heads, ctx.eps, ctx.cfg = partial is not None, num_heads, eps, cfg
         ctx.partial_dtype = partial.dtype if partial is not None else None
         return out, W
 
@@ -158,37 +110,39 @@ class _RouteLocal(torch.autograd.Function):
         if dout is None:
             dout = torch.zeros((B, T, D), dtype=sources.dtype, device=sources.device)
         dout = dout.contiguous()
-        block_k, block_p, num_warps, *_ = tile_config(D, H)
+        poison = ctx.cfg.poison
+        block_k, block_p, num_warps, *_ = tables_for(ctx.cfg).fwd_config(D, H)
         grid = cdiv(P, block_p)
-        dV = _new((N, B, T, D), sources.dtype, sources.device)
-        epart = _new((grid, D), torch.float32, sources.device)
-        gpart = _new((grid,), torch.float32, sources.device)
+        dV = _new((N, B, T, D), sources.dtype, sources.device, poison)  # [N, B, T, d]
+        epart = _new((grid, D), torch.float32, sources.device, poison)  # per-program E partials
+        gpart = _new((grid,), torch.float32, sources.device, poison)  # per-program <dout, mix>
         has_gate = ctx.has_partial and gate is not None
         ROUTE_BWD_LOCAL(grid, (
             sources, P * D, dout, query, norm_weight, gate if has_gate else query, W, dV,
             epart, gpart, P, N, ctx.eps),
             dict(D=D, H=H, K=D // H, BLOCK_K=block_k, BLOCK_P=block_p, HAS_GATE=has_gate,
                  ROUND_KEY=rounding_flags(sources.dtype, norm_weight.dtype)[0]), num_warps)
-        dq = _new(query.shape, query.dtype, query.device)
-        dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device)
+        dq = _new(query.shape, query.dtype, query.device, poison)
+        dg = _new(norm_weight.shape, norm_weight.dtype, norm_weight.device, poison)
         launch_dqdg(epart, query, norm_weight, dq, dg)
         dpartial = dout.to(ctx.partial_dtype) if ctx.has_partial else None
         # the gate's gradient sums <dout, mix> over every position (cancellation-prone): the
         # per-program partials are added in float64
         dgate = gpart.sum(dtype=torch.float64).reshape(gate.shape).to(gate.dtype) if has_gate else None
-        return dV, dq, dg, dpartial, dgate, None, None
+        return dV, dq, dg, dpartial, dgate, None, None, None
 
 
 def _route_local_fwd(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
-                     eps: float, partial: Tensor | None, gate: Tensor | None) -> tuple[Tensor, Tensor]:
+                     eps: float, partial: Tensor | None, gate: Tensor | None, cfg: KernelConfig
+                     ) -> tuple[Tensor, Tensor]:
     N, B, T, D = sources.shape
     P = B * T
-    out = _new((B, T, D), sources.dtype, sources.device)
-    W = _new((N, B, T, num_heads), torch.float32, sources.device)
+    out = _new((B, T, D), sources.dtype, sources.device, cfg.poison)
+    W = _new((N, B, T, num_heads), torch.float32, sources.device, cfg.poison)
     if partial is not None:
         partial = partial.contiguous()
     launch_route_fwd(sources, N, P, query.contiguous(), norm_weight.contiguous(), num_heads, eps,
-                     out, W, partial=partial, gate=gate)
+                     out, W, partial=partial, gate=gate, tables=tables_for(cfg))
     return out, W
 
 
@@ -201,7 +155,7 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
     """Fused eq. (mh) on a stacked [N, B, T, d] tensor: (out [B, T, d], weights [N, B, T, H])."""
     _check_device(sources)
     N, B, T, D = sources.shape
-    _check_heads(D, num_heads)
+    check_heads(D, num_heads)
     if N < 1:
         raise ValueError("routing needs at least one source")
     sources = sources.contiguous()
@@ -209,10 +163,11 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
         partial = partial.to(sources.dtype)
     if gate is not None and partial is None:
         gate = None  # as the reference: the gate only scales the routed term of the delta form
+    cfg = current_kernel_config()
     tensors = [t for t in (sources, query, norm_weight, partial, gate) if t is not None]
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
-        return _route_local_fwd(sources, query, norm_weight, num_heads, eps, partial, gate)
-    return _route_local_apply(sources, query, norm_weight, partial, gate, num_heads, eps)
+        return _route_local_fwd(sources, query, norm_weight, num_heads, eps, partial, gate, cfg)
+    return _route_local_apply(sources, query, norm_weight, partial, gate, num_heads, eps, cfg)
 
 
 # ------------------------------------------------------------------------ shared-stack path
@@ -230,6 +185,27 @@ def _programs(device: torch.device, blocks: int, per_sm: int) -> int:
     if sms is None:
         sms = _NUM_SMS[idx] = torch.cuda.get_device_properties(idx).multi_processor_count
     return max(1, min(blocks, per_sm * sms))
+
+
+# Host-built int64 tables of the stack's backward (the call table, pair_e's work items), on the
+# device once per layout: key (device, shape, values) -> (device tensor, its pinned source). A
+# backward over a layout seen before launches from the same device tensor with no host-to-device
+# copy, so a CUDA graph captured over it replays what it read at capture; the pinned source is
+# kept too, so that a copy captured the first time the layout is seen also stays valid. A run has
+# a few layouts (one per model shape); nothing is evicted, since a captured graph may read any.
+_DEVICE_INTS: dict[tuple, tuple[Tensor, Tensor | None]] = {}
+
+
+def _device_ints(values: list[int], shape: tuple[int, ...], device: torch.device) -> Tensor:
+    """`values` as an int64 tensor of `shape` on `device`, built once per (device, shape, values)."""
+    key = (device, shape, tuple(values))
+    hit = _DEVICE_INTS.get(key)
+    if hit is None:
+        cuda = device.type == "cuda"
+        host = torch.tensor(values, dtype=torch.int64, pin_memory=cuda).view(shape)
+        # from pinned memory the copy is asynchronous: no wait for the forward pass's kernels
+        hit = _DEVICE_INTS[key] = (host.to(device, non_blocking=True), host if cuda else None)
+    return hit[0]
 
 
 def _flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, bool]:
@@ -302,18 +278,27 @@ class _StackState:
 
     Source 0 is kept as its own [P, d] row (`row0`, a reference to the appended tensor, as a
     Python list of sources would hold it); sources 1.. are stored into `buffer` [capacity, P, d]
-    (its row 0 is unused; FWD_APPEND: by the forward kernel of the call that first reads the
-    source, else by a copy), allocated at the second append in that source's dtype. Under
-    autocast that is an fp32 embedding beside a bf16 buffer; every call computes in the
-    promoted dtype of the rows it reads, as torch.stack of them would."""
+    (its row 0 is unused; by the forward kernel of the call that first reads the source, else
+    by a copy), allocated at the second append in that source's dtype. Under autocast that is
+    an fp32 embedding beside a bf16 buffer (2 bytes per source element read instead of 4);
+    every call computes in the promoted dtype of the rows it reads, as torch.stack of them
+    would.
+
+    The stack runs with the KernelConfig current when it was built (`config`), backward too.
+    Built with `params` (every site's query and key-norm weight, as the model passes them) it
+    runs the 4-bytes/pair backward (`route_bwd_collect.py`); without, the stack_bwd kernels
+    (`route_bwd.py`), which re-read each call's sources (same gradients up to fp32 rounding)."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
 
     def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
         self.capacity = capacity
+        self.config = current_kernel_config()
+        self.launch_tables: LaunchTables = tables_for(self.config)
+        self._poison = self.config.poison
         # collect mode: every routing call's (query, key-norm weight) is known up front, one
         # entry per site in call order; a [G, d] query is G calls, one per row (mhar_hw)
-        self.collect = COLLECT and params is not None
+        self.collect = params is not None
         self._sites: list[tuple[Tensor, Tensor]] = list(params) if self.collect else []
         self._expect: list[tuple[int, int]] = []  # per call: (site, row; -1 for a [d] query)
         self._site_call0: list[int] = []
@@ -329,8 +314,8 @@ class _StackState:
         self.shape: tuple[int, int, int] | None = None
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
-        # FWD_APPEND: the last appended source while not yet in the buffer: (row, x [P, d], the
-        # version of x when appended); the next call that reads it as its last row stores it
+        # the last appended source while not yet in the buffer: (row, x [P, d], the version of x
+        # when appended); the next call that reads it as its last row stores it
         self._unstored: tuple[int, Tensor, int] | None = None
         self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
@@ -359,8 +344,7 @@ class _StackState:
             raise ValueError(f"source {self._len} has shape {tuple(x.shape)} on {x.device}; "
                              f"the stack holds {self.shape} on {self.row0.device}")
         if self.buffer is None:
-            dtype = x.dtype if SPLIT_ROW0 else torch.promote_types(self.row0.dtype, x.dtype)
-            self.buffer = _new((self.capacity, *self.row0.shape), dtype, x.device)
+            self.buffer = _new((self.capacity, *self.row0.shape), x.dtype, x.device, self._poison)
             self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)  # [B, T, d] each
         elif x.dtype != self.buffer.dtype:  # a wider source: promote, as torch.stack does
             wide = torch.promote_types(self.buffer.dtype, x.dtype)
@@ -371,7 +355,7 @@ class _StackState:
                 self.buffer = self.buffer.to(wide)
                 self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
         x = x.detach()
-        if FWD_APPEND and x.dtype == self.buffer.dtype and x.is_contiguous():
+        if x.dtype == self.buffer.dtype and x.is_contiguous():
             self._unstored = (self._len, x.view(self.row0.shape), x._version)
         else:
             self._row_views[self._len].copy_(x)
@@ -406,7 +390,7 @@ class _StackState:
             raise RuntimeError(
                 f"source {row} was modified in place after it was appended to the source stack "
                 "and before a routing call read it; the stack reads an appended tensor when the "
-                "next call routes over it. Append a copy (x.clone()), or set MHAR_FWD_APPEND=0.")
+                "next call routes over it. Append a copy (x.clone()).")
 
     def __len__(self) -> int:
         return self._len
@@ -433,9 +417,9 @@ class _StackState:
         dev = self.row0.device
         if self._w_flat is None:
             guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
-            self._w_flat = _new((max(size, guess),), torch.float32, dev)
+            self._w_flat = _new((max(size, guess),), torch.float32, dev, self._poison)
         elif self._w_used + size > self._w_flat.numel():
-            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32, dev)
+            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32, dev, self._poison)
             grown[: self._w_used].copy_(self._w_flat[: self._w_used])
             self._w_flat = grown
         off = self._w_used
@@ -448,7 +432,7 @@ class _StackState:
         slot = self._chunks[kind]
         chunk, used = slot
         if chunk is None or used == chunk.shape[0] or chunk.dtype != dtype:
-            chunk = slot[0] = _new((self._OUT_CHUNK, *self.row0.shape), dtype, self.row0.device)
+            chunk = slot[0] = _new((self._OUT_CHUNK, *self.row0.shape), dtype, self.row0.device, self._poison)
             used = 0
         slot[1] = used + 1
         return chunk[used]
@@ -482,7 +466,7 @@ class _StackState:
             rec.res = self._carve("res", rec.dtype)
         append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res, append=append)
+                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -506,14 +490,16 @@ class _StackState:
         calls = self._calls[: top + 1]
         self._bwd_top = top
         self._store_pending()  # a source appended after the last call: no kernel stored it
-        dout_dtype = self.buffer.dtype if BF16_DOUTS and self.buffer is not None else self.dtype
-        self._dout_buf = _new((top + 1, P, D), dout_dtype, dev)
-        self._d_flat = _new((self._w_used,), torch.float32, dev)
+        poison = self._poison
+        # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's
+        storage = self.config.dout_dtype == "storage" and self.buffer is not None
+        self._dout_buf = _new((top + 1, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
+        self._d_flat = _new((self._w_used,), torch.float32, dev, poison)
         soffs, s = [], 0
         for rec in calls:
             soffs.append(s)
             s += P * rec.H
-        self._s_flat = _new((s,), torch.float32, dev)
+        self._s_flat = _new((s,), torch.float32, dev, poison)
         self._soff = soffs
         qs = torch.stack([rec.q for rec in calls]).float()
         gs = torch.stack([rec.g for rec in calls]).float()
@@ -522,24 +508,22 @@ class _StackState:
         for rec in calls:
             poffs.append(poffs[-1] + rec.n)
         rmode = [_ROUND_MODE.get(rec.dtype, 0) for rec in calls]
-        tables = torch.tensor(  # + a sentinel call reading nothing (n = 0)
-            [[r.n for r in calls] + [0], [r.H for r in calls] + [1], [r.woff for r in calls] + [0],
-             soffs + [0], poffs, rmode + [0]], dtype=torch.int64, pin_memory=dev.type == "cuda")
+        # [6, calls + 1] int64: n, H, woff, soff, poff, rounding mode per call, + a sentinel call
+        # reading nothing (n = 0); on the device once per layout (`_device_ints`)
+        self._tables = _device_ints(
+            [*(r.n for r in calls), 0, *(r.H for r in calls), 1, *(r.woff for r in calls), 0, *soffs, 0,
+             *poffs, *rmode, 0], (6, len(calls) + 1), dev)
         if self.collect:
-            self._sh_flat = _new((s,), torch.float32, dev)
-            self._rall = _new((self._len, P), torch.float32, dev)
+            self._sh_flat = _new((s,), torch.float32, dev, poison)
+            self._rall = _new((self._len, P), torch.float32, dev, poison)
             self._qg = torch.stack([qs, gs], 1)  # [calls, 2, d]
-            self._e_pairs = _new((e_splits(P), poffs[-1], D), torch.float32, dev)
+            self._e_pairs = _new((e_splits(P), poffs[-1], D), torch.float32, dev, poison)
             self._e_plan = pair_e_plan(D, max(r.H for r in calls), frozenset(rmode),
-                                       dev.type == "cuda")
+                                       dev.type == "cuda", self.launch_tables)
             self._build_items(calls, top, dev, self._e_plan[0])
-        # From pinned memory the copy is asynchronous; from pageable memory it would wait for
-        # the whole forward pass to finish before backward could queue anything (measured: the
-        # GPU then idled while the host caught up, 10-50 ms per step on an H100).
-        self._tables = tables.to(dev, non_blocking=True)
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
-        self._same_h = SAME_H and all(r.H == self._hmax for r in calls)  # the gather's constant-H path
+        self._same_h = _uniform_heads(calls)  # the gather's constant-H path
         self._epart = None
 
     def _build_items(self, calls: list[_Call], top: int, dev: torch.device, block_c: int) -> None:
@@ -554,8 +538,7 @@ class _StackState:
                     items += (j, c0)
                 if j == 0:
                     n0 = len(items) // 2
-        t = torch.tensor(items or [0, 0], dtype=torch.int64, pin_memory=dev.type == "cuda")
-        self._items = t.view(-1, 2).to(dev, non_blocking=True)
+        self._items = _device_ints(items or [0, 0], (max(1, len(items) // 2), 2), dev)  # [items, 2]
         self._items_n = (n0, len(items) // 2)
 
     def _row_bytes(self) -> int:
@@ -608,15 +591,15 @@ class _StackState:
                 dout = dout.contiguous()
         nj = rec.j1 - rec.j0
         # [nj, B, T, d], or [B, T, d] for one source (handed to autograd without a select)
-        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev)
+        dx = _new(self.shape if nj <= 1 else (nj, *self.shape), dx_dtype or self.dtype, dev, self._poison)
         if self.collect:
             self._backward_call_collect(call, rec, dout, out, dx)
             return None, None, dx
         H, HM = rec.H, self._hmax
-        block_p, num_warps, per_sm, maxnreg = stack_config(D, H, HM)
+        block_p, num_warps, per_sm, maxnreg = self.launch_tables.stack_config(D, H, HM)
         nprog = _programs(dev, cdiv(P, block_p), per_sm)
-        if self._epart is None or self._epart.shape[0] < nprog:
-            self._epart = _new((nprog, D), torch.float32, dev)  # reused by every call (stream order)
+        if self._epart is None or self._epart.shape[0] < nprog:  # reused by every call (stream order)
+            self._epart = _new((nprog, D), torch.float32, dev, self._poison)
         epart = self._epart[:nprog]
         K, KM = D // H, D // HM
         t = self._tables
@@ -625,7 +608,7 @@ class _StackState:
                 call, self._bwd_top + 1, rec.n, rec.woff, self._soff[call], rec.j0, rec.j1, P, rec.eps)
         flags = dict(BLOCK_P=block_p, ROUND_KEY=_flags(rec.dtype, rec.g.dtype)[0], HAS_GATHER=nj > 0,
                      GATHER0=nj > 0 and rec.j0 == 0)
-        split, split_m = (head_split(K), head_split(KM)) if route_fwd.SPLIT_HEADS else (None, None)
+        split, split_m = head_split(K), head_split(KM)
         if split is not None and split_m is not None:  # head widths like 160: two exact tiles
             STACK_BWD_SPLIT(nprog, args, dict(
                 D=D, H=H, K=K, K1=split[0], K2=split[1], BLOCK_K2=split[2], HM=HM, KM=KM,
@@ -633,8 +616,8 @@ class _StackState:
         else:
             STACK_BWD(nprog, args, dict(D=D, H=H, K=K, BLOCK_K=next_pow2(K), HM=HM, KM=KM,
                                         BLOCK_KM=next_pow2(KM), **flags), num_warps, maxnreg)
-        dq = _new(rec.q.shape, rec.q.dtype, dev)
-        dg = _new(rec.g.shape, rec.g.dtype, dev)
+        dq = _new(rec.q.shape, rec.q.dtype, dev, self._poison)
+        dg = _new(rec.g.shape, rec.g.dtype, dev, self._poison)
         launch_dqdg(epart, rec.q, rec.g, dq, dg)
         return dq, dg, dx
 
@@ -647,9 +630,8 @@ class _StackState:
         nj = rec.j1 - rec.j0
         res = rec.res
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               route_fwd.SPLIT_HEADS, gather_config(D, rec.H, self._hmax, self._dout_buf.element_size()),
-               collect_mod.META_PREFETCH,
-               collect_mod.TWO_PASS, self._same_h, collect_mod.ALIGN_TILES, self._row_bytes())
+               self.launch_tables.gather_config(D, rec.H, self._hmax, self._dout_buf.element_size()),
+               self._same_h, self._row_bytes())
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
@@ -671,8 +653,8 @@ class _StackState:
                 launch_pair_e(self.buffer, items[n0:], nitems - n0, self._rall, self._d_flat, t,
                               self._e_pairs, top1, P, self._e_plan)
             ncalls = len(self._calls)
-            self._dq_all = _new((ncalls, D), torch.float32, dev)
-            self._dg_all = _new((ncalls, D), torch.float32, dev)
+            self._dq_all = _new((ncalls, D), torch.float32, dev, self._poison)
+            self._dg_all = _new((ncalls, D), torch.float32, dev, self._poison)
             launch_collect_dqdg(self._e_pairs, self._qg, t, self._dq_all, self._dg_all, top1, D)
             if top1 < ncalls:  # calls after the one backward started from: no gradient
                 self._dq_all[top1:].zero_()
@@ -682,25 +664,26 @@ class _StackState:
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
 
 
+def _uniform_heads(calls: Sequence[_Call]) -> bool:
+    """Whether every call has the same head count (the model's case except mhar_hw, whose
+    attention sites read with H = 1 beside H = KV at the others): the gather's constant-H path."""
+    return all(r.H == calls[0].H for r in calls)
+
+
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 split_heads: bool, config: tuple, meta: bool, two_pass: bool | None,
-                 same_h: bool = False, align_tiles: bool = False, row_bytes: int = 4
+                 config: tuple[int, int, bool, int | None, bool], same_h: bool, row_bytes: int
                  ) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
-    per key; the key holds everything it is built from (the launch config and the head-split
-    switch included, so sweeps and benchmark variants get their own plans). `row_bytes`: the
-    narrowest element of the rows the gather loads (`narrow_tile_vec`)."""
-    block_p, num_warps, prefetch, maxnreg, two_pass_cfg, *rest = config
-    loads_first = bool(rest[0]) if rest else False
-    if two_pass is None:
-        two_pass = two_pass_cfg
+    per key; the key holds everything it is built from (the launch config included, so sweeps
+    get their own plans). `row_bytes`: the narrowest element of the rows the gather loads
+    (`narrow_tile_vec`)."""
+    block_p, num_warps, prefetch, maxnreg, loads_first = config
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
-    vec_b = narrow_tile_vec(block_p, num_warps, HM, block_ka, block_kb, row_bytes) if align_tiles else 0
+    vec_b = narrow_tile_vec(block_p, num_warps, HM, block_ka, block_kb, row_bytes)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch, META=meta, TWO_PASS=two_pass, SAME_H=same_h, VEC_B=vec_b,
-                  LOADS_FIRST=loads_first)
+                  PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
@@ -738,7 +721,7 @@ class TritonSourceStack:
         if not 1 <= n <= st._len:
             raise ValueError(f"cannot route over {n} sources: the stack holds {st._len}")
         B, T, D = st.shape
-        _check_heads(D, num_heads)
+        check_heads(D, num_heads)
         P = B * T
         if not query.is_contiguous():  # (parameters are: no dispatch for them)
             query = query.contiguous()
@@ -746,11 +729,11 @@ class TritonSourceStack:
             norm_weight = norm_weight.contiguous()
         if not torch.is_grad_enabled():  # inference: nothing is saved
             dev = st.row0.device
-            out = _new((P, D), st._dtype_of(n), dev)
-            W = _new((n, P, num_heads), torch.float32, dev)
+            out = _new((P, D), st._dtype_of(n), dev, st._poison)
+            W = _new((n, P, num_heads), torch.float32, dev, st._poison)
             append = st._take_unstored(n)
             launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0,
-                             append=append)
+                             append=append, tables=st.launch_tables)
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "

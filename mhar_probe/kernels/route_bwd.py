@@ -26,46 +26,23 @@ Two kernels for the two ways of organising that sum:
   in a fixed order (no atomics: bitwise repeatable).
   Bytes per pair-element: fwd 2 (read v) + bwd 2 (read v in the call kernel) + 2 (read dout in
   the gather) = 6 (bf16; 8 under autocast, where the routed outputs and so the stored douts are
-  fp32), against the 4 of DESIGN.md section 4 and the paper's ~14 (why not 4: see
-  mhar_probe/kernels/README.md). Source 0 is read through its own pointer V0: under autocast
-  it is the fp32 embedding beside a bf16 buffer.
+  fp32), against the 4 of DESIGN.md section 4 and the paper's ~14. 4 needs the call's query
+  gradient formed after the gathers, i.e. every site's parameters up front: the backward of
+  route_bwd_collect.py, which the model runs; this one serves stacks built without them. Source
+  0 is read through its own pointer V0: under autocast it is the fp32 embedding beside a bf16
+  buffer.
 No atomics anywhere: dq/dg/dgate leave as per-program partials summed on the host.
-`route_bwd_reference` is the plain torch closed form used to test the equations.
+`naive.route_bwd_reference` is the plain torch closed form used to test the equations.
 """
 
 from __future__ import annotations
 
-import json
-import os
-
-import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import advance_split, block_rows, prefetch_split, rsqrt_acc, split_cols
-
-
-def route_bwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
-                        eps: float, weights: Tensor, dout: Tensor, gate: float = 1.0
-                        ) -> tuple[Tensor, Tensor, Tensor]:
-    """Closed-form (dsources [N,B,T,d], dq [d], dg [d]) for out = gate * mix (fp32/fp64 math)."""
-    N, B, T, D = sources.shape
-    H, K = num_heads, D // num_heads
-    v = sources.to(weights.dtype)
-    do = dout.to(weights.dtype) * gate
-    Dn = torch.einsum("bthe,nbthe->nbth", do.view(B, T, H, K), v.view(N, B, T, H, K))
-    S = (weights * Dn).sum(0, keepdim=True)
-    dl = weights * (Dn - S)  # [N, B, T, H]
-    r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
-    kh0 = (v * r).to(sources.dtype).to(weights.dtype)
-    E = torch.einsum("nbth,nbthe->he", dl, kh0.view(N, B, T, H, K)).reshape(D)
-    q, g = query.to(weights.dtype), norm_weight.to(weights.dtype)
-    dk = (dl[..., None] * (q * g).view(H, K)).reshape(N, B, T, D)
-    dv = r * dk - r.pow(3) / D * (dk * v).sum(-1, keepdim=True) * v
-    dv = dv + (weights[..., None] * do.view(B, T, H, K)).reshape(N, B, T, D)
-    return dv, g * E, q * E
+from mhar_probe.kernels.route_fwd import block_rows, rsqrt_acc, split_cols
 
 
 @triton.jit
@@ -269,6 +246,34 @@ def stack_bwd_kernel(
 
 
 # ------------------------------------------- head width not a power of two: two exact tiles
+# (the stack kernels' register prefetch of the next two source rows)
+@triton.jit
+def prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec):
+    """Rows 1 and 2 of V (two tiles each) in flight before the loop over rows; returns the
+    pointers at row 2 and the four tiles (rows past n_vec read as zeros)."""
+    pa = V + stride_vn + rowa
+    pb = V + stride_vn + rowb
+    v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
+    v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
+    pa += stride_vn
+    pb += stride_vn
+    v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
+    v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
+    return pa, pb, v1a, v1b, v2a, v2b
+
+
+@triton.jit
+def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n):
+    """Inside the loop over rows: hand out row n (fp32), shift row n+1 up, load row n+2."""
+    va = v1a.to(tl.float32)
+    vb = v1b.to(tl.float32)
+    pa += stride_vn
+    pb += stride_vn
+    v3a = tl.load(pa, mask=maska & (n_vec > n + 2)[:, None, None], other=0.0)
+    v3b = tl.load(pb, mask=maskb & (n_vec > n + 2)[:, None, None], other=0.0)
+    return va, vb, pa, pb, v2a, v2b, v3a, v3b
+
+
 # As route_fwd_split_kernel: each head's K columns are read as [.., K1] + [.., BLOCK_K2] tiles
 # (160 = 128 + 32 at 1B) instead of one tile padded to a power of two (256: 37.5% idle lanes).
 # Same sums as `_call_bwd_step` / `_gather_source` / `stack_bwd_kernel`, the row reductions
@@ -454,32 +459,3 @@ _DQDG = Launcher(dqdg_kernel)
 STACK_BWD = Launcher(stack_bwd_kernel)
 STACK_BWD_SPLIT = Launcher(stack_bwd_split_kernel)
 ROUTE_BWD_LOCAL = Launcher(route_bwd_local_kernel)
-
-
-# (BLOCK_P, num_warps, programs per SM) of the stack kernel per (d, H, HM); tuning sweeps
-# override it (`mhar bench routing --sweep`). Measured by device time on an H100: (512, 1, 1) at
-# the kernel-table shape (2026-11-22), the others at the cost table's training microbatches in
-# autocast's layout (2026-11-23): one warp per position block and 16 programs per SM (350M:
-# 28.5 -> 15.3 ms per step, 100M H=4: 12.3 -> 8.4 ms; 1B with the padded heads (1, 2, 8): 33.6 ->
-# 31.2 ms; 1B with two-tile heads (1, 1, 16): 26.4 -> 24.6 ms). Other shapes use the heuristic below.
-# An optional fourth entry caps the registers per thread (maxnreg), for occupancy. The kernel
-# takes 218-255 registers, so only 8 one-warp programs are resident per SM (Nsight Compute), but
-# every cap tried spills and loses (1B: 107 ms at 128 registers against 24.6 ms uncapped).
-STACK_CONFIG: dict[tuple[int, int, int], tuple[int, ...]] = {
-    (512, 1, 1): (4, 8, 2), (512, 4, 4): (2, 1, 16), (512, 8, 8): (1, 1, 16),
-    (1024, 8, 8): (1, 1, 16), (1280, 8, 8): (1, 1, 16)}
-if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
-    for d_, h_, hm_, *cfg_ in json.load(open(os.environ["MHAR_KERNEL_CONFIG"])).get("stack", []):
-        STACK_CONFIG[(d_, h_, hm_)] = tuple(cfg_)
-
-
-def stack_config(d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, int | None]:
-    """(BLOCK_P, num_warps, programs per SM, maxnreg) of the stack backward kernel."""
-    hit = STACK_CONFIG.get((d, num_heads, max_heads))
-    if hit is not None:
-        return hit[0], hit[1], hit[2], (hit[3] or None) if len(hit) > 3 else None
-    width = num_heads * next_pow2(d // num_heads)
-    # one warp per 1024 columns; register-heavy wider tiles spill (measured: 1B with (2, 1, 16)
-    # took 453 ms against 31 ms with (1, 2, 8))
-    cfg = (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)
-    return (*cfg, None)

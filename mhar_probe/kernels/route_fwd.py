@@ -10,122 +10,21 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
     out_h    = sum_n w_{n,h} v_{n,h}            (+ partial + gate * ... in the delta form)
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
-which the backward and the hooks read. `route_fwd_reference` is the plain torch reading.
+which the backward and the hooks read. `naive.route_reference_f64` is the plain torch reading.
 """
 
 from __future__ import annotations
 
 import functools
-import json
-import os
 
 import torch
 import triton
 import triton.language as tl
 from torch import Tensor
 
-from mhar_probe.errors import UserError
-from mhar_probe.kernels import launch
+from mhar_probe.kernels.config import current_kernel_config
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.model.routing import route_reference
-
-
-def route_fwd_reference(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
-                        eps: float, partial: Tensor | None = None,
-                        gate: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """The plain reference the kernel must reproduce (eq. mh); see `route_reference`."""
-    return route_reference(sources, query, norm_weight, num_heads, eps, partial=partial, gate=gate)
-
-
-def route_reference_f64(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
-                        eps: float = 1e-6, partial: Tensor | None = None,
-                        gate: Tensor | None = None, round_to: torch.dtype | None = None
-                        ) -> tuple[Tensor, Tensor]:
-    """Eq. (mh) in float64 throughout (the ground truth; `route_reference` runs in fp32).
-
-    `round_to` emulates the reference's rounding of the normalised key to a storage dtype."""
-    N, B, T, D = sources.shape
-    H, K = num_heads, D // num_heads
-    v = sources.double()
-    normed = v * torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
-    if round_to is not None:
-        normed = normed.to(round_to).double()
-    keys = norm_weight.double() * normed
-    logits = torch.einsum("he,nbthe->nbth", query.double().view(H, K), keys.view(N, B, T, H, K))
-    alpha = logits.softmax(0)
-    out = torch.einsum("nbth,nbthe->bthe", alpha, v.view(N, B, T, H, K)).reshape(B, T, D)
-    if partial is not None:
-        out = partial.double() + (gate.double() if gate is not None else 1.0) * out
-    return out, alpha
-
-
-# Launch configurations: (BLOCK_P, num_warps) per (d, H), overridable for tuning sweeps
-# (`mhar bench routing --sweep`). Missing entries use the heuristic below. Measured by device
-# time (H100): (512, 1) at the kernel-table shape (2026-11-22); the others at the cost table's
-# training microbatches in autocast's layout (2026-11-23, 56d8861:benchmarks/kernels/results_h100.md): one
-# or two warps per position keep the per-row RMS and logit reductions inside a warp, with no
-# block barrier per source row (350M: 7.3 -> 7.2 ms, 100M H=4: 4.3 -> 3.7 ms; bf16 kernel-table
-# 100M H=8: 1.41 -> 0.94 ms). 1B (d/H = 160, two-tile heads): one warp, 14.5 -> 9.2 ms per step
-# (the padded kernel had preferred four; Nsight Compute showed the four-warp split kernel at 31%
-# of DRAM bandwidth, stalled on its cross-warp reductions).
-# An optional third entry caps the registers per thread (maxnreg; 0: none); the caps tried so
-# far spill and lose (1B: 99 ms with one warp at 96 registers). An optional fourth entry S >= 2
-# replaces the loop's register prefetch of the next two source rows by Triton's software
-# pipeliner with S stages: rows S-1 ahead are copied into shared memory asynchronously
-# (cp.async), so more bytes are in flight for fewer registers (offline, Triton 3.6, sm_90:
-# 96 -> 80 registers at d512, 241 -> 191 at d1280, regs_offline_2026-11-23h_fwd_pipelined_*).
-# 0 or absent: the register prefetch.
-# Re-swept after the instruction cuts (fold, lazy rescale; sixth session of 2026-11-23,
-# 56d8861:benchmarks/kernels/h100_2026-11-23f/run2_sweeps): H=1 at the kernel-table shapes (bf16) and H=8 at the
-# training
-# microbatches, ms of forward device time per microbatch: 100M H=1 (4, 4) 1.04 -> (1, 1) 0.85;
-# 1B H=1, the (1, 4) of the heuristic 7.09 -> (1, 1) 3.94; 350M H=8 (1, 2) 6.56 -> (1, 1) 6.42;
-# (1024, 1) stays at (1, 2) (1.57; (1, 1) 1.58).
-# Re-swept with the pipelined loop (eighth session, 56d8861:benchmarks/kernels/h100_2026-11-23h/run6_fwdpipe), ms of
-# forward
-# device time per microbatch, register prefetch (1, 1) -> best: 100M-train H=8 3.19 -> 2.87
-# (1, 1, 0, 4); 350M-train 6.43 -> 5.76 (1, 2, 0, 3); 1B-train 8.46 -> 7.10 (1, 1, 0, 3); bf16
-# kernel-table H=1: 100M 0.85 -> 0.72 (2, 1, 0, 3), 350M 1.57 (1, 2) -> 1.29 (1, 1, 0, 4), 1B
-# 3.91 -> 3.27 (1, 1, 0, 3). Two stages (one row ahead) lost everywhere; three beat the register
-# prefetch at all six shapes, so the entries not swept ((512, 4), the heuristic) take three.
-# Deeper pipelines (run11_fwdstages, 3-6 stages): 100M-train 2.87 (4) -> 2.80 (5), 350M-train
-# 5.76 (1, 2, 0, 3) -> 5.71 (1, 2, 0, 4); six stages were never best, and the other entries
-# stay (1B-train: 3 stages 7.09, 4: 7.35; at H=1 no deeper config beat the current one by more
-# than 0.1%).
-FWD_CONFIG: dict[tuple[int, ...], tuple[int, ...]] = {
-    (512, 1): (2, 1, 0, 3), (512, 4): (1, 1, 0, 3), (512, 8): (1, 1, 0, 5), (1024, 1): (1, 1, 0, 4),
-    (1024, 8): (1, 2, 0, 4), (1280, 1): (1, 1, 0, 3), (1280, 8): (1, 1, 0, 3)}
-# The table before the pipelined loop (register prefetch), which MHAR_FWD_PIPELINE=0 runs.
-FWD_CONFIG_PREFETCH: dict[tuple[int, int], tuple[int, ...]] = {
-    (512, 1): (1, 1), (512, 4): (1, 1), (512, 8): (1, 1), (1024, 1): (1, 2), (1024, 8): (1, 1),
-    (1280, 1): (1, 1), (1280, 8): (1, 1)}
-if os.environ.get("MHAR_KERNEL_CONFIG"):  # tuned by `mhar bench routing --sweep` (JSON file)
-    _tuned = json.load(open(os.environ["MHAR_KERNEL_CONFIG"]))
-    for d_, h_, *cfg_ in _tuned.get("fwd", []):  # a file may hold some kernels only
-        FWD_CONFIG[(d_, h_)] = tuple(cfg_)
-    for d_, h_, b_, *cfg_ in _tuned.get("fwd_by_dtype", []):
-        FWD_CONFIG[(d_, h_, b_)] = tuple(cfg_)
-
-
-def tile_config(d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, int | None, int]:
-    """(BLOCK_K, BLOCK_P, num_warps, maxnreg, stages) for a [BLOCK_P, H, BLOCK_K] register tile;
-    stages 0: the loop's register prefetch, >= 2: Triton's pipeliner with that many stages.
-
-    An entry (d, H, out_bytes) (the output's bytes per element: 2 for a pure 16-bit chain, 4
-    under autocast) wins over the generic (d, H) one while `launch.DTYPE_CONFIGS` is on."""
-    K = d // num_heads
-    block_k = next_pow2(K)
-    width = num_heads * block_k
-    table = FWD_CONFIG if PIPELINE else FWD_CONFIG_PREFETCH
-    hit = table.get((d, num_heads, out_bytes)) if launch.DTYPE_CONFIGS else None
-    if hit is None:
-        hit = table.get((d, num_heads))
-    if hit is not None:
-        stages = hit[3] if len(hit) > 3 else 0
-        return (block_k, hit[0], hit[1], (hit[2] or None) if len(hit) > 2 else None,
-                stages if PIPELINE else 0)
-    # 512 -> 1 warp ... 2048 -> 4, wider -> 8
-    return block_k, 1, max(1, min(8, width // 512)), None, 3 if PIPELINE else 0
+from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
 
 
 # ---------------------------------------------------------------- accurate fp32 primitives
@@ -152,23 +51,16 @@ def div_acc(a, b):
 
 
 @triton.jit
-def _softmax_fold(logit, m, l, acca, accb, LAZY: tl.constexpr, TWO: tl.constexpr):
+def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
     """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
     softmax numerator e = exp(logit - m_new) and the old terms (l and the accumulator, held as
     one tile or, TWO, as two tiles acca, accb) rescaled by exp(m - m_new).
-    LAZY: the rescale runs only when some running max grew in this block; otherwise its
-    factor is exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
+    The rescale runs only when some running max grew in this block; otherwise its factor is
+    exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
     m_new = tl.maximum(m, logit)
     e = exp_acc(logit - m_new)
-    if LAZY:
-        grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
-        if grew > 0:
-            scale = exp_acc(m - m_new)
-            l = l * scale
-            acca = acca * scale[:, :, None]
-            if TWO:
-                accb = accb * scale[:, :, None]
-    else:
+    grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
+    if grew > 0:
         scale = exp_acc(m - m_new)
         l = l * scale
         acca = acca * scale[:, :, None]
@@ -179,8 +71,7 @@ def _softmax_fold(logit, m, l, acca, accb, LAZY: tl.constexpr, TWO: tl.constexpr
 
 @triton.jit
 def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
-              LAZY: tl.constexpr):
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
     """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
     FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
     r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
@@ -195,23 +86,18 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
             kh = kh.to(dtype).to(tl.float32)
         logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
-    m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, LAZY, False)
+    m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, False)
     return m, l + e, acc + e[:, :, None] * v
 
 
 @triton.jit
 def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.constexpr):
-    """Rewrite the N [BP, H] raw logits at wptr + n*P*H as the weights exp(logit - m) / l.
-    W_STAGES > 0: under Triton's pipeliner, the logits W_STAGES - 1 rows ahead in flight (each
-    row's load waits on the cache otherwise, N times in a row at the end of every program)."""
-    if W_STAGES > 0:
-        for n in tl.range(0, N, num_stages=W_STAGES):
-            lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-            tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
-    else:
-        for n in range(N):
-            lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-            tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+    """Rewrite the N [BP, H] raw logits at wptr + n*P*H as the weights exp(logit - m) / l,
+    under Triton's pipeliner: the logits W_STAGES - 1 rows ahead in flight (each row's load
+    waits on the cache otherwise, N times in a row at the end of every program)."""
+    for n in tl.range(0, N, num_stages=W_STAGES):
+        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
+        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
 
 
 @triton.jit
@@ -228,15 +114,15 @@ def route_fwd_kernel(
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
-    FOLD: tl.constexpr, LAZY: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-    W_STAGES: tl.constexpr,
+    FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
 ):
-    """APPEND (1 or 2): the source appended just before this call is read from X, not from V,
-    and the kernel stores it into its row of V (XDST) on the way: the stack's append is this
-    store, with no copy kernel and no second read of the row. It is loaded with row 0, before
-    the loop over rows 1..N-2, and folded into the softmax after that loop (1: the rows' order,
-    bitwise what reading it from V gives) or right after row 0 (2: no row held in registers
-    through the loop; the sums in another order, within fp32 rounding)."""
+    """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
+    into shared memory). APPEND: the source appended just before this call is read from X,
+    not from V, and the kernel stores it into its row of V (XDST) on the way: the stack's
+    append is this store, with no copy kernel and no second read of the row. It is loaded with
+    row 0 and folded into the softmax right after it (no row held in registers through the
+    loop; within fp32 rounding of reading it from V in the rows' order).
+    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -257,41 +143,23 @@ def route_fwd_kernel(
     l = tl.zeros([BLOCK_P, H], tl.float32)
     acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
     v0 = tl.load(V0 + row, mask=mask, other=0.0)
-    if APPEND > 0:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
+    if APPEND:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
         NV = N - 1
         vx = tl.load(X + row, mask=mask, other=0.0)
         tl.store(XDST + row, vx, mask=mask)
     else:
         NV = N
-    if STAGES == 0:
-        n_vec = tl.full([BLOCK_P], NV, tl.int32)  # NV as a tensor (N == 1 arrives as a constant)
-        vptr = V + stride_vn + row  # software prefetch: the next two source rows are in flight
-        v_n1 = tl.load(vptr, mask=mask & (n_vec > 1)[:, None, None], other=0.0)
-        vptr += stride_vn
-        v_n2 = tl.load(vptr, mask=mask & (n_vec > 2)[:, None, None], other=0.0)
     m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    if APPEND == 2:
+                          ROUND_KEY, ROUND_KEY2, FOLD)
+    if APPEND:
         m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
-                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    if STAGES == 0:
-        for n in range(1, NV):
-            v = v_n1.to(tl.float32)
-            v_n1 = v_n2
-            vptr += stride_vn
-            v_n2 = tl.load(vptr, mask=mask & (n_vec > n + 2)[:, None, None], other=0.0)
-            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                                  ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    else:  # Triton's pipeliner keeps rows STAGES-1 ahead in flight (cp.async into shared memory)
-        vptr = V + row
-        for n in tl.range(1, NV, num_stages=STAGES):
-            vptr += stride_vn
-            v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                                  ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    if APPEND == 1:
-        m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
-                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+    vptr = V + row
+    for n in tl.range(1, NV, num_stages=STAGES):
+        vptr += stride_vn
+        v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
+        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
+                              ROUND_KEY, ROUND_KEY2, FOLD)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -347,36 +215,9 @@ def block_rows(blk, P, D: tl.constexpr, BLOCK_P: tl.constexpr, cola, colb, cmask
 
 
 @triton.jit
-def prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec):
-    """Rows 1 and 2 of V (two tiles each) in flight before the loop over rows; returns the
-    pointers at row 2 and the four tiles (rows past n_vec read as zeros)."""
-    pa = V + stride_vn + rowa
-    pb = V + stride_vn + rowb
-    v1a = tl.load(pa, mask=maska & (n_vec > 1)[:, None, None], other=0.0)
-    v1b = tl.load(pb, mask=maskb & (n_vec > 1)[:, None, None], other=0.0)
-    pa += stride_vn
-    pb += stride_vn
-    v2a = tl.load(pa, mask=maska & (n_vec > 2)[:, None, None], other=0.0)
-    v2b = tl.load(pb, mask=maskb & (n_vec > 2)[:, None, None], other=0.0)
-    return pa, pb, v1a, v1b, v2a, v2b
-
-
-@triton.jit
-def advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn, maska, maskb, n_vec, n):
-    """Inside the loop over rows: hand out row n (fp32), shift row n+1 up, load row n+2."""
-    va = v1a.to(tl.float32)
-    vb = v1b.to(tl.float32)
-    pa += stride_vn
-    pb += stride_vn
-    v3a = tl.load(pa, mask=maska & (n_vec > n + 2)[:, None, None], other=0.0)
-    v3b = tl.load(pb, mask=maskb & (n_vec > n + 2)[:, None, None], other=0.0)
-    return va, vb, pa, pb, v2a, v2b, v3a, v3b
-
-
-@triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
                     dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                    FOLD: tl.constexpr, LAZY: tl.constexpr):
+                    FOLD: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
     ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
     r = rsqrt_acc(ss / D + eps)  # [BP]
@@ -395,7 +236,7 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
             khb = khb.to(dtype).to(tl.float32)
         logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
-    m, l, acca, accb, e = _softmax_fold(logit, m, l, acca, accb, LAZY, True)
+    m, l, acca, accb, e = _softmax_fold(logit, m, l, acca, accb, True)
     return m, l + e, acca + e[:, :, None] * va, accb + e[:, :, None] * vb
 
 
@@ -406,9 +247,10 @@ def route_fwd_split_kernel(
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-    HAS_RES: tl.constexpr, FOLD: tl.constexpr, LAZY: tl.constexpr, STAGES: tl.constexpr,
-    APPEND: tl.constexpr, W_STAGES: tl.constexpr,
+    HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
+    W_STAGES: tl.constexpr,
 ):
+    """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
     cola, colb, cmaska, cmaskb = split_cols(H, K, K1, K2, BLOCK_K2)  # [H, K1], [H, BK2]
     # rowa [BP, H, K1], rowb [BP, H, BK2]
@@ -430,7 +272,7 @@ def route_fwd_split_kernel(
     accb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
     v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
     v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
-    if APPEND > 0:  # rows [1, NV) from V, row N-1 from X (see route_fwd_kernel)
+    if APPEND:  # rows [1, NV) from V, row N-1 from X (see route_fwd_kernel)
         NV = N - 1
         vxa = tl.load(X + rowa, mask=maska, other=0.0)
         vxb = tl.load(X + rowb, mask=maskb, other=0.0)
@@ -438,38 +280,23 @@ def route_fwd_split_kernel(
         tl.store(XDST + rowb, vxb, mask=maskb)
     else:
         NV = N
-    if STAGES == 0:
-        n_vec = tl.full([BLOCK_P], NV, tl.int32)
-        pa, pb, v1a, v1b, v2a, v2b = prefetch_split(V, stride_vn, rowa, rowb, maska, maskb, n_vec)
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
                                        acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
-                                       FOLD, LAZY)
-    if APPEND == 2:
+                                       FOLD)
+    if APPEND:
         m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
                                            acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
-                                           ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
-    if STAGES == 0:
-        for n in range(1, NV):
-            va, vb, pa, pb, v1a, v1b, v2a, v2b = advance_split(pa, pb, v1a, v1b, v2a, v2b, stride_vn,
-                                                               maska, maskb, n_vec, n)
-            m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
-                                               wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
-                                               ROUND_KEY2, FOLD, LAZY)
-    else:  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
-        pa = V + rowa
-        pb = V + rowb
-        for n in tl.range(1, NV, num_stages=STAGES):
-            pa += stride_vn
-            pb += stride_vn
-            va = tl.load(pa, mask=maska, other=0.0).to(tl.float32)
-            vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
-            m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
-                                               wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
-                                               ROUND_KEY2, FOLD, LAZY)
-    if APPEND == 1:
-        m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
-                                           acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
-                                           ROUND_KEY, ROUND_KEY2, FOLD, LAZY)
+                                           ROUND_KEY, ROUND_KEY2, FOLD)
+    pa = V + rowa  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
+    pb = V + rowb
+    for n in tl.range(1, NV, num_stages=STAGES):
+        pa += stride_vn
+        pb += stride_vn
+        va = tl.load(pa, mask=maska, other=0.0).to(tl.float32)
+        vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
+        m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
+                                           wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
+                                           ROUND_KEY2, FOLD)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -499,21 +326,25 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
-                     res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None) -> None:
+                     res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
+                     tables: LaunchTables | None = None) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
     dst, its row of V, by the same kernel (the stack's append folded into the call that first
-    reads the source), and folded into the softmax where APPEND_ORDER says.
+    reads the source), and folded into the softmax right after row 0.
+    `tables`: the launch tables (default: the current KernelConfig's).
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
     output follow `out.dtype`, the promoted dtype of the routed sources."""
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
-    plan_key = (D, num_heads, tile_config(D, num_heads, out.element_size()), out.dtype, norm_weight.dtype, has_partial,
-                has_gate, SPLIT_HEADS, res is not None, FOLD_QG and V.element_size() < 4, LAZY_RESCALE,
-                0 if append is None else APPEND_ORDERS[APPEND_ORDER], W_STAGES)
+    if tables is None:
+        tables = tables_for(current_kernel_config())
+    plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
+                norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
+                append is not None)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -526,19 +357,27 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, split_heads: bool, has_res: bool = False,
-              fold_qg: bool = True, lazy_rescale: bool = True, append: int = 0, w_stages: int = 0):
+              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: bool
+              ) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
-    sweep or a benchmark variant that changes the configs gets new plans). Host time per routing call
-    matters: `benchmarks/kernels/host_overhead.py`."""
+    sweep that changes the configs gets new plans). Host time per routing call matters:
+    `benchmarks/kernels/host_overhead.py`.
+
+    FOLD: where the sources are stored in 16 bits but no key rounding applies (autocast's
+    training layout: fp32 source 0 and outputs, bf16 buffer), the logit is r * <q*g, v>: one
+    row of registers fewer than q and g, products in another order (about an fp32 ulp per term,
+    against the 2^-8 of the stored sources). fp32 storage keeps the reference's order r*v*g*q:
+    there the fp32 path must stay within 2.5e-6 of float64 on every gradient, which the fold
+    exceeded on an H100 (3.6e-6 at N=17, d=768, H=2; results_h100.md).
+    Head widths that are not a power of two run as two exact tiles (`head_split`)."""
     K = D // H
     block_k, block_p, num_warps, maxnreg, stages = config
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
-                 ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold_qg and not (rk or rk2),
-                 LAZY=lazy_rescale, STAGES=stages, APPEND=append, W_STAGES=w_stages)
-    split = head_split(K) if split_heads else None
+                 ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=narrow_storage and not (rk or rk2),
+                 STAGES=stages, APPEND=append, W_STAGES=W_STAGES)
+    split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
         return True, block_p, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags), \
@@ -546,41 +385,9 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     return False, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg
 
 
-# MHAR_SPLIT_HEADS=0 (or this switch) keeps the padded single tile for every head width (the
-# benchmark's `triton-padded` variant compares both in one process).
-SPLIT_HEADS = os.environ.get("MHAR_SPLIT_HEADS", "1") != "0"
-# Where the sources are stored in 16 bits but no key rounding applies (autocast's training layout:
-# fp32 source 0 and outputs, bf16 buffer), the logit is r * <q*g, v>: one row of registers fewer
-# than q and g, products in another order (about an fp32 ulp per term, against the 2^-8 of the
-# stored sources). fp32 storage keeps the reference's order r*v*g*q: there the fp32 path must
-# stay within 2.5e-6 of float64 on every gradient, which the fold exceeded on an H100 (3.6e-6 at
-# N=17, d=768, H=2; 56d8861:benchmarks/kernels/results_h100.md). MHAR_FWD_FOLD_QG=0 keeps the reference's order
-# everywhere.
-# MHAR_FWD_LAZY_RESCALE=0 rescales the running sums on every source row, also where no running
-# max grew. The skipped factor is exactly 1: bitwise the same in the interpreter; a GPU compile
-# may contract the multiply-adds differently on either side of the branch (fp32 rounding).
-FOLD_QG = os.environ.get("MHAR_FWD_FOLD_QG", "1") != "0"
-# MHAR_FWD_PIPELINE=0 runs every forward with the loop's register prefetch of the next two rows
-# (stages 0) and the launch configs from before the pipelined loop (FWD_CONFIG_PREFETCH; the
-# benchmark's `triton-fwdregs` variant).
-PIPELINE = os.environ.get("MHAR_FWD_PIPELINE", "1") != "0"
-LAZY_RESCALE = os.environ.get("MHAR_FWD_LAZY_RESCALE", "1") != "0"
-# Where a call stores its newest source into the stack's buffer (autograd.FWD_APPEND), the row
-# read from the appended tensor is folded into the online softmax right after row 0 ("first",
-# the default: the sums in another order than reading it from the buffer, within fp32 rounding)
-# or last, in the rows' order ("last": bitwise what reading it from the buffer gives, but the row
-# stays in registers through the loop: 0.98 against 0.76 ms of forward at the 100M kernel-table
-# shape with H = 1 on an H100, 56d8861:benchmarks/kernels/results_h100.md). MHAR_FWD_APPEND_ORDER=last|first.
-# MHAR_FWD_W_STAGES: the stages of the pipelined loop that turns each call's stored logits into
-# weights at the end of every program (0: a plain loop, each row's load waiting on the cache).
-_w_stages = os.environ.get("MHAR_FWD_W_STAGES", "3")
-if not _w_stages.isdigit() or _w_stages == "1":
-    raise UserError(f"MHAR_FWD_W_STAGES={_w_stages!r}: 0 (a plain loop) or a stage count of 2 or more")
-W_STAGES = int(_w_stages)
-APPEND_ORDERS = {"last": 1, "first": 2}
-APPEND_ORDER = os.environ.get("MHAR_FWD_APPEND_ORDER", "first")
-if APPEND_ORDER not in APPEND_ORDERS:
-    raise UserError(f"MHAR_FWD_APPEND_ORDER={APPEND_ORDER!r}: choose from {', '.join(APPEND_ORDERS)}")
+# Stages of the pipelined loop at the end of every forward program that turns the stored
+# logits into weights (results_h100.md: -3% / -4% of the forward at 350M / 1B against a plain loop).
+W_STAGES = 3
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd

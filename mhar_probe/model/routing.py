@@ -18,7 +18,8 @@ Backends share one interface so that model code never changes:
     (a [G, d] query is G calls); a backend may use it to form all of their gradients in one
     place (triton's 4-bytes/pair backward), the others ignore it.
 `eager` is the reference, `compile` is the same code under torch.compile, and `triton`
-(mhar_probe.kernels) registers itself on import.
+(the fused kernels of mhar_probe.kernels) is registered by `register_triton_backend` the
+first time it is asked for.
 
 Which backend a model routes with is a run-time setting, not part of its config:
 `set_routing_backend(model, name)` (or `routing_backend(model, name)` for a `with` block)
@@ -124,6 +125,8 @@ class RoutingBackend:
     name: str
     route: RouteFn
     new_stack: Callable[..., SourceStack]  # (capacity, params=None)
+    #: (d, H) -> None, or ValueError for a read of width d in H heads the backend cannot route
+    check_heads: Callable[[int, int], None] | None = None
 
 
 _BACKENDS: dict[str, RoutingBackend] = {}
@@ -151,15 +154,25 @@ register_backend(RoutingBackend("compile", _route_compiled,
                                 lambda cap, params=None: ListSourceStack(cap, _route_compiled)))
 
 
-def get_backend(name: str) -> RoutingBackend:
-    """Look up a routing backend; importing `mhar_probe.kernels` registers `triton`.
+def register_triton_backend() -> RoutingBackend:
+    """Import the fused kernels (mhar_probe.kernels) and register them as backend `triton`.
 
-    A saved run's own copy of this module (loaded by `trust_remote_code`) has a registry of its
-    own; it takes `triton` from the installed package's registry where that is present."""
+    The kernels package only exports; this is the one place that turns it into a backend. A
+    saved run's own copy of this module (loaded by `trust_remote_code`) registers into its own
+    registry, from the installed package. Raises ImportError where the package or Triton is
+    missing."""
+    from mhar_probe.kernels import TritonSourceStack, check_heads, route_triton
+
+    backend = RoutingBackend("triton", route_triton, TritonSourceStack, check_heads)
+    register_backend(backend)
+    return backend
+
+
+def get_backend(name: str) -> RoutingBackend:
+    """Look up a routing backend; `triton` is registered on first use (`register_triton_backend`)."""
     if name == "triton" and name not in _BACKENDS:
         try:
-            import mhar_probe.kernels  # noqa: F401  (registers itself)
-            from mhar_probe.model import routing as installed
+            register_triton_backend()
         except ImportError as exc:
             if __name__ == "mhar_probe.model.routing":  # pragma: no cover - depends on the machine
                 raise RuntimeError(f"routing backend 'triton' is unavailable here: {exc}") from exc
@@ -167,8 +180,6 @@ def get_backend(name: str) -> RoutingBackend:
             warnings.warn(f"routing backend 'triton' needs the mhar-probe package ({exc}); routing with the "
                           f"eager reference instead", stacklevel=2)
             return _BACKENDS["eager"]
-        if name in installed._BACKENDS:
-            _BACKENDS.setdefault(name, installed._BACKENDS[name])
     if name not in _BACKENDS:
         raise ValueError(f"unknown routing backend {name!r}; available: {', '.join(sorted(_BACKENDS))}")
     return _BACKENDS[name]
@@ -209,15 +220,9 @@ def choose_backend(device: torch.device | str, requested: str | None = None) -> 
 
 def _heads_limit(name: str) -> Callable[[int, int], None] | None:
     """The backend's own check of a read of width d with H heads (ValueError if it cannot route
-    it): the triton kernels' `_check_heads`; None for a backend without limits, or where the
-    kernels are absent (a saved run's code without mhar_probe routes with eager instead)."""
-    if name != "triton":
-        return None
-    try:
-        from mhar_probe.kernels.autograd import _check_heads
-    except ImportError:
-        return None
-    return _check_heads
+    it); None for a backend without limits (and for triton's eager stand-in in a saved run's code
+    without mhar_probe)."""
+    return get_backend(name).check_heads
 
 
 def _check_name(name: str) -> None:

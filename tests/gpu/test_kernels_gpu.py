@@ -19,8 +19,9 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
-from mhar_probe.kernels import TritonSourceStack, route_triton  # noqa: E402
-from mhar_probe.kernels.route_fwd import route_reference_f64  # noqa: E402
+from mhar_probe.kernels import KernelConfig, TritonSourceStack, route_triton, use_kernel_config  # noqa: E402
+from mhar_probe.kernels.launch_tables import LaunchTables, tables_for  # noqa: E402
+from mhar_probe.kernels.naive import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
 EPS = 1e-6
@@ -131,8 +132,8 @@ def chain(stack, x0, qs, gs, Ms, heads, hw=0):
 
 
 def run_chain(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=0, seed=0, collect=False):
-    """collect: the stack is built with the sites' parameters (the 4-bytes/pair backward when
-    MHAR_STACK_COLLECT is on), and a head-aligned site owns a [hw, d] query, as the model's."""
+    """collect: the stack is built with the sites' parameters (the 4-bytes/pair backward; else
+    the stack_bwd kernels), and a head-aligned site owns a [hw, d] query, as the model's."""
     S = 2 * L + 1
     g = torch.Generator(device="cuda").manual_seed(seed)
     x0 = torch.randn(2, 37, D, device="cuda", generator=g)
@@ -210,12 +211,34 @@ def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, c
 
 
 @pytest.fixture(params=[False, True], ids=["", "collect"])
-def collect(request, monkeypatch):
-    """Each stack test once more with the 4-bytes/pair backward (route_bwd_collect.py)."""
-    import mhar_probe.kernels.autograd as kad
-
-    monkeypatch.setattr(kad, "COLLECT", request.param)
+def collect(request):
+    """Each stack test with a stack built without the sites' parameters (the stack_bwd kernels)
+    and once more built with them (the 4-bytes/pair backward, route_bwd_collect.py: the model's)."""
     return request.param
+
+
+def table_file(tmp_path, name: str, **rows) -> str:
+    """A launch-table file holding `rows` (kind -> {key: value}), laid over the built-in table."""
+    path = str(tmp_path / f"{name}.json")
+    LaunchTables(**rows).dump(path)
+    return path
+
+
+class _CopyingStack:
+    """A TritonSourceStack whose appended sources are strided (the same values): the stack copies
+    each into its buffer at append instead of the next call's forward kernel storing it."""
+
+    def __init__(self, capacity, params=None):
+        self.stack = TritonSourceStack(capacity, params=params)
+
+    def append(self, x):
+        self.stack.append(x.transpose(-1, -2).contiguous().transpose(-1, -2))
+
+    def __len__(self):
+        return len(self.stack)
+
+    def route(self, *args):
+        return self.stack.route(*args)
 
 
 @pytest.mark.parametrize("hw", [0, 4])
@@ -307,11 +330,12 @@ def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     the chain and the delta call give bitwise the same outputs and gradients through both paths,
     and the direct path is really taken (the launch counters of each kernel family move; the
     chain's d = 1280 runs the two-tile kernels, the delta call's d = 4096 the single-tile ones)."""
-    from mhar_probe.kernels import launch
     from mhar_probe.kernels.route_bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT
     from mhar_probe.kernels.route_fwd import _FWD, _FWD_SPLIT
 
     families = [(_FWD,), (_FWD_SPLIT,), (STACK_BWD_SPLIT,), (_DQDG,), (ROUTE_BWD_LOCAL,)]
+    launchers = [_FWD, _FWD_SPLIT, STACK_BWD, STACK_BWD_SPLIT, _DQDG, ROUTE_BWD_LOCAL]
+    assert all(k._direct_ok for k in launchers)
 
     def counts():
         return [sum(k.direct_launches for k in fam) for fam in families]
@@ -323,7 +347,8 @@ def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     results = {}
     before_all = STACK_BWD.direct_launches
     for i, direct in enumerate((False, True, True)):  # run 2 fills the cache, run 3 launches from it
-        monkeypatch.setattr(launch, "DIRECT", direct)
+        for k in launchers:  # False: Triton's own launch path every time
+            monkeypatch.setattr(k, "_direct_ok", direct)
         before = counts()
         results[direct] = (run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3), grads(f, leaves, dout))
         after = counts()
@@ -336,86 +361,55 @@ def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
 
 
 @pytest.mark.parametrize("D", [1024, 1280])
-def test_register_cap_is_bitwise_neutral(monkeypatch, D):
-    """A maxnreg launch option (the configs may cap registers for occupancy) changes register
-    allocation only: with the same block size and warps, the chain's outputs and gradients stay
-    bitwise equal (d = 1024 runs the single-tile kernels, d = 1280 the two-tile ones); a cap low
-    enough to spill still computes the same values. (Other warp counts may reduce in another
-    order, so they are not expected to be bitwise equal.)"""
-    from mhar_probe.kernels import launch, route_bwd, route_fwd
-
-    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # the generic entries set below decide
+def test_register_cap_is_bitwise_neutral(tmp_path, D):
+    """A maxnreg launch option (a launch-table row may cap registers for occupancy) changes
+    register allocation only: with the same block size and warps, the chain's outputs and
+    gradients stay bitwise equal (d = 1024 runs the single-tile kernels, d = 1280 the two-tile
+    ones); a cap low enough to spill still computes the same values. (Other warp counts may
+    reduce in another order, so they are not expected to be bitwise equal.)"""
     base = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
-    _, bp, nw, _, stages = route_fwd.tile_config(D, 8)
-    monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (bp, nw, 64, stages))
-    sbp, snw, per_sm, _ = route_bwd.stack_config(D, 8, 8)
-    monkeypatch.setitem(route_bwd.STACK_CONFIG, (D, 8, 8), (sbp, snw, per_sm, 96))
-    capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
+    tables = tables_for(KernelConfig())
+    _, bp, nw, _, stages = tables.fwd_config(D, 8, 2)  # a bf16 chain: 2 bytes per output
+    sbp, snw, per_sm, _ = tables.stack_config(D, 8, 8)
+    path = table_file(tmp_path, "capped", fwd={(D, 8, 2): (bp, nw, 64, stages)},
+                      stack={(D, 8, 8): (sbp, snw, per_sm, 96)})
+    with use_kernel_config(launch_table=path):
+        capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
     assert all(torch.equal(a, b) for a, b in zip(base, capped))
     record(test="register_cap", D=D, ok=True)
 
 
-@pytest.mark.parametrize("D", [1024, 1280])
-def test_gather_two_pass_matches_one_pass(monkeypatch, D):
-    """The gather's loop over readers in two passes, uncapped and with the register cap its
-    configs use, adds the same terms in the same order as one pass: over an fp32 chain every
-    output and gradient agrees within fp32 rounding (whether bitwise is recorded: the compiler
-    may contract multiply-adds differently in the two loop shapes)."""
-    import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import launch, route_bwd_collect as rbc
-
-    monkeypatch.setattr(kad, "COLLECT", True)
-    monkeypatch.setattr(rbc, "TWO_PASS", None)  # the config below decides
-    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # (the generic entry, not a width's)
-    runs = {}
-    for two_pass, cap in ((False, 0), (True, 0), (True, 168), (True, 128)):
-        monkeypatch.setitem(rbc.GATHER_CONFIG, (D, 8, 8), (1, 1, False, cap, two_pass))
-        runs[(two_pass, cap)] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=7,
-                                          collect=True)
-    base = runs[(False, 0)]
-    for key, got in runs.items():
-        err = max(rel(a, b) for a, b in zip(got, base))
-        record(test="gather_two_pass", D=D, two_pass=key[0], cap=key[1], max_rel_vs_one_pass=err,
-               bitwise=all(torch.equal(a, b) for a, b in zip(got, base)))
-        assert err <= 1e-6, (key, err)
-
-
 @pytest.mark.parametrize("D,H", [(512, 8), (1280, 8), (1024, 1)])
-def test_gather_loads_first_matches_program_order(monkeypatch, D, H):
-    """A sixth config entry True issues each reader's q*g tiles and call-table entry with its
+def test_gather_loads_first_matches_program_order(tmp_path, D, H):
+    """A gather row's loads_first 1 issues each reader's q*g tiles and call-table entry with its
     dout, before the dl store: the same terms in the same order, so over an fp32 chain every
     output, weight and gradient agrees with the loads in program order within fp32 rounding
     (whether bitwise is recorded), at one and two warps per position, H = 8 and 1."""
-    import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import launch, route_bwd_collect as rbc
-
-    monkeypatch.setattr(kad, "COLLECT", True)
-    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # (the generic entry set below decides)
     for warps, prefetch in ((1, False), (2, True)):
         runs = {}
         for first in (False, True):
-            monkeypatch.setitem(rbc.GATHER_CONFIG, (D, H, H), (1, warps, prefetch, 0, False, first))
-            runs[first] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(H,), seed=31, collect=True)
+            row = (1, warps, int(prefetch), 0, int(first))
+            path = table_file(tmp_path, f"g{warps}{first}", gather={(D, H, H, b): row for b in (0, 4)})
+            with use_kernel_config(launch_table=path):
+                runs[first] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(H,), seed=31, collect=True)
         err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
         record(test="gather_loads_first", D=D, H=H, warps=warps, prefetch=prefetch, max_rel_vs_program_order=err,
                bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
         assert err <= 1e-6, (warps, prefetch, err)
 
 
-def test_gather_aligned_tiles_match_compiler_layout(monkeypatch):
-    """Heads of width 160 (d = 1280, H = 8) are two column tiles, 128 + 32. With ALIGN_TILES the
-    narrow tile is loaded in narrower vectors so that both tiles hold each head in the same
-    lanes; the gather adds the same terms, the narrow tile's columns in another order. In
-    autocast's layout (fp32 source 0 and douts, bf16 buffer) over fixed sources, every fp32
-    gradient agrees with the compiler's own layout within fp32 rounding and every bf16 source
-    gradient within its rounding, at the config in use (two warps, loads first since the
-    eleventh session's entries) and at two warps in program order; the launches took the
-    aligned path (VEC_B > 0) only with the switch on. One warp with aligned tiles (the 1B bf16
-    entry) is judged against float64 by the bf16 chain tests above."""
+def test_gather_aligned_tiles_match_compiler_layout(monkeypatch, tmp_path):
+    """Heads of width 160 (d = 1280, H = 8) are two column tiles, 128 + 32. The gather loads the
+    narrow tile in narrower vectors (VEC_B, `narrow_tile_vec`) so that both tiles hold each head
+    in the same lanes; it adds the same terms as the compiler's own layout (VEC_B = 0, forced
+    here), the narrow tile's columns in another order. In autocast's layout (fp32 source 0 and
+    douts, bf16 buffer) over fixed sources, every fp32 gradient agrees with the compiler's own
+    layout within fp32 rounding and every bf16 source gradient within its rounding, at the
+    config in use (two warps, loads first) and at two warps in program order; the launches took
+    the aligned path (VEC_B > 0) unless forced. One warp with aligned tiles (the 1B bf16 entry)
+    is judged against float64 by the bf16 chain tests above."""
     import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import route_bwd_collect as rbc
 
-    monkeypatch.setattr(kad, "COLLECT", True)
     S, D = 13, 1280
     g = torch.Generator(device="cuda").manual_seed(29)
     xs = [torch.randn(2, 37, D, device="cuda", generator=g).to(torch.float32 if s == 0 else torch.bfloat16)
@@ -434,17 +428,17 @@ def test_gather_aligned_tiles_match_compiler_layout(monkeypatch):
         return list(torch.autograd.grad(loss, xs + qs + gs))
 
     runs = {}
-    for cfg in (None, (1, 2, False)):
-        if cfg is not None:
-            for key in [k for k in rbc.GATHER_CONFIG if k[:3] == (1280, 8, 8)]:
-                monkeypatch.setitem(rbc.GATHER_CONFIG, key, cfg)
+    rule = kad.narrow_tile_vec
+    for cfg in (None, (1, 2, 0, 0, 0)):
+        path = None if cfg is None else table_file(tmp_path, "cfg", gather={(1280, 8, 8, b): cfg for b in (0, 2, 4)})
         for align in (False, True):
-            monkeypatch.setattr(rbc, "ALIGN_TILES", align)
+            monkeypatch.setattr(kad, "narrow_tile_vec", rule if align else (lambda *a: 0))
             kad._GATHER_PLANS.clear()
-            runs[(cfg, align)] = grads()
+            with use_kernel_config(launch_table=path):
+                runs[(cfg, align)] = grads()
             vecs = {plan[1]["VEC_B"] for plan in kad._GATHER_PLANS.values()}
             assert (min(vecs) > 0) if align else vecs == {0}, (cfg, align, vecs)
-    for cfg in (None, (1, 2, False)):
+    for cfg in (None, (1, 2, 0, 0, 0)):
         got, base = runs[(cfg, True)], runs[(cfg, False)]
         errs = [rel(a, b) for a, b in zip(got, base)]
         bf16 = [e for e, t in zip(errs, got) if t.dtype == torch.bfloat16]
@@ -455,37 +449,35 @@ def test_gather_aligned_tiles_match_compiler_layout(monkeypatch):
 
 
 @pytest.mark.parametrize("D", [512, 1280])
-def test_forward_pipelined_loop_matches_prefetch_loop(monkeypatch, D):
-    """The forward's loop under Triton's pipeliner (a fourth config entry, stages >= 2: rows
-    copied ahead into shared memory) against its register prefetch: the same rows in the same
-    order, so over an fp32 chain every output, weight and gradient agrees within fp32 rounding
-    (whether bitwise is recorded). d = 512 runs the single-tile kernel, d = 1280 the two-tile one."""
-    from mhar_probe.kernels import launch, route_fwd
-
-    monkeypatch.setattr(launch, "DTYPE_CONFIGS", False)  # the generic entry set below decides
+def test_forward_pipeline_depth_is_neutral(tmp_path, D):
+    """The forward's loop over source rows under Triton's pipeliner with 2, 3 or 4 stages (rows
+    copied ahead into shared memory): the same rows in the same order, so over an fp32 chain every
+    output, weight and gradient agrees within fp32 rounding (whether bitwise is recorded).
+    d = 512 runs the single-tile kernel, d = 1280 the two-tile one."""
     runs = {}
-    for stages in (0, 2, 4):
-        monkeypatch.setitem(route_fwd.FWD_CONFIG, (D, 8), (1, 1, 0, stages))
-        runs[stages] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=11)
+    for stages in (2, 3, 4):
+        path = table_file(tmp_path, f"s{stages}", fwd={(D, 8, b): (1, 1, 0, stages) for b in (0, 4)})
+        with use_kernel_config(launch_table=path):
+            runs[stages] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=11)
     for stages in (2, 4):
-        err = max(rel(a, b) for a, b in zip(runs[stages], runs[0]))
-        record(test="fwd_pipelined", D=D, stages=stages, max_rel_vs_prefetch=err,
-               bitwise=all(torch.equal(a, b) for a, b in zip(runs[stages], runs[0])))
+        err = max(rel(a, b) for a, b in zip(runs[stages], runs[3]))
+        record(test="fwd_pipeline_depth", D=D, stages=stages, max_rel_vs_3=err,
+               bitwise=all(torch.equal(a, b) for a, b in zip(runs[stages], runs[3])))
         assert err <= 1e-6, (stages, err)
 
 
 @pytest.mark.parametrize("D", [512, 1280])
 def test_gather_same_h_matches_general_path(monkeypatch, D):
-    """The gather's constant-H path (every call has the same head count: kad.SAME_H) forms the
-    same terms in the same order as the general path that reads each reader's head count from
-    the call table: over an fp32 chain every output and gradient agrees within fp32 rounding
-    (whether bitwise is recorded), with the shape's own gather config (one or two passes)."""
+    """The gather's constant-H path (every call has the same head count) forms the same terms in
+    the same order as the general path that reads each reader's head count from the call table
+    (what a stack with mixed head counts runs; forced here): over an fp32 chain every output and
+    gradient agrees within fp32 rounding (whether bitwise is recorded)."""
     import mhar_probe.kernels.autograd as kad
 
-    monkeypatch.setattr(kad, "COLLECT", True)
+    uniform = kad._uniform_heads
     runs = {}
     for same_h in (False, True):
-        monkeypatch.setattr(kad, "SAME_H", same_h)
+        monkeypatch.setattr(kad, "_uniform_heads", uniform if same_h else (lambda calls: False))
         runs[same_h] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=13, collect=True)
     err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
     record(test="gather_same_h", D=D, max_rel_vs_general=err,
@@ -493,67 +485,46 @@ def test_gather_same_h_matches_general_path(monkeypatch, D):
     assert err <= 1e-6, err
 
 
-@pytest.mark.parametrize("D", [512, 1280])
-def test_pipelined_weight_loop_is_the_plain_loop(monkeypatch, D):
-    """The forward's last loop (stored logits -> weights) under Triton's pipeliner
-    (route_fwd.W_STAGES) computes the same values as the plain loop: bitwise equal outputs,
-    weights and gradients over a bf16 chain (one-tile and two-tile heads)."""
-    import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import route_fwd
-
-    monkeypatch.setattr(kad, "COLLECT", True)
-    runs = {}
-    for stages in (0, 3):
-        monkeypatch.setattr(route_fwd, "W_STAGES", stages)
-        runs[stages] = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=23, collect=True)
-    bitwise = all(torch.equal(a, b) for a, b in zip(runs[3], runs[0], strict=True))
-    record(test="fwd_w_stages", D=D, bitwise=bitwise)
-    assert bitwise
-
-
-@pytest.mark.parametrize("order", ["last", "first"])
 @pytest.mark.parametrize("D,hw", [(512, 0), (1280, 0), (512, 4)])
-def test_append_stored_by_forward_matches_the_copy(monkeypatch, D, hw, order):
-    """The forward kernel's store of each call's newest source (kad.FWD_APPEND) against a copy
-    at append (one-tile heads at d = 512, two-tile 160 = 128 + 32 at d = 1280, mhar_hw-like
-    sibling reads): with the row folded in the rows' order ("last"), bf16 chains give every
-    output, weight and gradient bitwise equal; folded right after row 0 ("first"), fp32 chains
-    agree within fp32 rounding."""
-    import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import route_fwd
-
-    monkeypatch.setattr(kad, "COLLECT", True)
-    monkeypatch.setattr(route_fwd, "APPEND_ORDER", order)
-    dtype = torch.bfloat16 if order == "last" else torch.float32
+def test_append_stored_by_forward_matches_the_copy(D, hw):
+    """The forward kernel's store of each call's newest source (a contiguous append) against a
+    copy at append (a strided one), one-tile heads at d = 512, two-tile 160 = 128 + 32 at
+    d = 1280, mhar_hw-like sibling reads: the stored row is folded into the softmax right after
+    row 0, the copied one in the rows' order, so fp32 chains agree within fp32 rounding."""
     runs = {}
-    for fold in (False, True):
-        monkeypatch.setattr(kad, "FWD_APPEND", fold)
-        runs[fold] = run_chain(TritonSourceStack, dtype, D=D, heads=(8,), hw=hw, seed=19, collect=True)
-    bitwise = all(torch.equal(a, b) for a, b in zip(runs[True], runs[False], strict=True))
-    err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
-    record(test="fwd_append", D=D, hw=hw, order=order, bitwise=bitwise, max_rel_vs_copy=err)
-    assert bitwise if order == "last" else err <= 1e-5
+    for copy in (False, True):
+        runs[copy] = run_chain(_CopyingStack if copy else TritonSourceStack, torch.float32, D=D, heads=(8,),
+                               hw=hw, seed=19, collect=True)
+    bitwise = all(torch.equal(a, b) for a, b in zip(runs[False], runs[True], strict=True))
+    err = max(rel(a, b) for a, b in zip(runs[False], runs[True]))
+    record(test="fwd_append", D=D, hw=hw, bitwise=bitwise, max_rel_vs_copy=err)
+    assert err <= 1e-5
 
 
 @pytest.mark.parametrize("D", [512, 1280])
 def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     """fp16 sources (keys rounded to fp16, which TF32 holds exactly) with fp32 query and key-norm
     weights: the query and key-norm gradients that pair_e's three-product TF32 dot forms agree
-    with its IEEE fp32 dot to fp32 rounding (they differ only in dl's bits below 2^-22 and the
-    order of the sums); the source gradients do not go through pair_e and stay bitwise equal."""
+    with its IEEE fp32 dot (forced here) to fp32 rounding (they differ only in dl's bits below
+    2^-22 and the order of the sums); the source gradients do not go through pair_e and stay
+    bitwise equal."""
     import mhar_probe.kernels.autograd as kad
-    from mhar_probe.kernels import route_bwd_collect as rbc
 
-    monkeypatch.setattr(kad, "COLLECT", True)
     S = 13
     g = torch.Generator(device="cuda").manual_seed(17)
     x0 = torch.randn(2, 37, D, device="cuda", generator=g).half()
     qs = [torch.randn(D, device="cuda", generator=g) * 2 / D**0.5 for _ in range(S)]
     gs = [1 + 0.2 * torch.randn(D, device="cuda", generator=g) for _ in range(S)]
     Ms = [(torch.randn(D, D, device="cuda", generator=g) / D**0.5).half() for _ in range(S - 1)]
+    plan = kad.pair_e_plan
+
+    def ieee_plan(*args):
+        block_c, consts, warps = plan(*args)
+        assert consts["SPLIT_DOT"]  # fp16 keys: the split dot is the default here
+        return block_c, {**consts, "SPLIT_DOT": False}, warps
 
     def grads(split_dot):
-        monkeypatch.setattr(rbc, "E_SPLIT_DOT", split_dot)
+        monkeypatch.setattr(kad, "pair_e_plan", plan if split_dot else ieee_plan)
         leaves = [t.clone().requires_grad_() for t in [x0] + qs + gs]
         stack = TritonSourceStack(S, params=list(zip(leaves[1:S + 1], leaves[S + 1:])))
         loss, _ = chain(stack, leaves[0], leaves[1:S + 1], leaves[S + 1:], Ms, [8] * S)
@@ -566,3 +537,48 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     assert all(a.dtype == torch.float32 for a in split[1:])
     assert torch.equal(split[0], ieee[0])
     assert err <= 1e-5, err
+
+
+@pytest.mark.parametrize("collect", [False, True], ids=["", "collect"])
+def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect):
+    """The routing autograd path is capturable (no host sync, host-built tables on the device
+    once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed
+    on new input values (written in place), gives bitwise the outputs and gradients of an eager
+    run on those values (the kernels are deterministic), twice, with other pinned host memory
+    allocated and written between replays (what a replay must not depend on)."""
+    S, D = 7, 1280
+    g = torch.Generator(device="cuda").manual_seed(41)
+    x0 = torch.randn(2, 37, D, device="cuda", generator=g).requires_grad_()
+    qs = [(torch.randn(D, device="cuda", generator=g) * 2 / D**0.5).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.2 * torch.randn(D, device="cuda", generator=g)).requires_grad_() for _ in range(S)]
+    Ms = [torch.randn(D, D, device="cuda", generator=g) / D**0.5 for _ in range(S - 1)]
+    leaves = [x0, *qs, *gs]
+
+    def step():
+        stack = TritonSourceStack(S, params=list(zip(qs, gs)) if collect else None)
+        loss, ws = chain(stack, x0, qs, gs, Ms, [8, 1, 4] * 3)
+        return [loss.detach(), *(w.detach() for w in ws), *torch.autograd.grad(loss, leaves)]
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            step()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        static = step()
+    for seed in (43, 47):
+        gen = torch.Generator(device="cuda").manual_seed(seed)
+        with torch.no_grad():
+            x0.copy_(torch.randn(x0.shape, device="cuda", generator=gen))
+            for q in qs:
+                q.copy_(torch.randn(D, device="cuda", generator=gen) * 2 / D**0.5)
+        junk = torch.arange(1 << 16, dtype=torch.int64).pin_memory()  # reuses freed pinned blocks
+        junk.fill_(-1)
+        graph.replay()
+        torch.cuda.synchronize()
+        eager = step()
+        bitwise = all(torch.equal(a, b) for a, b in zip(static, eager, strict=True))
+        record(test="cuda_graph_replay", collect=collect, seed=seed, bitwise=bitwise)
+        assert bitwise

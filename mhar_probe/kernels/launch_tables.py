@@ -1,0 +1,141 @@
+"""Launch configurations of the kernels: data (launch_tables.json), looked up per shape.
+
+A table file holds one list of rows per kernel, each row its key columns then its values
+(the file's own `columns` entry names them):
+
+    fwd     d, H, bytes      -> block_p, num_warps, maxnreg, stages       (route_fwd kernels)
+    stack   d, H, HM         -> block_p, num_warps, programs_per_sm, maxnreg   (stack_bwd kernels)
+    gather  d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first
+                                                                           (stack_gather_kernel)
+    pair_e  d, HM            -> block_c, block_p, num_warps                (pair_e_kernel)
+
+`bytes` is the storage width a row was swept for (bytes per forward output / stored dout
+element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no
+register cap. The built-in table is `launch_tables.json` beside this module;
+`KernelConfig(launch_table=path)` lays a tuned file (`mhar bench routing --sweep` writes one,
+in the same format; it may hold some kernels only) over it, row by row. Shapes with no row
+take the heuristics below.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from mhar_probe.errors import UserError
+from mhar_probe.kernels.config import KernelConfig
+from mhar_probe.kernels.launch import next_pow2
+
+BUILTIN = Path(__file__).with_name("launch_tables.json")
+KINDS = ("fwd", "stack", "gather", "pair_e")
+KEY_COLUMNS = {"fwd": ("d", "H", "bytes"), "stack": ("d", "H", "HM"), "gather": ("d", "H", "HM", "bytes"),
+               "pair_e": ("d", "HM")}
+VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages"),
+                 "stack": ("block_p", "num_warps", "programs_per_sm", "maxnreg"),
+                 "gather": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first"),
+                 "pair_e": ("block_c", "block_p", "num_warps")}
+SCHEMA = "mhar-probe kernel launch tables, version 1"
+
+
+@dataclass(frozen=True)
+class LaunchTables:
+    """kind -> {key tuple: value tuple} (ints; see the module docstring)."""
+
+    fwd: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    stack: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    gather: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    pair_e: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+
+    def over(self, other: "LaunchTables") -> "LaunchTables":
+        """These rows with `other`'s laid over them (other wins per key)."""
+        return LaunchTables(**{k: {**getattr(self, k), **getattr(other, k)} for k in KINDS})
+
+    def to_json(self) -> dict:
+        return dict(schema=SCHEMA, columns={k: [*KEY_COLUMNS[k], *VALUE_COLUMNS[k]] for k in KINDS},
+                    **{k: [[*key, *val] for key, val in getattr(self, k).items()] for k in KINDS})
+
+    def dump(self, path: str | Path) -> None:
+        Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
+
+    # -- lookups ---------------------------------------------------------------------
+    def fwd_config(self, d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, int | None, int]:
+        """(BLOCK_K, BLOCK_P, num_warps, maxnreg, stages) of the forward for a [BLOCK_P, H,
+        BLOCK_K] register tile; a row naming `out_bytes` (the output's bytes per element) wins
+        over the one for any width."""
+        block_k = next_pow2(d // num_heads)
+        hit = self.fwd.get((d, num_heads, out_bytes)) or self.fwd.get((d, num_heads, 0))
+        if hit is not None:
+            return block_k, hit[0], hit[1], hit[2] or None, hit[3]
+        width = num_heads * block_k  # 512 columns -> 1 warp ... 2048 -> 4, wider -> 8
+        return block_k, 1, max(1, min(8, width // 512)), None, 3
+
+    def stack_config(self, d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, int | None]:
+        """(BLOCK_P, num_warps, programs per SM, maxnreg) of the stack_bwd kernels."""
+        hit = self.stack.get((d, num_heads, max_heads))
+        if hit is not None:
+            return hit[0], hit[1], hit[2], hit[3] or None
+        width = num_heads * next_pow2(d // num_heads)
+        # one warp per 1024 columns; register-heavy wider tiles spill (measured: 1B with (2, 1, 16)
+        # took 453 ms against 31 ms with (1, 2, 8))
+        cfg = (1, 1, 16) if width <= 1024 else (1, 2, 8) if width <= 2048 else (2, 4, 2)
+        return (*cfg, None)
+
+    def gather_config(self, d: int, num_heads: int, max_heads: int, dout_bytes: int = 0
+                      ) -> tuple[int, int, bool, int | None, bool]:
+        """(BLOCK_P, num_warps, prefetch, maxnreg, loads_first) of stack_gather_kernel; a row
+        naming `dout_bytes` (the stored douts' bytes per element) wins over the one for any width."""
+        hit = self.gather.get((d, num_heads, max_heads, dout_bytes)) or self.gather.get((d, num_heads, max_heads, 0))
+        if hit is not None:
+            return hit[0], hit[1], bool(hit[2]), hit[3] or None, bool(hit[4])
+        if d < 1024:
+            return 1, 2, False, None, False
+        if d <= 1280:
+            return 1, 1, True, None, False
+        warps = 1 << max(0, (d // 256).bit_length() - 1)  # one warp per 256 columns, at most 8
+        return 1, min(warps, 8), True, None, False
+
+    def pair_e_config(self, d: int, max_heads: int) -> tuple[int, int, int]:
+        """(BLOCK_C readers, BLOCK_P positions per dot step, num_warps) of pair_e_kernel."""
+        hit = self.pair_e.get((d, max_heads))
+        return (hit[0], hit[1], hit[2]) if hit is not None else (16, 16, 4)
+
+
+def load_tables(path: str | Path) -> LaunchTables:
+    """A table file (module docstring); a row of the wrong width or a forward row with fewer
+    than two stages is refused with the file's name."""
+    path = Path(path)
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise UserError(f"launch table {path}: cannot read it ({exc})") from exc
+    tables = {}
+    for kind in KINDS:
+        nk, nv = len(KEY_COLUMNS[kind]), len(VALUE_COLUMNS[kind])
+        rows = {}
+        for row in data.get(kind, []):
+            if len(row) != nk + nv or not all(isinstance(x, (int, bool)) for x in row):
+                raise UserError(f"launch table {path}: a {kind} row is {row}; expected {nk + nv} integers "
+                                f"({', '.join(KEY_COLUMNS[kind] + VALUE_COLUMNS[kind])})")
+            key, val = tuple(int(x) for x in row[:nk]), tuple(int(x) for x in row[nk:])
+            if kind == "fwd" and val[3] < 2:
+                raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
+                                "loop runs under Triton's pipeliner with 2 or more")
+            rows[key] = val
+        tables[kind] = rows
+    return LaunchTables(**tables)
+
+
+_TABLES: dict[str | None, LaunchTables] = {}
+
+
+def tables_for(config: KernelConfig) -> LaunchTables:
+    """The built-in table with `config.launch_table`'s rows over it; each file is read once
+    per process."""
+    path = config.launch_table
+    hit = _TABLES.get(path)
+    if hit is None:
+        if None not in _TABLES:
+            _TABLES[None] = load_tables(BUILTIN)
+        hit = _TABLES[path] = _TABLES[None] if path is None else _TABLES[None].over(load_tables(path))
+    return hit
