@@ -87,6 +87,9 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
                    help="default: triton on CUDA, eager on CPU")
     p.add_argument("--device", default=None)
     p.add_argument("--fsdp", action="store_true", help="FSDP2 full sharding under torchrun (default: DDP)")
+    p.add_argument("--routing-douts", choices=("promoted", "storage"), default="promoted",
+                   help="upstream gradients the triton backward reads: 'promoted' (fp32 under autocast, "
+                        "the reference's gradients) or 'storage' (bf16 under autocast: fewer bytes, rounded)")
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each training step from CUDA graphs (default: on for one CUDA process; "
                         "--no-cuda-graphs steps eagerly)")
@@ -105,7 +108,8 @@ def train_config_from_args(args: argparse.Namespace, out: str):
         vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
         resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
         progress=not args.no_progress, extra=model_overrides(args), fsdp=getattr(args, "fsdp", False),
-        cuda_graphs=getattr(args, "cuda_graphs", None), explicit=getattr(args, "explicit", None))
+        cuda_graphs=getattr(args, "cuda_graphs", None),
+        routing_douts=getattr(args, "routing_douts", "promoted"), explicit=getattr(args, "explicit", None))
 
 
 #: command-line destinations whose TrainConfig field has another name

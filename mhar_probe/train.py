@@ -11,6 +11,7 @@ epoch), so every method sees the same data in the same order.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
@@ -76,6 +77,9 @@ class TrainConfig:
     extra: dict[str, Any] = field(default_factory=dict)  # extra MHARConfig overrides
     fsdp: bool = False  # FSDP2 full sharding under torchrun instead of DDP (mhar_probe.parallel)
     cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
+    # the triton kernels' upstream gradients: "promoted" (each call's output dtype, fp32 under
+    # autocast) or "storage" (the sources' dtype, bf16 under autocast: fewer bytes, rounded)
+    routing_douts: str = "promoted"
     # the options the user set on the command line; on --resume only these are checked against
     # the saved run (None: every option is); not a setting, not saved
     explicit: tuple[str, ...] | None = None
@@ -96,6 +100,8 @@ class TrainConfig:
             raise UserError(f"--lr must be a finite number above 0, got {self.lr}")
         if self.vocab_size < 257:
             raise UserError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
+        if self.routing_douts not in ("promoted", "storage"):
+            raise UserError(f"--routing-douts must be 'promoted' or 'storage', got {self.routing_douts!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
 
@@ -453,9 +459,18 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
         try:
-            return self._run()
+            with self.kernel_config():
+                return self._run()
         finally:
             self.close()
+
+    def kernel_config(self):
+        """The triton kernels' configuration for this run (`mhar_probe.kernels.KernelConfig`)."""
+        if self.cfg.routing_backend != "triton":
+            return contextlib.nullcontext()
+        from .kernels import use_kernel_config
+
+        return use_kernel_config(dout_dtype=getattr(self.cfg, "routing_douts", "promoted"))
 
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
