@@ -9,16 +9,11 @@
 #                                                         FLA (H=1; carry .whl with its wheel), graph replay
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh check   every GPU test, then triton against the VARIANTS at
 #                                                         the training microbatches (routing kernels, H = 8)
-#   PRESETS=.. VARIANT=.. bash benchmarks/kernels/device_run.sh train  autocast-layout kernel table at
-#                                                         the training microbatches + end-to-end cost table,
-#                                                         triton against triton-$VARIANT (default bf16dout)
-#   VARIANTS=.. METHODS=.. bash benchmarks/kernels/device_run.sh compare   no tests: kernel table and training
-#                                                         microbatches (triton against VARIANTS), then end to end
-#   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh interleave   end-to-end cost table with the
-#                                                         arms' steps interleaved round by round
-#   PRESETS=.. METHODS=.. bash benchmarks/kernels/device_run.sh profile   a training step split into host
-#                                                         and GPU time per phase and kernel categories
-#                                                         (benchmarks/profile_train_step.py)
+#   VARIANT=.. bash benchmarks/kernels/device_run.sh train   autocast-layout kernel table at the training
+#                                                         microbatches, triton against triton-$VARIANT (default bf16dout)
+#   VARIANTS=.. bash benchmarks/kernels/device_run.sh compare   no tests: kernel table and training
+#                                                         microbatches (triton against VARIANTS)
+# (End-to-end training throughput and its profile: benchmarks/train_throughput/run_on_device.sh.)
 #   bash benchmarks/kernels/device_run.sh host            host time per routing call, Triton's launch
 #                                                         path against the direct launches (cProfile)
 #   OLD=dir bash benchmarks/kernels/device_run.sh host-ab  host time per routing call against an older tree
@@ -44,14 +39,6 @@ set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=${PYTHONPATH:+$PYTHONPATH:}. PYTHONUNBUFFERED=1 MHAR_GPU_RESULTS=$OUT/gpu_results.jsonl
 python -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__version__, triton.__version__)"
-run_interleaved() {  # the end-to-end table, arms interleaved; $1 presets, $2 methods, $3 timeout (defaults)
-  for preset in ${PRESETS:-$1}; do
-    IFS=: read -r p b t <<< "$preset"
-    timeout ${TRAIN_TIMEOUT:-$3} python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" \
-      --vocab 151936 --methods ${METHODS:-$2} --backend triton --interleave \
-      --warmup 2 --steps ${STEPS:-10} --out "$OUT/train_interleaved_$p.json" 2>&1 | grep -v -i warn | tail -6
-  done
-}
 sweep_jobs() {  # $1 kernel kind, then jobs shapes:dtype:heads:timeout -> $OUT/sweep_<kind>_<dtype>_h<heads>$SWEEP_TAG.*
   local kind=$1 job shapes dtype heads limit
   shift
@@ -122,13 +109,7 @@ case "${1:-tests}" in
     V=${VARIANT:-bf16dout}
     timeout 150 python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-$V \
-      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12
-    for preset in ${PRESETS:-100m:8:2048 350m:4:1024 1b:2:1024}; do
-      IFS=: read -r p b t <<< "$preset"
-      timeout 200 python benchmarks/train_throughput.py --preset "$p" --batch "$b" --seq "$t" --vocab 151936 \
-        --methods baseline mhar mhar/$V baseline mhar mhar/$V --backend triton --warmup 2 --steps 8 \
-        --out "$OUT/train_$p.json" 2>&1 | grep -v -i warn | tail -8
-    done ;;
+      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
   compare)  # no tests: the kernel table (bf16, graph replay) and the training microbatches (autocast,
     # H = 8), triton against the VARIANTS (default triton-bf16dout), then the interleaved end-to-end
     # table for METHODS (default baseline, mhar and mhar/bf16dout)
@@ -138,14 +119,7 @@ case "${1:-tests}" in
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -14
     timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.bench.routing --out "$OUT/bench_train.json" --no-delta \
       --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
-      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8
-    run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/bf16dout" 100 ;;
-  interleave)  # PRESETS as preset:batch:seq (default: the paper's three microbatches)
-    run_interleaved "100m:8:2048 350m:4:1024 1b:2:1024" "baseline mhar mhar/bf16dout" 180 ;;
-  profile)
-    timeout 400 python benchmarks/profile_train_step.py --presets ${PRESETS:-1b} \
-      --methods ${METHODS:-baseline mhar} --steps 6 --show 10 --out "$OUT/profile.json" 2>&1 \
-      | grep -v -i warn | tee "$OUT/profile.log" ;;
+      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
