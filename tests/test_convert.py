@@ -15,7 +15,7 @@ from transformers import (AutoConfig, AutoModelForCausalLM, AutoTokenizer, GPT2C
 import mhar_probe  # noqa: F401
 from mhar_probe.convert import (ConversionError, MHARDeltaConfig, MHARDeltaForCausalLM, convert_checkpoint,
                                 convert_model, register)
-from mhar_probe.convert.cli import add_convert_subparser
+from mhar_probe.cli.convert import add_convert_subparser
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model import routing
 

@@ -19,7 +19,7 @@ import torch
 from analysis.stats.cli import add_stats_subparser
 from mhar_probe.data import load_corpus
 from mhar_probe.evaluate import EvalError, heldout_tasks
-from mhar_probe.evaluate.cli import add_eval_subparser
+from mhar_probe.cli.evaluate import add_eval_subparser
 from mhar_probe.data import load_tokenizer
 from mhar_probe.evaluate.heldout import NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, lastword_candidates
 from mhar_probe.train import TrainConfig, train

@@ -15,7 +15,7 @@ from analysis.probes import (head_alignment, headalign_table, matched_source_cou
                              perhead_table, probe_table, source_collinearity, width_disagreement, write_table)
 from analysis.probes.cli import add_probe_subparser
 from mhar_probe.capture import CaptureError, capture_routing
-from mhar_probe.capture.cli import add_capture_subparser
+from mhar_probe.cli.capture import add_capture_subparser
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 
 SMALL = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,

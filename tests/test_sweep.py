@@ -15,7 +15,7 @@ from figures.build import build
 from mhar_probe.errors import UserError
 from mhar_probe.rundir import read_metrics
 from mhar_probe.sweep import SweepGrid, run_sweep
-from mhar_probe.sweep.cli import add_sweep_subparser
+from mhar_probe.cli.sweep import add_sweep_subparser
 
 COMMON = dict(seq_len=32, batch_size=4, eval_every=2, eval_batches=1, vocab_size=512, corpus_max_bytes=150_000,
               checkpoint_every=2, extra=dict(num_hidden_layers=2, hidden_size=64, intermediate_size=128))

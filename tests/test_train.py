@@ -91,26 +91,37 @@ def test_resume_reproduces_uninterrupted_curve(tmp_path):
     assert losses(tmp_path / "cut") == losses(tmp_path / "full")
 
 
-def test_same_seed_same_data_for_every_method(tmp_path):
-    """Pairing: the batches a run sees depend on the seed, not on the method."""
-    seen = {}
+def test_same_seed_same_data_for_every_method(tmp_path, monkeypatch):
+    """Pairing: the batches a run sees depend on the seed, not on the method. The spy records
+    the input ids the model receives in each training forward (not what the trainer should have
+    fed), and they must be the rows `batch_indices` picks for that step."""
+    import mhar_probe.train as tr
+
+    build_model = tr.Trainer.build_model
+    fed: dict[str, list[torch.Tensor]] = {}
+    trainers: dict[str, tr.Trainer] = {}
+
+    def spying_build_model(self):
+        model = build_model(self)
+        batches = fed.setdefault(self.cfg.method, [])
+        trainers[self.cfg.method] = self
+
+        def record(module, args, kwargs):
+            if module.training:  # evaluation forwards run in eval mode
+                batches.append((args[0] if args else kwargs["input_ids"]).detach().clone())
+
+        model.register_forward_pre_hook(record, with_kwargs=True)
+        return model
+
+    monkeypatch.setattr(tr.Trainer, "build_model", spying_build_model)
     for method in ("baseline", "mhar"):
-        import mhar_probe.train as tr
-
-        orig = tr.Trainer.train_step
-        rows = []
-
-        def spy(self, _orig=orig, _rows=rows):
-            _rows.append(batch_indices(self.step, self.cfg.batch_size, len(self.train_rows), self.cfg.seed))
-            return _orig(self)
-
-        tr.Trainer.train_step = spy
-        try:
-            train(small(tmp_path / method, steps=3, method=method))
-        finally:
-            tr.Trainer.train_step = orig
-        seen[method] = rows
-    assert all(torch.equal(a, b) for a, b in zip(seen["baseline"], seen["mhar"]))
+        train(small(tmp_path / method, steps=3, method=method))
+    for method, trainer in trainers.items():
+        rows, cfg = trainer.train_rows, trainer.cfg
+        expected = [rows[batch_indices(step, cfg.batch_size, len(rows), cfg.seed)][:, :-1] for step in range(3)]
+        assert len(fed[method]) == 3, f"{method}: one training forward per step expected"
+        assert all(torch.equal(got, want) for got, want in zip(fed[method], expected)), method
+    assert all(torch.equal(a, b) for a, b in zip(fed["baseline"], fed["mhar"]))
 
 
 def test_ddp_two_processes_matches_one(tmp_path):

@@ -400,35 +400,8 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise UserError("the routing benchmark times the kernels on a CUDA GPU; none is visible here")
 
 
-def main(argv: list[str] | None = None) -> None:
-    ap = argparse.ArgumentParser(prog="mhar bench routing", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--out", default="results.json")
-    ap.add_argument("--backends", default="triton,compile,eager",
-                    help="comma-separated, timed in this order in one process: triton, compile, eager, "
-                         "fla, or a triton variant with a KernelConfig field changed, for a same-run "
-                         "ratio ("
-                         + ", ".join(VARIANTS) + "; see VARIANTS in mhar_probe/bench/routing.py)")
-    ap.add_argument("--heads", default="1,8")
-    ap.add_argument("--shapes", default="100M,350M,1B")
-    ap.add_argument("--repeat", type=int, default=20)
-    ap.add_argument("--no-delta", action="store_true")
-    ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
-    ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
-    ap.add_argument("--sweep-kernels", default="fwd,gather",
-                    help="which kernels the sweep tunes: " + ", ".join(SWEEP_KINDS) + " (stack: the backward "
-                         "of a stack built without the sites' parameters, which the model does not run)")
-    ap.add_argument("--launch-table", default=None,
-                    help="a launch-table file (what --sweep writes) laid over the built-in table for every "
-                         "triton run (KernelConfig.launch_table)")
-    ap.add_argument("--graph", action="store_true",
-                    help="also time a CUDA-graph replay of each backend's fwd+bwd (no host launch cost)")
-    ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
-                    help="source/dout storage (mixed: bf16 autocast training's layout, an fp32 "
-                         "embedding and bf16 sublayer outputs; float32: all fp32)")
-    ap.add_argument("--host-profile", action="store_true",
-                    help="cProfile the host side of the triton chain (first shape, first H) and print it")
-    args = ap.parse_args(argv)
+def run(args: argparse.Namespace) -> None:
+    """Run the benchmark with parsed options (`mhar bench routing`: mhar_probe.cli.bench parses them)."""
     check_arguments(args)
     import triton
 

@@ -1,5 +1,7 @@
+"""`python -m mhar_probe.cpt ...` (torchrun launches it): an entry point, `mhar cpt ...`."""
+
 import sys
 
-from .cli import main
+from mhar_probe.cli.cpt import main
 
 sys.exit(main())

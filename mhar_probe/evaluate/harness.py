@@ -70,6 +70,18 @@ class EvalSummary:
     provenance: dict[str, Any]
     seconds: float
 
+    def lines(self) -> list[str]:
+        """What `mhar eval` prints: each task's headline metrics, then the files written."""
+        out = []
+        for task, metrics in self.metrics.items():
+            shown = ", ".join(f"{k.split(',')[0]}={v:.4f}" for k, v in metrics.items()
+                              if isinstance(v, (int, float)) and "_stderr" not in k)
+            out.append(f"{task}: {shown}")
+        out.append(f"wrote {self.results_path}")
+        out += [f"wrote {path}" for path in self.samples_paths.values()]
+        out.append(f"wrote {self.out / 'provenance.json'} ({self.seconds:.1f} s)")
+        return out
+
 
 # ----------------------------------------------------------------------------- run loading
 def _offline() -> None:

@@ -3,7 +3,7 @@
     grid      SweepGrid (the axes and the common training options) and RunSpec (one run)
     manifest  manifest.json: the grid, every run's name and status (rank 0 writes it)
     runner    run_sweep(grid, out): sequential, skips finished runs, resumes interrupted ones
-    cli       `mhar sweep` (add_sweep_subparser / cmd_sweep)
+    (`mhar sweep` lives in mhar_probe.cli.sweep)
 """
 
 from .grid import RunSpec, SweepGrid, run_name

@@ -15,7 +15,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserError
-from .grid import AXES, SweepGrid
+from ..sweep.grid import AXES, SweepGrid
+from .args import add_train_arguments, model_overrides
 
 _COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
            "checkpoint_every", "corpus", "corpus_max_bytes", "tokenizer", "vocab_size",
@@ -24,8 +25,6 @@ _COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval
 
 def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `sweep` on the `mhar` sub-command parser; handler: cmd_sweep."""
-    from ..cli import add_train_arguments
-
     p = subparsers.add_parser("sweep", help="train a grid of runs (method x H x KV x lr x seed x preset x steps)",
                               conflict_handler="resolve", description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -82,8 +81,6 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
             common[name] = value
     if common.get("corpus_max_bytes") == 0:
         common["corpus_max_bytes"] = None
-    from ..cli import model_overrides
-
     extra = {**(common.get("extra") or {}), **model_overrides(args)}
     if extra:
         common["extra"] = extra
@@ -93,7 +90,7 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
-    from .runner import run_sweep
+    from ..sweep.runner import run_sweep
 
     grid = grid_from_args(args, _defaults())
     if args.corpus is not None and not Path(args.corpus).exists():
@@ -116,8 +113,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _defaults() -> dict[str, Any]:
     """Defaults of the shared options, as `mhar train` declares them."""
-    from ..cli import add_train_arguments
-
     p = argparse.ArgumentParser()
     add_train_arguments(p)
     return {name: p.get_default(name) for name in _COMMON}

@@ -2,7 +2,8 @@
 
 Wired into `mhar` by `add_cpt_subparser(subparsers)`; the handler is `cmd_cpt(args)` (user
 errors are raised as `UserError` and printed by `mhar` on one line, exit status 2). Also
-runnable alone, e.g. under torchrun: `torchrun --nproc_per_node 8 -m mhar_probe.cpt SRC --out DIR --fsdp`.
+runnable alone, e.g. under torchrun: `torchrun --nproc_per_node 8 -m mhar_probe.cpt SRC --out DIR --fsdp`
+(`main` below: the same parser, errors and exit codes as `mhar cpt`).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ def add_cpt_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def config_from_args(args: argparse.Namespace):
-    from .config import CPTConfig
+    from ..cpt.config import CPTConfig
 
     return CPTConfig(
         src=args.src, out=args.out, control=args.control, steps=args.steps, lr=args.lr, min_lr=args.min_lr,
@@ -83,7 +84,7 @@ def cmd_cpt(args: argparse.Namespace) -> int:
     from pathlib import Path
 
     from ..errors import UserError
-    from .trainer import cpt
+    from ..cpt.trainer import cpt
 
     if args.corpus is not None and not Path(args.corpus).exists():
         raise UserError(f"corpus path {args.corpus} does not exist")
@@ -97,16 +98,7 @@ def cmd_cpt(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m mhar_probe.cpt ...` (same errors and exit codes as `mhar cpt`)."""
-    from ..cli import _user_errors, given_options
+    """`python -m mhar_probe.cpt ARGV` is `mhar cpt ARGV`: one parser, one error handler."""
+    from . import main as mhar
 
-    parser = argparse.ArgumentParser(prog="mhar cpt")
-    add_cpt_arguments(parser)
-    argv = list(sys.argv[1:] if argv is None else argv)
-    args = parser.parse_args(argv)
-    args.explicit = given_options(parser, argv)
-    try:
-        return cmd_cpt(args)
-    except _user_errors() as exc:
-        print(f"mhar cpt: error: {exc}", file=sys.stderr)
-        return 2
+    return mhar(["cpt", *(sys.argv[1:] if argv is None else argv)])

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import argparse
 
-from .harness import EvalConfig, run_eval
-from .heldout import SHIPPED_TASKS
+from ..evaluate.harness import EvalConfig, run_eval
+from ..evaluate.heldout import SHIPPED_TASKS
 
 
 def _task_list(value: str) -> list[str]:
@@ -50,12 +50,6 @@ def cmd_eval(args: argparse.Namespace) -> int:
         run=args.run, tasks=args.tasks, out=args.out, limit=args.limit, batch_size=args.batch_size,
         device=args.device, max_length=args.max_length, tasks_dirs=args.tasks_dir, overwrite=args.overwrite,
         seed=args.seed))
-    for task, metrics in summary.metrics.items():
-        shown = ", ".join(f"{k.split(',')[0]}={v:.4f}" for k, v in metrics.items()
-                          if isinstance(v, (int, float)) and "_stderr" not in k)
-        print(f"{task}: {shown}")
-    print(f"wrote {summary.results_path}")
-    for path in summary.samples_paths.values():
-        print(f"wrote {path}")
-    print(f"wrote {summary.out / 'provenance.json'} ({summary.seconds:.1f} s)")
+    for line in summary.lines():
+        print(line)
     return 0

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 
-from .capture import capture_routing
-from .errors import CaptureError
-from .runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
+from ..capture.of_run import RunCapture, capture_run, capture_summary
+from ..capture.runs import DEFAULT_DATASET
 
 
 def add_capture_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
+    """Register `capture`; handler: cmd_capture."""
     p = subparsers.add_parser("capture", help="capture per-head routing weights of a run into a netCDF dataset")
     p.add_argument("run", help="run directory written by `mhar train`")
     p.add_argument("--out", default=None, help=f"output file (default: RUN/{DEFAULT_DATASET})")
@@ -33,24 +32,12 @@ def add_capture_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
 
 
 def cmd_capture(args: argparse.Namespace) -> int:
-    out = Path(args.out) if args.out else Path(args.run) / DEFAULT_DATASET
-    if out.exists() and not args.overwrite:  # fail before loading anything
-        raise CaptureError(f"{out} already exists; pass --overwrite to replace it")
-    model, tokenizer, train_cfg = load_run(args.run, args.device, args.backend)
-    seq_len = args.seq_len or train_cfg.get("seq_len") or model.config.max_position_embeddings // 2
-    if seq_len > model.config.max_position_embeddings:
-        raise CaptureError(f"--seq-len {seq_len} exceeds the model's position limit "
-                           f"({model.config.max_position_embeddings})")
-    rows = heldout_rows(tokenizer, train_cfg, seq_len, args.split)
-    batches, tokens = row_batches(rows, args.tokens, args.batch_size)
-    ds = capture_routing(
-        model, batches, probes=not args.no_probes, slices=args.slices, draws=args.draws, seed=args.seed,
-        per_token=args.per_token, out=out, overwrite=args.overwrite, split=args.split,
-        run_path=args.run, progress=not args.no_progress, total=len(batches),
-        attrs={"seq_len": int(seq_len), "corpus": str(train_cfg.get("corpus") or "embedded"),
-               "train_preset": str(train_cfg.get("preset", ""))})
-    print(f"wrote {out}: {ds.attrs['tokens_seen']} tokens, {ds.sizes['site']} sites x "
-          f"{ds.sizes['source']} sources x {ds.sizes['head']} heads ({ds.attrs['method']}, "
-          f"{ds.attrs['capture_seconds']:.1f} s)")
+    """Capture; prints what was written."""
+    cfg = RunCapture(run=args.run, out=args.out, tokens=args.tokens, batch_size=args.batch_size,
+                     seq_len=args.seq_len, split=args.split, per_token=args.per_token, probes=not args.no_probes,
+                     slices=args.slices, draws=args.draws, seed=args.seed, backend=args.backend,
+                     device=args.device, overwrite=args.overwrite, progress=not args.no_progress)
+    ds = capture_run(cfg)
+    print(capture_summary(ds, cfg.out_path()))
     ds.close()
     return 0

@@ -40,8 +40,9 @@ def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Run the conversion; a `ConversionError` becomes one line on stderr and exit status 2."""
-    from .convert import convert_checkpoint
-    from .errors import ConversionError
+    from .. import convert as package
+    from ..convert.convert import convert_checkpoint
+    from ..convert.errors import ConversionError
 
     try:
         with warnings.catch_warnings(record=True) as caught:
@@ -53,7 +54,7 @@ def cmd_convert(args: argparse.Namespace) -> int:
         print(f"mhar convert: error: {exc}", file=sys.stderr)
         return 2
     for w in caught:
-        if w.filename.startswith(str(Path(__file__).parent)):  # ours; others' pass through as usual
+        if w.filename.startswith(str(Path(package.__file__).parent)):  # ours; others' pass through as usual
             print(f"mhar convert: warning: {w.message}", file=sys.stderr)
         else:
             warnings.showwarning(w.message, w.category, w.filename, w.lineno)

@@ -1,0 +1,65 @@
+"""Capture a trained run's routing dataset from its held-out text (what `mhar capture RUN` and
+the demo do): `capture_run(RunCapture(run=...))` writes RUN/routing.nc by default."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import xarray as xr
+
+from .capture import capture_routing
+from .errors import CaptureError
+from .runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
+
+
+@dataclass
+class RunCapture:
+    """Options of one capture of a run (the defaults are `mhar capture`'s)."""
+
+    run: str
+    out: str | None = None  # default: RUN/routing.nc
+    tokens: int = 65536  # held-out tokens to stream
+    batch_size: int = 8  # sequences per forward pass
+    seq_len: int | None = None  # default: the run's
+    split: str = "val"
+    per_token: bool = False  # also stream every token's weights to the file
+    probes: bool = True  # source-based probe sums besides the token means
+    slices: int = 4  # query slices S for width-disagreement
+    draws: int = 8  # matched-norm random-query draws
+    seed: int = 0  # seed of the random-query draws
+    backend: str | None = None  # routing backend (default: triton on CUDA, eager on CPU)
+    device: str | None = None  # default: cuda if available
+    overwrite: bool = False
+    progress: bool = True
+
+    def out_path(self) -> Path:
+        return Path(self.out) if self.out else Path(self.run) / DEFAULT_DATASET
+
+
+def capture_run(cfg: RunCapture) -> xr.Dataset:
+    """Stream the run's held-out text through it and write the dataset to `cfg.out_path()`;
+    returns the dataset (close it when done)."""
+    out = cfg.out_path()
+    if out.exists() and not cfg.overwrite:  # fail before loading anything
+        raise CaptureError(f"{out} already exists; pass --overwrite to replace it")
+    model, tokenizer, train_cfg = load_run(cfg.run, cfg.device, cfg.backend)
+    seq_len = cfg.seq_len or train_cfg.get("seq_len") or model.config.max_position_embeddings // 2
+    if seq_len > model.config.max_position_embeddings:
+        raise CaptureError(f"--seq-len {seq_len} exceeds the model's position limit "
+                           f"({model.config.max_position_embeddings})")
+    rows = heldout_rows(tokenizer, train_cfg, seq_len, cfg.split)
+    batches, _ = row_batches(rows, cfg.tokens, cfg.batch_size)
+    return capture_routing(
+        model, batches, probes=cfg.probes, slices=cfg.slices, draws=cfg.draws, seed=cfg.seed,
+        per_token=cfg.per_token, out=out, overwrite=cfg.overwrite, split=cfg.split,
+        run_path=cfg.run, progress=cfg.progress, total=len(batches),
+        attrs={"seq_len": int(seq_len), "corpus": str(train_cfg.get("corpus") or "embedded"),
+               "train_preset": str(train_cfg.get("preset", ""))})
+
+
+def capture_summary(ds: xr.Dataset, out: str | Path) -> str:
+    """One line on what a capture wrote."""
+    return (f"wrote {out}: {ds.attrs['tokens_seen']} tokens, {ds.sizes['site']} sites x "
+            f"{ds.sizes['source']} sources x {ds.sizes['head']} heads ({ds.attrs['method']}, "
+            f"{ds.attrs['capture_seconds']:.1f} s)")

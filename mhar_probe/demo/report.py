@@ -1,0 +1,89 @@
+"""The demo's report: the comparison table of the trained runs, and report.md / report.html
+with every stage's output, the probe and figure tables and the figures inline."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass
+class Stage:
+    """One stage of the demo: its name, wall time and what it printed."""
+
+    name: str
+    seconds: float
+    log: str
+
+
+def comparison_table(run_dirs: list[Path]) -> str:
+    """Markdown table of the given finished runs: tail-mean val loss, delta vs its seed's
+    baseline, and the drop of the final validation loss below its step-0 value."""
+    rows = []
+    for p in run_dirs:
+        f = p / "summary.json"
+        if f.exists():
+            rows.append((p.name, json.loads(f.read_text())))
+    base = {s["seed"]: s["tail_mean_val_loss"] for _, s in rows if s["method"] == "baseline"}
+    lines = ["| run | H | tail-mean val loss | Δ vs baseline | step-0 val loss | drop |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for name, s in rows:
+        tail = s["tail_mean_val_loss"]
+        b = base.get(s["seed"])
+        delta = f"{tail - b:+.4f}" if b is not None and s["method"] != "baseline" else "–"
+        drop = 1 - s["final_val_loss"] / s["initial_val_loss"]
+        heads = s.get("routing_heads")
+        lines.append(f"| {name} | {heads if heads is not None else '–'} | {tail:.4f} | {delta} | "
+                     f"{s['initial_val_loss']:.4f} | {100 * drop:.0f}% |")
+    return "\n".join(lines)
+
+
+def write_report(out: Path, stages: list[Stage], seconds: float) -> Path:
+    """report.md (and report.html) with every stage's output, tables and figures inline."""
+    figs = out / "figures"
+    md = [f"# mhar-probe demo report", "",
+          f"Embedded corpus, `tiny` preset, {len(stages)} stages in {seconds:.0f} s. "
+          f"Runs: `{out / 'runs'}`.", ""]
+    for st in stages:
+        md += [f"## {st.name} ({st.seconds:.0f} s)", ""]
+        if st.name == "figures":
+            continue
+        if st.log.strip():
+            md += ["```", st.log.strip(), "```", ""]
+    for table in sorted((out / "probes").glob("*.md")):
+        md += [f"### probes: {table.stem}", "", table.read_text().strip(), ""]
+    for table in sorted(figs.glob("*.md")):
+        if table.name == "index.md":
+            continue
+        md += [f"### {table.stem}", "", table.read_text().strip(), ""]
+    for png in sorted(figs.glob("*.png")):
+        md += [f"### {png.stem}", "", f"![{png.stem}](figures/{png.name})", ""]
+    text = "\n".join(md) + "\n"
+    report = out / "report.md"
+    report.write_text(text)
+    (out / "report.html").write_text(_html(text))
+    return report
+
+
+def _html(markdown: str) -> str:
+    """A minimal, dependency-free rendering: headings, images, tables and code as <pre>."""
+    body, in_code = [], False
+    for line in markdown.splitlines():
+        if line.startswith("```"):
+            body.append("</pre>" if in_code else "<pre>")
+            in_code = not in_code
+        elif in_code or line.startswith("|"):
+            body.append(html.escape(line) if in_code else f"<pre class='t'>{html.escape(line)}</pre>")
+        elif m := re.match(r"!\[(.*)\]\((.*)\)", line):
+            body.append(f"<img alt='{html.escape(m[1])}' src='{html.escape(m[2])}' style='max-width:900px'>")
+        elif m := re.match(r"(#+) (.*)", line):
+            n = len(m[1])
+            body.append(f"<h{n}>{html.escape(m[2])}</h{n}>")
+        elif line.strip():
+            body.append(f"<p>{html.escape(line)}</p>")
+    style = "body{font-family:sans-serif;max-width:1000px;margin:auto} pre.t{margin:0}"
+    return f"<!doctype html><meta charset='utf-8'><title>mhar-probe demo</title><style>{style}</style>\n" + \
+        "\n".join(body) + "\n"

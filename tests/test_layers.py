@@ -1,0 +1,68 @@
+"""The house's floors only point down (issue 24): the import-linter contract in pyproject.toml
+holds, places every module of mhar_probe on a floor, and breaks on a back-import."""
+
+from __future__ import annotations
+
+import copy
+import pkgutil
+import re
+from pathlib import Path
+
+import grimp
+import pytest
+from importlinter.api import read_configuration
+from importlinter.application.use_cases import lint_imports
+from importlinter.contracts.layers import LayersContract
+
+import mhar_probe
+
+PYPROJECT = Path(__file__).resolve().parents[1] / "pyproject.toml"
+
+
+def _config() -> dict:
+    return read_configuration(str(PYPROJECT))
+
+
+def _layers_contract() -> LayersContract:
+    config = _config()
+    options = next(c for c in config["contracts_options"] if c["id"] == "layers")
+    return LayersContract(name=options["name"], session_options=config["session_options"],
+                          contract_options=options)
+
+
+def _layered_modules() -> set[str]:
+    options = next(c for c in _config()["contracts_options"] if c["id"] == "layers")
+    return {name.strip() for layer in options["layers"] for name in re.split(r"[|:]", layer)}
+
+
+@pytest.fixture(scope="module")
+def graph() -> grimp.ImportGraph:
+    return grimp.build_graph(*_config()["session_options"]["root_packages"], cache_dir=None)
+
+
+def test_lint_imports_keeps_every_contract(capsys):
+    """What `lint-imports` runs, from the same configuration."""
+    ok = lint_imports(config_filename=str(PYPROJECT), cache_dir=None, no_logo=True)
+    assert ok, capsys.readouterr().out
+
+
+def test_every_module_of_the_package_sits_on_a_floor():
+    """A new module of mhar_probe must be placed in the contract, or nothing checks it."""
+    modules = {f"mhar_probe.{m.name}" for m in pkgutil.iter_modules(mhar_probe.__path__)}
+    missing = sorted(modules - _layered_modules())
+    assert not missing, f"add these to a layer of [tool.importlinter] in pyproject.toml: {missing}"
+    assert {"analysis", "figures"} <= _layered_modules()
+
+
+@pytest.mark.parametrize("importer,imported", [
+    ("mhar_probe.model.config", "mhar_probe.train"),  # the model reaching up to the trainer
+    ("mhar_probe.sweep.runner", "mhar_probe.cli.args"),  # a library module reaching into the CLI
+    ("mhar_probe.capture.capture", "analysis.probes.width"),  # the library reaching into analysis
+    ("analysis.stats.curves", "figures.style"),  # analysis reaching into figures
+])
+def test_a_back_import_breaks_the_contract(graph, importer, imported):
+    contract = _layers_contract()
+    assert contract.check(copy.deepcopy(graph), verbose=False).kept
+    sabotaged = copy.deepcopy(graph)  # check() drops the ignored imports in place
+    sabotaged.add_import(importer=importer, imported=imported)
+    assert not contract.check(sabotaged, verbose=False).kept
