@@ -69,17 +69,18 @@ def test_run_directory_contents_and_learning(tmp_path):
 
 def test_summary_records_the_triton_kernels(tmp_path):
     """A triton run records the KernelConfig its kernels ran with (the opt-in douts move the
-    gradients): here the current one, set around the run."""
+    gradients): the run's --routing-douts over the configuration current around it."""
     pytest.importorskip("triton")
-    from mhar_probe.kernels import KernelConfig, use_kernel_config
+    from mhar_probe.kernels import current_kernel_config, use_kernel_config
 
-    with use_kernel_config(KernelConfig(dout_dtype="storage")):
+    with use_kernel_config(poison=True):  # what the run does not set is kept
         summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
-                              batch_size=1, eval_every=100))
+                              batch_size=1, eval_every=100, routing_douts="storage"))
     kernels = summary["routing_kernels"]
     assert {k: kernels[k] for k in ("dout_dtype", "poison", "launch_table")} == \
-        dict(dout_dtype="storage", poison=False, launch_table=None)
+        dict(dout_dtype="storage", poison=True, launch_table=None)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["routing_kernels"] == kernels
+    assert current_kernel_config().dout_dtype == "promoted"  # set for the run only
 
 
 def test_resume_reproduces_uninterrupted_curve(tmp_path):
