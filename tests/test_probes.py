@@ -184,6 +184,19 @@ def test_tables_write_markdown_latex_csv(runs, tmp_path):
     assert perhead_table(dss[1:]).shape[0] == 2 and headalign_table([(dss[1], dss[2])]).shape[0] == 1
 
 
+def test_runs_of_different_head_counts_keep_their_own_columns():
+    """The per-head table labels each run with its head count (`routing_heads`, or `H` in datasets
+    written before the rename), so runs at H = 2 and H = 4 are two columns, not one."""
+    from analysis.probes.provenance import run_label
+
+    h2, h4 = capture(model("mhar", routing_heads=2)), capture(model("mhar", routing_heads=4))
+    assert (run_label(h2).split()[-1], run_label(h4).split()[-1]) == ("H2", "H4")
+    assert perhead_table([h2, h4]).shape[0] == 2
+    old = h4.copy()
+    old.attrs = {**{k: v for k, v in h4.attrs.items() if k != "routing_heads"}, "H": 4}
+    assert run_label(old) == run_label(h4)
+
+
 # ------------------------------------------------------------------------------ CLI
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser()

@@ -8,8 +8,9 @@ from typing import Any, Sequence
 import xarray as xr
 
 from mhar_probe.capture.errors import CaptureError
+from mhar_probe.model.methods import routing_heads_of
 
-KEYS = ("method", "H", "G", "d", "L", "preset", "run_path", "checkpoint_sha256", "split", "tokens_seen",
+KEYS = ("method", "routing_heads", "H", "G", "d", "L", "preset", "run_path", "checkpoint_sha256", "split", "tokens_seen",
         "package_version", "created", "routing_backend", "slices", "null_draws", "null_seed")
 
 
@@ -31,10 +32,11 @@ def with_provenance(out: xr.Dataset, probe: str, inputs: Sequence[xr.Dataset]) -
 
 
 def run_label(ds: xr.Dataset) -> str:
-    """A short column label: preset (or d/L) and method."""
+    """A short column label: preset (or d/L), method and, for mhar / mhar_hw, the head count."""
     a = ds.attrs
     size = a.get("preset") or f"d{a.get('d')}L{a.get('L')}"
-    return f"{size} {a.get('method')}" + (f" H{a.get('H')}" if a.get("method") in ("mhar", "mhar_hw") else "")
+    heads = routing_heads_of(a.get("method"), a)  # `routing_heads`, or `H` in datasets written before
+    return f"{size} {a.get('method')}" + (f" H{heads}" if a.get("method") in ("mhar", "mhar_hw") else "")
 
 
 def require_probes(ds: xr.Dataset, what: str) -> None:
