@@ -52,8 +52,8 @@ def make(ctx) -> list[Output]:
             method, _, variant = r["method"].partition("/")  # METHOD/VARIANT: an A/B kernel variant
             preset = str(r.get("preset") or args.get("preset", "?"))  # per row: files over several presets
             backend = str(r.get("backend") or args.get("backend", "?")) if method in ROUTED_METHODS else "-"
-            if r.get("step"):
-                backend = f"{backend} ({r['step']} step)"
+            if r.get("step"):  # files of the training-step benchmark say which step ran
+                backend = f"{r['step']} step" if backend == "-" else f"{backend} ({r['step']} step)"
             if variant:
                 backend = f"{backend}-{variant}"
             label = method_label(method) + (f" ({variant} kernels)" if variant else "")
