@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping
 
 from mhar_probe.errors import UserError
+from mhar_probe.jsonl import read_jsonl
 from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
 
@@ -41,19 +42,12 @@ def parse_metrics(path: Path, *, error: type[UserError] = UserError) -> list[dic
     """The lines of a metrics.jsonl (blank lines skipped); a malformed line raises `error`
     naming file and line. Every line is an object with `step`; `val_loss`, where present, a number."""
     rows = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
-            if not raw.strip():
-                continue
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as exc:
-                raise error(f"{path}:{lineno}: not valid JSON ({exc.msg})") from None
-            if not isinstance(rec, dict) or "step" not in rec:
-                raise error(f"{path}:{lineno}: expected an object with a 'step' field")
-            if "val_loss" in rec and not isinstance(rec["val_loss"], (int, float)):
-                raise error(f"{path}:{lineno}: 'val_loss' must be a number, got {rec['val_loss']!r}")
-            rows.append(rec)
+    for lineno, rec in read_jsonl(path, error):
+        if not isinstance(rec, dict) or "step" not in rec:
+            raise error(f"{path}:{lineno}: expected an object with a 'step' field")
+        if "val_loss" in rec and not isinstance(rec["val_loss"], (int, float)):
+            raise error(f"{path}:{lineno}: 'val_loss' must be a number, got {rec['val_loss']!r}")
+        rows.append(rec)
     return rows
 
 

@@ -27,6 +27,7 @@ from safetensors.torch import load_file, save_file
 
 from . import atomic
 from .errors import UserError
+from .jsonl import read_jsonl
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
@@ -225,9 +226,11 @@ def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
 
 
 def read_metrics(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's metrics.jsonl ([] before the first is written); a malformed line is a
+    `UserError` naming file and line."""
     if not path.exists():
         return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [row for _, row in read_jsonl(path, UserError)]
 
 
 def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> None:

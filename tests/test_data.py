@@ -207,7 +207,7 @@ def test_user_files_load(tmp_path):
         ("empty_txt", "no text"),
         ("blank_txt", "no text"),
         ("jsonl_no_field", "no field 'text'"),
-        ("jsonl_bad_json", "invalid JSON"),
+        ("jsonl_bad_json", "not valid JSON"),
         ("parquet_no_column", "no column 'text'"),
         ("dir_no_usable", "no usable files"),
         ("empty_dir", "no usable files"),

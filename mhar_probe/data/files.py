@@ -29,9 +29,9 @@ a directory with no usable files.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
+from ..jsonl import read_jsonl
 from .document import Document
 from .errors import DataError
 
@@ -57,36 +57,29 @@ def _read_txt(path: Path, rel: str, source: str) -> list[Document]:
 
 def _read_jsonl(path: Path, rel: str, source: str, text_field: str) -> list[Document]:
     docs: list[Document] = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"{path}:{lineno}: invalid JSON ({exc.msg})") from exc
-            if not isinstance(record, dict) or text_field not in record:
-                fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
-                raise DataError(
-                    f"{path}:{lineno}: record has no field {text_field!r} (fields: {fields}; "
-                    f"pass text_field= to name the field holding the text)"
+    for lineno, record in read_jsonl(path, DataError):
+        if not isinstance(record, dict) or text_field not in record:
+            fields = ", ".join(record) if isinstance(record, dict) else type(record).__name__
+            raise DataError(
+                f"{path}:{lineno}: record has no field {text_field!r} (fields: {fields}; "
+                f"pass text_field= to name the field holding the text)"
+            )
+        text = record[text_field]
+        if text is None:
+            continue
+        if not isinstance(text, str):
+            raise DataError(
+                f"{path}:{lineno}: field {text_field!r} is {type(text).__name__}, not a string"
+            )
+        if text.strip():
+            tag = record.get("source")
+            docs.append(
+                Document(
+                    id=f"{rel}:{lineno}",
+                    source=tag if isinstance(tag, str) and tag else source,
+                    text=text,
                 )
-            text = record[text_field]
-            if text is None:
-                continue
-            if not isinstance(text, str):
-                raise DataError(
-                    f"{path}:{lineno}: field {text_field!r} is {type(text).__name__}, not a string"
-                )
-            if text.strip():
-                tag = record.get("source")
-                docs.append(
-                    Document(
-                        id=f"{rel}:{lineno}",
-                        source=tag if isinstance(tag, str) and tag else source,
-                        text=text,
-                    )
-                )
+            )
     return docs
 
 
