@@ -93,7 +93,8 @@ class GraphStep:
 
     Capture happens at the first call, from its micro-batches' shape; `pool` lets several steps
     (e.g. the arms of a benchmark, replayed one after another, never concurrently) share one
-    graph memory pool: nothing a graph allocates outlives its replay."""
+    graph memory pool: what outlives a replay (the gradients, allocated by the first micro-batch's
+    graph) stays allocated, so a later capture in the pool reuses only temporaries."""
 
     def __init__(self, *, objective: Objective, params: Sequence[nn.Parameter], optimizer: torch.optim.AdamW,
                  grad_clip: float, device: torch.device, after_step: Callable[[], None] | None = None,
@@ -108,8 +109,7 @@ class GraphStep:
         self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
         self.lr = torch.zeros((), device=device)  # AdamW reads it on the device at every replay
         self.rows: Tensor | None = None  # the captured micro-batch's input, [m, T+1]
-        self.micro_graph: torch.cuda.CUDAGraph | None = None  # the first micro-batch's (captured yet?)
-        self.micro_graphs: list[torch.cuda.CUDAGraph] = []
+        self.micro_graphs: list[torch.cuda.CUDAGraph] = []  # the first micro-batch's, the further ones'
         self.update_graph: torch.cuda.CUDAGraph | None = None
 
     # ------------------------------------------------------------------ capture
@@ -171,7 +171,6 @@ class GraphStep:
                     (total.copy_ if first else total.add_)(value.detach().double() / n)
                 del objective, ce, extra, sums
             self.micro_graphs.append(graph)
-        self.micro_graph = self.micro_graphs[0]
         self.update_graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(self.update_graph, pool=self.pool):
             norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
@@ -183,7 +182,7 @@ class GraphStep:
     # ------------------------------------------------------------------ replay
     def __call__(self, micro_batches: Sequence[Tensor], lr: float) -> StepResult:
         n = len(micro_batches)
-        if self.micro_graph is None:
+        if self.update_graph is None:  # not captured yet
             if self.rows is None:
                 self.warm_up(micro_batches)
             self.capture()

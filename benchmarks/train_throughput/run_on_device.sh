@@ -9,7 +9,7 @@ python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/
 what=${1:-all}; commit=${2:-}
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py -p no:cacheprovider \
-    -W ignore::pytest_benchmark.logger.PytestBenchmarkWarning > "$OUT/gpu_tests.log" 2>&1
+    > "$OUT/gpu_tests.log" 2>&1
   grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -8
 fi
 if [[ $what == bench || $what == all ]]; then
