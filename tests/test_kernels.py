@@ -18,7 +18,7 @@ from mhar_probe.kernels.launch_tables import LaunchTables  # noqa: E402
 from mhar_probe.kernels.naive import route_bwd_reference, route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
 
-from kernel_checks import DEV, EPS, rel  # noqa: E402
+from kernel_checks import DEV, EPS, StridedAppendStack, rel  # noqa: E402
 
 
 @pytest.fixture(autouse=True)
@@ -266,23 +266,6 @@ class _AppendSpy:
         return run
 
 
-class _CopyingStack:
-    """A TritonSourceStack whose appended sources are not contiguous (the same values, strided):
-    the stack must copy each into its buffer at append, as it does for any such tensor."""
-
-    def __init__(self, stack):
-        self.stack = stack
-
-    def append(self, x):
-        self.stack.append(x.transpose(-1, -2).contiguous().transpose(-1, -2))
-
-    def __len__(self):
-        return len(self.stack)
-
-    def route(self, *args):
-        return self.stack.route(*args)
-
-
 @pytest.mark.parametrize("D,H,hw,mixed", [(12, 2, 0, False), (16, 4, 2, False), (12, 2, 0, True)])
 def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, D, H, hw, mixed):
     """The forward kernel stores a call's newest source into the buffer (route_fwd APPEND)
@@ -305,7 +288,7 @@ def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, D, H, 
             monkeypatch.setattr(launcher, "fn", _AppendSpy(launcher.fn, seen))
         leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
         inner = TritonSourceStack(S)
-        stack = _CopyingStack(inner) if copy else inner
+        stack = StridedAppendStack(inner) if copy else inner
         if mixed:  # an fp32 source 0 and half-precision sublayer outputs, as bf16 under autocast
             stack.append(leaves[0])
             loss, wts = 0.0, []

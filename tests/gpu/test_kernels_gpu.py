@@ -24,6 +24,8 @@ from mhar_probe.kernels.launch_tables import LaunchTables, tables_for  # noqa: E
 from mhar_probe.kernels.naive import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
+from kernel_checks import StridedAppendStack  # noqa: E402
+
 EPS = 1e-6
 torch.backends.cuda.matmul.allow_tf32 = False
 torch.backends.cudnn.allow_tf32 = False
@@ -224,21 +226,9 @@ def table_file(tmp_path, name: str, **rows) -> str:
     return path
 
 
-class _CopyingStack:
-    """A TritonSourceStack whose appended sources are strided (the same values): the stack copies
-    each into its buffer at append instead of the next call's forward kernel storing it."""
-
-    def __init__(self, capacity, params=None):
-        self.stack = TritonSourceStack(capacity, params=params)
-
-    def append(self, x):
-        self.stack.append(x.transpose(-1, -2).contiguous().transpose(-1, -2))
-
-    def __len__(self):
-        return len(self.stack)
-
-    def route(self, *args):
-        return self.stack.route(*args)
+def _strided_append_stack(capacity, params=None):
+    """A TritonSourceStack whose appended sources are strided (kernel_checks.StridedAppendStack)."""
+    return StridedAppendStack(TritonSourceStack(capacity, params=params))
 
 
 @pytest.mark.parametrize("hw", [0, 4])
@@ -493,7 +483,7 @@ def test_append_stored_by_forward_matches_the_copy(D, hw):
     row 0, the copied one in the rows' order, so fp32 chains agree within fp32 rounding."""
     runs = {}
     for copy in (False, True):
-        runs[copy] = run_chain(_CopyingStack if copy else TritonSourceStack, torch.float32, D=D, heads=(8,),
+        runs[copy] = run_chain(_strided_append_stack if copy else TritonSourceStack, torch.float32, D=D, heads=(8,),
                                hw=hw, seed=19, collect=True)
     bitwise = all(torch.equal(a, b) for a, b in zip(runs[False], runs[True], strict=True))
     err = max(rel(a, b) for a, b in zip(runs[False], runs[True]))
