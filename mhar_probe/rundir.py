@@ -32,10 +32,6 @@ from .jsonl import read_jsonl
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
 
-#: the name train.py and sweep import; the definition is `mhar_probe.atomic.write_json`
-atomic_write_json = atomic.write_json
-
-
 LOCK_FILE = ".mhar-lock"
 #: what makes a directory a run of this project (train and cpt both write them)
 RUN_MARKERS = ("train_config.json", f"{CHECKPOINT}/state.json")

@@ -26,7 +26,7 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from . import __version__
+from . import __version__, atomic
 from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
 from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM, methods
@@ -36,7 +36,7 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .tail import tail_mean
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
-from .rundir import (RunLock, atomic_write_json, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
+from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
 
@@ -475,11 +475,11 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         if info.is_main:  # a resumed run records what it was resumed with (more --steps)
-            atomic_write_json(self.out / "train_config.json", saved_settings(cfg))
+            atomic.write_json(self.out / "train_config.json", saved_settings(cfg))
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
             comp = self.corpus.composition
-            atomic_write_json(self.out / "corpus.json", dict(
+            atomic.write_json(self.out / "corpus.json", dict(
                 name=self.corpus.name, fingerprint=self.corpus.fingerprint,
                 composition=comp.to_rows(), meta=_jsonable(comp.meta)))
         if self.step == 0:
@@ -534,7 +534,7 @@ class Trainer:
         """Stop a diverged run: summary.json says failed (never finished); the last checkpoint stays."""
         if self.info.is_main:
             write_metrics(self.out / "metrics.jsonl", self.metrics)
-            atomic_write_json(self.out / "summary.json", dict(finished=False, failed=reason, steps=self.step,
+            atomic.write_json(self.out / "summary.json", dict(finished=False, failed=reason, steps=self.step,
                                                               method=self.cfg.method, lr=self.cfg.lr))
         barrier(self.info)
         raise UserError(f"{reason}: the run diverged and is marked failed in {self.out / 'summary.json'}; "
@@ -545,7 +545,7 @@ class Trainer:
         summary = self.summary(evals)
         self.save_final()
         if self.info.is_main:
-            atomic_write_json(self.out / "summary.json", summary)
+            atomic.write_json(self.out / "summary.json", summary)
         barrier(self.info)
         return summary
 
