@@ -7,6 +7,7 @@ import argparse
 import math
 from typing import Callable, NoReturn, Sequence
 
+from ..errors import UserError
 from ..model.config import PRESETS
 from ..model.methods import METHODS
 from ..model.routing import ROUTING_BACKENDS
@@ -69,7 +70,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--eval-batches", type=positive_int, default=4)
     p.add_argument("--checkpoint-every", type=positive_int, default=100)
     p.add_argument("--seed", type=int, default=42, help="fixes init and data order (paired runs)")
-    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory (default: embedded)")
+    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory, or 'installed' (the text of every installed package; default: embedded, the standard library)")
     p.add_argument("--corpus-max-bytes", type=nonnegative_int, default=4_000_000,
                    help="cap on the corpus size in bytes (0: no cap)")
     p.add_argument("--tokenizer", default=None, help="a tokenizer saved in Hugging Face format")
@@ -90,6 +91,14 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
 #: command-line destinations whose TrainConfig field has another name
 _FIELD_OF_DEST = dict(no_progress="progress", layers="extra", hidden_size="extra", attn_heads="extra",
                       ffn="extra")
+
+
+def check_corpus(spec: str | None) -> None:
+    """--corpus names a known corpus or an existing path (before any other work)."""
+    from ..data.corpus import NAMED_CORPORA, is_corpus_spec
+
+    if not is_corpus_spec(spec):
+        raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:

@@ -29,7 +29,7 @@ def add_cpt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--batch-size", type=int, default=16, help="global batch in sequences")
     p.add_argument("--micro-batch", type=int, default=None, help="per-process micro-batch (accumulates)")
     p.add_argument("--seq-len", type=int, default=None, help="sequence length (default min(1024, model limit))")
-    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory (default: embedded)")
+    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory, or 'installed' (the text of every installed package; default: embedded, the standard library)")
     p.add_argument("--corpus-max-bytes", type=int, default=4_000_000, help="cap on the corpus size (0: no cap)")
     p.add_argument("--seed", type=int, default=42, help="fixes the data order (pair a run with its control)")
     p.add_argument("--ema", type=float, default=0.999, help="weight EMA beta (0: off)")
@@ -81,13 +81,10 @@ def config_from_args(args: argparse.Namespace):
 
 def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
-    from pathlib import Path
-
-    from ..errors import UserError
     from ..cpt.trainer import cpt
+    from .args import check_corpus
 
-    if args.corpus is not None and not Path(args.corpus).exists():
-        raise UserError(f"corpus path {args.corpus} does not exist")
+    check_corpus(args.corpus)
     summary = cpt(config_from_args(args))
     if summary.get("finished"):
         ema = summary.get("final_ema_val_loss")

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..sweep.grid import AXES, SweepGrid
-from .args import add_train_arguments, model_overrides
+from .args import add_train_arguments, check_corpus, model_overrides
 
 _COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
            "checkpoint_every", "corpus", "corpus_max_bytes", "tokenizer", "vocab_size",
@@ -93,8 +93,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.runner import run_sweep
 
     grid = grid_from_args(args, _defaults())
-    if args.corpus is not None and not Path(args.corpus).exists():
-        raise UserError(f"corpus path {args.corpus} does not exist")
+    check_corpus(args.corpus)
 
     def report(spec, action: str) -> None:
         print(f"{action:8s} {spec.name}", flush=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ..errors import UserError
 from ..model.config import METHODS, PRESETS
-from .args import add_train_arguments, model_overrides
+from .args import add_train_arguments, check_corpus, model_overrides
 
 
 def add_train_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -46,8 +46,7 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UserError(f"unknown method {args.method!r}; choose one of {', '.join(METHODS)}")
     if args.preset not in PRESETS:
         raise UserError(f"unknown preset {args.preset!r}; choose one of {', '.join(PRESETS)}")
-    if args.corpus is not None and not Path(args.corpus).exists():
-        raise UserError(f"corpus path {args.corpus} does not exist")
+    check_corpus(args.corpus)
     summary = train(train_config_from_args(args, args.out))
     if summary.get("finished"):
         print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "

@@ -35,9 +35,18 @@ from .document import Document
 from .embedded import embedded_documents, embedded_meta
 from .errors import DataError
 from .files import read_path
+from .installed import INSTALLED, scan_installed
 
 EMBEDDED = "embedded"
+NAMED_CORPORA = (EMBEDDED, INSTALLED)
 SPLITS = ("train", "val")
+
+
+def is_corpus_spec(spec: str | None) -> bool:
+    """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path."""
+    from pathlib import Path
+
+    return spec is None or spec in NAMED_CORPORA or Path(spec).exists()
 
 
 def hash_unit(doc_id: str) -> float:
@@ -204,6 +213,8 @@ def load_corpus(
 
     Args:
         spec: ``None`` or ``"embedded"`` for the stdlib/pydoc corpus shipped with Python;
+            ``"installed"`` for the text of every installed package as well
+            (:mod:`mhar_probe.data.installed`);
             otherwise a ``.txt`` / ``.jsonl`` / ``.parquet`` file or a directory of them
             (see :mod:`mhar_probe.data.files` for the conventions).
         val_fraction: expected share of documents held out for validation, in (0, 1).
@@ -221,6 +232,11 @@ def load_corpus(
         name = EMBEDDED
         docs = embedded_documents()
         meta: dict[str, object] = {"corpus": name, **embedded_meta()}
+    elif spec == INSTALLED:
+        name = INSTALLED
+        scan = scan_installed()
+        docs = list(scan.documents)
+        meta = {"corpus": name, **scan.meta()}
     else:
         name = str(spec)
         docs = read_path(spec, text_field=text_field)
