@@ -47,9 +47,12 @@ import json
 import keyword
 import re
 from dataclasses import dataclass
+from collections import deque
 from itertools import zip_longest
 from pathlib import Path
 from typing import Any, Iterable
+
+import numpy as np
 
 from ..atomic import build_dir
 from ..data.cache import cache_subdir
@@ -162,6 +165,48 @@ def _stable_int(*parts: str) -> int:
     return int(hashlib.sha1("\x1f".join(parts).encode()).hexdigest()[:12], 16)
 
 
+class _LinePool:
+    """The eligible lines of one source, sorted by (length, document id, line), with each
+    length's entries as one numpy block, so that picking a distractor costs one block, not the
+    whole pool (the held-out split of a large corpus has hundreds of thousands of lines)."""
+
+    def __init__(self, entries: list[tuple[int, str, str]]) -> None:
+        entries.sort()
+        self.entries = entries
+        self.by_len: dict[int, np.ndarray] = {}
+        self.doc_of = np.array([e[1] for e in entries], dtype=object)
+        for i, (length, _, _) in enumerate(entries):
+            self.by_len.setdefault(length, []).append(i)  # type: ignore[arg-type]
+        self.by_len = {n: np.asarray(ix, dtype=np.int64) for n, ix in self.by_len.items()}
+        self.own: dict[str, np.ndarray] = {}
+        for i, (_, doc_id, _) in enumerate(entries):
+            self.own.setdefault(doc_id, []).append(i)  # type: ignore[arg-type]
+        self.own = {d: np.asarray(ix, dtype=np.int64) for d, ix in self.own.items()}
+
+    def others(self, doc_id: str) -> int:
+        """How many entries belong to other documents."""
+        return len(self.entries) - len(self.own.get(doc_id, ()))
+
+    def distractor(self, doc_id: str, length: int, h: int) -> str:
+        """The line of another document nearest in length to `length`; among the nearest, the
+        one with the smallest `(k * 2654435761 + h) % 97`, then the smallest k, where k is its
+        index in the pool without `doc_id`'s own lines (so the choice depends on the pool alone)."""
+        own = self.own.get(doc_id, np.empty(0, dtype=np.int64))
+        lengths = sorted(self.by_len)
+        for delta in range(0, max(abs(lengths[0] - length), abs(lengths[-1] - length)) + 1):
+            blocks = [self.by_len[n] for n in dict.fromkeys((length - delta, length + delta)) if n in self.by_len]
+            if not blocks:
+                continue
+            p = np.concatenate(blocks)  # [c] pool indices, ascending
+            p = p[self.doc_of[p] != doc_id]
+            if p.size == 0:
+                continue
+            k = p - np.searchsorted(own, p)  # index among the other documents' lines
+            key = (k * 2654435761 + h) % 97
+            return self.entries[int(p[np.lexsort((k, key))[0]])][2]
+        raise AssertionError("others() > 0 guarantees a distractor")
+
+
 def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS) -> list[dict[str, Any]]:
     """Two-way next-line items: context lines, [real next line, distractor] in a hashed order.
 
@@ -171,30 +216,28 @@ def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS) -> l
     lo, hi = NL_LINE_CHARS
     docs = sorted(docs, key=lambda d: d.id)
     eligible = lambda ln: lo < len(ln.strip()) <= hi  # noqa: E731
-    pool: dict[str, list[tuple[int, str, str]]] = {}  # source -> (length, doc id, line)
+    entries: dict[str, list[tuple[int, str, str]]] = {}  # source -> (length, doc id, line)
     for doc in docs:
         for ln in doc.text.splitlines():
             if eligible(ln):
-                pool.setdefault(doc.source, []).append((len(ln.rstrip()), doc.id, ln.rstrip()))
-    for lines in pool.values():
-        lines.sort()
+                entries.setdefault(doc.source, []).append((len(ln.rstrip()), doc.id, ln.rstrip()))
+    pools = {src: _LinePool(e) for src, e in entries.items()}
     per_doc = []
     for doc in docs:
         lines = [ln.rstrip() for ln in doc.text.splitlines()]
-        cands = [x for x in pool.get(doc.source, []) if x[1] != doc.id]
-        items = []
+        pool = pools.get(doc.source)
+        items: list[dict[str, Any]] = []
+        context: deque[str] = deque(maxlen=NL_CONTEXT_LINES)  # the last non-blank lines before line i
         for i in range(1, len(lines)):
-            if len(items) >= NL_MAX_PER_DOC or not cands:
+            if lines[i - 1].strip():
+                context.append(lines[i - 1])
+            if len(items) >= NL_MAX_PER_DOC or pool is None or not pool.others(doc.id):
                 break
             target = lines[i]
-            context = [ln for ln in lines[:i] if ln.strip()][-NL_CONTEXT_LINES:]
             if not eligible(target) or not context:
                 continue
             h = _stable_int(doc.id, str(i))
-            # the candidates nearest in length, then one of the closest few by hash
-            lens = [c[0] for c in cands]
-            j = min(range(len(cands)), key=lambda k: (abs(lens[k] - len(target)), (k * 2654435761 + h) % 97))
-            wrong = cands[j][2]
+            wrong = pool.distractor(doc.id, len(target), h)
             if wrong.strip() == target.strip():
                 continue
             label = h % 2
