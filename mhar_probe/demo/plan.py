@@ -1,35 +1,129 @@
-"""What the demo trains and measures: the shared recipe, the grids, and the sizes of the
-capture and evaluation. Every run shares the recipe and, per seed, the data order."""
+"""What a study trains and measures: the shared recipe, the grids, and the sizes of the
+capture and evaluation. Every run of a plan shares the recipe and, per seed, the data order.
+
+Two plans ship:
+  * `DEMO`: `make demo`, the `tiny` preset on the embedded corpus, on two CPU cores;
+  * `LADDER`: the GPU ladder (issue 23, results/ladder): a d=128, L=8 model on the `installed`
+    corpus (the text of the machine's packages), each run trained on at least 10 tokens per
+    parameter, three seeds of baseline / attnres / mhar, a kv x H grid and a width ladder.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any
 
 from ..sweep import SweepGrid
-
-DEMO_STEPS = 150
-RECIPE = dict(lr=2e-3, batch_size=8, eval_every=15, eval_batches=2, checkpoint_every=50,
-              corpus_max_bytes=4_000_000)
-MAIN_GRID = dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[2, 4, 8], seeds=[42])
-HW_GRID = dict(methods=["mhar_hw"], heads=[None], seeds=[42])  # one full-width query per KV group: H = KV
-SEED_GRID = dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])
-LADDER_WIDTHS = (64, 96)  # narrower baselines: with the d=128 baseline, three compute budgets
-ROUTED_METHODS = ("attnres", "mhar", "mhar_hw")  # the runs whose routing is captured and probed
-MAIN_SEED = 42  # the seed of the captured, evaluated and CEG runs
-EVAL_TASKS = ["mhar_heldout_ppl", "mhar_lastword", "mhar_nextline"]
-EVAL_LIMIT = 200
-CAPTURE_TOKENS = 16384
-MCNEMAR_BOOTSTRAP = 2000
-CEG_ALPHAS = [0.089, 0.15]
+from ..sweep.grid import RunSpec
 
 
-def grid(axes: dict[str, Any], steps: int, extra: dict[str, int] | None = None) -> SweepGrid:
-    """A `tiny` grid with the demo's recipe over `axes` (`extra`: model-config overrides)."""
-    common: dict[str, Any] = {k: v for k, v in RECIPE.items() if k != "lr"}
-    common.update(progress=False, **({"extra": extra} if extra else {}))
-    return SweepGrid.from_dict(dict(presets=["tiny"], steps=[steps], lrs=[RECIPE["lr"]], common=common, **axes))
+@dataclass(frozen=True)
+class Plan:
+    """A study: grids trained into OUT/runs, narrower baselines into OUT/ladder/d<width>, then
+    capture, probes, evaluation, statistics and figures over them."""
+
+    name: str
+    title: str  # one line for the report
+    preset: str
+    steps: int
+    recipe: dict[str, Any]  # TrainConfig fields every run shares (lr included)
+    grids: dict[str, dict[str, Any]]  # sweep axes per grid name, all trained into OUT/runs
+    model: dict[str, int] = field(default_factory=dict)  # model-config overrides every run shares
+    ladder_widths: tuple[int, ...] = ()  # narrower baselines: with the main baseline, a compute ladder
+    ladder_ffn_ratio: int = 3  # their MLP width over their width
+    routed_methods: tuple[str, ...] = ("attnres", "mhar", "mhar_hw")
+    main_seed: int = 42  # the seed of the probed, evaluated and CEG runs
+    main_kv: int | None = None  # the KV heads of the main comparison (None: the preset's)
+    mhar_heads: int = 2  # the H of the MHAR run that is evaluated and compared
+    capture_all_seeds: bool = False  # capture every routed run, not only the main seed's
+    eval_methods: tuple[str, ...] = ("baseline", "mhar")  # evaluated at the main seed
+    mcnemar_pairs: tuple[tuple[str, str], ...] = (("baseline", "mhar"),)
+    eval_tasks: tuple[str, ...] = ("mhar_heldout_ppl", "mhar_lastword", "mhar_nextline")
+    eval_limit: int = 200
+    eval_batch_size: int = 8
+    capture_tokens: int = 16384
+    mcnemar_bootstrap: int = 2000
+    ceg_alphas: tuple[float, ...] = (0.089, 0.15)
+
+    def grid(self, axes: dict[str, Any], steps: int | None = None, extra: dict[str, int] | None = None
+             ) -> SweepGrid:
+        """A grid of this plan's preset and recipe over `axes` (`extra`: model overrides)."""
+        common: dict[str, Any] = {k: v for k, v in self.recipe.items() if k != "lr"}
+        model = {**self.model, **(extra or {})}
+        common.update(progress=False, **({"extra": model} if model else {}))
+        return SweepGrid.from_dict(dict(presets=[self.preset], steps=[steps or self.steps],
+                                        lrs=[self.recipe["lr"]], common=common, **axes))
+
+    def grid_names(self, only: list[str] | None = None) -> list[str]:
+        """The grids to train (`only`: a subset, checked)."""
+        if only is None:
+            return list(self.grids)
+        unknown = [g for g in only if g not in self.grids and g != "widths"]
+        if unknown:
+            from ..errors import UserError
+
+            raise UserError(f"plan {self.name} has no grid {', '.join(unknown)}; "
+                            f"its grids: {', '.join([*self.grids, 'widths'])}")
+        return [g for g in self.grids if g in only]
+
+    def ladder_extra(self, width: int) -> dict[str, int]:
+        """Model overrides of a ladder baseline of width `width`."""
+        return dict(hidden_size=width, intermediate_size=self.ladder_ffn_ratio * width)
+
+    def run_names(self, grids: list[str], steps: int | None = None) -> set[str]:
+        """Names of the runs in OUT/runs that `grids` train."""
+        return {s.name for g in grids for s in self.grid(self.grids[g], steps).expand()}
+
+    def specs(self, grid: str, steps: int | None = None) -> list[RunSpec]:
+        return self.grid(self.grids[grid], steps).expand()
 
 
-def ladder_extra(width: int) -> dict[str, int]:
-    """Model overrides of a ladder baseline of width `width`."""
-    return dict(hidden_size=width, intermediate_size=3 * width)
+DEMO = Plan(
+    name="demo",
+    title="Embedded corpus, `tiny` preset",
+    preset="tiny",
+    steps=150,
+    recipe=dict(lr=2e-3, batch_size=8, eval_every=15, eval_batches=2, checkpoint_every=50,
+                corpus_max_bytes=4_000_000),
+    grids=dict(
+        main=dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[2, 4, 8], seeds=[42]),
+        hw=dict(methods=["mhar_hw"], heads=[None], seeds=[42]),  # one full-width query per KV group: H = KV
+        seeds=dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43]),
+    ),
+    ladder_widths=(64, 96),
+)
+
+#: d=128, L=8, 8 attention heads (head_dim 16), 2d MLP, T=512, a 2,048-word BPE: 1.44M parameters
+#: (baseline), so 480 steps of 64 x 512 tokens (15.7M) give 10.9 tokens per parameter, and the
+#: `installed` corpus of the GPU machine (172M training tokens) is 11x the largest run.
+LADDER_MODEL = dict(hidden_size=128, num_hidden_layers=8, num_attention_heads=8, intermediate_size=256,
+                    max_position_embeddings=1024)
+LADDER = Plan(
+    name="ladder",
+    title="GPU ladder: d=128 L=8 on the `installed` corpus (the text of the machine's packages)",
+    preset="tiny",
+    steps=480,
+    model=LADDER_MODEL,
+    recipe=dict(lr=2e-3, batch_size=64, seq_len=512, eval_every=20, eval_batches=16, checkpoint_every=1000,
+                corpus="installed", corpus_max_bytes=None, vocab_size=2048),
+    grids=dict(
+        main=dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[4, 8], kv_heads=[4], seeds=[0]),
+        hw=dict(methods=["mhar_hw"], heads=[None], kv_heads=[4], seeds=[0]),
+        seeds=dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[1, 2]),
+        kvgrid=dict(methods=["mhar"], heads=[2, 4, 8, 16], kv_heads=[2, 4], seeds=[0]),
+    ),
+    ladder_widths=(64, 96),
+    ladder_ffn_ratio=2,
+    main_seed=0,
+    main_kv=4,
+    mhar_heads=8,
+    capture_all_seeds=True,
+    eval_methods=("baseline", "attnres", "mhar"),
+    mcnemar_pairs=(("baseline", "mhar"), ("attnres", "mhar")),
+    eval_tasks=("mhar_lastword", "mhar_nextline"),  # held-out loss is the training's own validation loss
+    eval_limit=1000,
+    eval_batch_size=64,
+    capture_tokens=65536,
+)
+
+PLANS = {p.name: p for p in (DEMO, LADDER)}

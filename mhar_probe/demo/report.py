@@ -41,15 +41,17 @@ def comparison_table(run_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: Path, stages: list[Stage], seconds: float) -> Path:
-    """report.md (and report.html) with every stage's output, tables and figures inline."""
+def write_report(out: Path, stages: list[Stage], seconds: float, title: str) -> Path:
+    """report.md (and report.html) with the claim table, every stage's output, tables and figures inline."""
     figs = out / "figures"
-    md = [f"# mhar-probe demo report", "",
-          f"Embedded corpus, `tiny` preset, {len(stages)} stages in {seconds:.0f} s. "
-          f"Runs: `{out / 'runs'}`.", ""]
+    md = [f"# mhar-probe report", "",
+          f"{title}. {len(stages)} stages in {seconds:.0f} s. Runs: `{out / 'runs'}`.", ""]
+    claims = out / "claims.md"
+    if claims.exists():
+        md += [claims.read_text().strip(), ""]
     for st in stages:
         md += [f"## {st.name} ({st.seconds:.0f} s)", ""]
-        if st.name == "figures":
+        if st.name in ("figures", "claims"):
             continue
         if st.log.strip():
             md += ["```", st.log.strip(), "```", ""]

@@ -1,5 +1,11 @@
-"""The demo's stages, each a call of the library with explicit options; runs are found
-through the sweeps' manifests. What each stage prints is also its log in the report."""
+"""A plan's stages, each a call of the library with explicit options; runs are found through the
+sweeps' manifests. What each stage prints is also its log in the report.
+
+Stages run in order: sweep, capture, eval (the ones that need the models), then probe, stats,
+claims, figures, report (the ones that read only the files those write). `stages` picks some, so
+that the GPU ladder trains, captures and evaluates on the device machine, call by call (`grids`
+picks the runs of one call), and its report is made on any CPU from the exported files alone.
+"""
 
 from __future__ import annotations
 
@@ -13,12 +19,14 @@ from ..errors import UserError
 from ..tail import TAIL_K
 from .analysis_steps import (CegOptions, FiguresOptions, McNemarOptions, ProbeOptions, TailsOptions,
                              build_figures, ceg, mcnemar, probe, tails)
-from .plan import (CAPTURE_TOKENS, CEG_ALPHAS, DEMO_STEPS, EVAL_LIMIT, EVAL_TASKS, HW_GRID, LADDER_WIDTHS,
-                   MAIN_GRID, MAIN_SEED, MCNEMAR_BOOTSTRAP, ROUTED_METHODS, SEED_GRID, grid, ladder_extra)
+from .plan import DEMO, Plan
 from .report import Stage, comparison_table, write_report
 from .runs import SweptRun, finished, one, swept_runs
 
 T = TypeVar("T")
+MODEL_STAGES = ("sweep", "capture", "eval")
+FILE_STAGES = ("probe", "stats", "claims", "figures", "report")
+STAGES = MODEL_STAGES + FILE_STAGES
 
 
 def _printed(fn: Callable[[], T]) -> tuple[str, T]:
@@ -32,54 +40,100 @@ def _printed(fn: Callable[[], T]) -> tuple[str, T]:
     return buf.getvalue(), result
 
 
-def run_demo(out: Path, steps: int | None = None, overwrite: bool = False) -> int:
-    """Every stage into `out` (finished work is kept unless `overwrite`); writes out/report.md."""
-    steps = steps or DEMO_STEPS
+def check_stages(stages: list[str] | None) -> tuple[str, ...]:
+    """The stages to run, in their fixed order (None: all)."""
+    if stages is None:
+        return STAGES
+    unknown = [s for s in stages if s not in STAGES]
+    if unknown:
+        raise UserError(f"unknown stage {', '.join(unknown)}; stages: {', '.join(STAGES)}")
+    return tuple(s for s in STAGES if s in stages)
+
+
+def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan: Plan = DEMO,
+             stages: list[str] | None = None, grids: list[str] | None = None) -> int:
+    """The plan's stages into `out` (finished work is kept unless `overwrite`); writes
+    out/report.md when the report stage runs. `grids` restricts sweep, capture and eval to the
+    runs of those grids ('widths': the ladder baselines)."""
+    steps = steps or plan.steps
     if steps < 1:
         raise UserError("--steps must be at least 1")
+    todo = check_stages(stages)
+    chosen = plan.grid_names(grids)
+    widths = grids is None or "widths" in grids
     out.mkdir(parents=True, exist_ok=True)
     runs, ladder = out / "runs", out / "ladder"
-    stages: list[Stage] = []
+    names = plan.run_names(chosen, steps)
+    log: list[Stage] = []
     start = time.perf_counter()
 
     def stage(name: str, fn: Callable[[], str | None]) -> None:
-        print(f"\n[demo] ── {name} ──", flush=True)
+        if name not in todo:
+            return
+        print(f"\n[{plan.name}] ── {name} ──", flush=True)
         t0 = time.perf_counter()
-        log = fn() or ""
-        stages.append(Stage(name, time.perf_counter() - t0, log))
+        text = fn() or ""
+        log.append(Stage(name, time.perf_counter() - t0, text))
 
-    stage("sweep", lambda: sweep_stage(runs, ladder, steps, overwrite))
+    stage("sweep", lambda: sweep_stage(plan, runs, ladder, steps, overwrite, chosen, widths))
+    if not (runs / "manifest.json").exists():
+        raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
     swept = swept_runs(runs)
-    routed = [r for r in swept if r.method in ROUTED_METHODS and r.seed == MAIN_SEED]
-    stage("capture", lambda: capture_stage(routed, overwrite))
+    selected = [r for r in finished(swept) if r.name in names]
+    routed = [r for r in selected if r.method in plan.routed_methods
+              and (plan.capture_all_seeds or r.seed == plan.main_seed)]
+    stage("capture", lambda: capture_stage(plan, routed, overwrite))
+    stage("eval", lambda: eval_stage(plan, [r for r in selected if is_eval_run(plan, r)], runs / "evals", overwrite))
+    probed = [r for r in finished(swept) if r.method in plan.routed_methods and r.seed == plan.main_seed
+              and (r.path / "routing.nc").exists()]
     stage("probe", lambda: _printed(lambda: probe(ProbeOptions(
-        inputs=[str(r.path / "routing.nc") for r in routed], out=str(out / "probes"), overwrite=True)))[0])
-    base_run = one(swept, method="baseline", seed=MAIN_SEED)
-    mhar_run = one(swept, method="mhar", heads=2, seed=MAIN_SEED)
-    stage("eval", lambda: eval_stage([base_run, mhar_run], runs / "evals", overwrite))
-    stage("stats", lambda: stats_stage(out, runs, ladder, base_run, mhar_run))
+        inputs=[str(r.path / "routing.nc") for r in probed], out=str(out / "probes"), overwrite=True)))[0])
+    stage("stats", lambda: stats_stage(plan, out, runs, ladder))
+    stage("claims", lambda: claims_stage(plan, out))
     stage("figures", lambda: figures_stage(runs, out / "figures"))
-    report = write_report(out, stages, time.perf_counter() - start)
-    print(f"\n[demo] done in {time.perf_counter() - start:.0f} s")
-    print(f"[demo] report: {report}")
+    if "report" in todo:
+        report = write_report(out, log, time.perf_counter() - start, plan.title)
+        print(f"\n[{plan.name}] done in {time.perf_counter() - start:.0f} s")
+        print(f"[{plan.name}] report: {report}")
     return 0
 
 
-def sweep_stage(runs: Path, ladder: Path, steps: int, overwrite: bool) -> str:
+def main_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
+    """Finished runs of the main comparison (the plan's KV heads; the kv x H grid's others left out)."""
+    return [r for r in finished(swept) if plan.main_kv is None or r.kv == plan.main_kv]
+
+
+def is_eval_run(plan: Plan, run: SweptRun) -> bool:
+    """Whether the plan evaluates `run` (its methods at the main seed and KV, MHAR at the plan's H)."""
+    return (run.method in plan.eval_methods and run.seed == plan.main_seed
+            and (plan.main_kv is None or run.kv == plan.main_kv)
+            and (run.method != "mhar" or run.heads == plan.mhar_heads))
+
+
+def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
+    """The runs the plan evaluates, at the main seed (MHAR at the plan's H)."""
+    kv = plan.main_kv
+    return [one(swept, method=m, seed=plan.main_seed, kv=kv, heads=plan.mhar_heads if m == "mhar" else None)
+            for m in plan.eval_methods]
+
+
+def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int, overwrite: bool, grids: list[str],
+                widths: bool) -> str:
     """Train the grids (and the ladder baselines); the comparison table is the stage's log."""
     from ..sweep import run_sweep
 
-    for axes in (MAIN_GRID, HW_GRID, SEED_GRID):
-        run_sweep(grid(axes, steps), runs, overwrite=overwrite)
-    for d in LADDER_WIDTHS:
-        run_sweep(grid(dict(methods=["baseline"], seeds=[MAIN_SEED]), steps, ladder_extra(d)), ladder / f"d{d}",
-                  overwrite=overwrite)
+    for name in grids:
+        run_sweep(plan.grid(plan.grids[name], steps), runs, overwrite=overwrite)
+    for d in plan.ladder_widths if widths else ():
+        axes = dict(methods=["baseline"], seeds=[plan.main_seed],
+                    **({"kv_heads": [plan.main_kv]} if plan.main_kv else {}))
+        run_sweep(plan.grid(axes, steps, plan.ladder_extra(d)), ladder / f"d{d}", overwrite=overwrite)
     table = comparison_table([r.path for r in finished(swept_runs(runs))])
     print(table)
     return table
 
 
-def capture_stage(routed: list[SweptRun], overwrite: bool) -> str:
+def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
     """The routing dataset of every routed run (RUN/routing.nc)."""
     from ..capture import RunCapture, capture_run, capture_summary
 
@@ -90,7 +144,7 @@ def capture_stage(routed: list[SweptRun], overwrite: bool) -> str:
 
     logs = []
     for run in routed:
-        cfg = RunCapture(run=str(run.path), tokens=CAPTURE_TOKENS, overwrite=overwrite, progress=False)
+        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, overwrite=overwrite, progress=False)
         if cfg.out_path().exists() and not overwrite:
             logs.append(f"{run.name}: routing.nc exists, skipped")
             continue
@@ -98,7 +152,7 @@ def capture_stage(routed: list[SweptRun], overwrite: bool) -> str:
     return "\n".join(logs)
 
 
-def eval_stage(run_list: list[SweptRun], evals: Path, overwrite: bool) -> str:
+def eval_stage(plan: Plan, run_list: list[SweptRun], evals: Path, overwrite: bool) -> str:
     """The harness's held-out tasks on each run, into evals/<run name>."""
     from ..evaluate import EvalConfig, run_eval
 
@@ -112,38 +166,53 @@ def eval_stage(run_list: list[SweptRun], evals: Path, overwrite: bool) -> str:
         if target.exists() and not overwrite:
             logs.append(f"{run.name}: evaluation exists, skipped")
             continue
-        cfg = EvalConfig(run=str(run.path), tasks=list(EVAL_TASKS), out=str(target), limit=EVAL_LIMIT,
-                         overwrite=overwrite)
+        cfg = EvalConfig(run=str(run.path), tasks=list(plan.eval_tasks), out=str(target), limit=plan.eval_limit,
+                         batch_size=plan.eval_batch_size, overwrite=overwrite)
         logs.append(_printed(lambda: eval_one(cfg))[0])
     return "\n".join(logs)
 
 
-def stats_stage(out: Path, runs: Path, ladder: Path, base_run: SweptRun, mhar_run: SweptRun) -> str:
-    """McNemar baseline vs MHAR, tail-means and seed deltas, and the compute-equivalent gain."""
+def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
+    """McNemar of each pair the plan names, tail-means and seed deltas, and the compute-equivalent gain."""
     stats = out / "stats"
     stats.mkdir(exist_ok=True)
     evals = runs / "evals"
-    logs = [_printed(lambda: mcnemar(McNemarOptions(
-        dir_a=str(evals / base_run.name), dir_b=str(evals / mhar_run.name), out=str(stats / "mcnemar"),
-        overwrite=True, n_boot=MCNEMAR_BOOTSTRAP)))[0]]
-    main_runs = finished(swept_runs(runs))
-    k = min(TAIL_K, _evaluations(main_runs[0].path))
+    swept = swept_runs(runs)
+    evaluated = {r.method: r for r in eval_runs(plan, swept)}
+    logs = []
+    for a, b in plan.mcnemar_pairs:
+        run_a, run_b = evaluated[a], evaluated[b]
+        name = "mcnemar" if (a, b) == plan.mcnemar_pairs[0] else f"mcnemar_{a}_{b}"
+        logs.append(_printed(lambda: mcnemar(McNemarOptions(
+            dir_a=str(evals / run_a.name), dir_b=str(evals / run_b.name), out=str(stats / name),
+            overwrite=True, n_boot=plan.mcnemar_bootstrap)))[0])
+    compared = main_runs(plan, swept)
+    k = min(TAIL_K, _evaluations(compared[0].path))
     logs.append(_printed(lambda: tails(TailsOptions(
-        runs=[str(r.path) for r in main_runs], k=k, json=str(stats / "tails.json"), overwrite=True)))[0])
-    ladder_runs = sorted((r for d in LADDER_WIDTHS for r in finished(swept_runs(ladder / f"d{d}"))),
+        runs=[str(r.path) for r in compared], k=k, json=str(stats / "tails.json"), overwrite=True)))[0])
+    ladder_runs = sorted((r for d in plan.ladder_widths for r in finished(swept_runs(ladder / f"d{d}"))),
                          key=lambda r: str(r.path))
-    seed42 = [r for r in main_runs if r.seed == MAIN_SEED]
+    at_main_seed = [r for r in compared if r.seed == plan.main_seed]
     logs.append(_printed(lambda: ceg(CegOptions(
-        runs=[str(r.path) for r in ladder_runs + seed42], k=k, alpha=list(CEG_ALPHAS),
+        runs=[str(r.path) for r in ladder_runs + at_main_seed], k=k, alpha=list(plan.ceg_alphas),
         json=str(stats / "ceg.json"), overwrite=True)))[0])
     return "\n".join(logs)
+
+
+def claims_stage(plan: Plan, out: Path) -> str:
+    """The claim table (claims.md): each paper claim these runs can test, our number, a verdict."""
+    from .claims import write_claims
+
+    text = write_claims(plan, out)
+    print(text)
+    return text
 
 
 def figures_stage(runs: Path, figures: Path) -> str:
     """Every paper figure and table these runs allow."""
     log, status = _printed(lambda: build_figures(FiguresOptions(runs=str(runs), out=str(figures), overwrite=True)))
     if status != 0:
-        raise UserError(f"demo stage figures: some generators failed (exit {status}); see FAILED above")
+        raise UserError(f"stage figures: some generators failed (exit {status}); see FAILED above")
     return log
 
 

@@ -19,6 +19,7 @@ class SweptRun:
     heads: int | None
     seed: int
     status: str
+    kv: int | None = None
 
     @property
     def name(self) -> str:
@@ -31,7 +32,7 @@ def swept_runs(sweep_dir: Path) -> list[SweptRun]:
     if manifest is None:
         raise UserError(f"{sweep_dir} has no manifest.json; run the demo's sweep stage first")
     runs = [SweptRun(path=sweep_dir / r["name"], method=r["axes"]["method"], heads=r["axes"]["H"],
-                     seed=r["axes"]["seed"], status=r["status"]) for r in manifest["runs"]]
+                     seed=r["axes"]["seed"], status=r["status"], kv=r["axes"].get("kv")) for r in manifest["runs"]]
     return sorted(runs, key=lambda r: r.name)
 
 
@@ -39,10 +40,13 @@ def finished(runs: list[SweptRun]) -> list[SweptRun]:
     return [r for r in runs if r.status == "finished"]
 
 
-def one(runs: list[SweptRun], *, method: str, seed: int, heads: int | None = None) -> SweptRun:
-    """The single run of `method` (with `heads`, if given) and `seed`."""
-    hits = [r for r in runs if r.method == method and r.seed == seed and (heads is None or r.heads == heads)]
+def one(runs: list[SweptRun], *, method: str, seed: int, heads: int | None = None,
+        kv: int | None = None) -> SweptRun:
+    """The single run of `method` (with `heads` and `kv`, if given) and `seed`."""
+    hits = [r for r in runs if r.method == method and r.seed == seed and (heads is None or r.heads == heads)
+            and (kv is None or r.kv == kv)]
     if len(hits) != 1:
-        what = f"method={method}" + (f" H={heads}" if heads is not None else "") + f" seed={seed}"
+        what = (f"method={method}" + (f" H={heads}" if heads is not None else "")
+                + (f" KV={kv}" if kv is not None else "") + f" seed={seed}")
         raise UserError(f"expected one run with {what} in the manifest, found {len(hits)}")
     return hits[0]

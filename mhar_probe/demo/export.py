@@ -1,0 +1,55 @@
+"""Export what a study's report needs, without weights, into a results folder.
+
+The GPU ladder trains, captures and evaluates on the device machine, one call per group of
+grids; each call exports its runs here, and the folder is merged call by call. The report
+stages (probe, stats, claims, figures, report) then read nothing else, so the folder can be
+committed and regenerated on any CPU.
+
+Copied: each sweep's manifest.json (merged: a run's row from the newer export wins), and of
+every run its RUN_FILES (configs, summary, corpus composition, metrics, routing dataset), and
+every file of the harness outputs under runs/evals/. Not copied: weights, checkpoints,
+tokenizers, model code.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from ..sweep.manifest import read_manifest, write_manifest
+
+RUN_FILES = ("config.json", "train_config.json", "summary.json", "corpus.json", "metrics.jsonl", "routing.nc")
+
+
+def sweep_dirs(out: Path) -> list[Path]:
+    """Sweep directories of a study: OUT/runs and OUT/ladder/d<width>."""
+    found = [out / "runs"] + sorted((out / "ladder").glob("d*"))
+    return [d for d in found if (d / "manifest.json").exists()]
+
+
+def export_study(out: Path, dest: Path) -> list[Path]:
+    """Copy the report's inputs from `out` into `dest` (merging manifests); returns the files written."""
+    written: list[Path] = []
+    for sweep in sweep_dirs(out):
+        target = dest / sweep.relative_to(out)
+        target.mkdir(parents=True, exist_ok=True)
+        new = read_manifest(sweep)
+        old = read_manifest(target)
+        rows = {r["name"]: r for r in (old or {}).get("runs", [])}
+        rows.update({r["name"]: r for r in new["runs"]})  # type: ignore[index]
+        for row in new["runs"]:  # type: ignore[index]
+            src, dst = sweep / row["name"], target / row["name"]
+            for name in RUN_FILES:
+                if (src / name).exists():
+                    dst.mkdir(exist_ok=True)
+                    shutil.copy2(src / name, dst / name)
+                    written.append(dst / name)
+        write_manifest(target, new["grid"], [rows[k] for k in sorted(rows)])  # type: ignore[index]
+        written.append(target / "manifest.json")
+    evals = out / "runs" / "evals"
+    for f in sorted(p for p in evals.rglob("*") if p.is_file()) if evals.is_dir() else []:
+        dst = dest / f.relative_to(out)
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(f, dst)
+        written.append(dst)
+    return written
