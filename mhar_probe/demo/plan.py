@@ -104,8 +104,11 @@ LADDER = Plan(
     preset="tiny",
     steps=480,
     model=LADDER_MODEL,
-    recipe=dict(lr=2e-3, batch_size=64, seq_len=512, eval_every=20, eval_batches=16, checkpoint_every=1000,
-                corpus="installed", corpus_max_bytes=None, vocab_size=2048),
+    # eager steps: one process trains every run of a call, and in the first ladder call the CUDA-graph
+    # capture of the fifth run (mhar H=8, after baseline, hyper, attnres and mhar H=4) failed, while
+    # the same model captured as the second run of a process (issue 22 keeps this open)
+    recipe=dict(lr=2e-3, batch_size=64, seq_len=512, eval_every=24, eval_batches=8, checkpoint_every=1000,
+                corpus="installed", corpus_max_bytes=None, vocab_size=2048, cuda_graphs=False),
     grids=dict(
         main=dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[4, 8], kv_heads=[4], seeds=[0]),
         hw=dict(methods=["mhar_hw"], heads=[None], kv_heads=[4], seeds=[0]),
