@@ -9,6 +9,8 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..errors import UserError
+
 
 @dataclass
 class Stage:
@@ -19,25 +21,43 @@ class Stage:
     log: str
 
 
+def step_speed(run: Path) -> tuple[float, float]:
+    """(median tokens/s of the training steps, seconds spent in them) from a run's metrics.jsonl."""
+    from ..jsonl import read_jsonl
+
+    rates, seconds, last = [], 0.0, 0
+    for _, row in read_jsonl(run / "metrics.jsonl", UserError):
+        if "tokens_per_s" in row:
+            rates.append(row["tokens_per_s"])
+            seconds += (row["tokens"] - last) / row["tokens_per_s"]
+            last = row["tokens"]
+    rates.sort()
+    return (rates[len(rates) // 2] if rates else float("nan")), seconds
+
+
 def comparison_table(run_dirs: list[Path]) -> str:
     """Markdown table of the given finished runs: tail-mean val loss, delta vs its seed's
-    baseline, and the drop of the final validation loss below its step-0 value."""
+    baseline, the drop of the final validation loss below its step-0 value, parameters, tokens
+    per parameter, and speed (median tokens/s of the steps, seconds in training steps)."""
     rows = []
     for p in run_dirs:
         f = p / "summary.json"
         if f.exists():
-            rows.append((p.name, json.loads(f.read_text())))
+            rows.append((p, json.loads(f.read_text())))
     base = {s["seed"]: s["tail_mean_val_loss"] for _, s in rows if s["method"] == "baseline"}
-    lines = ["| run | H | tail-mean val loss | Δ vs baseline | step-0 val loss | drop |",
-             "|---|---:|---:|---:|---:|---:|"]
-    for name, s in rows:
+    lines = ["| run | H | tail-mean val loss | Δ vs baseline | step-0 val loss | drop | parameters | tokens/param "
+             "| tokens/s | train s |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for path, s in rows:
         tail = s["tail_mean_val_loss"]
         b = base.get(s["seed"])
         delta = f"{tail - b:+.4f}" if b is not None and s["method"] != "baseline" else "–"
         drop = 1 - s["final_val_loss"] / s["initial_val_loss"]
         heads = s.get("routing_heads")
-        lines.append(f"| {name} | {heads if heads is not None else '–'} | {tail:.4f} | {delta} | "
-                     f"{s['initial_val_loss']:.4f} | {100 * drop:.0f}% |")
+        rate, seconds = step_speed(path)
+        lines.append(f"| {path.name} | {heads if heads is not None else '–'} | {tail:.4f} | {delta} | "
+                     f"{s['initial_val_loss']:.4f} | {100 * drop:.0f}% | {s['parameters']:,} | "
+                     f"{s['tokens'] / s['parameters']:.1f} | {rate:,.0f} | {seconds:.0f} |")
     return "\n".join(lines)
 
 
@@ -49,6 +69,13 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str) -> 
     claims = out / "claims.md"
     if claims.exists():
         md += [claims.read_text().strip(), ""]
+    from .export import sweep_dirs
+    from .runs import finished, swept_runs
+
+    md += ["## Runs", "", "Tail-mean validation loss, size and speed of every finished run (tokens/s: median "
+           "over the training steps; train s: time in training steps, evaluations excluded).", ""]
+    for sweep in sweep_dirs(out):
+        md += [f"`{sweep.relative_to(out)}`", "", comparison_table([r.path for r in finished(swept_runs(sweep))]), ""]
     for st in stages:
         md += [f"## {st.name} ({st.seconds:.0f} s)", ""]
         if st.name in ("figures", "claims"):

@@ -84,7 +84,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
               and (plan.capture_all_seeds or r.seed == plan.main_seed)]
     stage("capture", lambda: capture_stage(plan, routed, overwrite))
     stage("eval", lambda: eval_stage(plan, [r for r in selected if is_eval_run(plan, r)], runs / "evals", overwrite))
-    probed = [r for r in finished(swept) if r.method in plan.routed_methods and r.seed == plan.main_seed
+    probed = [r for r in main_runs(plan, swept) if r.method in plan.routed_methods and r.seed == plan.main_seed
               and (r.path / "routing.nc").exists()]
     stage("probe", lambda: _printed(lambda: probe(ProbeOptions(
         inputs=[str(r.path / "routing.nc") for r in probed], out=str(out / "probes"), overwrite=True)))[0])
@@ -209,8 +209,10 @@ def claims_stage(plan: Plan, out: Path) -> str:
 
 
 def figures_stage(runs: Path, figures: Path) -> str:
-    """Every paper figure and table these runs allow."""
-    log, status = _printed(lambda: build_figures(FiguresOptions(runs=str(runs), out=str(figures), overwrite=True)))
+    """Every paper figure and table these runs allow (benchmark tables only from the study's own
+    RUNS/benchmarks, so the report does not depend on the folder it is made from)."""
+    log, status = _printed(lambda: build_figures(FiguresOptions(
+        runs=str(runs), out=str(figures), overwrite=True, benchmarks=[str(runs / "benchmarks")])))
     if status != 0:
         raise UserError(f"stage figures: some generators failed (exit {status}); see FAILED above")
     return log
