@@ -110,6 +110,11 @@ CASES: list[Case] = [
      ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "FILE/ev"], "FILE is a file"),
     ("figures-out-under-a-file", None, ["figures", "RUN", "--out", "FILE/figs"], "Not a directory"),
     ("convert-dst-under-a-file", lambda r, t: qwen3_base(t), ["convert", "TMP/base", "FILE/conv"], "FILE"),
+    ("demo-unknown-stage", None, ["demo", "--out", "TMP/d", "--stages", "plot"], "unknown stage plot"),
+    ("demo-unknown-grid", None, ["demo", "--out", "TMP/d", "--plan", "ladder", "--grids", "wide"], "no grid wide"),
+    ("demo-report-before-sweep", None, ["demo", "--out", "TMP/d", "--stages", "report"], "run the sweep stage first"),
+    ("train-unknown-corpus", None, ["train", "--out", "TMP/run", *TINY, "--corpus", "TMP/none.jsonl"],
+     "does not exist (or name one of: embedded, installed)"),
     ("eval-task-without-items", None,
      ["eval", "RUN", "--tasks", "toy_empty", "--tasks-dir", "TASKS", "--out", "TMP/ev"], "has no items"),
 ]
