@@ -251,8 +251,9 @@ def _grid_runs(runs: Path) -> list[dict[str, Any]]:
 def claims_markdown(claims: list[Claim]) -> str:
     lines = ["## Claims", "",
              "| claim (paper) | ours (95% interval) | verdict | how read |", "|---|---|---|---|"]
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (|D| inside a table cell)
     for c in claims:
-        lines.append(f"| {PAPER[c.key]} | {c.ours} | **{c.verdict}** | {c.note} |")
+        lines.append(f"| {cell(PAPER[c.key])} | {cell(c.ours)} | **{c.verdict}** | {cell(c.note)} |")
     return "\n".join(lines) + "\n"
 
 
