@@ -26,12 +26,18 @@ The graph step's contract (what capture needs):
   gradients are allocated) and the gradients are zeroed again; an optimizer without state gets it
   from a null update (zero gradients, learning rate 0: parameters unchanged) whose step counters
   are then reset to 0. Training therefore starts from exactly the state the eager step would;
-- the gradients live in the graphs' pool after capture: nothing may set them to None.
+- the gradients live in the graphs' pool after capture: nothing may set them to None;
+- Python's cyclic garbage collector is run before capture and paused during it (`gc_paused`):
+  since torch 2.9 `torch.cuda.graph` no longer collects first, and an automatic collection inside
+  a capture that frees an older graph (a finished run's step, kept alive by a reference cycle)
+  destroys it mid-capture, which CUDA forbids (cudaErrorStreamCaptureInvalidated; pytorch#161037).
+  The GPU ladder's first call failed so, in the fifth run of one process.
 """
 
 from __future__ import annotations
 
 import contextlib
+import gc
 from dataclasses import dataclass
 from typing import Callable, ContextManager, Sequence
 
@@ -157,7 +163,12 @@ class GraphStep:
     def capture(self) -> None:
         """Record the step's graphs (after `warm_up`): the first micro-batch's forward and backward,
         which creates the gradients (they live in the graph's pool from then on, at fixed
-        addresses); the further micro-batches', which add to them; the clipping and update."""
+        addresses); the further micro-batches', which add to them; the clipping and update.
+        Garbage is collected first and the collector paused throughout (see the module notes)."""
+        with gc_paused():
+            self._capture()
+
+    def _capture(self) -> None:
         n = self.n
         self.optimizer.zero_grad(set_to_none=True)  # the first backward writes, not adds (no zero fill)
         self.micro_graphs = []
@@ -197,6 +208,20 @@ class GraphStep:
         self.update_graph.replay()
         values = torch.stack([self.loss_sum, self.grad_norm.double(), *self.extra_sums.values()]).tolist()
         return StepResult(values[0], values[1], dict(zip(self.extra_sums, values[2:])))
+
+
+@contextlib.contextmanager
+def gc_paused():
+    """Collect garbage now, then keep Python's automatic collection off until the block ends
+    (restoring whatever state it had), so no finaliser runs inside a CUDA-graph capture."""
+    was_enabled = gc.isenabled()
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def choose_cuda_graphs(requested: bool | None, device: torch.device, world_size: int) -> bool:

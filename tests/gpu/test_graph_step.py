@@ -5,7 +5,9 @@
   over two micro-batches, for an additive and a routed (triton) model; fp32, so that only the
   order of float operations could differ;
 * trainer level: `mhar train` with graphs follows the eager run's loss curve under bf16 autocast,
-  and a graph-stepped run stopped and resumed gives the uninterrupted run's metrics bit for bit.
+  and a graph-stepped run stopped and resumed gives the uninterrupted run's metrics bit for bit;
+* capture survives a garbage collection that would free an older run's graph inside it (without
+  the step's collector pause the same construction fails: tests/gpu/gc_control_check.py).
 """
 
 from __future__ import annotations
@@ -91,6 +93,46 @@ def test_graph_step_refuses_another_shape():
     step([torch.zeros(2, 33, dtype=torch.long)], lr=1e-3)
     with pytest.raises(ValueError, match="captured for 1 micro-batches"):
         step([torch.zeros(2, 17, dtype=torch.long)], lr=1e-3)
+
+
+def _capture_with_an_older_graph_in_a_cycle() -> None:
+    """An older graph reachable only through a reference cycle (a finished run's step), and a
+    collection inside the new step's capture (what an automatic one does when its threshold is
+    reached there; made explicit so that it happens inside the capture, not before it)."""
+    import gc
+
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        old = torch.cuda.CUDAGraph()
+        x = torch.zeros(4, device=DEV)
+        with torch.cuda.graph(old):
+            x.add_(1)
+        cycle = {"graph": old}
+        cycle["self"] = cycle
+        del old, cycle
+        model = _model("mhar")
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+        step = _stepper("graph", model, opt, {n: p.detach().clone() for n, p in model.named_parameters()})
+        objective = step.objective
+
+        def collecting_objective(rows):
+            if torch.cuda.is_current_stream_capturing():
+                gc.collect()
+            return objective(rows)
+
+        step.objective = collecting_objective
+        step([torch.zeros(2, 33, dtype=torch.long)], lr=1e-3)  # warms up, captures, replays
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
+def test_capture_survives_the_collector_freeing_an_older_graph():
+    """Since torch 2.9 `torch.cuda.graph` no longer collects garbage first: an automatic collection
+    inside the capture that frees an older graph invalidates the capture (pytorch#161037; the GPU
+    ladder's first call). The step collects first and pauses the collector while it captures."""
+    _capture_with_an_older_graph_in_a_cycle()
 
 
 SMALL = dict(preset="tiny", seq_len=64, batch_size=8, micro_batch=4, eval_every=4, eval_batches=1, vocab_size=512,
