@@ -49,16 +49,11 @@ class Claim:
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
-    """(mean, low, high) of a Student t interval; NaN bounds for fewer than two values."""
-    from scipy import stats
+    """(mean, low, high): the statistics' own Student t interval (NaN bounds for one value)."""
+    from analysis.stats.curves import t_interval
 
-    n = len(values)
-    mean = sum(values) / n
-    if n < 2:
-        return mean, math.nan, math.nan
-    sd = math.sqrt(sum((v - mean) ** 2 for v in values) / (n - 1))
-    half = stats.t.ppf(0.5 + LEVEL / 2, n - 1) * sd / math.sqrt(n)
-    return mean, mean - half, mean + half
+    mean, _, _, low, high = t_interval(values, LEVEL)
+    return mean, low, high
 
 
 def side(low: float, high: float, paper_side_below: float) -> str:
