@@ -112,6 +112,8 @@ CASES: list[Case] = [
     ("convert-dst-under-a-file", lambda r, t: qwen3_base(t), ["convert", "TMP/base", "FILE/conv"], "FILE"),
     ("demo-unknown-stage", None, ["demo", "--out", "TMP/d", "--stages", "plot"], "unknown stage plot"),
     ("demo-unknown-grid", None, ["demo", "--out", "TMP/d", "--plan", "ladder", "--grids", "wide"], "no grid wide"),
+    ("demo-export-under-a-file", None, ["demo", "--out", "TMP/d", "--stages", "report", "--export", "FILE/x"],
+     "cannot create it"),
     ("demo-report-before-sweep", None, ["demo", "--out", "TMP/d", "--stages", "report"], "run the sweep stage first"),
     ("train-unknown-corpus", None, ["train", "--out", "TMP/run", *TINY, "--corpus", "TMP/none.jsonl"],
      "does not exist (or name one of: embedded, installed)"),

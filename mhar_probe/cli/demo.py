@@ -33,6 +33,13 @@ def cmd_demo(args: argparse.Namespace) -> int:
     from ..demo.export import export_study
     from ..demo.plan import PLANS
 
+    if args.export:  # a folder that cannot be made is refused before hours of training, not after
+        try:
+            Path(args.export).mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            from ..errors import UserError
+
+            raise UserError(f"--export {args.export}: cannot create it ({exc.strerror})") from None
     status = run_demo(Path(args.out), steps=args.steps, overwrite=args.overwrite, plan=PLANS[args.plan],
                       stages=args.stages, grids=args.grids)
     if args.export:

@@ -30,6 +30,7 @@ import hashlib
 import math
 from collections import defaultdict
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from .document import Document
 from .embedded import embedded_documents, embedded_meta
@@ -44,8 +45,6 @@ SPLITS = ("train", "val")
 
 def is_corpus_spec(spec: str | None) -> bool:
     """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path."""
-    from pathlib import Path
-
     return spec is None or spec in NAMED_CORPORA or Path(spec).exists()
 
 
