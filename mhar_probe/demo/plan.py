@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sweep import SweepGrid
-from ..sweep.grid import RunSpec
 
 
 @dataclass(frozen=True)
@@ -73,9 +72,6 @@ class Plan:
     def run_names(self, grids: list[str], steps: int | None = None) -> set[str]:
         """Names of the runs in OUT/runs that `grids` train."""
         return {s.name for g in grids for s in self.grid(self.grids[g], steps).expand()}
-
-    def specs(self, grid: str, steps: int | None = None) -> list[RunSpec]:
-        return self.grid(self.grids[grid], steps).expand()
 
 
 DEMO = Plan(
