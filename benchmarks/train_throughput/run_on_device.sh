@@ -1,20 +1,40 @@
 #!/usr/bin/env bash
 # One device call (benchmarks/README.md): the GPU test group, the training-throughput table at the
 # paper's three microbatches (graph step, with a profile per arm), and the dout-policy loss curves.
-#   bash benchmarks/train_throughput/run_on_device.sh [tests|bench|dout|all] COMMIT   (logs + JSON under $OUT)
+#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|variants|dout|all] COMMIT [PRESETS]
+# (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
+# once per step variant (loss kernel x compiled sublayers), one process each.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
-what=${1:-all}; commit=${2:-}
+what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}
+bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json
+  local name=$1; shift
+  python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods baseline mhar \
+    --rounds 8 --commit "$commit" --out "$OUT/$name.json" "$@" 2>&1 | grep -v "Warn\|warn"
+}
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py -p no:cacheprovider \
-    > "$OUT/gpu_tests.log" 2>&1
+  python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py tests/test_cross_entropy_kernel.py \
+    -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -8
 fi
+if [[ $what == fusedtests ]]; then
+  python3 -m pytest -v -m gpu tests/gpu/test_fused_step.py tests/test_cross_entropy_kernel.py \
+    -p no:cacheprovider > "$OUT/fused_tests.log" 2>&1
+  grep -E "passed|failed|error|Error" "$OUT/fused_tests.log" | tail -12
+fi
 if [[ $what == bench || $what == all ]]; then
-  python3 benchmarks/train_throughput/train_throughput.py --presets 100m 350m 1b --methods baseline mhar \
-    --rounds 8 --profile --commit "$commit" --out "$OUT/h100.json" 2>&1 | grep -v "Warn\|warn"
+  bench h100 --profile
+fi
+if [[ $what == variants ]]; then
+  for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
+           "fused:--loss-kernel fused --profile" "torch:--loss-kernel torch"; do
+    name=${v%%:*}; flags=${v#*:}
+    echo "## variant: $name ($flags)"; t0=$SECONDS
+    bench "h100_${name// /_}" $flags
+    echo "## $name took $((SECONDS - t0)) s"
+  done
 fi
 if [[ $what == dout || $what == all ]]; then
   MHAR_CACHE_DIR=/tmp/mhar-cache python3 benchmarks/kernels/dout_policy.py --commit "$commit" \

@@ -2,7 +2,9 @@
 
 Every arm (a method) trains on the same fixed token batch with the step `mhar train` uses
 (`mhar_probe.step`: `GraphStep` by default on CUDA, `EagerStep` with --step eager): bf16
-autocast, cross-entropy, global-norm clipping at 1.0, AdamW. All arms are built first, then
+autocast, cross-entropy (`mhar_probe.loss`: the fused kernel by default on CUDA, as in training),
+global-norm clipping at 1.0, AdamW; with --compile-sublayers, each layer's attention and MLP
+sublayer compiled (`mhar_probe.compiled`). All arms are built first, then
 timed round by round (baseline, mhar, ..., baseline, mhar, ...), so that a drifting host slows
 every arm alike; each arm's ratio is the median over rounds of baseline step / arm step.
 
@@ -37,13 +39,14 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from mhar_probe import __version__
 from mhar_probe.flops import flops_per_token
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
 from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.compiled import compile_sublayers
+from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model.routing import set_routing_backend
 from mhar_probe.parallel import clip_grad_norm
 from mhar_probe.step import EagerStep, GraphStep
@@ -75,13 +78,15 @@ class Arm:
         self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
                                              max_position_embeddings=max(2 * args.seq_len, 256))
         self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend).to(device)
+        if args.compile_sublayers:
+            compile_sublayers(self.model)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
         cuda = device.type == "cuda"
 
         def objective(rows):  # [B, T+1] -> (objective, cross-entropy, extras)
             with torch.autocast(device.type, dtype=torch.bfloat16, enabled=cuda, cache_enabled=False):
                 logits = self.model(rows[:, :-1], use_cache=False).logits
-            ce = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+            ce = next_token_cross_entropy(logits, rows[:, 1:], args.loss_kernel)
             return ce, ce, {}
 
         params = list(self.model.parameters())
@@ -200,6 +205,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         tok_s = B * T / median
         flops = flops_per_token(arm.config, T, count_lm_head=True)["total"]
         row = dict(preset=preset, method=arm.method, batch=B, seq=T, step=args.step, backend=args.backend,
+                   loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
@@ -269,6 +275,8 @@ def main() -> None:
     p.add_argument("--vocab", type=int, default=151936)
     p.add_argument("--backend", default="triton", choices=("triton", "eager"))
     p.add_argument("--step", default=None, choices=("graph", "eager"), help="default: graph on CUDA, eager on CPU")
+    p.add_argument("--loss-kernel", default=None, choices=LOSS_KERNELS, help="default: fused on CUDA, torch on CPU")
+    p.add_argument("--compile-sublayers", action="store_true", help="torch.compile each attention / MLP sublayer")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="one more step per arm under torch.profiler")
@@ -279,6 +287,10 @@ def main() -> None:
     check_arguments(args)
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     args.step = args.step or ("graph" if device.type == "cuda" else "eager")
+    try:
+        args.loss_kernel = choose_loss_kernel(args.loss_kernel, device)
+    except ValueError as exc:
+        raise SystemExit(str(exc)) from None
     rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
@@ -292,7 +304,8 @@ def main() -> None:
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=2) + "\n")
-    print(f"# {meta['device']}  torch {meta['torch']}  step={args.step}  backend={args.backend}  {meta['date']}")
+    print(f"# {meta['device']}  torch {meta['torch']}  step={args.step}  backend={args.backend}  "
+          f"loss={args.loss_kernel}  compiled sublayers={args.compile_sublayers}  {meta['date']}")
     print("| preset | method | B x T | tokens/s | paper baseline | MFU | vs baseline (range) | peak GB (vs base) | GPU busy |")
     print("|---|---|---|---:|---:|---:|---|---|---:|")
     for r in rows:

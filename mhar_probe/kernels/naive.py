@@ -8,6 +8,7 @@ that a kernel can be compared with an independent reading of the same equations.
   route_bwd_reference  -- the closed-form backward of one call (`route_bwd.py`)
   collect_reference    -- the 4-bytes/pair decomposition of a shared stack's backward
                           (`route_bwd_collect.py`), float64
+  cross_entropy_reference_f64 -- the fused cross-entropy's loss and gradient (`cross_entropy.py`)
 """
 
 from __future__ import annotations
@@ -109,3 +110,22 @@ def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tens
         dq.append(g.to(f) * E.reshape(D))
         dg.append(q.to(f) * E.reshape(D))
     return dv, dq, dg
+
+
+def cross_entropy_reference_f64(logits: Tensor, targets: Tensor, ignore_index: int = -100
+                                ) -> tuple[Tensor, Tensor]:
+    """(mean loss, d loss / d logits) in float64 for logits [N, V], targets [N]
+    (`cross_entropy.py`), written out rather than through `F.cross_entropy`:
+
+        loss = sum_{i valid} (log sum_v exp x_iv - x_{i t_i}) / #valid
+        dx_iv = (softmax(x_i)_v - [v == t_i]) / #valid   (0 for ignored rows)"""
+    x = logits.double()
+    valid = targets != ignore_index  # [N]
+    lse = x.max(-1, keepdim=True).values + (x - x.max(-1, keepdim=True).values).exp().sum(-1, keepdim=True).log()
+    safe = torch.where(valid, targets, torch.zeros_like(targets))
+    picked = x.gather(-1, safe[:, None])  # [N, 1]
+    count = valid.sum().double()
+    loss = ((lse - picked)[:, 0] * valid).sum() / count
+    onehot = torch.zeros_like(x).scatter_(-1, safe[:, None], 1.0)
+    grad = ((x - lse).exp() - onehot) * valid[:, None] / count.clamp_min(1.0)
+    return loss, grad

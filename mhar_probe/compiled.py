@@ -1,0 +1,53 @@
+"""torch.compile of the model's sublayers: the regions between two routing calls.
+
+Each decoder layer's attention sublayer (input RMSNorm, Q/K/V, q/k norms, RoPE, SDPA, output
+projection) and MLP sublayer (RMSNorm, SwiGLU) is compiled on its own, so inductor fuses their
+element-wise work (norm statistics, casts, RoPE, SiLU * up) into a few kernels, while the
+residual wiring between them -- additive adds, the Triton routing calls, hyper-connections --
+runs as before, untraced. All layers share one compiled graph per sublayer (the code is the
+same and the parameters are graph inputs), so the compile cost does not grow with depth.
+
+The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn`;
+`uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
+compiles once more (evaluation batches, the last short batch).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+COMPILED_METHODS = ("attn", "ffn")
+
+
+def decoder_layers(model: nn.Module) -> nn.ModuleList:
+    """The decoder layers of an `MHARForCausalLM` (or of its inner `MHARModel`)."""
+    inner = getattr(model, "model", model)
+    layers = getattr(inner, "layers", None)
+    if not isinstance(layers, nn.ModuleList):
+        raise TypeError(f"{type(model).__name__} has no decoder layers to compile")
+    return layers
+
+
+def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
+    """Compile every decoder layer's `attn` and `ffn` (in place) with torch.compile's `backend`
+    (inductor: fused Triton kernels on CUDA; "aot_eager" traces without generating code, which is
+    how the CPU tests check the wiring); returns the model."""
+    for layer in decoder_layers(model):
+        for name in COMPILED_METHODS:
+            if name not in vars(layer):
+                setattr(layer, name, torch.compile(getattr(layer, name), backend=backend, dynamic=False))
+    return model
+
+
+def uncompile_sublayers(model: nn.Module) -> nn.Module:
+    """Undo `compile_sublayers` (in place); returns the model."""
+    for layer in decoder_layers(model):
+        for name in COMPILED_METHODS:
+            vars(layer).pop(name, None)
+    return model
+
+
+def sublayers_compiled(model: nn.Module) -> bool:
+    """Whether `compile_sublayers` has been applied (to every layer)."""
+    return all(all(name in vars(layer) for name in COMPILED_METHODS) for layer in decoder_layers(model))
