@@ -48,6 +48,18 @@ def uncompile_sublayers(model: nn.Module) -> nn.Module:
     return model
 
 
+def choose_compile_sublayers(requested: bool | None, device: torch.device, world_size: int) -> bool:
+    """Whether a run compiles its sublayers: by default on one CUDA process; asked for elsewhere,
+    a `ValueError` that says why not (the caller turns it into a user error)."""
+    if requested and device.type != "cuda":
+        raise ValueError(f"--compile-sublayers needs a CUDA device (this run trains on {device.type}: "
+                         f"inductor's CPU code is slower to build than the step it saves)")
+    if requested and world_size > 1:
+        raise ValueError(f"--compile-sublayers is not supported with DDP or FSDP2 ({world_size} processes): "
+                         f"it was measured and tested on one GPU only; drop the flag")
+    return device.type == "cuda" and world_size == 1 if requested is None else requested
+
+
 def sublayers_compiled(model: nn.Module) -> bool:
     """Whether `compile_sublayers` has been applied (to every layer)."""
     return all(all(name in vars(layer) for name in COMPILED_METHODS) for layer in decoder_layers(model))

@@ -23,7 +23,6 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from . import __version__, atomic
@@ -35,6 +34,8 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .tail import tail_mean
+from .compiled import choose_compile_sublayers, compile_sublayers
+from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
@@ -80,6 +81,9 @@ class TrainConfig:
     # the triton kernels' upstream gradients: "promoted" (each call's output dtype, fp32 under
     # autocast) or "storage" (the sources' dtype, bf16 under autocast: fewer bytes, rounded)
     routing_douts: str = "promoted"
+    # the training cross-entropy: "fused" (the Triton kernel) or "torch" (default: fused on CUDA)
+    loss_kernel: str | None = None
+    compile_sublayers: bool | None = None  # torch.compile each attention / MLP sublayer (default: on for one CUDA process)
     # the options the user set on the command line; on --resume only these are checked against
     # the saved run (None: every option is); not a setting, not saved
     explicit: tuple[str, ...] | None = None
@@ -100,6 +104,8 @@ class TrainConfig:
             raise UserError(f"--lr must be a finite number above 0, got {self.lr}")
         if self.vocab_size < 257:
             raise UserError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
+        if self.loss_kernel is not None and self.loss_kernel not in LOSS_KERNELS:
+            raise UserError(f"--loss-kernel must be one of {', '.join(LOSS_KERNELS)}, got {self.loss_kernel!r}")
         if self.routing_douts not in ("promoted", "storage"):
             raise UserError(f"--routing-douts must be 'promoted' or 'storage', got {self.routing_douts!r}")
         if not 0 <= self.min_lr_ratio <= 1:
@@ -153,7 +159,8 @@ def check_option_types(options: Any, what: str) -> None:
 
 
 #: what a resumed run may do differently: more steps, another machine or display
-RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs")
+RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs",
+                     "loss_kernel", "compile_sublayers")
 #: bookkeeping fields of a training config, not settings of the run
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
 
@@ -276,6 +283,10 @@ class Trainer:
         self.setup()  # option errors before any data work
         try:
             self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size)
+            self.loss_kernel = choose_loss_kernel(getattr(cfg, "loss_kernel", None), self.device)
+            # (mid-training has no such option: its delta model under HF checkpointing is not compiled)
+            self.compiled = choose_compile_sublayers(getattr(cfg, "compile_sublayers", False), self.device,
+                                                     self.info.world_size)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         will_resume = check_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
@@ -295,6 +306,8 @@ class Trainer:
         elif world > 1:
             self.ddp = wrap_ddp(self.model, self.info)
         self.optimizer = self.build_optimizer()
+        if self.compiled:
+            compile_sublayers(self.model)
         self.stepper: EagerStep | GraphStep | None = None  # built at the first step, after any restore
         self.flops_per_token = self.count_flops()
         if self.info.is_main:  # every input is checked: only now is anything removed
@@ -396,13 +409,13 @@ class Trainer:
 
     def _loss(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.to(self.device)
-        return F.cross_entropy(self._logits(rows).float().flatten(0, 1), rows[:, 1:].flatten())
+        return next_token_cross_entropy(self._logits(rows), rows[:, 1:], self.loss_kernel)
 
     def _objective(self, rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """(training objective, cross-entropy, extra terms): objective = CE + sum(extra terms)."""
         rows = rows.to(self.device)
         logits = self._logits(rows)
-        ce = F.cross_entropy(logits.float().flatten(0, 1), rows[:, 1:].flatten())
+        ce = next_token_cross_entropy(logits, rows[:, 1:], self.loss_kernel)
         extra = self.extra_loss(logits)
         return ce + sum(extra.values()), ce, extra
 
@@ -561,6 +574,7 @@ class Trainer:
             tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__, cuda_graphs=self.cuda_graphs,
+            loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,
             **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),
         )
 

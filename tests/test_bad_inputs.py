@@ -97,6 +97,11 @@ CASES: list[Case] = [
      "--cuda-graphs needs a CUDA device"),
     ("resume-cuda-graphs-on-cpu", None, ["train", "--out", "RUN", "--resume", "--steps", "3", "--cuda-graphs"],
      "--cuda-graphs needs a CUDA device"),
+    ("train-fused-loss-on-cpu", None, ["train", "--out", "TMP/run", *TINY, "--steps", "2", "--loss-kernel", "fused"],
+     "--loss-kernel fused needs a CUDA device"),
+    ("train-compile-sublayers-on-cpu", None,
+     ["train", "--out", "TMP/run", *TINY, "--steps", "2", "--compile-sublayers"],
+     "--compile-sublayers needs a CUDA device"),
     ("train-out-under-a-file", None, ["train", "--out", "FILE/run", *TINY, "--steps", "2"], "Not a directory"),
     ("train-triton-heads-not-power-of-two", None,  # refused when the model is set up, not at the first forward
      ["train", "--out", "TMP/run", *TINY, "--steps", "2", "--hidden-size", "48", "--heads", "3",

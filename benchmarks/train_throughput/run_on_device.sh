@@ -29,7 +29,8 @@ if [[ $what == bench || $what == all ]]; then
 fi
 if [[ $what == variants ]]; then
   for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
-           "fused:--loss-kernel fused --profile" "torch:--loss-kernel torch"; do
+           "fused:--loss-kernel fused --no-compile-sublayers --profile" \
+           "torch:--loss-kernel torch --no-compile-sublayers"; do
     name=${v%%:*}; flags=${v#*:}
     echo "## variant: $name ($flags)"; t0=$SECONDS
     bench "h100_${name// /_}" $flags

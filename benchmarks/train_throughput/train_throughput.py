@@ -3,8 +3,8 @@
 Every arm (a method) trains on the same fixed token batch with the step `mhar train` uses
 (`mhar_probe.step`: `GraphStep` by default on CUDA, `EagerStep` with --step eager): bf16
 autocast, cross-entropy (`mhar_probe.loss`: the fused kernel by default on CUDA, as in training),
-global-norm clipping at 1.0, AdamW; with --compile-sublayers, each layer's attention and MLP
-sublayer compiled (`mhar_probe.compiled`). All arms are built first, then
+global-norm clipping at 1.0, AdamW; each layer's attention and MLP sublayer compiled
+(`mhar_probe.compiled`: by default on CUDA, as in training; --no-compile-sublayers). All arms are built first, then
 timed round by round (baseline, mhar, ..., baseline, mhar, ...), so that a drifting host slows
 every arm alike; each arm's ratio is the median over rounds of baseline step / arm step.
 
@@ -45,7 +45,7 @@ from mhar_probe.flops import flops_per_token
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
 from mhar_probe.model.methods import routing_heads_of
-from mhar_probe.compiled import compile_sublayers
+from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model.routing import set_routing_backend
 from mhar_probe.parallel import clip_grad_norm
@@ -276,7 +276,8 @@ def main() -> None:
     p.add_argument("--backend", default="triton", choices=("triton", "eager"))
     p.add_argument("--step", default=None, choices=("graph", "eager"), help="default: graph on CUDA, eager on CPU")
     p.add_argument("--loss-kernel", default=None, choices=LOSS_KERNELS, help="default: fused on CUDA, torch on CPU")
-    p.add_argument("--compile-sublayers", action="store_true", help="torch.compile each attention / MLP sublayer")
+    p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile each attention / MLP sublayer (default: on CUDA, as in training)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="one more step per arm under torch.profiler")
@@ -289,6 +290,7 @@ def main() -> None:
     args.step = args.step or ("graph" if device.type == "cuda" else "eager")
     try:
         args.loss_kernel = choose_loss_kernel(args.loss_kernel, device)
+        args.compile_sublayers = choose_compile_sublayers(args.compile_sublayers, device, world_size=1)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]

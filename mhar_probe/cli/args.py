@@ -85,6 +85,10 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each training step from CUDA graphs (default: on for one CUDA process; "
                         "--no-cuda-graphs steps eagerly)")
+    p.add_argument("--loss-kernel", choices=("fused", "torch"), default=None,
+                   help="the training cross-entropy: 'fused' (Triton; default on CUDA) or 'torch' (fp32 softmax)")
+    p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
+                   help="torch.compile each attention and MLP sublayer (default: on for one CUDA process)")
     p.add_argument("--no-progress", action="store_true")
 
 

@@ -45,6 +45,8 @@ def add_cpt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each training step from CUDA graphs (default: on for one CUDA process; "
                         "--no-cuda-graphs steps eagerly)")
+    p.add_argument("--loss-kernel", choices=("fused", "torch"), default=None,
+                   help="the training cross-entropy: 'fused' (Triton; default on CUDA) or 'torch' (fp32 softmax)")
     p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
                    help="delta routing backend (default: triton on CUDA, eager on CPU)")
     p.add_argument("--device", default=None)
@@ -75,6 +77,7 @@ def config_from_args(args: argparse.Namespace):
         seed=args.seed, ema=args.ema, z_loss=args.z_loss, weight_decay=args.weight_decay,
         grad_clip=args.grad_clip, eval_every=args.eval_every, eval_batches=args.eval_batches,
         checkpoint_every=args.checkpoint_every, checkpointing=args.checkpointing, fsdp=args.fsdp, cuda_graphs=args.cuda_graphs,
+        loss_kernel=args.loss_kernel,
         routing_backend=args.routing_backend, device=args.device, resume=args.resume,
         overwrite=args.overwrite, progress=not args.no_progress, explicit=getattr(args, "explicit", None))
 

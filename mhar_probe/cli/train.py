@@ -34,7 +34,8 @@ def train_config_from_args(args: argparse.Namespace, out: str):
         vocab_size=args.vocab_size, routing_backend=args.routing_backend, device=args.device,
         resume=getattr(args, "resume", False), overwrite=getattr(args, "overwrite", False),
         progress=not args.no_progress, extra=model_overrides(args), fsdp=getattr(args, "fsdp", False),
-        cuda_graphs=getattr(args, "cuda_graphs", None),
+        cuda_graphs=getattr(args, "cuda_graphs", None), loss_kernel=getattr(args, "loss_kernel", None),
+        compile_sublayers=getattr(args, "compile_sublayers", None),
         routing_douts=getattr(args, "routing_douts", "promoted"), explicit=getattr(args, "explicit", None))
 
 

@@ -54,6 +54,7 @@ class CPTConfig:
     checkpointing: bool = False  # activation checkpointing per decoder layer
     fsdp: bool = False  # FSDP2 full sharding (torchrun) instead of DDP
     cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
+    loss_kernel: str | None = None  # the cross-entropy: "fused" (Triton; default on CUDA) or "torch"
     device: str | None = None
     resume: bool = False
     overwrite: bool = False

@@ -5,7 +5,8 @@
 * inductor-compiled sublayers: the same loss and gradients as the uncompiled model in fp32, and
   the same loss curve inside the CUDA-graph step under bf16 autocast, for an additive and a
   routed (triton) model;
-* the fused loss inside the CUDA-graph step follows the torch loss's curve.
+* the fused loss inside the CUDA-graph step follows the torch loss's curve;
+* `mhar train` on CUDA uses both by default and follows the curve of a run without them.
 """
 
 from __future__ import annotations
@@ -26,7 +27,9 @@ from mhar_probe.kernels.naive import cross_entropy_reference_f64  # noqa: E402
 from mhar_probe.loss import next_token_cross_entropy  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.routing import set_routing_backend  # noqa: E402
+from mhar_probe.rundir import read_metrics  # noqa: E402
 from mhar_probe.step import GraphStep  # noqa: E402
+from mhar_probe.train import TrainConfig, train  # noqa: E402
 
 DEV = torch.device("cuda")
 
@@ -86,8 +89,8 @@ def _curve(method: str, loss_kernel: str, compiled: bool, steps: int = 8) -> lis
 
     step = GraphStep(objective=objective, params=list(model.parameters()), optimizer=opt, grad_clip=1.0, device=DEV)
     g = torch.Generator().manual_seed(2)
-    batches = [[torch.randint(0, 512, (4, 65), generator=g) for _ in range(2)] for _ in range(steps)]
-    return [step(mb, lr=3e-3).loss for mb in batches]
+    batch = [torch.randint(0, 512, (4, 65), generator=g) for _ in range(2)]  # learnt by heart: the loss falls
+    return [step(batch, lr=3e-3).loss for _ in range(steps)]
 
 
 @pytest.mark.parametrize("method", ["baseline", "mhar"])
@@ -99,3 +102,21 @@ def test_fused_loss_and_compiled_sublayers_follow_the_plain_graph_step(method):
     for a, b, c in zip(plain, fused, both):  # bf16 autocast: the same curve, not the same bits
         assert b == pytest.approx(a, abs=0.02)
         assert c == pytest.approx(a, abs=0.05)
+
+
+SMALL = dict(preset="tiny", seq_len=64, batch_size=8, eval_every=4, eval_batches=1, vocab_size=512,
+             corpus_max_bytes=300_000, progress=False, lr=3e-3, steps=12, device="cuda", method="mhar", heads=2)
+
+
+def test_trainer_defaults_to_the_fused_step_and_follows_the_plain_curve(tmp_path, monkeypatch):
+    monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path / "cache"))
+    fused = train(TrainConfig(out=str(tmp_path / "fused"), **SMALL))
+    plain = train(TrainConfig(out=str(tmp_path / "plain"), loss_kernel="torch", compile_sublayers=False, **SMALL))
+    assert (fused["loss_kernel"], fused["compiled_sublayers"]) == ("fused", True)
+    assert (plain["loss_kernel"], plain["compiled_sublayers"]) == ("torch", False)
+    curves = [[m["loss"] for m in read_metrics(tmp_path / run / "metrics.jsonl") if "loss" in m]
+              for run in ("fused", "plain")]
+    assert len(curves[0]) == len(curves[1]) == 12
+    for a, b in zip(*curves):
+        assert a == pytest.approx(b, abs=0.05)
+    assert fused["final_val_loss"] == pytest.approx(plain["final_val_loss"], abs=0.05)
