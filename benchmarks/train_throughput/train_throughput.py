@@ -59,6 +59,8 @@ CATEGORIES = [  # (category, substrings of the kernel name), first match wins
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
     ("matmul", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "wgmma", "splitk")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "fused_adam")),
+    ("loss (fused)", ("ce_fwd_kernel", "ce_bwd_kernel")),
+    ("compiled sublayers", ("triton_poi_", "triton_per_", "triton_red_")),  # inductor's generated kernels
     ("norm/softmax/loss", ("norm", "softmax", "cross_entropy", "nll", "log_softmax", "reduce")),
     ("copy/elementwise", ("copy", "elementwise", "cat", "fill", "index", "embedding", "vectorized")),
 ]
