@@ -33,6 +33,10 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
     """Compile every decoder layer's `attn` and `ffn` (in place) with torch.compile's `backend`
     (inductor: fused Triton kernels on CUDA; "aot_eager" traces without generating code, which is
     how the CPU tests check the wiring); returns the model."""
+    # every model shape, grad mode and batch shape a process trains or evaluates (a sweep's runs)
+    # is one more graph of the same two functions: allow more than dynamo's default of 8 before
+    # it falls back to running them uncompiled
+    torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for layer in decoder_layers(model):
         for name in COMPILED_METHODS:
             if name not in vars(layer):

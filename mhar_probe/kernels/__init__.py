@@ -10,6 +10,8 @@ Layout:
                    the sites' parameters (call part + gather)
   route_bwd_collect.py -- the shared-stack backward at 4 bytes per pair-element (stacks built
                    with the sites' parameters: the model's)
+  cross_entropy.py -- the fused next-token cross-entropy of the training step (not routing: the
+                   largest non-matmul cost of a step at a 151,936-word vocabulary)
   launch.py     -- direct launches of the compiled kernels
   autograd.py   -- autograd Functions, `route_triton`, `TritonSourceStack`, `kernel_settings`
 """
