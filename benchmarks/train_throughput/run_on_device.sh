@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # One device call (benchmarks/README.md): the GPU test group, the training-throughput table at the
 # paper's three microbatches (graph step, with a profile per arm), and the dout-policy loss curves.
-#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|variants|dout|all] COMMIT [PRESETS]
+#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|dout|all] COMMIT [PRESETS]
 # (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
-# once per step variant (loss kernel x compiled sublayers), one process each.
+# once per step variant (loss kernel x compiled sublayers), one process each; `storage` the
+# defaults with --routing-douts storage (bf16 upstream gradients in the routing backward).
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -26,6 +27,9 @@ if [[ $what == fusedtests ]]; then
 fi
 if [[ $what == bench || $what == all ]]; then
   bench h100 --profile
+fi
+if [[ $what == storage ]]; then
+  bench h100_storage_douts --routing-douts storage
 fi
 if [[ $what == variants ]]; then
   for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
