@@ -53,7 +53,15 @@ def make(ctx) -> list[Output]:
             preset = str(r.get("preset") or args.get("preset", "?"))  # per row: files over several presets
             backend = str(r.get("backend") or args.get("backend", "?")) if method in ROUTED_METHODS else "-"
             if r.get("step"):  # files of the training-step benchmark say which step ran
-                backend = f"{r['step']} step" if backend == "-" else f"{backend} ({r['step']} step)"
+                parts = [f"{r['step']} step"]
+                if r.get("loss_kernel"):  # the step's options (files since the fused loss)
+                    parts.append(f"{r['loss_kernel']} loss")
+                if r.get("compile_sublayers"):
+                    parts.append("compiled sublayers")
+                if r.get("routing_douts") == "storage":
+                    parts.append("bf16 routing douts")
+                step = ", ".join(parts)
+                backend = step if backend == "-" else f"{backend} ({step})"
             if variant:
                 backend = f"{backend}-{variant}"
             label = method_label(method) + (f" ({variant} kernels)" if variant else "")
