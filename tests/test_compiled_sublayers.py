@@ -72,3 +72,16 @@ def test_compiling_twice_keeps_one_wrapper():
 def test_a_model_without_decoder_layers_is_refused():
     with pytest.raises(TypeError, match="no decoder layers"):
         compile_sublayers(torch.nn.Linear(2, 2))
+
+
+def test_default_is_on_for_one_cuda_process_and_refusals_say_why():
+    from mhar_probe.compiled import choose_compile_sublayers
+
+    cuda, cpu = torch.device("cuda"), torch.device("cpu")
+    assert choose_compile_sublayers(None, cuda, 1) is True
+    assert choose_compile_sublayers(None, cuda, 2) is False and choose_compile_sublayers(None, cpu, 1) is False
+    assert choose_compile_sublayers(False, cuda, 1) is False
+    with pytest.raises(ValueError, match="needs a CUDA device"):
+        choose_compile_sublayers(True, cpu, 1)
+    with pytest.raises(ValueError, match="not supported with DDP or FSDP2 \\(2 processes\\)"):
+        choose_compile_sublayers(True, cuda, 2)
