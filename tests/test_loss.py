@@ -1,6 +1,7 @@
 """`mhar_probe.loss`: the training objective's cross-entropy, one definition for training and the
 benchmarks. The torch path is `F.cross_entropy` on fp32 logits; the fused path (Triton's
-interpreter on the CPU) gives the same loss and gradient; the default follows the device."""
+interpreter on the CPU, the kernels on a GPU) gives the same loss and gradient; the default
+follows the device."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ import torch
 import torch.nn.functional as F
 
 from mhar_probe.loss import choose_loss_kernel, next_token_cross_entropy
+
+from kernel_checks import DEV
 
 
 def _logits_and_targets():
@@ -25,7 +28,7 @@ def test_torch_path_is_cross_entropy_on_fp32_logits():
 
 def test_fused_path_matches_the_torch_path():
     pytest.importorskip("triton")
-    logits, targets = _logits_and_targets()
+    logits, targets = (t.to(DEV) for t in _logits_and_targets())
     grads = []
     for kernel in ("torch", "fused"):
         x = logits.detach().clone().requires_grad_(True)

@@ -16,12 +16,16 @@ bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/
     --rounds 8 --commit "$commit" --out "$OUT/$name.json" "$@" 2>&1 | grep -v "Warn\|warn"
 }
 if [[ $what == tests || $what == all ]]; then
-  python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py tests/test_cross_entropy_kernel.py \
+  python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py \
     -p no:cacheprovider > "$OUT/gpu_tests.log" 2>&1
   grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -8
+  # unmarked tests that run on the GPU when there is one (the CPU runs them in Triton's interpreter)
+  python3 -m pytest -v tests/test_cross_entropy_kernel.py tests/test_loss.py -p no:cacheprovider \
+    >> "$OUT/gpu_tests.log" 2>&1
+  grep -E "passed|failed|error" "$OUT/gpu_tests.log" | tail -4
 fi
 if [[ $what == fusedtests ]]; then
-  python3 -m pytest -v -m gpu tests/gpu/test_fused_step.py tests/test_cross_entropy_kernel.py \
+  python3 -m pytest -v tests/gpu/test_fused_step.py tests/test_cross_entropy_kernel.py tests/test_loss.py \
     -p no:cacheprovider > "$OUT/fused_tests.log" 2>&1
   grep -E "passed|failed|error|Error" "$OUT/fused_tests.log" | tail -12
 fi
