@@ -40,6 +40,7 @@ test-slow: setup
 
 test-gpu: setup
 	$(PY) -m pytest -m gpu
+	$(PY) -m pytest tests/test_cross_entropy_kernel.py tests/test_loss.py  # unmarked: on the GPU when there is one
 
 test-latest:
 	rm -rf $(LATEST_VENV)
