@@ -2,9 +2,9 @@
 
 * the fused cross-entropy with bf16 logits at the paper's vocabulary (151,936) against float64
   and against the torch path's gradient (fp32 softmax, rounded to bf16);
-* inductor-compiled sublayers: the same loss and gradients as the uncompiled model in fp32, and
-  the same loss curve inside the CUDA-graph step under bf16 autocast, for an additive and a
-  routed (triton) model;
+* inductor-compiled sublayers: the same loss and gradients as the uncompiled model in fp32 for
+  every method, and the same loss curve inside the CUDA-graph step under bf16 autocast, for an
+  additive and a routed (triton) model;
 * the fused loss inside the CUDA-graph step follows the torch loss's curve;
 * `mhar train` on CUDA uses both by default and follows the curve of a run without them.
 """
@@ -26,6 +26,7 @@ from mhar_probe.kernels.cross_entropy import fused_cross_entropy  # noqa: E402
 from mhar_probe.kernels.naive import cross_entropy_reference_f64  # noqa: E402
 from mhar_probe.loss import next_token_cross_entropy  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
+from mhar_probe.model.methods import METHODS  # noqa: E402
 from mhar_probe.model.routing import set_routing_backend  # noqa: E402
 from mhar_probe.rundir import read_metrics  # noqa: E402
 from mhar_probe.step import GraphStep  # noqa: E402
@@ -54,11 +55,11 @@ def test_fused_cross_entropy_bf16_at_the_paper_vocabulary():
 def _model(method: str) -> MHARForCausalLM:
     torch.manual_seed(0)
     cfg = MHARConfig.from_preset("tiny", residual_method=method, vocab_size=512, num_hidden_layers=3,
-                                 routing_heads=2 if method == "mhar" else None)
+                                 routing_heads=2 if method in ("mhar", "delta") else None)
     return set_routing_backend(MHARForCausalLM(cfg), "triton").to(DEV)
 
 
-@pytest.mark.parametrize("method", ["baseline", "mhar"])
+@pytest.mark.parametrize("method", METHODS)
 def test_inductor_sublayers_match_the_uncompiled_model_in_fp32(method):
     torch.backends.cuda.matmul.allow_tf32 = False
     eager = _model(method)
