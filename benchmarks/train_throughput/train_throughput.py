@@ -43,13 +43,14 @@ from pathlib import Path
 import torch
 
 from mhar_probe import __version__
+from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import use_kernel_config
+from mhar_probe.kernels.config import DOUT_DTYPES
+from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
 from mhar_probe.model.methods import routing_heads_of
-from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
-from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model.routing import set_routing_backend
 from mhar_probe.parallel import clip_grad_norm
 from mhar_probe.step import EagerStep, GraphStep
@@ -288,7 +289,7 @@ def main() -> None:
     p.add_argument("--loss-kernel", default=None, choices=LOSS_KERNELS, help="default: fused on CUDA, torch on CPU")
     p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each attention / MLP sublayer (default: on CUDA, as in training)")
-    p.add_argument("--routing-douts", choices=("promoted", "storage"), default="promoted",
+    p.add_argument("--routing-douts", choices=DOUT_DTYPES, default="promoted",
                    help="the triton backward's upstream-gradient dtype (KernelConfig.dout_dtype), as mhar train's flag")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=8)

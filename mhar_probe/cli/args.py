@@ -8,6 +8,7 @@ import math
 from typing import Callable, NoReturn, Sequence
 
 from ..errors import UserError
+from ..loss import LOSS_KERNELS
 from ..model.config import PRESETS
 from ..model.methods import METHODS
 from ..model.routing import ROUTING_BACKENDS
@@ -85,7 +86,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each training step from CUDA graphs (default: on for one CUDA process; "
                         "--no-cuda-graphs steps eagerly)")
-    p.add_argument("--loss-kernel", choices=("fused", "torch"), default=None,
+    p.add_argument("--loss-kernel", choices=LOSS_KERNELS, default=None,
                    help="the training cross-entropy: 'fused' (Triton; default on CUDA) or 'torch' (fp32 softmax)")
     p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each attention and MLP sublayer (default: on for one CUDA process)")

@@ -12,6 +12,7 @@ import argparse
 import sys
 from typing import Sequence
 
+from ..loss import LOSS_KERNELS
 from ..model.routing import ROUTING_BACKENDS
 
 
@@ -45,7 +46,7 @@ def add_cpt_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
                    help="replay each training step from CUDA graphs (default: on for one CUDA process; "
                         "--no-cuda-graphs steps eagerly)")
-    p.add_argument("--loss-kernel", choices=("fused", "torch"), default=None,
+    p.add_argument("--loss-kernel", choices=LOSS_KERNELS, default=None,
                    help="the training cross-entropy: 'fused' (Triton; default on CUDA) or 'torch' (fp32 softmax)")
     p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
                    help="delta routing backend (default: triton on CUDA, eager on CPU)")
