@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import platform
 import statistics
 from pathlib import Path
 
@@ -64,6 +65,7 @@ def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     tt.main()
     doc = json.loads(out.read_text())
     assert doc["meta"]["commit"] == "abc123" and doc["meta"]["args"]["step"] == "eager"
+    assert doc["meta"]["torch"] == torch.__version__ and doc["meta"]["python"] == platform.python_version()
     assert [r["method"] for r in doc["results"]] == ["baseline", "mhar"]
 
 

@@ -43,6 +43,7 @@ from pathlib import Path
 import torch
 
 from mhar_probe import __version__
+from mhar_probe.bench.provenance import git_commit, software
 from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import use_kernel_config
@@ -258,18 +259,6 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
 
 
-def git_commit() -> str | None:
-    """The checkout's commit (None where there is no git, e.g. a copied tree on the GPU machine)."""
-    import subprocess
-
-    try:
-        out = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, timeout=10,
-                             cwd=Path(__file__).parent)
-        return out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        return None
-
-
 def cpu_name() -> str:
     for line in Path("/proc/cpuinfo").read_text().splitlines() if Path("/proc/cpuinfo").exists() else []:
         if line.startswith("model name"):
@@ -310,13 +299,8 @@ def main() -> None:
         rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
-                torch=torch.__version__, cuda=torch.version.cuda, python=platform.python_version(),
-                package=__version__, commit=args.commit or git_commit(), args={k: v for k, v in vars(args).items() if k != "seq_len"})
-    try:
-        import triton
-        meta["triton"] = triton.__version__
-    except ImportError:
-        pass
+                **software(), package=__version__, commit=args.commit or git_commit(),
+                args={k: v for k, v in vars(args).items() if k != "seq_len"})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=2) + "\n")

@@ -403,8 +403,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     """Run the benchmark with parsed options (`mhar bench routing`: mhar_probe.cli.bench parses them)."""
     check_arguments(args)
-    import triton
-
+    from mhar_probe.bench.provenance import git_commit, software
     from mhar_probe.kernels import KernelConfig, kernel_settings, set_kernel_config
     from mhar_probe.model.routing import register_triton_backend
 
@@ -419,8 +418,8 @@ def run(args: argparse.Namespace) -> None:
     backends = args.backends.split(",")
     bw = copy_bandwidth()
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
-                torch=torch.__version__, triton=triton.__version__, cuda=torch.version.cuda,
-                copy_gbps=bw, dtype=args.dtype, kernels=kernel_settings())
+                commit=args.commit or git_commit(), **software(), copy_gbps=bw, dtype=args.dtype,
+                kernels=kernel_settings())
     print(json.dumps(meta), flush=True)
     rows = []
     if args.host_profile:

@@ -37,6 +37,9 @@ def routing_parser() -> argparse.ArgumentParser:
     ap.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float32", "mixed"],
                     help="source/dout storage (mixed: bf16 autocast training's layout, an fp32 "
                          "embedding and bf16 sublayer outputs; float32: all fp32)")
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured, recorded in the JSON (default: git rev-parse of this checkout; "
+                         "a copied tree without .git records none)")
     ap.add_argument("--host-profile", action="store_true",
                     help="cProfile the host side of the triton chain (first shape, first H) and print it")
     return ap
