@@ -5,11 +5,12 @@
 # (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
 # once per step variant (loss kernel x compiled sublayers), one process each; `storage` the
 # defaults with --routing-douts storage (bf16 upstream gradients in the routing backward).
+# TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
-what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}
+what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}; tag=${TAG:-h100}
 bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json
   local name=$1; shift
   python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods baseline mhar \
@@ -30,10 +31,10 @@ if [[ $what == fusedtests ]]; then
   grep -E "passed|failed|error|Error" "$OUT/fused_tests.log" | tail -12
 fi
 if [[ $what == bench || $what == all ]]; then
-  bench h100 --profile
+  bench $tag --profile
 fi
 if [[ $what == storage ]]; then
-  bench h100_storage_douts --routing-douts storage
+  bench ${tag}_storage_douts --routing-douts storage
 fi
 if [[ $what == variants ]]; then
   for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
@@ -41,11 +42,11 @@ if [[ $what == variants ]]; then
            "torch:--loss-kernel torch --no-compile-sublayers"; do
     name=${v%%:*}; flags=${v#*:}
     echo "## variant: $name ($flags)"; t0=$SECONDS
-    bench "h100_${name// /_}" $flags
+    bench "${tag}_${name// /_}" $flags
     echo "## $name took $((SECONDS - t0)) s"
   done
 fi
 if [[ $what == dout || $what == all ]]; then
   MHAR_CACHE_DIR=/tmp/mhar-cache python3 benchmarks/kernels/dout_policy.py --commit "$commit" \
-    --out "$OUT/dout_policy_h100.json" 2>&1 | grep -v "Warn\|warn" | tail -5
+    --out "$OUT/dout_policy_$tag.json" 2>&1 | grep -v "Warn\|warn" | tail -5
 fi
