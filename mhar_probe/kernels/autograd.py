@@ -677,14 +677,13 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     per key; the key holds everything it is built from (the launch config included, so sweeps
     get their own plans). `row_bytes`: the narrowest element of the rows the gather loads
     (`narrow_tile_vec`)."""
-    block_p, num_warps, prefetch, maxnreg, loads_first = config  # EXPERIMENT: prefetch >= 2: pipeliner stages
+    block_p, num_warps, prefetch, maxnreg, loads_first = config
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
     vec_b = narrow_tile_vec(block_p, num_warps, HM, block_ka, block_kb, row_bytes)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch == 1, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first,
-                  STAGES=prefetch if prefetch > 1 else 0)
+                  PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 

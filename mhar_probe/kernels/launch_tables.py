@@ -87,7 +87,7 @@ class LaunchTables:
         naming `dout_bytes` (the stored douts' bytes per element) wins over the one for any width."""
         hit = self.gather.get((d, num_heads, max_heads, dout_bytes)) or self.gather.get((d, num_heads, max_heads, 0))
         if hit is not None:
-            return hit[0], hit[1], int(hit[2]), hit[3] or None, bool(hit[4])
+            return hit[0], hit[1], bool(hit[2]), hit[3] or None, bool(hit[4])
         if d < 1024:
             return 1, 2, False, None, False
         if d <= 1280:

@@ -97,8 +97,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                    PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False,
-                    STAGES: tl.constexpr = 0):
+                    PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}:
 
@@ -126,83 +125,54 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     acc_kb = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
-    if STAGES > 0:
-        for c in tl.range(call, top1, num_stages=STAGES):
-            nc = tl.load(CALL_N + c)
-            rdc = (zero_h + nc) > j  # [HM]
-            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rdc[None, :, None],
+    if PREFETCH:
+        dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+        dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+    for c in range(call, top1):
+        m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
+        if PREFETCH:
+            doga = dna.to(tl.float32)
+            dogb = dnb.to(tl.float32)
+            rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
+            dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
+            dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        else:
+            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
-            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rdc[None, :, None],
+            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
+            rd = (zero_h + tl.load(CALL_N + c + 1)) > j
+        if LOADS_FIRST:  # before the dl store below, which they may not pass
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-            m2 = pmask[:, None] & rdc[None, :]  # [BP, HM]
-            hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
-            wo = tl.load(CALL_WOFF + c) + j * P * hc
-            so = tl.load(CALL_SOFF + c)
-            wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-            sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
-            sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
-            ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
-            if not SAME_H:
-                if hc != HM:
-                    ds = _head_sum(ds, hc, HM)
-            dl = wg * ((ds - sh) - sr)
+            nc = tl.load(CALL_N + c)
+        hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
+        wo = tl.load(CALL_WOFF + c) + j * P * hc
+        so = tl.load(CALL_SOFF + c)
+        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+        sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
+        sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
+        ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
+        if not SAME_H:
+            if hc != HM:
+                ds = _head_sum(ds, hc, HM)
+        dl = wg * ((ds - sh) - sr)
+        # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
+        # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
+        if LOADS_FIRST:
             dl = tl.where((zero_h + nc)[None, :] > 1, dl, 0.0)
-            tl.store(DALL + wo + pidx, dl, mask=m2)
-            acc_va += wg[:, :, None] * doga
-            acc_vb += wg[:, :, None] * dogb
-            acc_ka += dl[:, :, None] * ua
-            acc_kb += dl[:, :, None] * ub
-    else:
-        if PREFETCH:
-            dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-            dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
-        for c in range(call, top1):
-            m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
-            if PREFETCH:
-                doga = dna.to(tl.float32)
-                dogb = dnb.to(tl.float32)
-                rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
-                dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-                dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
-            else:
-                doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
-                               other=0.0).to(tl.float32)
-                dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
-                               other=0.0).to(tl.float32)
-                rd = (zero_h + tl.load(CALL_N + c + 1)) > j
-            if LOADS_FIRST:  # before the dl store below, which they may not pass
-                ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-                ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-                nc = tl.load(CALL_N + c)
-            hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
-            wo = tl.load(CALL_WOFF + c) + j * P * hc
-            so = tl.load(CALL_SOFF + c)
-            wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
-            sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
-            sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
-            ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
-            if not SAME_H:
-                if hc != HM:
-                    ds = _head_sum(ds, hc, HM)
-            dl = wg * ((ds - sh) - sr)
-            # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
-            # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
-            if LOADS_FIRST:
-                dl = tl.where((zero_h + nc)[None, :] > 1, dl, 0.0)
-            else:
-                dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
-            tl.store(DALL + wo + pidx, dl, mask=m2)
-            if not LOADS_FIRST:
-                # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
-                # be converted through shared memory, with a block barrier, on every reader)
-                ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-                ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-            acc_va += wg[:, :, None] * doga
-            acc_vb += wg[:, :, None] * dogb
-            acc_ka += dl[:, :, None] * ua
-            acc_kb += dl[:, :, None] * ub
+        else:
+            dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
+        tl.store(DALL + wo + pidx, dl, mask=m2)
+        if not LOADS_FIRST:
+            # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
+            # be converted through shared memory, with a block barrier, on every reader)
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        acc_va += wg[:, :, None] * doga
+        acc_vb += wg[:, :, None] * dogb
+        acc_ka += dl[:, :, None] * ua
+        acc_kb += dl[:, :, None] * ub
     dxa, dxb = source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, rg, D)
     return dxa, dxb, rg
 
@@ -223,7 +193,7 @@ def stack_gather_kernel(
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr = 0,
-    LOADS_FIRST: tl.constexpr = False, STAGES: tl.constexpr = 0,
+    LOADS_FIRST: tl.constexpr = False,
 ):
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -262,7 +232,7 @@ def stack_gather_kernel(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, STAGES)
+                    SAME_H, LOADS_FIRST)
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
@@ -272,7 +242,7 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, STAGES)
+                    SAME_H, LOADS_FIRST)
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)
