@@ -597,3 +597,37 @@ def test_backward_tables_built_once_per_layout(monkeypatch):
     loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S + 1, heads + [2])
     torch.autograd.grad(loss, leaves)
     assert len(kad._DEVICE_INTS) == 4
+
+
+@pytest.mark.parametrize("S,hw", [(5, 0), (10, 0), (5, 2)])
+def test_call_outputs_take_one_row_per_call(S, hw):
+    """A stack built with its sites' parameters carves its calls' outputs from buffers that hold
+    exactly one [B*T, d] row per routing call (chunks of at most 8, the last one cut to the calls
+    left), so no row is allocated that no call uses; the outputs are still the float64 ones."""
+    D = 8
+    heads = [2] * S
+    leaves = _leaves(D, S, heads, hw, 41, torch.float32)
+    x0, qs, gs, Ms = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
+    stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+    ref = f64_stack(S)
+    stack.append(x0)
+    ref.append(x0.detach().double())
+    outs = []
+    for s in range(S):
+        rows = list(qs[s]) if qs[s].dim() == 2 else [qs[s]]
+        for q in rows:
+            o, _ = stack.route(q, gs[s], 1 if qs[s].dim() == 2 else heads[s], EPS, len(stack))
+            r, _ = ref.route(q.detach().double(), gs[s].detach().double(), 1 if qs[s].dim() == 2 else heads[s],
+                             EPS, len(ref))
+            assert rel(o.detach().double(), r) < 1e-5
+            outs.append(o)
+        nxt = torch.tanh(outs[-1].detach() @ Ms[s]) if s < S - 1 else None
+        if nxt is not None:
+            stack.append(nxt)
+            ref.append(nxt.detach().double())
+    calls = len(outs)
+    assert calls == ((S + 1) // 2 * hw + S // 2 if hw else S)
+    storages = {o.untyped_storage().data_ptr(): o.untyped_storage().nbytes() for o in outs}
+    row_bytes = x0.numel() * x0.element_size()
+    assert sum(storages.values()) == calls * row_bytes
+    assert len(storages) == -(-calls // 8)
