@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # One device call (benchmarks/README.md): the GPU test group, the training-throughput table at the
 # paper's three microbatches (graph step, with a profile per arm), and the dout-policy loss curves.
-#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|dout|all] COMMIT [PRESETS]
+#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|attnres|dout|all] COMMIT [PRESETS]
 # (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
 # once per step variant (loss kernel x compiled sublayers), one process each; `storage` the
-# defaults with --routing-douts storage (bf16 upstream gradients in the routing backward).
+# defaults with --routing-douts storage (bf16 upstream gradients in the routing backward);
+# `attnres` the defaults for baseline against single-head AttnRes (H = 1).
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
 what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}; tag=${TAG:-h100}
-bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json
+bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json (METHODS: the arms)
   local name=$1; shift
-  python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods baseline mhar \
+  python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods ${METHODS:-baseline mhar} \
     --rounds 8 --commit "$commit" --out "$OUT/$name.json" "$@" 2>&1 | grep -v "Warn\|warn"
 }
 if [[ $what == tests || $what == all ]]; then
@@ -35,6 +36,9 @@ if [[ $what == bench || $what == all ]]; then
 fi
 if [[ $what == storage ]]; then
   bench ${tag}_storage_douts --routing-douts storage
+fi
+if [[ $what == attnres ]]; then
+  METHODS="baseline attnres" bench ${tag}_attnres
 fi
 if [[ $what == variants ]]; then
   for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
