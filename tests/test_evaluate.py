@@ -21,6 +21,7 @@ from mhar_probe.data import load_corpus
 from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.cli.evaluate import add_eval_subparser
 from mhar_probe.data import load_tokenizer
+from mhar_probe.evaluate import heldout
 from mhar_probe.evaluate.heldout import NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, lastword_candidates
 from mhar_probe.train import TrainConfig, train
 
@@ -200,7 +201,10 @@ def test_generation_task_equals_greedy_decoding_without_cache(arms, tmp_path):
         return result
 
     with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        # a 32-token model: generating 8 tokens at most leaves room for prompts of several lengths
+        # (with the shipped 24, every prompt is cut to the same 8 tokens and no batch is padded)
+        mp.setenv("MHAR_CACHE_DIR", str(tmp_path / "cache"))
+        mp.setattr(heldout, "NLG_MAX_TOKENS", 8)
         mp.setattr(GenerationMixin, "generate", spy)
         assert cli("eval", run, "--tasks", NEXTLINE_GEN_TASK, "--limit", 12, "--batch-size", 4,
                    "--out", tmp_path / "gen") == 0
