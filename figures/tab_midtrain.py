@@ -14,7 +14,8 @@ from .tables import Cell, Table
 
 NEEDS = ("harness output with --log_samples for a baseline run and its paired MHAR/delta run "
          "in EVALS/<run name>/ (EVALS = RUNS_DIR/evals or --evals)")
-COLUMNS = ["Pair", "Task", "Metric", "n", "Control", "+MHAR", "Delta", "b", "c", "p (McNemar)", "p (Holm)"]
+COLUMNS = ["Pair", "Task", "Metric", "n", "Control", "+MHAR", "Delta", "b", "c", "p (McNemar)", "p (Holm)",
+           "distinct", "p (distinct)"]
 
 
 def pairs(ctx):
@@ -51,13 +52,17 @@ def make(ctx) -> list[Output]:
                    Cell(f"{row.metric} ({row.filter})", row.metric), Cell(str(row.n), row.n),
                    Cell.num(row.acc_a), Cell.num(row.acc_b, bold=row.acc_b > row.acc_a), Cell.num(row.delta, "{:+.3f}"),
                    Cell(str(row.b), row.b), Cell(str(row.c), row.c), Cell.num(row.p_value, "{:.3g}"),
-                   Cell.num(row.p_holm, "{:.3g}")], rule_before=i == 0 and bool(t.rows))
+                   Cell.num(row.p_holm, "{:.3g}"),
+                   Cell("?" if row.n_distinct is None else str(row.n_distinct), row.n_distinct),
+                   Cell.num(row.p_distinct, "{:.3g}")], rule_before=i == 0 and bool(t.rows))
         t.notes += cmp.notes
     for i, p in enumerate(ctx.paper["midtrain"]["rows"]):
         t.add([Cell("paper 8B (Marin-8B CPT)", "paper"), Cell(p["task"], p["task"]), Cell("accuracy"), Cell("-"),
                Cell.num(p["control"]), Cell.num(p["mhar"]), Cell.num(p["mhar"] - p["control"], "{:+.3f}"),
                Cell(str(p["b"]), p["b"]) if "b" in p else Cell("-"), Cell(str(p["c"]), p["c"]) if "c" in p else Cell("-"),
-               Cell.num(p.get("p"), "{:.3g}"), Cell("-")], source="paper", rule_before=i == 0)
+               Cell.num(p.get("p"), "{:.3g}"), Cell("-"), Cell("-"), Cell("-")], source="paper", rule_before=i == 0)
     t.notes.append("b = control right and MHAR wrong, c = MHAR right and control wrong.")
+    t.notes.append("distinct = different questions among the n items; p (distinct) = exact McNemar on one pair "
+                   "per distinct question.")
     t.notes.append("Paper: " + ctx.paper["midtrain"]["what"] + f" ({ctx.paper['midtrain']['ref']}).")
     return [Output("table_midtrain", ctx.write_table(t), dict(table=t, comparisons=comparisons))]

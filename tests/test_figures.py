@@ -229,6 +229,7 @@ def test_eval_tables(report):
     rows = table_rows(report, "table_midtrain")
     assert [r[7:9] for r in rows] == [[row.b, row.c] for row in cmp.rows]
     assert [r[9] for r in rows] == pytest.approx([row.p_value for row in cmp.rows])
+    assert [r[11] for r in rows] == [row.n_distinct for row in cmp.rows] and all(r[11] for r in rows)
 
 
 def test_skips_name_missing_inputs(tmp_path):

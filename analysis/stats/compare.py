@@ -1,4 +1,10 @@
-"""Compare two harness runs task by task: pairing, exact McNemar, bootstrap CI, Holm."""
+"""Compare two harness runs task by task: pairing, exact McNemar, bootstrap CI, Holm.
+
+Every row also says how many of its n paired items are distinct (`n_distinct`: different
+questions, by `lm_eval_io.item_key`), and gives the exact McNemar test on one pair per distinct
+item (`b_distinct`, `c_distinct`, `p_distinct`): an item repeated k times otherwise counts k times
+in b or c, and the p-value is smaller than the evidence allows.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from typing import Any, Sequence
 
 from .errors import StatsError
 from .lm_eval_io import EvalRun, default_metric, load_eval_run, pair_task
-from .mcnemar import compare_binary, holm
+from .mcnemar import compare_binary, holm, mcnemar_exact
 
 
 @dataclass
@@ -37,6 +43,10 @@ class McNemarRow:
     duplicated_b: int
     hash_mismatch: int
     hash_unchecked: int
+    n_distinct: int | None = None  # distinct items among the n pairs (None: no arguments/doc to tell)
+    b_distinct: int | None = None  # b and c over one pair per distinct item (its first by doc_id)
+    c_distinct: int | None = None
+    p_distinct: float = float("nan")  # exact McNemar on b_distinct, c_distinct
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -61,6 +71,21 @@ def _select(names: Sequence[str], patterns: Sequence[str] | None, what: str) -> 
     if unmatched:
         raise StatsError(f"{what} {', '.join(map(repr, unmatched))} not found; available: {', '.join(names)}")
     return chosen
+
+
+def distinct_pairs(keys: Sequence[Any], x_a: Sequence[float], x_b: Sequence[float]
+                   ) -> tuple[list[int], int] | None:
+    """Indices of the first pair of each distinct key, and how many keys have pairs whose scores
+    differ (the same question answered differently by one arm: a nondeterministic evaluation).
+    None when some key is unknown."""
+    if any(k is None for k in keys):
+        return None
+    first: dict[Any, int] = {}
+    scores: dict[Any, set[tuple[float, float]]] = {}
+    for i, k in enumerate(keys):
+        first.setdefault(k, i)
+        scores.setdefault(k, set()).add((float(x_a[i]), float(x_b[i])))
+    return sorted(first.values()), sum(len(v) > 1 for v in scores.values())
 
 
 #: the largest share of a task's items that may be left out of the pairing before it is refused
@@ -148,17 +173,32 @@ def compare_runs(
             for ex in items.mismatch_examples:
                 notes.append(f"task {t} filter {f}: {ex}")
             r = compare_binary(items.x_a, items.x_b, n_boot=n_boot, level=level, seed=seed)
+            distinct: dict[str, Any] = {}
+            if (found := distinct_pairs(items.keys, items.x_a, items.x_b)) is not None:
+                idx, inconsistent = found
+                xa, xb = items.x_a[idx], items.x_b[idx]
+                bd, cd = int(((xa == 1) & (xb == 0)).sum()), int(((xa == 0) & (xb == 1)).sum())
+                distinct = dict(n_distinct=len(idx), b_distinct=bd, c_distinct=cd, p_distinct=mcnemar_exact(bd, cd))
+                if inconsistent:
+                    notes.append(f"task {t} filter {f}: {inconsistent} repeated item(s) scored differently across "
+                                 "their copies; the distinct-item test keeps the first copy")
+            else:
+                notes.append(f"task {t} filter {f}: samples without 'arguments' or 'doc'; distinct items not counted")
             rows.append(McNemarRow(
                 task=t, filter=f, metric=m, n=r.n, acc_a=r.acc_a, acc_b=r.acc_b, delta=r.delta,
                 b=r.b, c=r.c, p_value=r.p_value, p_holm=float("nan"), ci_low=r.ci_low, ci_high=r.ci_high,
                 n_a=items.n_a, n_b=items.n_b, only_a=items.only_a, only_b=items.only_b,
                 duplicated_a=items.duplicated_a, duplicated_b=items.duplicated_b,
-                hash_mismatch=items.hash_mismatch, hash_unchecked=items.hash_unchecked))
+                hash_mismatch=items.hash_mismatch, hash_unchecked=items.hash_unchecked, **distinct))
     if not rows:
         raise StatsError("no task with a per-item 0/1 metric to compare; " + "; ".join(notes))
     for row, adj in zip(rows, holm([r.p_value for r in rows])):
         row.p_holm = adj
     for row in rows:
+        if row.n_distinct is not None and row.n_distinct < row.n:
+            notes.append(f"task {row.task} filter {row.filter}: only {row.n_distinct} of the {row.n} paired items "
+                         f"are distinct; on one pair per distinct item b/c = {row.b_distinct}/{row.c_distinct}, "
+                         f"p = {row.p_distinct:.3g}")
         dropped = row.only_a + row.only_b + row.duplicated_a + row.duplicated_b + row.hash_mismatch
         if dropped:
             notes.append(f"task {row.task} filter {row.filter}: {dropped} item(s) left out "

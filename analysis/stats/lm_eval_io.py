@@ -20,6 +20,15 @@ line of a document belongs to the k-th filter; the order is taken from the resul
 Pairing is on (doc_id, filter). Items present in one arm only, items that appear twice in an
 arm, and items whose `doc_hash` / `prompt_hash` / `target_hash` differ between the arms are
 counted and reported and left out of the test; nothing is dropped silently.
+
+Distinct items: two documents with different ids can pose the same question (a task built
+with repeated passages). `item_key` names what the model was asked, from the line itself: its
+requests (`arguments`: the context and continuation of each loglikelihood request, the context
+and generation settings of a generation request) and its `target`. The requests are compared
+as a set, so a multiple-choice item whose choices come in another order (each choice is scored
+on its own) is the same item, its answer being named by the choice the target points at. Lines
+without `arguments` fall back on `doc`. `PairedItems.keys` carries the key of every pair, so
+the number of distinct items can be reported next to the test.
 """
 
 from __future__ import annotations
@@ -75,6 +84,7 @@ class Sample:
     hashes: dict[str, str]
     path: Path
     line: int
+    item_key: str | None = None  # what the model was asked (see `item_key`); None if unknown
 
 
 @dataclass
@@ -163,6 +173,36 @@ def output_type(results: dict[str, Any] | None, task: str) -> str | None:
 
 
 # ----------------------------------------------------------------------------- reading
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, ensure_ascii=False, separators=(",", ":"))
+
+
+def item_key(rec: dict[str, Any]) -> str | None:
+    """The identity of a sample line's question: its set of requests and its answer.
+
+    key = canonical JSON of (sorted canonical requests, answer), where the requests are the
+    values of `arguments` (a dict `gen_args_k` -> args, or a list) and the answer is the request
+    the integer `target` (or its decimal string) indexes when there are several requests
+    (multiple choice), else the `target` itself. Without `arguments` the line's `doc` (with `target`) stands in; with
+    neither, None.
+    """
+    target = rec.get("target")
+    args = rec.get("arguments")
+    if isinstance(args, dict):
+        requests = list(args.values())
+    elif isinstance(args, list):
+        requests = args
+    else:
+        if "doc" not in rec:
+            return None
+        return _canonical(["doc", rec["doc"], target])
+    answer: Any = target
+    index = int(target) if isinstance(target, str) and target.isdigit() else target  # the harness writes "1"
+    if len(requests) > 1 and isinstance(index, int) and not isinstance(index, bool) and 0 <= index < len(requests):
+        answer = ["request", requests[index]]
+    return _canonical(["arguments", sorted(_canonical(r) for r in requests), answer])
+
+
 def read_samples(path: str | Path, task: str | None = None,
                  filters: list[str] | None = None) -> TaskSamples:
     """Read one samples file (either format). `filters`: legacy filter order (default ["none"]).
@@ -229,7 +269,7 @@ def read_samples(path: str | Path, task: str | None = None,
             keys[key] += 1
             metric_sets.append(frozenset(names))
             samples.append(Sample(doc_id=doc_id, filter=flt, scores={n: rec[n] for n in names},
-                                  hashes=hashes, path=path, line=lineno))
+                                  hashes=hashes, path=path, line=lineno, item_key=item_key(rec)))
     if not samples:
         raise StatsError(f"{path}: no samples (empty file)")
     metrics = sorted(frozenset.intersection(*metric_sets))
@@ -304,6 +344,7 @@ class PairedItems:
     hash_mismatch: int  # pairs whose shared hash fields differ (left out)
     hash_unchecked: int  # pairs without a common hash field to compare
     mismatch_examples: list[str]
+    keys: list[str | None] = field(default_factory=list)  # item_key of each pair (arm A's, else B's)
 
 
 def _score(value: Any, s: Sample, metric: str) -> float:
@@ -340,7 +381,7 @@ def pair_task(a: TaskSamples, b: TaskSamples, filter: str, metric: str) -> Paire
         common.sort()
     except TypeError:
         common.sort(key=str)
-    kept, xa, xb, examples = [], [], [], []
+    kept, xa, xb, examples, keys = [], [], [], [], []
     mismatch = unchecked = 0
     for d in common:
         sa, sb = ia[d], ib[d]
@@ -354,6 +395,7 @@ def pair_task(a: TaskSamples, b: TaskSamples, filter: str, metric: str) -> Paire
                 examples.append(f"doc_id {d!r}: {', '.join(bad)} differ ({sa.path}:{sa.line} vs {sb.path}:{sb.line})")
             continue
         kept.append(d)
+        keys.append(sa.item_key if sa.item_key is not None else sb.item_key)
         xa.append(_score(sa.scores[metric], sa, metric))
         xb.append(_score(sb.scores[metric], sb, metric))
     return PairedItems(
@@ -361,5 +403,5 @@ def pair_task(a: TaskSamples, b: TaskSamples, filter: str, metric: str) -> Paire
         x_a=np.asarray(xa, dtype=float), x_b=np.asarray(xb, dtype=float), n_a=n_a, n_b=n_b,
         only_a=len(ids_a - ids_b), only_b=len(ids_b - ids_a),
         duplicated_a=len(dup_a), duplicated_b=len(dup_b), hash_mismatch=mismatch,
-        hash_unchecked=unchecked, mismatch_examples=examples,
+        hash_unchecked=unchecked, mismatch_examples=examples, keys=keys,
     )
