@@ -168,6 +168,41 @@ def test_head_alignment_reads_losses(runs, tmp_path):
         per_head_deviation(runs["attnres"])
 
 
+def test_head_alignment_pairs_equal_head_counts_and_refuses_others(runs, capsys):
+    """MHAR-HW (H = its KV groups, 2 here) is paired with the MHAR run of the same H, whatever the
+    input order; with no such run it is compared with nothing (issue 32: H=4 hw was set against H=16)."""
+    from analysis.probes.cli import _pairs
+
+    hw = runs["mhar_hw"]
+    h4, h2 = capture(model("mhar", routing_heads=4)), capture(model("mhar", routing_heads=2))
+    assert hw.attrs["G"] == 2 and h4.attrs["routing_heads"] == 4 and h2.attrs["routing_heads"] == 2
+    pairs, unmatched = _pairs([h4, hw, h2])
+    assert [(mh.attrs["routing_heads"], b.attrs["method"]) for mh, b in pairs] == [(2, "mhar_hw")] and not unmatched
+    assert list(headalign_table(pairs).index) == ["d32/L2/kv2 H2"]
+    pairs, unmatched = _pairs([h4, hw])
+    assert pairs == [] and unmatched == [hw]
+    with pytest.raises(CaptureError, match="equal head count"):
+        head_alignment(h4, hw)
+
+
+def test_head_alignment_reads_losses_from_the_folder_the_dataset_lies_in(runs, tmp_path):
+    """An exported run's routing.nc names the folder it was captured in (on another machine); the
+    losses come from metrics.jsonl beside the file that was read."""
+    from mhar_probe.capture.io import open_routing_dataset, write_dataset
+
+    opened = []
+    for method, loss in (("mhar", 3.25), ("mhar_hw", 3.5)):
+        run = tmp_path / method
+        run.mkdir()
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "val_loss": loss}) + "\n")
+        ds = runs[method].copy()
+        ds.attrs["run_path"] = f"/gpu-machine/tmp/{method}"  # where it was captured: not here
+        write_dataset(ds, run / "routing.nc")
+        opened.append(open_routing_dataset(run / "routing.nc"))
+    a = head_alignment(*opened)
+    assert float(a.val_loss.sel(variant="mhar")) == 3.25 and float(a.delta_val_loss) == pytest.approx(0.25)
+
+
 # ------------------------------------------------------------------------------ tables
 def test_tables_write_markdown_latex_csv(runs, tmp_path):
     dss = list(runs.values())

@@ -79,11 +79,12 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
 
 
 def headalign_table(pairs: Sequence[tuple[xr.Dataset, xr.Dataset]]) -> pd.DataFrame:
-    """Table `tab:headalign`: per scale, MHAR vs MHAR-HW loss and routing statistics."""
+    """Table `tab:headalign`: per scale and head count H (MHAR's = MHAR-HW's), MHAR vs MHAR-HW
+    loss and routing statistics."""
     rows = {}
     for mh, hw in pairs:
         a = head_alignment(mh, hw)
-        rows[mh.attrs.get("preset") or _shape(mh)] = {
+        rows[f"{mh.attrs.get('preset') or _shape(mh)} H{a.attrs['heads']}"] = {
             "MHAR val loss": float(a.val_loss.sel(variant="mhar")),
             "MHAR-HW val loss": float(a.val_loss.sel(variant="mhar_hw")),
             "Delta (hw - mh)": float(a.delta_val_loss),
