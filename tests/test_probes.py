@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -166,6 +167,34 @@ def test_head_alignment_reads_losses(runs, tmp_path):
         head_alignment(hw, mh)
     with pytest.raises(CaptureError, match="multi-head"):
         per_head_deviation(runs["attnres"])
+
+
+def test_null_halves_are_the_null_of_each_half_and_give_the_null_replication_r():
+    """null_weight_mean_half[:, k] is the random-query null over half k's tokens alone: rows
+    alternate between halves here (no documents), so capturing the even rows by themselves (same
+    queries, same draws) gives half 0's null; the null's split-half r is the Pearson r of its
+    two halves' deviation maps over the cells the statistics use (issue 32, item 5)."""
+    m = model("mhar", routing_heads=4)
+    rows = [torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    both = capture_routing(m, rows, progress=False, draws=3)
+    even = capture_routing(m, [r[:1] for r in rows], progress=False, draws=3)
+    np.testing.assert_allclose(both.null_weight_mean_half.sel(half=0).values, even.null_weight_mean.values,
+                               rtol=1e-5, atol=1e-7)
+    assert both.null_weight_mean_half.dims == ("draw", "half", "site", "source", "head")
+    d = per_head_deviation(both)
+    keep = np.isfinite(both.weight_mean.values) & (both.site_num_sources.values >= 2)[:, None, None]
+    keep[10:] = False
+    for k in range(3):
+        h = both.null_weight_mean_half.values[k]  # [half, site, source, head]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # sites with fewer heads: all-NaN cells
+            dev = h - np.nanmean(h, axis=-1, keepdims=True)
+        want = np.corrcoef(dev[0][keep], dev[1][keep])[0, 1]
+        assert float(d.null_replication_r[k]) == pytest.approx(want, abs=1e-9)
+    sd = float(d.null_replication_r.std(ddof=1))
+    assert float(d.replication_z) == pytest.approx((float(d.replication_r) - float(d.null_replication_r.mean())) / sd)
+    old = both.drop_vars("null_weight_mean_half")  # a dataset captured before the null had halves
+    assert np.isnan(float(per_head_deviation(old).replication_z))
 
 
 def test_head_alignment_pairs_equal_head_counts_and_refuses_others(runs, capsys):

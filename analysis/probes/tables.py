@@ -68,6 +68,8 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
             "null max |D| (sd)": float(d.null_max_abs_std), "mean |D|": float(d.mean_abs),
             "null mean |D|": float(d.null_mean_abs_mean), "replication r": float(d.replication_r),
             "replication halves": d.attrs["halves"].split(" ")[0],
+            "null replication r (mean)": float(d.null_replication_r_mean),
+            "null replication r (sd)": float(d.null_replication_r_std),
             "cross-head r (mean)": float(d.cross_head_corr_mean),
             "cross-head r if independent": float(d.cross_head_corr_independent),
             "cross-head r spread": float(d.cross_head_spread),
