@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 from scipy import stats
 
@@ -39,24 +40,65 @@ def test_order_claim_reads_paired_seed_deltas():
     assert f"[{low:+.3f}, {high:+.3f}]" in ok.ours
 
 
-def test_replication_claim_fisher_interval_and_text_split():
-    row = {"replication r": "0.5", "cells": "103", "replication halves": "documents"}
-    c = claims.replication_claim(LADDER, {"tiny mhar H8": row})
-    z, se = math.atanh(0.5), 1 / math.sqrt(100)
-    assert f"[{math.tanh(z - 1.96 * se):.3f}, {math.tanh(z + 1.96 * se):.3f}]" in c.ours
+def _reads(*triples, draws=64):
+    return {seed: claims.NullRead(v, m, sd, draws) for seed, (v, m, sd) in enumerate(triples)}
+
+
+def test_deviation_claim_reads_every_seed_and_reports_each():
+    """Issue 32, item 4: seed 0 alone (z = 2.07) read as replicated; every seed must be above the
+    null (the ladder's seeds 1 and 2 give 1.42 and -0.10), each seed's z is shown."""
+    above = _reads((0.30, 0.10, 0.05), (0.25, 0.10, 0.05), (0.40, 0.12, 0.04))
+    assert claims.deviation_claim(LADDER, above).verdict == claims.REPLICATED
+    mixed = _reads((0.152, 0.102, 0.024), (0.073, 0.054, 0.0135), (0.072, 0.074, 0.0187))
+    c = claims.deviation_claim(LADDER, mixed)
+    assert c.verdict == claims.INCONCLUSIVE
+    assert all(f"seed {s}: " in c.ours for s in range(3)) and "z = 2.08" in c.ours and "z = -0.11" in c.ours
+    below = _reads((0.01, 0.10, 0.02), (0.02, 0.10, 0.02))
+    assert claims.deviation_claim(LADDER, below).verdict == claims.NOT_REPLICATED
+    few = claims.deviation_claim(LADDER, {**above, 1: claims.NullRead(0.25, 0.10, 0.05, 8)})
+    assert few.verdict == claims.PENDING and "seed(s) 1 have 8" in few.note  # an 8-draw sd is not a stable z
+    assert claims.deviation_claim(LADDER, {}).verdict == claims.INCONCLUSIVE
+
+
+def test_null_draws_give_the_sd_its_stated_precision():
+    """MIN_NULL_DRAWS is the fewest draws whose sd has a relative standard error within 10%
+    (normal draws, simulated), and the ladder plan captures at least that many."""
+    rng = np.random.default_rng(0)
+    n = claims.MIN_NULL_DRAWS
+    for draws, ok in ((n, True), (8, False)):
+        sds = rng.standard_normal((20000, draws)).std(axis=1, ddof=1)
+        assert (sds.std() / sds.mean() <= claims.NULL_SD_REL_SE * 1.02) == ok, draws
+    assert LADDER.null_draws >= n
+
+
+def test_replication_claim_holds_only_above_the_nulls_split_half_r():
+    """Issue 32, item 5: matched-norm random queries replicate about as well as trained ones
+    (r 0.55-0.58 against 0.52-0.73), so r alone is no evidence; the trained r must exceed the null's."""
+    halves = {s: "documents" for s in range(3)}
+    like_null = _reads((0.52, 0.56, 0.03), (0.73, 0.57, 0.03), (0.60, 0.55, 0.04))
+    assert claims.replication_claim(LADDER, like_null, halves).verdict == claims.INCONCLUSIVE
+    above = _reads((0.90, 0.56, 0.03), (0.85, 0.57, 0.03), (0.88, 0.55, 0.04))
+    assert claims.replication_claim(LADDER, above, halves).verdict == claims.REPLICATED
+    below = _reads((0.30, 0.56, 0.03), (0.35, 0.57, 0.03))
+    assert claims.replication_claim(LADDER, below, halves).verdict == claims.NOT_REPLICATED
+    no_null = _reads((0.94, math.nan, math.nan), (0.87, math.nan, math.nan), draws=8)
+    c = claims.replication_claim(LADDER, no_null, halves)
+    assert c.verdict == claims.PENDING and "0.940" in c.ours and "null halves" in c.note
+    rows = claims.replication_claim(LADDER, above, {**halves, 1: "rows"})
+    assert rows.verdict == claims.INCONCLUSIVE and "not disjoint text" in rows.ours
+
+
+def test_excess_claim_is_a_t_interval_over_seeds():
+    """Issue 32, item 7: the interval was excess +- 2 sd of one seed's null draws; it is Student t
+    over the seeds' excesses (the ladder's: [0.042, 0.073])."""
+    excess = {0: 0.05761030877710027, 1: 0.06354631983992931, 2: 0.050889976482835664}
+    c = claims.excess_claim(LADDER, excess)
+    values = list(excess.values())
+    low, high = stats.t.interval(0.95, 2, loc=np.mean(values), scale=stats.sem(values))
+    assert f"[{low:.4f}, {high:.4f}]" in c.ours and (round(low, 3), round(high, 3)) == (0.042, 0.073)
     assert c.verdict == claims.REPLICATED
-    rows = {"tiny mhar H8": dict(row, **{"replication halves": "rows"})}
-    assert claims.replication_claim(LADDER, rows).verdict == claims.INCONCLUSIVE  # not disjoint text
-    assert claims.replication_claim(LADDER, {"tiny mhar H4": row}).verdict == claims.INCONCLUSIVE  # no H=8 row
-
-
-def test_deviation_claim_z_against_the_null():
-    def row(ours, null, sd):
-        return {"tiny mhar H8": {"max |D|": str(ours), "null max |D| (mean)": str(null), "null max |D| (sd)": str(sd)}}
-
-    assert claims.deviation_claim(LADDER, row(0.30, 0.10, 0.05)).verdict == claims.REPLICATED
-    assert claims.deviation_claim(LADDER, row(0.12, 0.10, 0.05)).verdict == claims.INCONCLUSIVE
-    assert claims.deviation_claim(LADDER, row(0.01, 0.10, 0.02)).verdict == claims.NOT_REPLICATED
+    assert claims.excess_claim(LADDER, {0: 0.01, 1: -0.02, 2: 0.015}).verdict == claims.INCONCLUSIVE
+    assert claims.excess_claim(LADDER, {0: 0.05}).verdict == claims.INCONCLUSIVE  # one seed: no interval
 
 
 def test_optimum_claim_needs_two_kv_values_and_a_margin():
@@ -68,3 +110,44 @@ def test_optimum_claim_needs_two_kv_values_and_a_margin():
     assert claims.optimum_claim(LADDER, off, tails).verdict == claims.NOT_REPLICATED
     one_kv = [r for r in clear if r["kv"] == 4]
     assert claims.optimum_claim(LADDER, one_kv, tails).verdict == claims.INCONCLUSIVE
+
+
+def test_optimum_includes_h1_and_takes_the_margin_from_paired_deltas():
+    """Issue 32, item 6: attnres is MHAR at H = 1 and joins each KV's grid; the noise margin is
+    t(0.975, n-1) x the sd of the paired seed deltas (mhar H=8 - attnres), not 2 sqrt 2 x the
+    noisiest arm's seed sd. Seeds that move both arms together give a tight margin."""
+    tails = _tails([4.0, 4.2, 3.8], [3.90, 4.10, 3.70], [3.95, 4.16, 3.74])  # deltas +0.05, +0.06, +0.04
+    deltas = [0.05, 0.06, 0.04]
+    margin = stats.t.ppf(0.975, 2) * np.std(deltas, ddof=1)
+    assert claims.optimum_margin(LADDER, tails)[0] == pytest.approx(margin)
+    mhar = [dict(method="mhar", H=h, kv=kv, seed=0, tail_mean=3.7 + 0.1 * abs(h - 4) / 4)
+            for kv in (2, 4) for h in (2, 4, 8, 16)]  # H=4 best of the mhar runs at both KV
+    assert claims.optimum_claim(LADDER, mhar, tails).verdict == claims.REPLICATED
+    single = [dict(method="attnres", H=1, kv=kv, seed=0, tail_mean=3.55) for kv in (2, 4)]  # H=1 lower by 0.15
+    c = claims.optimum_claim(LADDER, mhar + single, tails)
+    assert c.verdict == claims.NOT_REPLICATED and "KV=4: best H=1" in c.ours
+    assert "best of H 4-8 (H4) +0.150" in c.ours and f"margin {margin:.3f}" in c.note  # the gap the rule reads
+    other_seed = [dict(r, seed=1) for r in single]  # only the main seed's runs make the grid
+    assert claims.optimum_claim(LADDER, mhar + other_seed, tails).verdict == claims.REPLICATED
+
+
+def test_plans_evaluate_often_enough_that_the_tail_is_the_last_quarter():
+    """Issue 32, item 8: the tail-mean's last 11 evaluations cover the last quarter of training, as
+    the paper's (steps 15-20k of 20k at one evaluation per 500 steps); the committed ladder's 11 of
+    20 covered half. The schedule is the trainer's own (read off a committed run's metrics)."""
+    import dataclasses
+    import json
+    from pathlib import Path
+
+    from mhar_probe.demo.plan import PLANS, evaluation_steps, tail_covers_last_quarter
+
+    run = Path(__file__).resolve().parents[1] / "results/ladder/runs/tiny-baseline-kv4-lr2e-3-s0-n480"
+    logged = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "val_loss" in r]
+    assert logged == evaluation_steps(480, 24) and logged[-11] == 240  # the committed ladder: half
+    assert evaluation_steps(20_000, 500)[-11] == 15_000 and tail_covers_last_quarter(20_000, 500)
+    assert not tail_covers_last_quarter(480, 24) and tail_covers_last_quarter(480, 12)
+    for plan in PLANS.values():
+        every = plan.recipe.get("eval_every", 25)
+        assert 4 * evaluation_steps(plan.steps, every)[-11] >= 3 * plan.steps, plan.name
+    with pytest.raises(ValueError, match="evaluate every 12 steps or fewer"):
+        dataclasses.replace(LADDER, recipe={**LADDER.recipe, "eval_every": 24})

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -166,6 +167,69 @@ def test_head_alignment_reads_losses(runs, tmp_path):
         head_alignment(hw, mh)
     with pytest.raises(CaptureError, match="multi-head"):
         per_head_deviation(runs["attnres"])
+
+
+def test_null_halves_are_the_null_of_each_half_and_give_the_null_replication_r():
+    """null_weight_mean_half[:, k] is the random-query null over half k's tokens alone: rows
+    alternate between halves here (no documents), so capturing the even rows by themselves (same
+    queries, same draws) gives half 0's null; the null's split-half r is the Pearson r of its
+    two halves' deviation maps over the cells the statistics use (issue 32, item 5)."""
+    m = model("mhar", routing_heads=4)
+    rows = [torch.randint(0, 97, (2, 8), generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    both = capture_routing(m, rows, progress=False, draws=3)
+    even = capture_routing(m, [r[:1] for r in rows], progress=False, draws=3)
+    np.testing.assert_allclose(both.null_weight_mean_half.sel(half=0).values, even.null_weight_mean.values,
+                               rtol=1e-5, atol=1e-7)
+    assert both.null_weight_mean_half.dims == ("draw", "half", "site", "source", "head")
+    d = per_head_deviation(both)
+    keep = np.isfinite(both.weight_mean.values) & (both.site_num_sources.values >= 2)[:, None, None]
+    keep[10:] = False
+    for k in range(3):
+        h = both.null_weight_mean_half.values[k]  # [half, site, source, head]
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # sites with fewer heads: all-NaN cells
+            dev = h - np.nanmean(h, axis=-1, keepdims=True)
+        want = np.corrcoef(dev[0][keep], dev[1][keep])[0, 1]
+        assert float(d.null_replication_r[k]) == pytest.approx(want, abs=1e-9)
+    sd = float(d.null_replication_r.std(ddof=1))
+    assert float(d.replication_z) == pytest.approx((float(d.replication_r) - float(d.null_replication_r.mean())) / sd)
+    old = both.drop_vars("null_weight_mean_half")  # a dataset captured before the null had halves
+    assert np.isnan(float(per_head_deviation(old).replication_z))
+
+
+def test_head_alignment_pairs_equal_head_counts_and_refuses_others(runs, capsys):
+    """MHAR-HW (H = its KV groups, 2 here) is paired with the MHAR run of the same H, whatever the
+    input order; with no such run it is compared with nothing (issue 32: H=4 hw was set against H=16)."""
+    from analysis.probes.cli import _pairs
+
+    hw = runs["mhar_hw"]
+    h4, h2 = capture(model("mhar", routing_heads=4)), capture(model("mhar", routing_heads=2))
+    assert hw.attrs["G"] == 2 and h4.attrs["routing_heads"] == 4 and h2.attrs["routing_heads"] == 2
+    pairs, unmatched = _pairs([h4, hw, h2])
+    assert [(mh.attrs["routing_heads"], b.attrs["method"]) for mh, b in pairs] == [(2, "mhar_hw")] and not unmatched
+    assert list(headalign_table(pairs).index) == ["d32/L2/kv2 H2"]
+    pairs, unmatched = _pairs([h4, hw])
+    assert pairs == [] and unmatched == [hw]
+    with pytest.raises(CaptureError, match="equal head count"):
+        head_alignment(h4, hw)
+
+
+def test_head_alignment_reads_losses_from_the_folder_the_dataset_lies_in(runs, tmp_path):
+    """An exported run's routing.nc names the folder it was captured in (on another machine); the
+    losses come from metrics.jsonl beside the file that was read."""
+    from mhar_probe.capture.io import open_routing_dataset, write_dataset
+
+    opened = []
+    for method, loss in (("mhar", 3.25), ("mhar_hw", 3.5)):
+        run = tmp_path / method
+        run.mkdir()
+        (run / "metrics.jsonl").write_text(json.dumps({"step": 10, "val_loss": loss}) + "\n")
+        ds = runs[method].copy()
+        ds.attrs["run_path"] = f"/gpu-machine/tmp/{method}"  # where it was captured: not here
+        write_dataset(ds, run / "routing.nc")
+        opened.append(open_routing_dataset(run / "routing.nc"))
+    a = head_alignment(*opened)
+    assert float(a.val_loss.sel(variant="mhar")) == 3.25 and float(a.delta_val_loss) == pytest.approx(0.25)
 
 
 # ------------------------------------------------------------------------------ tables

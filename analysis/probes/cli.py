@@ -4,7 +4,8 @@ Each argument is a routing dataset (.nc from `mhar capture`) or a run directory;
 RUN/routing.nc uses it, otherwise its held-out text is captured in memory (not saved: use
 `mhar capture` to keep it). Writes under --out: probe.{md,tex,csv} (Table tab:probe),
 perhead.* (figure fig:perhead statistics, multi-head runs), headalign.* (mhar vs mhar_hw of
-the same shape) and sites.* (per-site values).
+the same shape and head count: MHAR H = MHAR-HW's KV groups; an mhar_hw run without such a partner
+is named on stdout and left out) and sites.* (per-site values).
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from mhar_probe.capture.errors import CaptureError
 from mhar_probe.capture.io import open_routing_dataset
 from mhar_probe.capture.runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
 
+from .alignment import heads_of
+from .provenance import run_label
 from .tables import headalign_table, perhead_table, probe_table, site_table, write_table
 
 
@@ -66,17 +69,20 @@ def load_input(path: str, args: argparse.Namespace) -> xr.Dataset:
                            attrs={"seq_len": int(seq_len)})
 
 
-def _pairs(datasets: list[xr.Dataset]) -> list[tuple[xr.Dataset, xr.Dataset]]:
-    """mhar and mhar_hw datasets of the same d and L, in input order."""
-    key = lambda ds: (ds.attrs.get("d"), ds.attrs.get("L"))  # noqa: E731
-    hw = [ds for ds in datasets if ds.attrs.get("method") == "mhar_hw"]
-    out = []
-    for mh in (ds for ds in datasets if ds.attrs.get("method") == "mhar"):
-        match = next((h for h in hw if key(h) == key(mh)), None)
-        if match is not None:
-            out.append((mh, match))
-            hw.remove(match)
-    return out
+def _pairs(datasets: list[xr.Dataset]) -> tuple[list[tuple[xr.Dataset, xr.Dataset]], list[xr.Dataset]]:
+    """(mhar, mhar_hw) of the same d, L and KV groups with equal head count (MHAR's H = MHAR-HW's
+    H = G), in input order; and the mhar_hw datasets no mhar run matches (compared with nothing)."""
+    key = lambda ds: (ds.attrs.get("d"), ds.attrs.get("L"), ds.attrs.get("G"), heads_of(ds))  # noqa: E731
+    mhar = [ds for ds in datasets if ds.attrs.get("method") == "mhar"]
+    out, unmatched = [], []
+    for hw in (ds for ds in datasets if ds.attrs.get("method") == "mhar_hw"):
+        match = next((mh for mh in mhar if key(mh) == key(hw)), None)
+        if match is None:
+            unmatched.append(hw)
+        else:
+            out.append((match, hw))
+            mhar.remove(match)
+    return out, unmatched
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
@@ -95,7 +101,10 @@ def cmd_probe(args: argparse.Namespace) -> int:
     if multi:
         written += write_table(perhead_table(multi, args.first_sites), out, "perhead", overwrite=args.overwrite,
                                caption="Per-head deviation from the head consensus (figure fig:perhead statistics).")
-    pairs = _pairs(datasets)
+    pairs, unmatched = _pairs(datasets)
+    for hw in unmatched:
+        print(f"head alignment: no mhar run of {run_label(hw)}'s shape with H = {heads_of(hw)} among the inputs; "
+              f"{run_label(hw)} is not compared")
     if pairs:
         written += write_table(headalign_table(pairs), out, "headalign", overwrite=args.overwrite,
                                label="tab:headalign", caption="Head alignment: MHAR vs MHAR-HW.")

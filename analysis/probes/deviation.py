@@ -8,6 +8,12 @@ them (disjoint text, as the paper's r = 0.77) when the capture knew each token's
 rows alternate and the same documents feed both halves; `halves` says which;
 the cross-head correlation is corr(D_h, D_h') over the (site, source) cells.
 
+Replication has its own null: matched-norm random queries replicate too (the sources, not the
+queries, carry most of a map's shape), so the same split-half r is computed for each null draw's
+heads (`null_replication_r` [draw], from `null_weight_mean_half` [draw, half, site, source, head]
+when the capture recorded it; NaN otherwise) and the trained r is read against it:
+`replication_z` = (r - null mean) / null sd over draws.
+
 Since sum_h D_h = 0, the off-diagonal correlations are tied: with equal variances their mean is
 exactly -1/(H-1) (-1 at H = 2) whatever the heads do, so that mean is reported only beside its
 reference. (A leave-one-out consensus changes nothing: w_h - mean_{h'!=h} w_h' = H/(H-1) D_h.)
@@ -61,6 +67,14 @@ def _spread(corr: np.ndarray) -> float:
     return float(np.sqrt(np.mean((off - off.mean()) ** 2)))
 
 
+def _null_replication(ds: xr.Dataset, keep: np.ndarray) -> np.ndarray:
+    """Split-half r of each null draw's deviation map [draw] ([NaN] without `null_weight_mean_half`)."""
+    if "null_weight_mean_half" not in ds or ds.sizes["draw"] == 0:
+        return np.array([np.nan])
+    D = deviation(ds.null_weight_mean_half.transpose("draw", "half", "site", "source", "head")).values
+    return np.array([_pearson(d[0][keep], d[1][keep]) for d in D])  # d: [half, site, source, head]
+
+
 def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Dataset:
     """Deviation maps, null maps and their summary statistics for a multi-head run."""
     if ds.sizes["head"] < 2:
@@ -86,6 +100,9 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
     null_spread = np.array([_spread(_corr_matrix(np.stack([d[..., h][common] for h in range(H)])))
                             for d in D_null.values]) if D_null.sizes["draw"] else np.array([np.nan])
     null_sd = float(null_spread.std(ddof=1)) if null_spread.size > 1 else float("nan")
+    null_rep = _null_replication(ds, keep)  # [draw], NaN without the null's halves
+    rep = _pearson(h0[keep], h1[keep])
+    rep_sd = float(null_rep.std(ddof=1)) if null_rep.size > 1 else float("nan")
     out = xr.Dataset(
         {
             "deviation": D,
@@ -96,7 +113,11 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
             "null_max_abs_mean": float(null_max.mean()),
             "null_max_abs_std": float(null_max.std(ddof=1)) if null_max.size > 1 else float("nan"),
             "null_mean_abs_mean": float(null_mean_abs.mean()),
-            "replication_r": _pearson(h0[keep], h1[keep]),
+            "replication_r": rep,
+            "null_replication_r": ("draw", null_rep) if null_rep.size == D_null.sizes["draw"] else float("nan"),
+            "null_replication_r_mean": float(null_rep.mean()) if null_rep.size else float("nan"),
+            "null_replication_r_std": rep_sd,
+            "replication_z": (rep - float(null_rep.mean())) / rep_sd if rep_sd > 0 else float("nan"),
             "cross_head_corr": (("head", "head_b"), corr),
             "cross_head_corr_mean": float(off.mean()),
             "cross_head_corr_independent": -1.0 / (H - 1),

@@ -68,6 +68,8 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
             "null max |D| (sd)": float(d.null_max_abs_std), "mean |D|": float(d.mean_abs),
             "null mean |D|": float(d.null_mean_abs_mean), "replication r": float(d.replication_r),
             "replication halves": d.attrs["halves"].split(" ")[0],
+            "null replication r (mean)": float(d.null_replication_r_mean),
+            "null replication r (sd)": float(d.null_replication_r_std),
             "cross-head r (mean)": float(d.cross_head_corr_mean),
             "cross-head r if independent": float(d.cross_head_corr_independent),
             "cross-head r spread": float(d.cross_head_spread),
@@ -79,11 +81,12 @@ def perhead_table(datasets: Sequence[xr.Dataset], first_sites: int | None = 10) 
 
 
 def headalign_table(pairs: Sequence[tuple[xr.Dataset, xr.Dataset]]) -> pd.DataFrame:
-    """Table `tab:headalign`: per scale, MHAR vs MHAR-HW loss and routing statistics."""
+    """Table `tab:headalign`: per scale and head count H (MHAR's = MHAR-HW's), MHAR vs MHAR-HW
+    loss and routing statistics."""
     rows = {}
     for mh, hw in pairs:
         a = head_alignment(mh, hw)
-        rows[mh.attrs.get("preset") or _shape(mh)] = {
+        rows[f"{mh.attrs.get('preset') or _shape(mh)} H{a.attrs['heads']}"] = {
             "MHAR val loss": float(a.val_loss.sel(variant="mhar")),
             "MHAR-HW val loss": float(a.val_loss.sel(variant="mhar_hw")),
             "Delta (hw - mh)": float(a.delta_val_loss),

@@ -18,6 +18,7 @@ with probes (default):
   slice_kl [slicing, site, head, slice]   E_p KL(a_{s,h,j} || alpha_{s,h}), trained query
   null_slice_kl [draw, slicing, site, head, slice]   the same with matched-norm random queries
   null_weight_mean [draw, site, source, head]        E_p alpha under those random queries
+  null_weight_mean_half [draw, half, site, source, head]  the same on each half (the null's split-half r)
   source_cosine [site, source, source_b]   E_p cos(x_n, x_n') of the sources site s reads
   source_rms [site, source]                E_p ||x_n|| / sqrt(d)
   query_norm [site, head], interleave_unit [site, head], interleave_distinct [site, head]
@@ -199,6 +200,7 @@ def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, co
         model(ids, **kwargs)
     weights, sources = collector.take()
     m, half_one = acc.update_tokens(m_in, half)
+    half1 = half.reshape(-1).to(m.device, torch.float32) if acc.probes is not None else None  # [P]
     for s in range(S):
         w = weights[s]
         if w is None:
@@ -207,7 +209,7 @@ def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, co
         if acc.probes is not None:
             n = w.shape[0]
             src = sources[s] if collector.per_site_sources else sources[S - 1][:n]
-            acc.update_sources(s, src, m, w, geometry=collector.per_site_sources or s == S - 1)
+            acc.update_sources(s, src, m, w, geometry=collector.per_site_sources or s == S - 1, half1=half1)
     if writer is not None:
         writer.append(weights, ids, m_in)
 
@@ -247,11 +249,16 @@ def _finalize(acc: RoutingAccumulator, layout: Layout, attrs: dict[str, Any]) ->
         pair_ok = src_ok[:, :, None] & src_ok[:, None, :]
         KL = acc.KL.cpu().numpy() / tok  # [V, 2, S, H, Sl]
         A = acc.A.cpu().numpy() / tok  # [V, S, N, H]
+        A1 = acc.A1.cpu().numpy()  # [V, S, N, H], half 1's sum
+        with np.errstate(invalid="ignore", divide="ignore"):
+            A_half = np.stack([(acc.A.cpu().numpy() - A1) / tok_half[0], A1 / tok_half[1]], 1)  # [V, 2, S, N, H]
         kl_ok = head_ok[None, None, :, :, None]
         data.update({
             "slice_kl": (("slicing", "site", "head", "slice"), _nan_where(KL[0], kl_ok[0])),
             "null_slice_kl": (("draw", "slicing", "site", "head", "slice"), _nan_where(KL[1:], kl_ok)),
             "null_weight_mean": (("draw", "site", "source", "head"), _nan_where(A[1:], vis[None])),
+            "null_weight_mean_half": (("draw", "half", "site", "source", "head"),
+                                      _nan_where(A_half[1:], vis[None, None])),
             "source_cosine": (("site", "source", "source_b"), _nan_where(C, pair_ok)),
             "source_rms": (("site", "source"), _nan_where(R, src_ok)),
             "query_norm": (("site", "head"), acc.query_norm.numpy()),

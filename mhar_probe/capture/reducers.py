@@ -10,6 +10,7 @@ tokens (but for the sets of document indices seen in each half).
                W2[s, n, h]    = sum_p m_p w_{s,h}(n | p)^2
   probes (from the sources and the site queries; variant v = 0 trained, 1..R random):
                A[v, s, n, h]  = sum_p m_p alpha^{(v)}_{s,h}(n | p)   (recomputed weights)
+               A1[v, s, n, h] = the same over half 1's tokens only     (the halves of the null)
                KL[v, m, s, h, j] = sum_p m_p KL(a^{(v)}_{s,h,j} || alpha^{(v)}_{s,h})   (slicing m, slice j)
                C[s, n, n']    = sum_p m_p cos(x_n(p), x_n'(p))      (source collinearity)
                R[s, n]        = sum_p m_p ||x_n(p)|| / sqrt(d)      (source RMS)
@@ -59,6 +60,7 @@ class RoutingAccumulator:
             return
         V = 1 + probes.draws
         self.A = torch.zeros(V, S, N, H, **f64)
+        self.A1 = torch.zeros(V, S, N, H, **f64)
         self.KL = torch.zeros(V, len(SLICINGS), S, H, probes.slices, **f64)
         self.C = torch.zeros(S, N, N, **f64)
         self.R = torch.zeros(S, N, **f64)
@@ -111,10 +113,11 @@ class RoutingAccumulator:
         self.W2[s, :n, :h] += (wm * w).sum((1, 2)).double()
 
     def update_sources(self, s: int, sources: Tensor, m: Tensor, weights: Tensor | None,
-                       geometry: bool = True) -> None:
+                       geometry: bool = True, half1: Tensor | None = None) -> None:
         """Probe sums for site s from the sources it reads [n, B, T, d] (float64 accumulation).
 
-        `weights` [n, B, T, h], when given, are checked against the recomputed trained weights.
+        `weights` [n, B, T, h], when given, are checked against the recomputed trained weights;
+        `half1` [P] (1 for a token of half 1) splits A by half (A1); None: every token in half 0.
         """
         assert self.probes is not None
         site = self.sites[s]
@@ -136,6 +139,9 @@ class RoutingAccumulator:
             self.KL[:, :, s, :hs] += torch.einsum("pvmhj,p->vmhj", kl, mc).double()
             alpha = log_alpha.exp()  # [n, p, V, hs]
             self.A[:, s, :n, :hs] += torch.einsum("npvh,p->vnh", alpha, mc).double()
+            if half1 is not None:
+                mc1 = mc * half1[p0:p0 + step].float()  # [p]
+                self.A1[:, s, :n, :hs] += torch.einsum("npvh,p->vnh", alpha, mc1).double()
             if weights is not None:
                 w = weights.reshape(n, P, -1)[:, p0:p0 + step].float()  # [n, p, hs]
                 err = float((alpha[:, :, 0] - w).abs().max()) if w.numel() else 0.0

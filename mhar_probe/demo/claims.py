@@ -1,21 +1,29 @@
 """The claim table: each paper claim a study's runs can test, our measurement with its interval,
-and one of three verdicts.
+and one of four verdicts.
 
     replicated                  the interval lies on the paper's side
     not replicated              the interval lies on the other side (the opposite holds)
     inconclusive at this scale  the interval straddles the line, or the runs cannot test it
+    pending: needs rerun        the files lack what the test needs (too few null draws, a null
+                                without halves): a capture on the GPU machine, not a verdict
 
-Read from the files the earlier stages wrote (stats/tails.json, stats/ceg.json, probes/*.csv and
-the runs' summaries), so the table regenerates from a results folder alone. Intervals are 95%:
-Student t over paired seed deltas, two-sided z (2 sd) against the random-query nulls, and a
-Fisher interval for the replication r over the deviation map's cells (cells are not independent,
-so that interval is optimistic; the table says so). Nothing here is tuned to the paper: the
-thresholds are fixed before the numbers are read.
+Read from the files the earlier stages wrote (stats/tails.json, stats/ceg.json, the runs'
+summaries and the routing dataset of every seed), so the table regenerates from a results folder
+alone. Intervals are 95%:
+  * order, CEG gain: Student t over paired seed deltas of tail-mean loss;
+  * slice-KL excess: Student t over seeds of each seed's excess (trained - mean of its null draws);
+  * per-head deviations, replication: per seed, z = (trained - null mean) / null sd over the
+    matched-norm random-query draws; z > 2 in every seed is above the null, z < -2 in every seed
+    below it. The sd needs at least MIN_NULL_DRAWS draws (its relative standard error
+    1/sqrt(2(n-1)) at most 10%): with fewer the claim is pending;
+  * per-KV optimum of H (H = 1 is attnres, MHAR at one head): a difference between two H of one
+    seed counts when it exceeds t_{0.975, n-1} x the sd of the paired per-seed deltas of two H arms
+    the study ran over n seeds (mhar at the plan's H - attnres).
+Nothing here is tuned to the paper: the thresholds are fixed before the numbers are read.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import dataclass
@@ -26,7 +34,13 @@ from ..errors import UserError
 from .plan import Plan
 
 REPLICATED, NOT_REPLICATED, INCONCLUSIVE = "replicated", "not replicated", "inconclusive at this scale"
+PENDING = "pending: needs rerun"
+VERDICTS = (REPLICATED, NOT_REPLICATED, INCONCLUSIVE, PENDING)
 LEVEL = 0.95
+#: the relative standard error allowed of the null's sd over its draws, 1/sqrt(2(n-1)) ...
+NULL_SD_REL_SE = 0.10
+#: ... hence the fewest draws a z against the null is read with (51)
+MIN_NULL_DRAWS = math.ceil(1 + 1 / (2 * NULL_SD_REL_SE ** 2))
 #: the paper's numbers each claim is read against (section / figure in the paper)
 PAPER = {
     "order": "MHAR < single-head < baseline in held-out loss at 100M-1B (Table main)",
@@ -74,21 +88,6 @@ def _fmt_interval(mean: float, low: float, high: float, digits: int = 3) -> str:
     return f"{mean:+.{digits}f} [{low:+.{digits}f}, {high:+.{digits}f}]"
 
 
-def _read_csv(path: Path) -> dict[str, dict[str, str]]:
-    """A probe table written by analysis.probes (first column: row label) as {row: {column: cell}}."""
-    with path.open(newline="") as fh:
-        rows = list(csv.reader(fh))
-    header = rows[0]
-    return {r[0]: dict(zip(header[1:], r[1:])) for r in rows[1:]}
-
-
-def _float(cell: str | None) -> float:
-    try:
-        return float(cell)  # type: ignore[arg-type]
-    except (TypeError, ValueError):
-        return math.nan
-
-
 def _tail_means(tails: dict[str, Any], method: str, heads: int | None, kv: int | None) -> dict[int, float]:
     return {r["seed"]: r["tail_mean"] for r in tails["runs"]
             if r["method"] == method and (heads is None or r["H"] == heads) and (kv is None or r["kv"] == kv)}
@@ -113,85 +112,131 @@ def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
     return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order")
 
 
+def optimum_margin(plan: Plan, tails: dict[str, Any]) -> tuple[float, list[float]]:
+    """(margin, deltas): the paired per-seed deltas of two H arms of the plan (mhar at its H minus
+    attnres, H = 1, at its KV) and t_{0.975, n-1} x their sd, the size a single seed's difference
+    between two H must exceed (under no difference, delta / sd(deltas) is t with n-1 df)."""
+    single = _tail_means(tails, "attnres", None, plan.main_kv)
+    multi = _tail_means(tails, "mhar", plan.mhar_heads, plan.main_kv)
+    deltas = [multi[s] - single[s] for s in sorted(set(single) & set(multi))]
+    if len(deltas) < 2:
+        return math.nan, deltas
+    mean, low, high = _t_interval(deltas)
+    return (high - mean) * math.sqrt(len(deltas)), deltas  # (t sd / sqrt(n)) sqrt(n) = t sd
+
+
 def optimum_claim(plan: Plan, runs: list[dict[str, Any]], tails: dict[str, Any]) -> Claim:
-    """Per-KV optimum of H: argmin over H of the main seed's tail-mean loss, with the seed noise."""
+    """Per-KV optimum of H over every H the main seed ran, H = 1 (attnres: MHAR at one head)
+    included: argmin of tail-mean loss, read against `optimum_margin`."""
     grid: dict[int, dict[int, float]] = {}
     for r in runs:
-        if r["method"] == "mhar" and r["seed"] == plan.main_seed:
-            grid.setdefault(r["kv"], {})[r["H"]] = r["tail_mean"]
+        if r["seed"] == plan.main_seed and r["method"] in ("mhar", "attnres"):
+            grid.setdefault(r["kv"], {})[1 if r["method"] == "attnres" else r["H"]] = r["tail_mean"]
     grid = {kv: hs for kv, hs in grid.items() if len(hs) >= 3}
     if len(grid) < 2:
         return Claim("optimum", f"kv x H grid has {len(grid)} KV value(s) with >= 3 H", INCONCLUSIVE)
-    from statistics import stdev
-
-    seeds = _tail_means(tails, "mhar", plan.mhar_heads, plan.main_kv)
-    sd = stdev(seeds.values()) if len(seeds) >= 2 else math.nan
-    margin = 2 * math.sqrt(2) * sd  # two single runs differ by more than this 95% of the time only if real
+    margin, deltas = optimum_margin(plan, tails)
     parts, verdicts = [], []
     for kv in sorted(grid):
         hs = grid[kv]
         best = min(hs, key=hs.get)
-        paper_best = min((h for h in hs if h in PAPER_OPTIMA), key=hs.get, default=None)
-        gap = hs[paper_best] - hs[best] if paper_best is not None else math.nan
-        parts.append(f"KV={kv}: best H={best} ({', '.join(f'H{h} {hs[h]:.3f}' for h in sorted(hs))})")
+        losses = ", ".join(f"H{h} {hs[h]:.3f}" for h in sorted(hs))
+        missing = "" if 1 in hs else "; H=1 not run"
         if best in PAPER_OPTIMA:
-            others = [hs[h] - hs[best] for h in hs if h not in PAPER_OPTIMA]
-            verdicts.append(REPLICATED if others and min(others) > margin else INCONCLUSIVE)
+            others = {h: hs[h] - hs[best] for h in hs if h not in PAPER_OPTIMA}
+            h_next = min(others, key=others.get) if others else None
+            gap = others[h_next] if h_next is not None else math.nan
+            verdicts.append(REPLICATED if gap > margin else INCONCLUSIVE)
+            gap_text = f"next best outside 4-8 (H{h_next}) {gap:+.3f}"
         else:
+            paper = {h: hs[h] - hs[best] for h in hs if h in PAPER_OPTIMA}
+            h_paper = min(paper, key=paper.get) if paper else None
+            gap = paper[h_paper] if h_paper is not None else math.nan
             verdicts.append(NOT_REPLICATED if gap > margin else INCONCLUSIVE)
+            gap_text = f"best of H 4-8 (H{h_paper}) {gap:+.3f}" if h_paper is not None else "no H in 4-8"
+        parts.append(f"KV={kv}: best H={best} ({losses}{missing}); {gap_text}")
     verdict = (NOT_REPLICATED if all(v == NOT_REPLICATED for v in verdicts)
                else REPLICATED if all(v == REPLICATED for v in verdicts) else INCONCLUSIVE)
-    note = (f"a difference counts when it exceeds 2*sqrt(2) x the seed sd of mhar H={plan.mhar_heads} "
-            f"({sd:.3f} over {len(seeds)} seeds): {margin:.3f}")
+    spread = ", ".join(f"{d:+.3f}" for d in deltas)
+    note = (f"seed {plan.main_seed}; a gap counts when it exceeds the margin {margin:.3f} = t(0.975, {len(deltas) - 1}) x "
+            f"sd of the paired seed deltas mhar H={plan.mhar_heads} - attnres ({spread})")
     return Claim("optimum", "; ".join(parts), verdict, note)
 
 
-def excess_claim(plan: Plan, probe: dict[str, dict[str, str]]) -> Claim:
-    """Learned slice-KL excess of the single-head run over its random-query null (z over draws)."""
-    col = next((c for c in probe.get("learned excess (trained - null)", {}) if "attnres" in c), None)
-    if col is None:
-        return Claim("excess", "no attnres column in probes/probe.csv", INCONCLUSIVE)
-    excess = _float(probe["learned excess (trained - null)"][col])
-    sd = _float(probe["random-query null (sd over draws)"][col])
-    low, high = excess - 2 * sd, excess + 2 * sd
+def excess_claim(plan: Plan, excess: dict[int, float]) -> Claim:
+    """Learned slice-KL excess of the single-head run over its random-query null (per seed: trained
+    minus the null draws' mean), with a Student t interval over seeds."""
+    if not excess:
+        return Claim("excess", "no routing dataset of attnres", INCONCLUSIVE)
+    seeds = sorted(excess)
+    mean, low, high = _t_interval([excess[s] for s in seeds])
+    per_seed = ", ".join(f"{excess[s]:.4f}" for s in seeds)
+    ours = (f"{mean:.4f} [{low:.4f}, {high:.4f}] over {len(seeds)} seeds (attnres; per seed {per_seed})"
+            if not math.isnan(low) else f"{mean:.4f} (one seed: no interval; attnres)")
     verdict = side(-high, -low, 0.0)  # the paper's side is excess > 0
-    return Claim("excess", f"{excess:.4f} [{low:.4f}, {high:.4f}] ({col}; null sd over draws {sd:.4f})",
-                 verdict, "interval: excess +- 2 sd of the null over its random draws")
+    return Claim("excess", ours, verdict, "Student t interval over seeds of each seed's excess (trained - null mean)")
 
 
-def _perhead_row(plan: Plan, perhead: dict[str, dict[str, str]]) -> tuple[str, dict[str, str]] | None:
-    label = f"mhar H{plan.mhar_heads}"
-    hits = [(k, v) for k, v in perhead.items() if k.endswith(label)]
-    return hits[0] if hits else None
+@dataclass
+class NullRead:
+    """One seed's statistic against its random-query null (mean and sd over `draws` draws)."""
+
+    value: float
+    null_mean: float
+    null_sd: float
+    draws: int
+
+    @property
+    def z(self) -> float:
+        return (self.value - self.null_mean) / self.null_sd if self.null_sd > 0 else math.nan
 
 
-def deviation_claim(plan: Plan, perhead: dict[str, dict[str, str]]) -> Claim:
-    """max |D| of the trained heads against the matched-norm random query's (z over draws)."""
-    hit = _perhead_row(plan, perhead)
-    if hit is None:
-        return Claim("deviation", f"no mhar H{plan.mhar_heads} row in probes/perhead.csv", INCONCLUSIVE)
-    name, row = hit
-    ours, null, sd = _float(row["max |D|"]), _float(row["null max |D| (mean)"]), _float(row["null max |D| (sd)"])
-    z = (ours - null) / sd if sd > 0 else math.nan
-    verdict = INCONCLUSIVE if math.isnan(z) else REPLICATED if z > 2 else NOT_REPLICATED if z < -2 else INCONCLUSIVE
-    return Claim("deviation", f"max |D| {ours:.3f} vs null {null:.3f} +- {sd:.3f} (z = {z:.1f}; {name})", verdict,
-                 "z > 2: above the null; z < -2: below it")
+def _z_verdict(reads: dict[int, NullRead], what: str) -> tuple[str, str]:
+    """(verdict, note) of per-seed z: above the null in every seed (z > 2) or below it in every seed
+    (z < -2); pending where a seed's null lacks values or has fewer than MIN_NULL_DRAWS draws."""
+    lacking = [s for s, r in reads.items() if math.isnan(r.null_mean)]
+    few = [s for s, r in reads.items() if r.draws < MIN_NULL_DRAWS and s not in lacking]
+    rule = f"z = (trained - null mean) / null sd over draws; z > 2 in every seed: above the null, z < -2 in every seed: below"
+    if lacking:
+        return PENDING, (f"{rule}. Pending: the capture of seed(s) {', '.join(map(str, lacking))} has no {what}; "
+                         f"capture again with >= {MIN_NULL_DRAWS} draws (`mhar capture RUN --overwrite --draws 64`)")
+    if few:
+        draws = sorted({reads[s].draws for s in few})
+        return PENDING, (f"{rule}. Pending: a stable z needs >= {MIN_NULL_DRAWS} null draws (sd within 10%); seed(s) "
+                         f"{', '.join(map(str, few))} have {', '.join(map(str, draws))}: capture again "
+                         f"(`mhar capture RUN --overwrite --draws 64`)")
+    zs = [r.z for r in reads.values()]
+    if any(math.isnan(z) for z in zs):
+        return INCONCLUSIVE, rule
+    return (REPLICATED if min(zs) > 2 else NOT_REPLICATED if max(zs) < -2 else INCONCLUSIVE), rule
 
 
-def replication_claim(plan: Plan, perhead: dict[str, dict[str, str]]) -> Claim:
-    """Replication r of the deviation map between document-disjoint halves, with a Fisher interval."""
-    hit = _perhead_row(plan, perhead)
-    if hit is None:
-        return Claim("replication", f"no mhar H{plan.mhar_heads} row in probes/perhead.csv", INCONCLUSIVE)
-    name, row = hit
-    r, cells, halves = _float(row["replication r"]), int(_float(row["cells"])), row.get("replication halves", "")
-    if halves != "documents":
-        return Claim("replication", f"r = {r:.3f}, halves by {halves or 'unknown'} (not disjoint text)", INCONCLUSIVE)
-    z, se = math.atanh(max(min(r, 0.999999), -0.999999)), 1 / math.sqrt(max(cells - 3, 1))
-    low, high = math.tanh(z - 1.96 * se), math.tanh(z + 1.96 * se)
-    verdict = side(-high, -low, 0.0)
-    return Claim("replication", f"r = {r:.3f} [{low:.3f}, {high:.3f}] over {cells} cells, halves by documents "
-                 f"({name})", verdict, "Fisher interval over cells, which are not independent: optimistic")
+def _per_seed(reads: dict[int, NullRead], digits: int = 3) -> str:
+    return "; ".join(f"seed {s}: {r.value:.{digits}f} vs null {r.null_mean:.{digits}f} +- {r.null_sd:.{digits}f} "
+                     f"(z = {r.z:.2f}, {r.draws} draws)" if not math.isnan(r.null_mean) else
+                     f"seed {s}: {r.value:.{digits}f}, null not captured" for s, r in sorted(reads.items()))
+
+
+def deviation_claim(plan: Plan, reads: dict[int, NullRead]) -> Claim:
+    """max |D| of the trained heads against the matched-norm random query's, every seed."""
+    if not reads:
+        return Claim("deviation", f"no routing dataset of mhar H={plan.mhar_heads}", INCONCLUSIVE)
+    verdict, note = _z_verdict(reads, "null draws")
+    return Claim("deviation", f"max |D| of mhar H={plan.mhar_heads}: {_per_seed(reads)}", verdict, note)
+
+
+def replication_claim(plan: Plan, reads: dict[int, NullRead], halves: dict[int, str]) -> Claim:
+    """Split-half r of the deviation map between document-disjoint halves against the same r of
+    the random-query null's heads, every seed: the claim holds only where the trained r exceeds it."""
+    if not reads:
+        return Claim("replication", f"no routing dataset of mhar H={plan.mhar_heads}", INCONCLUSIVE)
+    shared = [s for s, h in halves.items() if h != "documents"]
+    if shared:
+        return Claim("replication", f"r by seed {_per_seed(reads)}; seed(s) {', '.join(map(str, shared))} split by "
+                     f"{halves[shared[0]] or 'unknown'} (not disjoint text)", INCONCLUSIVE)
+    verdict, note = _z_verdict(reads, "null halves (null_weight_mean_half, recorded since issue 32)")
+    return Claim("replication", f"split-half r (halves by documents) of mhar H={plan.mhar_heads}: {_per_seed(reads)}",
+                 verdict, note)
 
 
 def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any]) -> Claim:
@@ -217,19 +262,60 @@ def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any]) -> Claim:
     return Claim("ceg", ours, verdict, "needs a loss gain the seeds tell from zero, then a bracket overlapping 1.15-2.6x")
 
 
+@dataclass
+class SeedProbes:
+    """Per seed, what the routing datasets of the plan's single-head and MHAR runs give."""
+
+    excess: dict[int, float]  # attnres: slice-KL excess (trained - null draws' mean)
+    deviation: dict[int, NullRead]  # mhar at the plan's H: max |D| against its null
+    replication: dict[int, NullRead]  # ... split-half r against the null's split-half r
+    halves: dict[int, str]  # ... how the halves were split ("documents": disjoint text)
+
+
+def seed_probes(plan: Plan, runs: Path) -> SeedProbes:
+    """Every seed's probes from RUN/routing.nc of the finished attnres and mhar (the plan's H)
+    runs at the plan's KV (runs without a routing dataset are left out)."""
+    from analysis.probes import per_head_deviation, width_disagreement
+
+    from ..capture.io import open_routing_dataset
+    from .runs import finished, swept_runs
+
+    out = SeedProbes({}, {}, {}, {})
+    for r in finished(swept_runs(runs)):
+        path = r.path / "routing.nc"
+        if not path.is_file() or (plan.main_kv is not None and r.kv != plan.main_kv):
+            continue
+        if r.method == "attnres":
+            ds = open_routing_dataset(path)
+            out.excess[r.seed] = float(width_disagreement(ds).sel(slicing="contiguous").summary_excess)
+        elif r.method == "mhar" and r.heads == plan.mhar_heads:
+            ds = open_routing_dataset(path)
+            d = per_head_deviation(ds)
+            draws = int(ds.sizes.get("draw", 0))
+            out.deviation[r.seed] = NullRead(float(d.max_abs), float(d.null_max_abs_mean),
+                                             float(d.null_max_abs_std), draws)
+            out.replication[r.seed] = NullRead(float(d.replication_r), float(d.null_replication_r_mean),
+                                               float(d.null_replication_r_std), draws)
+            out.halves[r.seed] = d.attrs["halves"].split(" ")[0]
+        else:
+            continue
+        ds.close()
+    return out
+
+
 def claims_of(plan: Plan, out: Path) -> list[Claim]:
-    """Every claim, from the files under `out` (stats/, probes/, runs/)."""
-    need = [out / "stats" / "tails.json", out / "stats" / "ceg.json", out / "probes" / "probe.csv",
-            out / "probes" / "perhead.csv"]
+    """Every claim, from the files under `out` (stats/, runs/ with their routing datasets)."""
+    need = [out / "stats" / "tails.json", out / "stats" / "ceg.json"]
     missing = [str(p) for p in need if not p.exists()]
     if missing:
-        raise UserError(f"the claim table needs {', '.join(missing)}; run the probe and stats stages first")
+        raise UserError(f"the claim table needs {', '.join(missing)}; run the stats stage first")
     tails = json.loads(need[0].read_text())
     ceg = json.loads(need[1].read_text())
-    probe, perhead = _read_csv(need[2]), _read_csv(need[3])
     grid_runs = _grid_runs(out / "runs")
-    return [order_claim(plan, tails), optimum_claim(plan, grid_runs, tails), excess_claim(plan, probe),
-            deviation_claim(plan, perhead), replication_claim(plan, perhead), ceg_claim(plan, ceg, tails)]
+    seeds = seed_probes(plan, out / "runs")
+    return [order_claim(plan, tails), optimum_claim(plan, grid_runs, tails), excess_claim(plan, seeds.excess),
+            deviation_claim(plan, seeds.deviation), replication_claim(plan, seeds.replication, seeds.halves),
+            ceg_claim(plan, ceg, tails)]
 
 
 def _grid_runs(runs: Path) -> list[dict[str, Any]]:

@@ -14,6 +14,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..sweep import SweepGrid
+from ..tail import TAIL_K
+
+
+def evaluation_steps(steps: int, eval_every: int) -> list[int]:
+    """The steps a run of `steps` evaluates at: before the first, every `eval_every`-th and the last
+    (mhar_probe.train)."""
+    return [s for s in range(steps + 1) if s % eval_every == 0 or s == steps]
+
+
+def tail_covers_last_quarter(steps: int, eval_every: int, k: int = TAIL_K) -> bool:
+    """Whether the tail-mean's last k evaluations lie in the last quarter of training,
+    first tail step >= 3/4 steps (the paper's 11 evaluations: steps 15k-20k of 20k)."""
+    evals = evaluation_steps(steps, eval_every)
+    return len(evals) >= k and 4 * evals[-k] >= 3 * steps
+
+
+def max_eval_every(steps: int, k: int = TAIL_K) -> int | None:
+    """The longest evaluation interval whose tail covers the last quarter (None: none does)."""
+    return max((e for e in range(1, steps + 1) if tail_covers_last_quarter(steps, e, k)), default=None)
 
 
 @dataclass(frozen=True)
@@ -43,6 +62,16 @@ class Plan:
     capture_tokens: int = 16384
     mcnemar_bootstrap: int = 2000
     ceg_alphas: tuple[float, ...] = (0.089, 0.15)
+    null_draws: int = 8  # random-query draws per capture (the claim table's z needs demo.claims.MIN_NULL_DRAWS)
+
+    def __post_init__(self) -> None:
+        """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
+        every = self.recipe.get("eval_every", 25)  # TrainConfig's default
+        if not tail_covers_last_quarter(self.steps, every):
+            fits = max_eval_every(self.steps)
+            raise ValueError(f"plan {self.name}: evaluating every {every} of {self.steps} steps, the last {TAIL_K} "
+                             f"evaluations reach back before the last quarter of training; "
+                             + (f"evaluate every {fits} steps or fewer" if fits else f"train at least {4 * (TAIL_K - 1)} steps"))
 
     def grid(self, axes: dict[str, Any], steps: int | None = None, extra: dict[str, int] | None = None
              ) -> SweepGrid:
@@ -79,7 +108,7 @@ DEMO = Plan(
     title="Embedded corpus, `tiny` preset",
     preset="tiny",
     steps=150,
-    recipe=dict(lr=2e-3, batch_size=8, eval_every=15, eval_batches=2, checkpoint_every=50,
+    recipe=dict(lr=2e-3, batch_size=8, eval_every=3, eval_batches=2, checkpoint_every=50,
                 corpus_max_bytes=4_000_000),
     grids=dict(
         main=dict(methods=["baseline", "hyper", "attnres", "mhar"], heads=[2, 4, 8], seeds=[42]),
@@ -106,7 +135,9 @@ LADDER = Plan(
     # about three times faster but its numbers would not be the committed ones; likewise the torch
     # loss and uncompiled sublayers, the defaults when it ran (the fused step's curves agree within
     # bf16 noise, tests/gpu/test_fused_step.py, but not to the bit)
-    recipe=dict(lr=2e-3, batch_size=64, seq_len=512, eval_every=24, eval_batches=8, checkpoint_every=1000,
+    # eval_every 12: the last 11 evaluations cover steps 360-480 (the committed ladder evaluated every 24:
+    # its tail-means cover steps 240-480, results/ladder/README.md)
+    recipe=dict(lr=2e-3, batch_size=64, seq_len=512, eval_every=12, eval_batches=8, checkpoint_every=1000,
                 corpus="installed", corpus_max_bytes=None, vocab_size=2048, cuda_graphs=False,
                 loss_kernel="torch", compile_sublayers=False),
     grids=dict(
@@ -127,6 +158,7 @@ LADDER = Plan(
     eval_limit=1000,
     eval_batch_size=64,
     capture_tokens=65536,
+    null_draws=64,
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER)}

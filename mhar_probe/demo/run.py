@@ -144,7 +144,8 @@ def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
 
     logs = []
     for run in routed:
-        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, overwrite=overwrite, progress=False)
+        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, draws=plan.null_draws, overwrite=overwrite,
+                         progress=False)
         if cfg.out_path().exists() and not overwrite:
             logs.append(f"{run.name}: routing.nc exists, skipped")
             continue
