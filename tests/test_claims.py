@@ -151,3 +151,23 @@ def test_plans_evaluate_often_enough_that_the_tail_is_the_last_quarter():
         assert 4 * evaluation_steps(plan.steps, every)[-11] >= 3 * plan.steps, plan.name
     with pytest.raises(ValueError, match="evaluate every 12 steps or fewer"):
         dataclasses.replace(LADDER, recipe={**LADDER.recipe, "eval_every": 24})
+
+
+def test_the_capture_stage_draws_the_plans_null(tmp_path, monkeypatch):
+    """The ladder's captures take its 64 null draws (enough for the claim table's z), not the
+    capture default of 8."""
+    import mhar_probe.capture as capture
+    from mhar_probe.demo.run import capture_stage
+    from mhar_probe.demo.runs import SweptRun
+
+    seen = []
+
+    class Done:
+        def close(self):
+            pass
+
+    monkeypatch.setattr(capture, "capture_run", lambda cfg: seen.append(cfg) or Done())
+    monkeypatch.setattr(capture, "capture_summary", lambda ds, out: f"captured {out}")
+    run = SweptRun(path=tmp_path / "tiny-mhar-h8", method="mhar", heads=8, seed=0, status="finished", kv=4)
+    capture_stage(LADDER, [run], overwrite=False)
+    assert [(c.run, c.draws, c.tokens) for c in seen] == [(str(run.path), 64, LADDER.capture_tokens)]

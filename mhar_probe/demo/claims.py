@@ -158,7 +158,8 @@ def optimum_claim(plan: Plan, runs: list[dict[str, Any]], tails: dict[str, Any])
     verdict = (NOT_REPLICATED if all(v == NOT_REPLICATED for v in verdicts)
                else REPLICATED if all(v == REPLICATED for v in verdicts) else INCONCLUSIVE)
     spread = ", ".join(f"{d:+.3f}" for d in deltas)
-    note = (f"seed {plan.main_seed}; a gap counts when it exceeds the margin {margin:.3f} = t(0.975, {len(deltas) - 1}) x "
+    note = (f"seed {plan.main_seed}; a gap counts when it exceeds the margin {margin:.3f} = "
+            f"t(0.975, {len(deltas) - 1}) x "
             f"sd of the paired seed deltas mhar H={plan.mhar_heads} - attnres ({spread})")
     return Claim("optimum", "; ".join(parts), verdict, note)
 
@@ -196,7 +197,8 @@ def _z_verdict(reads: dict[int, NullRead], what: str) -> tuple[str, str]:
     (z < -2); pending where a seed's null lacks values or has fewer than MIN_NULL_DRAWS draws."""
     lacking = [s for s, r in reads.items() if math.isnan(r.null_mean)]
     few = [s for s, r in reads.items() if r.draws < MIN_NULL_DRAWS and s not in lacking]
-    rule = f"z = (trained - null mean) / null sd over draws; z > 2 in every seed: above the null, z < -2 in every seed: below"
+    rule = ("z = (trained - null mean) / null sd over draws; z > 2 in every seed: above the null, "
+            "z < -2 in every seed: below")
     if lacking:
         return PENDING, (f"{rule}. Pending: the capture of seed(s) {', '.join(map(str, lacking))} has no {what}; "
                          f"capture again with >= {MIN_NULL_DRAWS} draws (`mhar capture RUN --overwrite --draws 64`)")

@@ -71,7 +71,8 @@ class Plan:
             fits = max_eval_every(self.steps)
             raise ValueError(f"plan {self.name}: evaluating every {every} of {self.steps} steps, the last {TAIL_K} "
                              f"evaluations reach back before the last quarter of training; "
-                             + (f"evaluate every {fits} steps or fewer" if fits else f"train at least {4 * (TAIL_K - 1)} steps"))
+                             + (f"evaluate every {fits} steps or fewer" if fits
+                                else f"train at least {4 * (TAIL_K - 1)} steps"))
 
     def grid(self, axes: dict[str, Any], steps: int | None = None, extra: dict[str, int] | None = None
              ) -> SweepGrid:
