@@ -172,7 +172,7 @@ def test_build_dedups_splits_by_document_and_counts(fake_work):
     assert {k: (r["package"], r["version"], r["licence"]) for k, r in rows.items()} == {
         "books": ("fake-books", "1.2.0", "CC0"), "manual": ("fake-manual", "2.0", "MIT"),
         "words": ("fake-dict", "0.9", "public domain")}
-    # the shared paragraph stays in the first book (hash... no: path order) and leaves the other 69 documents
+    # the shared paragraph stays in the first book (path order) and leaves the other 39 books and 30 pages
     assert rows["books"]["paragraphs_removed"] == 39 and rows["manual"]["paragraphs_removed"] == 30
     assert rows["words"]["paragraphs_removed"] == 0
     shards = {split: [json.loads(line) for f in sorted((out / split).glob("*.jsonl"))
@@ -238,3 +238,21 @@ def test_cli_refuses_missing_archive_in_one_line(tmp_path):
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "no archive of dict-devil" in proc.stderr
     assert not (tmp_path / "c").exists()
+
+
+def test_a_run_records_its_corpus_tokenizer_and_epochs(fake_work):
+    from mhar_probe.train import TrainConfig, train
+
+    out = fake_work / "corpus"
+    manifest = build_corpus(out, FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.25, vocab_size=300,
+                            log=lambda m: None)
+    run = fake_work / "run"
+    summary = train(TrainConfig(out=str(run), preset="tiny", method="baseline", steps=3, batch_size=2, seq_len=32,
+                                eval_every=3, eval_batches=1, corpus=str(out), corpus_max_bytes=None, vocab_size=300,
+                                progress=False, device="cpu"))
+    corpus = json.loads((run / "corpus.json").read_text())
+    assert corpus["fingerprint"] == manifest["fingerprint"] == summary["corpus_fingerprint"]
+    assert corpus["tokenizer_fingerprint"] == tokenizer_fingerprint(load_tokenizer(out / "tokenizer"))
+    rows = manifest["train_tokens"] // 33  # packed rows of T + 1 = 33 tokens, each giving 32 positions
+    assert corpus["train_tokens"] == summary["train_tokens"] == rows * 32
+    assert summary["epochs"] == pytest.approx(3 * 2 * 32 / (rows * 32))
