@@ -5,7 +5,7 @@
 #   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] GRID [METHOD [SEED]]
 #   GRID: lrsweep | main | extra | hw | bestvsbest (plan study100m) | middle (plan middle)
 # Trains the named runs (finished ones are skipped, an interrupted one resumes from its checkpoint in
-# /tmp/<plan>, kept between calls on the same warm machine), stops training --reserve seconds before the
+# /tmp/<plan>[_lrsweep|_bestvsbest], kept between calls on the same warm machine), stops training --reserve seconds before the
 # --budget, captures and evaluates the finished runs, exports them without weights to
 # $OUT/part_<args>.tar.gz with the log beside it, and prints a table of the runs last.
 set -uo pipefail
@@ -23,7 +23,10 @@ done
 start=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 plan=study100m; [[ $1 == middle ]] && plan=middle
-study=/tmp/$plan; [[ ${#tiny[@]} -gt 0 ]] && study=/tmp/${plan}_tiny
+# one rate per study folder (the report stages pick runs by method and seed): the sweep and the
+# best-vs-best rate train into folders of their own, exported as results/study100m/{lrsweep,bestvsbest}
+folder=$plan; [[ $1 == lrsweep || $1 == bestvsbest ]] && folder=${plan}_$1
+study=/tmp/$folder; [[ ${#tiny[@]} -gt 0 ]] && study=/tmp/${folder}_tiny
 tag=$(IFS=_; echo "$*")${tiny:+_tiny}; log=$OUT/log_$tag.txt
 if [[ ! -f corpus/mhar_corpus.json ]]; then
   [[ -f corpus.tar.xz ]] || { echo "no corpus/ and no corpus.tar.xz: carry corpus.tar.xz"; exit 1; }
@@ -50,11 +53,11 @@ if [[ $left -gt 10 ]]; then
     "${steps[@]}" "${tiny[@]}" "$@" >> "$log" 2>&1
   echo "capture/eval exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
-rm -rf /tmp/export_$plan
+rm -rf /tmp/export_$folder; mkdir -p /tmp/export_$folder
 python3 -c "from pathlib import Path; from mhar_probe.demo.export import export_study
-print('exported', len(export_study(Path('$study'), Path('/tmp/export_$plan'))), 'files')" >> "$log" 2>&1
+print('exported', len(export_study(Path('$study'), Path('/tmp/export_$folder'))), 'files')" >> "$log" 2>&1
 # this call's files (export keeps modification times) and every manifest
-(cd /tmp/export_$plan && { find . -type f -newer "$stamp"; find . -name manifest.json; } | sort -u \
+(cd /tmp/export_$folder && { find . -type f -newer "$stamp"; find . -name manifest.json; } | sort -u \
   | tar czf "$OUT/part_$tag.tar.gz" -T -)
 python3 results/study100m/table.py "$study" "$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | head -1)" \
   >> "$log" 2>&1
