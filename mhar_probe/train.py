@@ -492,8 +492,12 @@ class Trainer:
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
             comp = self.corpus.composition
+            from .data import tokenizer_fingerprint
+
             atomic.write_json(self.out / "corpus.json", dict(
                 name=self.corpus.name, fingerprint=self.corpus.fingerprint,
+                tokenizer_fingerprint=tokenizer_fingerprint(self.tokenizer), vocab_size=len(self.tokenizer),
+                train_tokens=self.train_tokens_available(),
                 composition=comp.to_rows(), meta=_jsonable(comp.meta)))
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
@@ -562,14 +566,21 @@ class Trainer:
         barrier(self.info)
         return summary
 
+    def train_tokens_available(self) -> int:
+        """Training positions in the packed train split (rows x T): one epoch's tokens."""
+        return int(self.train_rows.shape[0]) * (int(self.train_rows.shape[1]) - 1)
+
     def summary(self, evals: list[float]) -> dict[str, Any]:
         tail, tail_k = tail_mean(evals)
+        corpus_tokens = self.train_tokens_available()
         has_heads = methods.method(self.cfg.method).has_routing_heads
         return dict(
             finished=True, method=self.cfg.method, preset=self.cfg.preset, steps=self.step,
             routing_heads=self.model_config.routing_heads if has_heads else None,
             kv_heads=self.model_config.num_key_value_heads,
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
+            corpus_fingerprint=self.corpus.fingerprint, train_tokens=corpus_tokens,
+            epochs=self.tokens / corpus_tokens if corpus_tokens else None,
             initial_val_loss=evals[0], final_val_loss=evals[-1],
             tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),

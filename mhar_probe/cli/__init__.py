@@ -1,6 +1,6 @@
 """`mhar`: the command line, the top floor of the house. One module per subcommand
 (`train`, `info`, `demo`, `sweep`, `capture`, `probe`, `eval`, `stats`, `figures`, `convert`,
-`cpt`, `bench`), shared argument helpers in `args`, and the one error handler in `errors`
+`cpt`, `bench`, `corpus`), shared argument helpers in `args`, and the one error handler in `errors`
 (user errors become one line on stderr and exit status 2). Nothing below imports this package."""
 
 from __future__ import annotations
@@ -17,13 +17,14 @@ Registrar = Callable[[argparse._SubParsersAction], object]
 
 def _registrars() -> list[Registrar]:
     """Every subcommand, in the order `mhar --help` lists them."""
-    from . import (bench, capture, convert, cpt, demo, evaluate, figures, info, probe, stats, sweep,
+    from . import (bench, capture, convert, corpus, cpt, demo, evaluate, figures, info, probe, stats, sweep,
                    train)
 
     return [train.add_train_subparser, info.add_info_subparser, demo.add_demo_subparser,
             sweep.add_sweep_subparser, capture.add_capture_subparser, probe.add_probe_subparser,
             evaluate.add_eval_subparser, stats.add_stats_subparser, figures.add_figures_subparser,
-            convert.add_convert_subparser, cpt.add_cpt_subparser, bench.add_bench_subparser]
+            convert.add_convert_subparser, cpt.add_cpt_subparser, bench.add_bench_subparser,
+            corpus.add_corpus_subparser]
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -44,7 +44,8 @@ SPLITS = ("train", "val")
 
 
 def is_corpus_spec(spec: str | None) -> bool:
-    """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path."""
+    """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path
+    (a built corpus folder is a directory, so an existing path)."""
     return spec is None or spec in NAMED_CORPORA or Path(spec).exists()
 
 
@@ -127,6 +128,8 @@ class Corpus:
     val: list[Document]
     composition: Composition
     fingerprint: str
+    tokenizer_dir: Path | None = None  # a built corpus's own tokenizer (mhar_probe.data.built)
+    tokenizer_vocab: int | None = None  # the vocabulary size it was trained for
 
     def split(self, name: str) -> list[Document]:
         """The documents of ``"train"`` or ``"val"``."""
@@ -214,6 +217,8 @@ def load_corpus(
         spec: ``None`` or ``"embedded"`` for the stdlib/pydoc corpus shipped with Python;
             ``"installed"`` for the text of every installed package as well
             (:mod:`mhar_probe.data.installed`);
+            a folder written by ``mhar corpus build`` (its own split and tokenizer,
+            :mod:`mhar_probe.data.built`);
             otherwise a ``.txt`` / ``.jsonl`` / ``.parquet`` file or a directory of them
             (see :mod:`mhar_probe.data.files` for the conventions).
         val_fraction: expected share of documents held out for validation, in (0, 1).
@@ -227,6 +232,10 @@ def load_corpus(
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
     if max_bytes is not None and max_bytes <= 0:
         raise DataError(f"max_bytes must be positive, got {max_bytes}")
+    from .built import is_built_corpus, load_built
+
+    if spec is not None and spec not in NAMED_CORPORA and is_built_corpus(spec):
+        return load_built(spec, max_bytes=max_bytes)
     if spec is None or spec == EMBEDDED:
         name = EMBEDDED
         docs = embedded_documents()

@@ -121,3 +121,15 @@ def load_packed(
     key = f"{corpus.fingerprint[:24]}-{tokenizer_fingerprint(tokenizer)[:24]}-{split}"
     ids = tokenize_split(corpus.split(split), tokenizer, cache_key=key)  # [N]
     return pack_tokens(ids, seq_len, what=f"{corpus.name} ({split} split)")
+
+
+def count_tokens(docs: list[Document], tokenizer: PreTrainedTokenizerBase) -> dict[str, int]:
+    """Tokens per source of ``docs`` as :func:`tokenize_split` streams them (each document's
+    tokens plus its end-of-text id)."""
+    backend = _plain_backend(tokenizer)
+    counts: dict[str, int] = {}
+    for start in range(0, len(docs), BATCH_DOCS):
+        batch = docs[start : start + BATCH_DOCS]
+        for doc, enc in zip(batch, backend.encode_batch_fast([d.text for d in batch], add_special_tokens=False)):
+            counts[doc.source] = counts.get(doc.source, 0) + len(enc.ids) + 1
+    return counts

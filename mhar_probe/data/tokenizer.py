@@ -111,6 +111,22 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
 
 
+def train_corpus_tokenizer(train: list[Document], vocab_size: int
+                           ) -> tuple[PreTrainedTokenizerFast, dict[str, object]]:
+    """The byte-level BPE of ``vocab_size`` trained on :func:`training_sample` of ``train``, and
+    what it was trained on (the study corpus builder saves both in its folder)."""
+    if vocab_size < 257:
+        raise DataError(f"vocab_size must be at least 257 (256 bytes + {EOS_TOKEN}), got {vocab_size}")
+    sample = training_sample(train)
+    start = time.perf_counter()
+    tok = wrap_tokenizer(_train_bpe(sample, vocab_size))
+    meta: dict[str, object] = {
+        "vocab_size_requested": vocab_size, "vocab_size": len(tok), "train_documents": len(sample),
+        "train_bytes": sum(d.n_bytes for d in sample), "train_seconds": round(time.perf_counter() - start, 3),
+        "tokenizers_version": tokenizers.__version__}
+    return tok, meta
+
+
 def tokenizer_dir(corpus: Corpus, vocab_size: int) -> Path:
     """Cache directory of the tokenizer for ``corpus`` and ``vocab_size``."""
     return cache_subdir("tokenizers") / f"{corpus.fingerprint}-{vocab_size}"
@@ -119,13 +135,16 @@ def tokenizer_dir(corpus: Corpus, vocab_size: int) -> Path:
 def get_tokenizer(
     corpus: Corpus, vocab_size: int = DEFAULT_VOCAB_SIZE, path: str | None = None
 ) -> PreTrainedTokenizerFast:
-    """The tokenizer at ``path`` if given, else the cached (or newly trained) BPE for ``corpus``.
+    """The tokenizer at ``path`` if given; else a built corpus's own tokenizer when it was trained
+    for ``vocab_size``; else the cached (or newly trained) BPE for ``corpus``.
 
     The trained vocabulary can be smaller than ``vocab_size`` only if the train split has
     too few distinct byte pairs; ``len(tokenizer)`` is the size to give the model.
     """
     if path is not None:
         return load_tokenizer(path)
+    if corpus.tokenizer_dir is not None and corpus.tokenizer_vocab == vocab_size:
+        return load_tokenizer(corpus.tokenizer_dir)
     if vocab_size < 257:
         raise DataError(f"vocab_size must be at least 257 (256 bytes + {EOS_TOKEN}), got {vocab_size}")
     final = tokenizer_dir(corpus, vocab_size)

@@ -6,6 +6,9 @@ Two plans ship:
   * `LADDER`: the GPU ladder (issue 23, results/ladder): a d=128, L=8 model on the `installed`
     corpus (the text of the machine's packages), each run trained on at least 10 tokens per
     parameter, three seeds of baseline / attnres / mhar, a kv x H grid and a width ladder.
+  * `STUDY` (issue 33, results/study100m): the paper's 100M shape on the built study corpus
+    (`mhar corpus build --out corpus`), 250M tokens a run, an lr sweep, three seeds, extra arms and
+    a best-vs-best rate; `MIDDLE`: d=256, L=8 (32-channel heads) at 20 tokens per parameter.
 """
 
 from __future__ import annotations
@@ -80,8 +83,12 @@ class Plan:
         common: dict[str, Any] = {k: v for k, v in self.recipe.items() if k != "lr"}
         model = {**self.model, **(extra or {})}
         common.update(progress=False, **({"extra": model} if model else {}))
-        return SweepGrid.from_dict(dict(presets=[self.preset], steps=[steps or self.steps],
-                                        lrs=[self.recipe["lr"]], common=common, **axes))
+        # a grid's own `steps` / `lrs` axes (a short learning-rate sweep) replace the plan's
+        base: dict[str, Any] = dict(presets=[self.preset], steps=[self.steps], lrs=[self.recipe["lr"]])
+        base.update(axes)
+        if steps:
+            base["steps"] = [steps]
+        return SweepGrid.from_dict(dict(common=common, **base))
 
     def grid_names(self, only: list[str] | None = None) -> list[str]:
         """The grids to train (`only`: a subset, checked)."""
@@ -162,4 +169,72 @@ LADDER = Plan(
     null_draws=64,
 )
 
-PLANS = {p.name: p for p in (DEMO, LADDER)}
+#: The study's corpus folder, relative to the repository root (ignored by git; built by `mhar corpus
+#: build --out corpus`, carried to the device as corpus.tar.xz and unpacked there by
+#: results/study100m/run_on_device.sh), and the vocabulary trained into it.
+STUDY_CORPUS = "corpus"
+STUDY_VOCAB = 8192
+#: The paper's recipe at a 65,536-token step (32 x 2048): AdamW, 5% warm-up, cosine to 0.1x, bf16, the
+#: CLI's default GPU step (CUDA graphs, fused loss, compiled sublayers: None = on for one CUDA process).
+#: An evaluation every 25 steps of 2 x 32 x 2048 held-out tokens puts the last 11 evaluations (the
+#: tail-mean) inside the last quarter of every grid, the 1,000-step sweep's included (10 x 25 = 250).
+STUDY_RECIPE = dict(lr=1e-3, batch_size=32, seq_len=2048, eval_every=25, eval_batches=2, checkpoint_every=250,
+                    corpus=STUDY_CORPUS, corpus_max_bytes=None, vocab_size=STUDY_VOCAB, cuda_graphs=None,
+                    loss_kernel=None, compile_sublayers=None)
+#: The sweep's centre is the paper's best 100M rate for every method (tab:lrsweep, 1e-3; its unified
+#: tab:main rate, 5e-4, is the low end), swept x0.5, x1, x2 on the baseline for 1,000 steps. STUDY's
+#: `lr` is set from the sweep before the main grids run and shared by every method.
+STUDY_SWEEP_LRS = [5e-4, 1e-3, 2e-3]
+#: The best-vs-best check's second rate (the other side of the sweep's centre from the chosen one).
+STUDY_SECOND_LR = 5e-4
+STUDY = Plan(
+    name="study100m",
+    title="The paper's 100M shape (d=512, L=12, 64-channel heads) on the study corpus, 250M tokens a run",
+    preset="100m",  # d=512, L=12, 8 heads, KV 4, FFN 1536, T=2048; 42.0M parameters at 8,192 tokens
+    steps=3815,  # x 65,536 tokens = 250.0M tokens
+    recipe=STUDY_RECIPE,
+    grids=dict(
+        lrsweep=dict(methods=["baseline"], kv_heads=[4], seeds=[0], lrs=STUDY_SWEEP_LRS, steps=[1000]),
+        main=dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0, 1, 2]),
+        extra=dict(methods=["hyper", "mhar"], heads=[4, 16], kv_heads=[4], seeds=[0]),  # mhar H = KV and 2 KV
+        hw=dict(methods=["mhar_hw"], heads=[None], kv_heads=[4], seeds=[0]),  # one full-width query per KV group
+        bestvsbest=dict(methods=["attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0], lrs=[STUDY_SECOND_LR]),
+    ),
+    main_seed=0,
+    main_kv=4,
+    mhar_heads=8,
+    capture_all_seeds=True,
+    eval_methods=("baseline", "attnres", "mhar"),
+    mcnemar_pairs=(("baseline", "mhar"), ("attnres", "mhar")),
+    eval_tasks=("mhar_lastword", "mhar_nextline"),  # held-out loss is the training's own validation loss
+    eval_limit=1000,
+    eval_batch_size=32,
+    capture_tokens=65536,
+)
+
+#: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
+#: channels, KV 4, FFN 768 (3d, as the 100M preset), T=2048: 8,393,472 parameters (baseline, tied
+#: 8,192-token embeddings), so 2,562 steps of 65,536 tokens (167.9M) are 20.0 tokens per parameter.
+MIDDLE_MODEL = dict(hidden_size=256, num_hidden_layers=8, num_attention_heads=8,  # KV 4: the grids kv_heads axis
+                    intermediate_size=768)
+MIDDLE = Plan(
+    name="middle",
+    title="Middle rung: d=256, L=8, 32-channel heads on the study corpus, 20 tokens per parameter",
+    preset="100m",
+    steps=2562,
+    model=MIDDLE_MODEL,
+    recipe=STUDY_RECIPE,
+    grids=dict(main=dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0, 1, 2])),
+    main_seed=0,
+    main_kv=4,
+    mhar_heads=8,
+    capture_all_seeds=True,
+    eval_methods=("baseline", "attnres", "mhar"),
+    mcnemar_pairs=(("baseline", "mhar"), ("attnres", "mhar")),
+    eval_tasks=("mhar_lastword", "mhar_nextline"),
+    eval_limit=1000,
+    eval_batch_size=32,
+    capture_tokens=65536,
+)
+
+PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE)}

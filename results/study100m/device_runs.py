@@ -1,0 +1,68 @@
+"""One stage of a study device call: the runs of one grid of the `study100m` (or `middle`) plan,
+narrowed to a method and a seed if given, through the workbench's own `run_demo` stages.
+
+    python results/study100m/device_runs.py --out /tmp/study100m --stages sweep main baseline 0
+    python results/study100m/device_runs.py --out /tmp/middle --stages capture eval middle
+
+GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest) or `middle` (MIDDLE's main grid).
+`--steps N` and `--tiny` exist for the CPU check of the device script (a tiny stand-in model and
+corpus cap; the run names keep the plan's preset). Finished runs are skipped and interrupted runs
+resume from their checkpoint (mhar_probe.sweep), so a call cut off by its time budget loses at
+most the steps since the last checkpoint.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+from pathlib import Path
+
+from mhar_probe.demo.plan import MIDDLE, STUDY, Plan
+
+#: the CPU stand-in: 2 layers of width 64, 8 heads (8 channels), KV 4 (the grid's), T = 128, 3 MB of the corpus
+TINY_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
+                  intermediate_size=128)
+TINY_RECIPE = dict(batch_size=4, seq_len=128, eval_every=5, eval_batches=1, checkpoint_every=5,
+                   corpus_max_bytes=3_000_000)
+
+
+def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tuple[Plan, str]:
+    """The plan holding only `grid`, its axes narrowed to `method` / `seed` (checked)."""
+    plan, name = (MIDDLE, "main") if grid == "middle" else (STUDY, grid)
+    if name not in plan.grids:
+        sys.exit(f"device_runs: unknown grid {grid!r}; grids: {', '.join([*STUDY.grids, 'middle'])}")
+    axes = dict(plan.grids[name])
+    if method is not None:
+        if method not in axes["methods"]:
+            sys.exit(f"device_runs: grid {grid} has no method {method!r} (it has {', '.join(axes['methods'])})")
+        axes["methods"] = [method]
+    if seed is not None:
+        if seed not in axes["seeds"]:
+            sys.exit(f"device_runs: grid {grid} has no seed {seed} (it has {axes['seeds']})")
+        axes["seeds"] = [seed]
+    plan = dataclasses.replace(plan, grids={name: axes})
+    if tiny:
+        plan = dataclasses.replace(plan, model={**plan.model, **TINY_MODEL}, recipe={**plan.recipe, **TINY_RECIPE},
+                                   eval_limit=20, eval_batch_size=4, capture_tokens=512)
+    return plan, name
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", required=True, help="the study folder on the device (/tmp/...: outside $OUT)")
+    p.add_argument("--stages", nargs="+", required=True, help="sweep | capture eval")
+    p.add_argument("--steps", type=int, default=None, help="steps per run (default: the plan's)")
+    p.add_argument("--tiny", action="store_true", help="a tiny stand-in model (the CPU check)")
+    p.add_argument("grid")
+    p.add_argument("method", nargs="?")
+    p.add_argument("seed", nargs="?", type=int)
+    args = p.parse_args(argv)
+    from mhar_probe.demo.run import run_demo
+
+    plan, name = narrowed(args.grid, args.method, args.seed, args.tiny)
+    return run_demo(Path(args.out), steps=args.steps, plan=plan, stages=args.stages, grids=[name])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,55 @@
+"""The table a study device call prints last: one row per run folder of a study's sweep.
+
+    python results/study100m/table.py /tmp/study100m "NVIDIA H100 80GB HBM3"
+
+run, status, steps, tokens, tokens/s (median over the logged steps after the first 20, which hold
+compilation and graph capture), final validation loss, tail-mean, epochs (tokens / the corpus's
+training tokens), card.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def rows_of(study: Path) -> list[dict]:
+    """One dict per run folder under study/runs (and study/ladder/*)."""
+    out = []
+    for run in sorted(p.parent for p in study.glob("runs/*/train_config.json")):
+        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+        metrics = []
+        if (run / "metrics.jsonl").is_file():
+            metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+        corpus = json.loads((run / "corpus.json").read_text()) if (run / "corpus.json").is_file() else {}
+        rates = [m["tokens_per_s"] for m in metrics if m.get("step", 0) > 20 and "tokens_per_s" in m]
+        vals = [m["val_loss"] for m in metrics if "val_loss" in m]
+        tokens = summary.get("tokens", metrics[-1]["tokens"] if metrics else 0)
+        train_tokens = summary.get("train_tokens", corpus.get("train_tokens"))
+        out.append(dict(run=run.name, status="finished" if summary.get("finished") else "partial",
+                        steps=summary.get("steps", metrics[-1]["step"] if metrics else 0), tokens=tokens,
+                        tokens_per_s=statistics.median(rates) if rates else None,
+                        final_val_loss=vals[-1] if vals else None, tail_mean=summary.get("tail_mean_val_loss"),
+                        epochs=tokens / train_tokens if train_tokens else None))
+    return out
+
+
+def fmt(v: object, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def main(argv: list[str]) -> int:
+    study, card = Path(argv[0]), (argv[1] if len(argv) > 1 else "") or "cpu"
+    print("| run | status | steps | tokens | tokens/s | final val loss | tail-mean | epochs | card |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    for r in rows_of(study):
+        print(f"| {r['run']} | {r['status']} | {r['steps']} | {r['tokens']:,} | {fmt(r['tokens_per_s'], ',.0f')} "
+              f"| {fmt(r['final_val_loss'], '.4f')} | {fmt(r['tail_mean'], '.4f')} | {fmt(r['epochs'], '.2f')} "
+              f"| {card} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,78 @@
+"""The 100M study's plans (issue 33): the paper's shape and recipe, >= 250M tokens a run, a tail-mean
+window inside the last quarter of every grid, the grids' runs, the middle rung at 20 tokens per
+parameter, and the device script's run selection."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+import torch
+
+from mhar_probe.demo.plan import MIDDLE, PLANS, STUDY
+from mhar_probe.model.config import PRESETS
+from mhar_probe.train import TrainConfig, build_model_config
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _params(plan, method="baseline") -> int:
+    from mhar_probe.model import MHARForCausalLM
+
+    cfg = TrainConfig(out="/tmp/unused", preset=plan.preset, method=method, vocab_size=plan.recipe["vocab_size"],
+                      kv_heads=4, extra=dict(plan.model))
+    with torch.device("meta"):
+        model = MHARForCausalLM(build_model_config(cfg, plan.recipe["vocab_size"], 0))
+    return sum(p.numel() for p in model.parameters())
+
+
+def test_study_is_the_papers_100m_shape_and_recipe():
+    assert PRESETS[STUDY.preset] == dict(hidden_size=512, num_hidden_layers=12, num_attention_heads=8,
+                                         num_key_value_heads=4, intermediate_size=1536, seq_len=2048)
+    r = STUDY.recipe
+    assert (r["batch_size"], r["seq_len"]) == (32, 2048)
+    assert STUDY.steps * 32 * 2048 >= 250_000_000 > (STUDY.steps - 1) * 32 * 2048
+    # the CLI's default GPU step: None leaves graphs, fused loss and compiled sublayers on for one CUDA process
+    assert r["cuda_graphs"] is None and r["loss_kernel"] is None and r["compile_sublayers"] is None
+    assert _params(STUDY) == 41_957_376
+    assert PLANS["study100m"] is STUDY and PLANS["middle"] is MIDDLE
+
+
+@pytest.mark.parametrize("plan", [STUDY, MIDDLE], ids=lambda p: p.name)
+def test_last_eleven_evaluations_lie_in_the_last_quarter_of_every_grid(plan):
+    for name, axes in plan.grids.items():
+        for spec in plan.grid(axes).expand():
+            evals = list(range(0, spec.steps, plan.recipe["eval_every"])) + [spec.steps]
+            assert len(evals) >= 11 and evals[-11] >= 0.75 * spec.steps, (name, spec.steps)
+
+
+def test_study_grids():
+    names = {g: [s.name for s in STUDY.grid(STUDY.grids[g]).expand()] for g in STUDY.grids}
+    assert names["lrsweep"] == [f"100m-baseline-kv4-lr{lr}-s0-n1000" for lr in ("5e-4", "1e-3", "2e-3")]
+    assert len(names["main"]) == 9 and "100m-mhar-h8-kv4-lr1e-3-s2-n3815" in names["main"]
+    assert names["extra"] == ["100m-hyper-kv4-lr1e-3-s0-n3815", "100m-mhar-h4-kv4-lr1e-3-s0-n3815",
+                              "100m-mhar-h16-kv4-lr1e-3-s0-n3815"]
+    assert names["hw"] == ["100m-mhar_hw-h4-kv4-lr1e-3-s0-n3815"]
+    assert names["bestvsbest"] == ["100m-attnres-h1-kv4-lr5e-4-s0-n3815", "100m-mhar-h8-kv4-lr5e-4-s0-n3815"]
+    assert STUDY.grid(STUDY.grids["lrsweep"], steps=7).expand()[0].steps == 7  # --steps still wins
+
+
+def test_middle_rung_is_32_channel_heads_at_20_tokens_per_parameter():
+    assert MIDDLE.model["hidden_size"] // MIDDLE.model["num_attention_heads"] == 32
+    tokens = MIDDLE.steps * MIDDLE.recipe["batch_size"] * MIDDLE.recipe["seq_len"]
+    assert 19.9 <= tokens / _params(MIDDLE) <= 20.1
+
+
+def test_device_runs_narrow_a_grid():
+    spec = importlib.util.spec_from_file_location("device_runs", ROOT / "results/study100m/device_runs.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    plan, name = mod.narrowed("main", "mhar", 2, tiny=False)
+    assert [s.name for s in plan.grid(plan.grids[name]).expand()] == ["100m-mhar-h8-kv4-lr1e-3-s2-n3815"]
+    plan, name = mod.narrowed("middle", None, None, tiny=False)
+    assert plan is not MIDDLE and plan.model == MIDDLE.model and len(plan.grid(plan.grids[name]).expand()) == 9
+    with pytest.raises(SystemExit, match="no seed 5"):
+        mod.narrowed("main", None, 5, tiny=False)
+    with pytest.raises(SystemExit, match="unknown grid"):
+        mod.narrowed("wide", None, None, tiny=False)
