@@ -210,6 +210,7 @@ STUDY = Plan(
     eval_limit=1000,
     eval_batch_size=32,
     capture_tokens=65536,
+    null_draws=64,  # the claim table's z needs at least demo.claims.MIN_NULL_DRAWS
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
@@ -235,6 +236,7 @@ MIDDLE = Plan(
     eval_limit=1000,
     eval_batch_size=32,
     capture_tokens=65536,
+    null_draws=64,  # the claim table's z needs at least demo.claims.MIN_NULL_DRAWS
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE)}

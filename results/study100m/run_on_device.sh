@@ -48,7 +48,8 @@ if [[ $left -gt 10 ]]; then
   echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 left=$(( budget - 25 - ($(date +%s) - start) ))
-if [[ $left -gt 10 ]]; then
+# the sweep only picks the rate: its runs are neither captured nor evaluated
+if [[ $left -gt 10 && $1 != lrsweep ]]; then
   timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" --stages capture eval \
     "${steps[@]}" "${tiny[@]}" "$@" >> "$log" 2>&1
   echo "capture/eval exit $? after $(( $(date +%s) - start )) s" >> "$log"
