@@ -178,7 +178,7 @@ STUDY_VOCAB = 8192
 #: CLI's default GPU step (CUDA graphs, fused loss, compiled sublayers: None = on for one CUDA process).
 #: An evaluation every 25 steps of 2 x 32 x 2048 held-out tokens puts the last 11 evaluations (the
 #: tail-mean) inside the last quarter of every grid, the 1,000-step sweep's included (10 x 25 = 250).
-STUDY_RECIPE = dict(lr=1e-3, batch_size=32, seq_len=2048, eval_every=25, eval_batches=2, checkpoint_every=250,
+STUDY_RECIPE = dict(lr=5e-4, batch_size=32, seq_len=2048, eval_every=25, eval_batches=2, checkpoint_every=250,
                     corpus=STUDY_CORPUS, corpus_max_bytes=None, vocab_size=STUDY_VOCAB, cuda_graphs=None,
                     loss_kernel=None, compile_sublayers=None)
 #: The sweep's centre is the paper's best 100M rate for every method (tab:lrsweep, 1e-3; its unified
@@ -186,7 +186,7 @@ STUDY_RECIPE = dict(lr=1e-3, batch_size=32, seq_len=2048, eval_every=25, eval_ba
 #: `lr` is set from the sweep before the main grids run and shared by every method.
 STUDY_SWEEP_LRS = [5e-4, 1e-3, 2e-3]
 #: The best-vs-best check's second rate (the other side of the sweep's centre from the chosen one).
-STUDY_SECOND_LR = 5e-4
+STUDY_SECOND_LR = 1e-3
 STUDY = Plan(
     name="study100m",
     title="The paper's 100M shape (d=512, L=12, 64-channel heads) on the study corpus, 250M tokens a run",

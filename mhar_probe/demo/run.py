@@ -55,8 +55,8 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     """The plan's stages into `out` (finished work is kept unless `overwrite`); writes
     out/report.md when the report stage runs. `grids` restricts sweep, capture and eval to the
     runs of those grids ('widths': the ladder baselines)."""
-    steps = steps or plan.steps
-    if steps < 1:
+    # None: each grid trains its own steps (a short learning-rate sweep) or else the plan's
+    if steps is not None and steps < 1:
         raise UserError("--steps must be at least 1")
     todo = check_stages(stages)
     chosen = plan.grid_names(grids)
@@ -117,7 +117,7 @@ def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
             for m in plan.eval_methods]
 
 
-def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int, overwrite: bool, grids: list[str],
+def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int | None, overwrite: bool, grids: list[str],
                 widths: bool) -> str:
     """Train the grids (and the ladder baselines); the comparison table is the stage's log."""
     from ..sweep import run_sweep

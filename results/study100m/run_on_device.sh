@@ -43,15 +43,15 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 MHAR_CACHE_DIR=/tmp/mhar-cac
 stamp=$(mktemp); touch "$stamp"
 left=$(( budget - reserve - ($(date +%s) - start) ))
 if [[ $left -gt 10 ]]; then
-  timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" --stages sweep \
-    "${steps[@]}" "${tiny[@]}" "$@" >> "$log" 2>&1
+  timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" "$@" --stages sweep \
+    "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
   echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 left=$(( budget - 25 - ($(date +%s) - start) ))
 # the sweep only picks the rate: its runs are neither captured nor evaluated
 if [[ $left -gt 10 && $1 != lrsweep ]]; then
-  timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" --stages capture eval \
-    "${steps[@]}" "${tiny[@]}" "$@" >> "$log" 2>&1
+  timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" "$@" --stages capture eval \
+    "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
   echo "capture/eval exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 rm -rf /tmp/export_$folder; mkdir -p /tmp/export_$folder
