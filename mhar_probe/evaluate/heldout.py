@@ -70,7 +70,7 @@ from ..data.cache import cache_subdir
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 5
+BUILDER_VERSION = 6
 #: the default seed of the item positions (part of the cache key)
 ITEM_SEED = 0
 PPL_TASK = "mhar_heldout_ppl"
