@@ -36,9 +36,10 @@ Three tasks are shipped, all read by the LM Evaluation Harness from local jsonl 
 
 Where the items come from (`mhar_lastword`, `mhar_nextline`, `mhar_nextline_gen`):
 
-* the body of each document: positions are drawn by a permutation seeded from `ITEM_SEED` and
-  the document's text (up to `LW_MAX_PER_DOC` / `NL_MAX_PER_DOC` a document), never from the
-  leading comment block (`body_start`), so a file's licence header does not become its item;
+* the body of each document: up to `LW_MAX_PER_DOC` / `NL_MAX_PER_DOC` positions a document,
+  drawn from the whole body by a generator seeded from `ITEM_SEED` and the document's text,
+  never from the leading comment block (`body_start`), so a file's licence header does not
+  become its item;
 * no context (or next line) is boilerplate: `is_boilerplate` refuses licence, copyright,
   shebang, coding-cookie, author-metadata and generated-file text (`BOILERPLATE_PATTERNS`);
 * every item is distinct: documents with identical text are read once, and a repeated
