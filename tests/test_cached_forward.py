@@ -134,7 +134,8 @@ def test_cached_chunks_equal_the_uncached_forward(model, mask_kind):
     with torch.no_grad():
         full = model(ids, attention_mask=mask, use_cache=False).logits
         for chunks in CHUNKS:
-            torch.testing.assert_close(chunked(model, ids, chunks, mask, None), full, **TOL, msg=lambda m: f"{chunks}: {m}")
+            got = chunked(model, ids, chunks, mask, None)
+            torch.testing.assert_close(got, full, **TOL, msg=lambda m: f"{chunks}: {m}")
 
 
 @pytest.mark.parametrize("positions", ["from_mask", "default"])
