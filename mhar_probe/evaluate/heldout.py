@@ -36,9 +36,10 @@ Three tasks are shipped, all read by the LM Evaluation Harness from local jsonl 
 
 Where the items come from (`mhar_lastword`, `mhar_nextline`, `mhar_nextline_gen`):
 
-* the body of each document: positions are drawn by a permutation seeded from `ITEM_SEED` and
-  the document's text (up to `LW_MAX_PER_DOC` / `NL_MAX_PER_DOC` a document), never from the
-  leading comment block (`body_start`), so a file's licence header does not become its item;
+* the body of each document: up to `LW_MAX_PER_DOC` / `NL_MAX_PER_DOC` positions a document,
+  drawn from the whole body by a generator seeded from `ITEM_SEED` and the document's text,
+  never from the leading comment block (`body_start`), so a file's licence header does not
+  become its item;
 * no context (or next line) is boilerplate: `is_boilerplate` refuses licence, copyright,
   shebang, coding-cookie, author-metadata and generated-file text (`BOILERPLATE_PATTERNS`);
 * every item is distinct: documents with identical text are read once, and a repeated
@@ -70,7 +71,7 @@ from ..data.cache import cache_subdir
 from ..data.document import Document
 
 #: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 5
+BUILDER_VERSION = 6
 #: the default seed of the item positions (part of the cache key)
 ITEM_SEED = 0
 PPL_TASK = "mhar_heldout_ppl"
@@ -195,38 +196,37 @@ def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
     `target` starts with the single space that precedes the word (the harness's `lambada`
     convention: `doc_to_text` without the space, `doc_to_target` = " word").
 
-    Candidate target words are visited in text order (`seed=None`) or in the order of a
-    permutation drawn from `seed` (so that the items come from anywhere in the body, not from
-    the start). Contexts never start inside the document's header (`body_start`), are never
-    boilerplate (`is_boilerplate`), and the contexts kept from one text do not overlap.
+    Candidates are found in text order, each context starting after the previous one's target
+    (the contexts of one text do not overlap), never inside the document's header
+    (`body_start`), and never boilerplate (`is_boilerplate`). With `seed=None` the first
+    `max_items` are returned; with a seed, `max_items` of them drawn from the whole body by
+    `numpy.random.default_rng(seed)`, in the order drawn.
     """
     out: list[tuple[str, str]] = []
-    taken: list[tuple[int, int]] = []  # [lo, end) spans kept so far: contexts do not overlap
     start = body_start(text)
-    matches = list(_WORD.finditer(text))
-    order = range(len(matches)) if seed is None else np.random.default_rng(seed).permutation(len(matches))
-    for j in order:
-        m = matches[int(j)]
+    floor = start  # contexts of one document do not overlap
+    for m in _WORD.finditer(text, start + 1):
         word, pos = m.group(0), m.start()
-        if word.lower() in _STOP or pos - 1 < start:
+        if word.lower() in _STOP:
             continue
-        lo = max(start, pos - 1 - context_chars)
+        lo = max(floor, pos - 1 - context_chars)
         if lo > 0 and text[lo - 1] != "\n":
             nl = text.find("\n", lo, pos)
             if nl < 0:
                 continue
             lo = nl + 1
-        if any(lo < e and s < m.end() for s, e in taken):
-            continue
         context = text[lo:pos - 1]
         if len(context.split()) < min_words or not re.search(rf"\b{re.escape(word)}\b", context) \
                 or is_boilerplate(context):
             continue
         out.append((context, " " + word))
-        taken.append((lo, m.end()))
-        if len(out) >= max_items:
+        floor = m.end()
+        if seed is None and len(out) >= max_items:
             break
-    return out
+    if seed is None:
+        return out
+    pick = np.random.default_rng(seed).permutation(len(out))[:max_items]
+    return [out[int(i)] for i in pick]
 
 
 def lastword_items(docs: Iterable[Document], max_total: int = LW_MAX_ITEMS,

@@ -55,8 +55,23 @@ def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     return x * cos[:, None] + rotate_half(x) * sin[:, None]
 
 
+def causal_mask(q_len: int, k_len: int, device: torch.device | str | None = None) -> Tensor:
+    """Bool [q_len, k_len]: the new queries are the last q_len of the k_len positions (a KV cache
+    holds the first k_len - q_len), so query t sees key j iff j <= (k_len - q_len) + t.
+
+    SDPA's `is_causal` aligns the triangle top-left (query t sees keys j <= t), which is this
+    mask only when q_len == k_len; with a cache and several new tokens it hides the cached keys
+    from all but the first queries, hence this bottom-right alignment.
+    """
+    return torch.ones(q_len, k_len, dtype=torch.bool, device=device).tril(diagonal=k_len - q_len)
+
+
 class Attention(nn.Module):
     """Grouped-query causal attention with per-head q/k RMSNorm, no biases.
+
+    softmax(q k^T / sqrt(hd) + M) v, where M hides key j from query t unless j <= past + t
+    (`causal_mask`; past = the cached length) and, with `attn_mask` (bool [B, 1, T, S], True =
+    visible, built by the model from the padding mask), every key it marks invisible.
 
     `forward` takes either one input [B, T, d] (every method) or, for head-aligned routing
     (`mhar_hw`), one input per KV group [G, B, T, d]: group g's routed mixture feeds the
@@ -100,8 +115,14 @@ class Attention(nn.Module):
         k = apply_rope(self.k_norm(k).transpose(1, 2), cos, sin)  # [B, nkv, T, hd]
         v = v.transpose(1, 2)
         if cache is not None:
-            k, v = cache.update(k, v, self.layer_idx)
-        causal = attn_mask is None and q.shape[2] == k.shape[2] and q.shape[2] > 1
+            k, v = cache.update(k, v, self.layer_idx)  # [B, nkv, S, hd], S = past + T
+        S = k.shape[2]
+        causal = False
+        if attn_mask is None and T > 1:  # no padding: the causal mask alone
+            if S == T:
+                causal = True  # no cache before these tokens: SDPA's own (fused) causal mask
+            else:
+                attn_mask = causal_mask(T, S, q.device)  # [T, S], after a KV cache
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                                            enable_gqa=self.n_heads != self.n_kv)
         return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))

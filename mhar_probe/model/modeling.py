@@ -19,7 +19,7 @@ from transformers.modeling_outputs import BaseModelOutputWithPast, CausalLMOutpu
 
 from .config import MHARConfig
 from .hf_compat import CACHE_NAME, cache_field, one_cache, refuse_unsupported_outputs
-from .layers import MLP, Attention, RMSNorm, RotaryEmbedding
+from .layers import MLP, Attention, RMSNorm, RotaryEmbedding, causal_mask
 from .methods import method
 from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
 from .routing import DEFAULT_BACKEND, get_backend
@@ -182,12 +182,20 @@ class MHARModel(MHARPreTrainedModel):
 
 
 def _attention_mask(attention_mask: Tensor | None, T: int, past: int, device) -> Tensor | None:
-    """None when every key is visible (causal handled by SDPA); else a bool [B, 1, T, past+T]."""
-    if attention_mask is None or bool(attention_mask.all()):
+    """None when no key is padding (the attention applies the causal mask itself); else a bool
+    [B, 1, T, past+T]: query t sees key j iff j <= past + t (`causal_mask`) and key j is not padding.
+
+    `attention_mask` covers the cached and the new tokens ([B, past+T], transformers' convention).
+    """
+    if attention_mask is None:
+        return None
+    if attention_mask.shape[-1] < past + T:
+        raise ValueError(f"attention_mask covers {attention_mask.shape[-1]} tokens, but the cache holds {past} "
+                         f"and {T} are new: pass the mask of all {past + T}")
+    if bool(attention_mask.all()):
         return None
     keys = attention_mask[:, -(past + T):].bool()  # [B, S]
-    causal = torch.ones(T, past + T, dtype=torch.bool, device=device).tril(diagonal=past)
-    mask = causal[None, None] & keys[:, None, None, :]
+    mask = causal_mask(T, past + T, device)[None, None] & keys[:, None, None, :]
     return mask | ~mask.any(-1, keepdim=True)  # fully padded query rows attend anywhere (ignored)
 
 
