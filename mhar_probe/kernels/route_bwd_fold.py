@@ -134,7 +134,7 @@ def backward_plan(layout: Sequence[tuple[int, int, int]], top: int, fold_calls: 
     for c in range(top, -1, -1):
         _, j0, j1 = layout[c]
         folded = frontier <= top
-        plan.append(BackwardLaunch("gather", c, frontier, j0, j1, folded, False))
+        plan.append(BackwardLaunch("gather", c, frontier, j0, j1, folded and j1 > j0, False))
         if fold_due(c, frontier, fold_calls, j0):
             plan.append(BackwardLaunch("fold", c, frontier, 0, j0, folded, True))
             frontier = c
