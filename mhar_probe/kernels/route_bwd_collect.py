@@ -151,7 +151,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             dogb = dnb.to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
             if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
-                rd = rd & (c + 1 < top1)
+                rd = rd & ((zero_h + c + 1) < top1)
             dslot = _dout_slot(c + 1, ring, FOLD) * stride_dc
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
