@@ -260,3 +260,21 @@ def test_kernel_config_refuses_unknown_backwards():
     for bad in (0, -1, 2.0, True):
         with pytest.raises(ValueError, match="fold_calls"):
             KernelConfig(fold_calls=bad)
+
+
+def test_bench_variants_select_the_backward():
+    """`mhar bench routing --backends triton,triton-gather,triton-fold12` times the backwards side
+    by side in one process: each variant runs under its own KernelConfig, the default (`triton`)
+    under the fold-block backward at blocks of 8."""
+    from mhar_probe.bench.routing import BACKENDS, kernel_variant
+    from mhar_probe.kernels import current_kernel_config
+
+    seen = {}
+    for name in ("triton", "triton-gather", "triton-fold4", "triton-fold12", "triton-fold16"):
+        assert name in BACKENDS
+        with kernel_variant(name):
+            cfg = current_kernel_config()
+            seen[name] = (cfg.stack_backward, cfg.fold_calls, cfg.poison)
+    assert seen == {"triton": ("fold", 8, True), "triton-gather": ("gather", 8, True),
+                    "triton-fold4": ("fold", 4, True), "triton-fold12": ("fold", 12, True),
+                    "triton-fold16": ("fold", 16, True)}
