@@ -13,7 +13,8 @@
 #    against the 4-byte floor, and the extra peak memory.
 # JSON under $OUT: fold_train.json, fold_table.json (mhar bench routing's format), gpu_results.jsonl
 # (the GPU tests' measured errors), summary.json (the table). Each step has its own time limit
-# (TEST_TIMEOUT, TRAIN_TIMEOUT, TABLE_TIMEOUT; 170 + 150 + 100 s by default).
+# (TEST_TIMEOUT, TRAIN_TIMEOUT, TABLE_TIMEOUT; 190 + 150 + 90 s by default: under 8 minutes with
+# start-up; each benchmark writes its JSON after every shape, so a cut-short step keeps what it timed).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 COMMIT_ARG=${COMMIT:+--commit $COMMIT}
@@ -22,7 +23,7 @@ python -c "import torch, triton; print(torch.cuda.get_device_name(), torch.__ver
   | tee "$OUT/device.txt"
 XDIST=$(python -c "import xdist" 2>/dev/null && echo "-n 4")
 t0=$SECONDS
-timeout ${TEST_TIMEOUT:-170} python -m pytest -q -p no:cacheprovider $XDIST -m gpu tests/gpu/test_kernels_gpu.py \
+timeout ${TEST_TIMEOUT:-190} python -m pytest -q -p no:cacheprovider $XDIST -m gpu tests/gpu/test_kernels_gpu.py \
   tests/test_kernels_model.py > "$OUT/pytest_gpu.log" 2>&1
 echo "GPU tests: rc $? in $((SECONDS - t0)) s: $(grep -E "passed|failed|error" "$OUT/pytest_gpu.log" | tail -1)"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -10
@@ -32,7 +33,7 @@ timeout ${TRAIN_TIMEOUT:-150} python -m mhar_probe.bench.routing $COMMIT_ARG --o
   --repeat 5 --graph 2>&1 | grep -v -i warn > "$OUT/fold_train.log"
 echo "training microbatches: rc $? in $((SECONDS - t0)) s"
 t0=$SECONDS
-timeout ${TABLE_TIMEOUT:-100} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/fold_table.json" --no-delta \
+timeout ${TABLE_TIMEOUT:-90} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/fold_table.json" --no-delta \
   --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-gather --repeat 5 --graph 2>&1 \
   | grep -v -i warn > "$OUT/fold_table.log"
 echo "kernel table: rc $? in $((SECONDS - t0)) s"
