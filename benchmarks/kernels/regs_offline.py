@@ -43,7 +43,7 @@ from mhar_probe.kernels.route_fwd import W_STAGES, head_split, route_fwd_kernel,
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
 SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
-DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk"}  # multiples of 16 at these shapes
+DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk", "dbase"}  # multiples of 16 at these shapes
 
 
 def loops(sass: str) -> list[dict]:
@@ -123,12 +123,13 @@ def stack_job(d: int, cfg: tuple) -> tuple:
 
 def gather_job(d: int, cfg: tuple, fold: bool = False) -> tuple:
     """stack_gather_kernel as the gather backward launches it, or (fold) as the fold-block
-    backward does once a fold has happened (dout ring, the sources' accumulators added)."""
+    backward does once a fold has happened (dout slots below the frontier, the sources'
+    accumulators added)."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT=F32, OUT=F32, RES=F32, DOUT_BUF=F32, stride_dc=I32,
                  WALL=F32, DALL=F32, SHALL=F32, SALL=F32, U=F32, RALL=F32, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_SOFF=I64P, DX=BF16, call=I32, top1=I32, soff=I32, j0=I32, j1=I32,
-                 P=I32, eps=F, ACC=F32, ring=I32)
+                 P=I32, eps=F, ACC=F32, dbase=I32)
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
@@ -145,7 +146,7 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 def fold_job(d: int, cfg: tuple) -> tuple:
     """stack_fold_kernel (route_bwd_fold.py) at a gather launch-table row, after the first fold."""
     H, K = 8, d // 8
-    types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, ring=I32, WALL=F32, DALL=F32,
+    types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
                  ACC=F32, call=I32, top1=I32, jf=I32, P=I32, eps=F)
     split = head_split(K)

@@ -501,7 +501,7 @@ class _StackState:
         self._store_pending()  # a source appended after the last call: no kernel stored it
         poison = self._poison
         # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's;
-        # the fold-block backward keeps only the unfolded calls' (a ring of fold_calls slots)
+        # the fold-block backward keeps only the unfolded calls' (fold_calls slots: `_dout_slots`)
         storage = self.config.dout_dtype == "storage" and self.buffer is not None
         fold = self.config.fold_calls if self.collect and self.config.stack_backward == "fold" else 0
         self._fold, self._frontier, self._acc = fold, top + 1, None
@@ -655,10 +655,11 @@ class _StackState:
         nprog, consts, num_warps, maxnreg = plan
         t = self._tables
         top1 = self._frontier if fold else self._bwd_top + 1
+        dstride, dbase = self._dout_slots()
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
-                P * D, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
+                dstride, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
                 t[0], t[1], t[2], t[3], dx, call, top1, self._soff[call], rec.j0,
-                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, fold)
+                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         if fold_due(call, self._frontier, fold, rec.j0):
             self._fold_block(call, rec, config)
@@ -681,6 +682,16 @@ class _StackState:
                 self._dg_all[top1:].zero_()
 
 
+    def _dout_slots(self) -> tuple[int, int]:
+        """(stride, base) in elements of the stored douts: call c's at base + c * stride. The gather
+        backward: slot c of one per call. The fold-block backward: slot F - 1 - c of fold_calls,
+        F the fold frontier (the unfolded calls [c, F) are at most fold_calls): still linear in c,
+        so the kernels index it as the gather backward's, with a negative stride."""
+        P, D = self.row0.shape
+        if not self._fold:
+            return P * D, 0
+        return -P * D, (self._frontier - 1) * P * D
+
     def _fold_block(self, call: int, rec: _Call, config: tuple) -> None:
         """Fold the readers [call, frontier) into the accumulators of the sources [0, j0) not yet
         gathered (`stack_fold_kernel`); the first fold allocates them ([j0, P, d] fp32) and writes
@@ -697,8 +708,9 @@ class _StackState:
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
                       LOADS_FIRST=loads_first, FIRST=first)
         t = self._tables
+        dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (
-            self.row0, self.rows, P * D, self._dout_buf, P * D, self._fold, self._w_flat, self._d_flat,
+            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
             self._frontier, rec.j0, P, rec.eps), consts, num_warps, maxnreg)
         self._frontier = call
@@ -719,7 +731,8 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config included, so sweeps
     get their own plans). `row_bytes`: the narrowest element of the rows the gather loads
-    (`narrow_tile_vec`). fold: the fold-block backward's gather (a ring of douts, readers up to
+    (`narrow_tile_vec`). fold: the fold-block backward's gather (douts in slots below the fold
+    frontier, readers up to
     the fold frontier); has_acc: it adds the gathered sources' accumulators."""
     block_p, num_warps, prefetch, maxnreg, loads_first = config
     KM = D // HM

@@ -93,21 +93,12 @@ def _reader_index(c, offs_p, offs_hm, CALL_H, HM: tl.constexpr, SAME_H: tl.const
 
 
 @triton.jit
-def _dout_slot(c, ring, FOLD: tl.constexpr):
-    """Slot of call c's stored dout: c, or c % ring in the fold-block backward's ring."""
-    if FOLD:
-        return c % ring
-    else:
-        return c
-
-
-@triton.jit
 def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False,
-                    ring=0, FOLD: tl.constexpr = False):
+                    dbase=0, FOLD: tl.constexpr = False):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}:
 
@@ -126,10 +117,13 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     the constant HM, so its (position, head) index needs no table load and no division, and the
     per-head sums need no regrouping; the same sums as the general path.
 
+    Call c's stored dout is at DOUT_BUF + dbase + c * stride_dc (the gather backward: dbase 0,
+    one slot per call; the fold-block backward: slot F - 1 - c of a few, dbase = (F - 1) * P * d
+    and a negative stride, still linear in c, so no index arithmetic per reader).
+
     FOLD (the fold-block backward, `route_bwd_fold.py`): the readers are the calls [call, top1)
-    only, top1 possibly below the stack's top (the later ones are folded into accumulators);
-    call c's dout lives in slot c % ring of DOUT_BUF (a ring of the unfolded calls' douts), and
-    the prefetch past the last reader is masked off (no read of a dout outside the range)."""
+    only, top1 possibly below the stack's top (the later ones are folded into accumulators), so
+    the prefetch past the last reader is masked off (that slot may lie outside the buffer)."""
     vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
     vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
@@ -141,7 +135,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     if PREFETCH:
-        dslot = _dout_slot(call, ring, FOLD) * stride_dc
+        dslot = dbase + call * stride_dc
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
     for c in range(call, top1):
@@ -152,11 +146,11 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
             if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
                 rd = rd & ((zero_h + c + 1) < top1)
-            dslot = _dout_slot(c + 1, ring, FOLD) * stride_dc
+            dslot = dbase + (c + 1) * stride_dc
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            dslot = _dout_slot(c, ring, FOLD) * stride_dc
+            dslot = dbase + c * stride_dc
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],
@@ -210,7 +204,7 @@ def stack_gather_kernel(
     DX,  # [j1 - j0, P, D]: gradients of the sources first read by this call
     call, top1, soff, j0, j1, P, eps,
     ACC,  # FOLD, HAS_ACC: [>= j1, P, D] fp32, source j's folded gradient at ACC + j * P * D
-    ring,  # FOLD: dout slots in DOUT_BUF (call c's at c % ring)
+    dbase,  # call c's stored dout at DOUT_BUF + dbase + c * stride_dc (see _gather_collect)
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
@@ -219,8 +213,8 @@ def stack_gather_kernel(
 ):
     """Call `call`'s part (store dout, shift, S') and, after a block barrier, the gradients of
     the sources [j0, j1) it reads first, from the readers [call, top1) (`_gather_collect`).
-    FOLD (the fold-block backward, `route_bwd_fold.py`): douts in a ring of slots, top1 the
-    fold frontier; HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
+    FOLD (the fold-block backward, `route_bwd_fold.py`): douts in slots counted down from the
+    fold frontier top1 (dbase, a negative stride_dc); HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
     dx_j = ACC_j + gather_j."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
@@ -233,7 +227,7 @@ def stack_gather_kernel(
         offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
-        own_slot = _dout_slot(call, ring, FOLD) * stride_dc
+        own_slot = dbase + call * stride_dc
         tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
         tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
         doa = doa_raw.to(tl.float32)
@@ -260,7 +254,7 @@ def stack_gather_kernel(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, ring, FOLD)
+                    SAME_H, LOADS_FIRST, dbase, FOLD)
                 if HAS_ACC:
                     dxa = tl.load(ACC + rowa, mask=maska, other=0.0) + dxa
                     dxb = tl.load(ACC + rowb, mask=maskb, other=0.0) + dxb
@@ -273,7 +267,7 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, ring, FOLD)
+                    SAME_H, LOADS_FIRST, dbase, FOLD)
                 if HAS_ACC:
                     aoff = j * P * D
                     dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa

@@ -15,7 +15,7 @@ Autograd runs the calls' nodes from the top call down. The fold frontier F start
 every call >= F is folded: ACC_j = sum_{c >= F} T_{c,j} for every source j not yet gathered.
 At call c's node:
 
-  1. `stack_gather_kernel` (FOLD): call c's part (its dout into ring slot c % Cb, shift_c, S'_c),
+  1. `stack_gather_kernel` (FOLD): call c's part (its dout into slot F - 1 - c, shift_c, S'_c),
      then, for the sources j in [j0_c, j1_c) it reads first,
          dx_j = ACC_j + G_{[c, F), j}          (ACC_j only once a fold has happened)
   2. once F - c = Cb (the block size, `KernelConfig.fold_calls`) and sources are left to gather
@@ -24,9 +24,10 @@ At call c's node:
 
 One program per position block: per source j it reads v_j once, ACC_j once and writes it once,
 and the block's Cb douts, whose re-reads for the next source of the same positions come from
-cache. Only the unfolded calls' douts are ever read again, so the douts live in a ring of Cb
-slots, and the accumulators ([j0, P, d] fp32 at the first fold) take the memory the per-call
-dout buffer of the gather backward took. Every dl_{c,j} is stored exactly once (by the fold or
+cache. Only the unfolded calls' douts are ever read again, so the douts live in Cb slots (call
+c's in slot F - 1 - c: linear in c, addressed with a negative stride, no index arithmetic),
+and the accumulators ([j0, P, d] fp32 at the first fold) take the memory the per-call dout
+buffer of the gather backward took. Every dl_{c,j} is stored exactly once (by the fold or
 the gather that sums T_{c,j}), so `pair_e_kernel` and `collect_dqdg_kernel` are unchanged.
 The blocks' sums are added in a fixed order: bitwise repeatable (no atomics).
 
@@ -50,7 +51,7 @@ from mhar_probe.kernels.route_fwd import block_rows
 
 @triton.jit
 def _fold_source(VSRC, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, ring, WALL, DALL, SHALL, SALL, U,
+                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                  CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                  BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                  PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
@@ -60,7 +61,7 @@ def _fold_source(VSRC, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, co
         VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb, cmaska,
         cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
         CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
-        LOADS_FIRST, ring, True)
+        LOADS_FIRST, dbase, True)
     aoff = j * P * D
     if not FIRST:
         dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa
@@ -72,7 +73,7 @@ def _fold_source(VSRC, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, co
 @triton.jit
 def stack_fold_kernel(
     V0, V, stride_vn,  # source row 0 [P, D]; buffer [cap, P, D] (rows >= 1)
-    DOUT_BUF, stride_dc, ring,  # ring of stored douts: call c's in slot c % ring
+    DOUT_BUF, stride_dc, dbase,  # stored douts: call c's at DOUT_BUF + dbase + c * stride_dc
     WALL, DALL, SHALL, SALL, U,  # as stack_gather_kernel
     CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 call tables (+ sentinel)
     ACC,  # [>= jf, P, D] fp32 accumulators, source j's at ACC + j * P * D
@@ -89,12 +90,12 @@ def stack_fold_kernel(
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
     _fold_source(V0, 0, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, ring, WALL, DALL, SHALL, SALL, U,
+                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                  CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
                  PREFETCH, SAME_H, LOADS_FIRST, FIRST)
     for j in range(1, jf):
         _fold_source(V + j * stride_vn, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb,
-                     maska, maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, ring, WALL, DALL,
+                     maska, maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL,
                      SHALL, SALL, U, CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P,
                      BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H, LOADS_FIRST, FIRST)
 
