@@ -43,7 +43,7 @@ def launches(monkeypatch):
 
     def spy_fold(grid, args, consts, *rest):
         call, top1, jf = args[16], args[17], args[18]
-        seen.append(BackwardLaunch("fold", call, top1, 0, jf, not consts["FIRST"], True))
+        seen.append(BackwardLaunch("fold", call, top1, 0, jf, not args[19], True))
         fold(grid, args, consts, *rest)
 
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
@@ -194,7 +194,7 @@ def test_fold_autocast_layout_matches_the_gather_backward(dout_dtype):
 
 
 def test_fold_half_chain_matches_the_gather_backward():
-    """fp16 sources and outputs (S'_c from the forward's stored residual; fp16 douts in the ring):
+    """fp16 sources and outputs (S'_c from the forward's stored residual; fp16 douts in the slots):
     the same gradients as the gather backward up to the rounding of fp16 outputs."""
     S, D = 5, 16
     heads = [2, 4, 1, 4, 2]
@@ -212,7 +212,7 @@ def test_fold_half_chain_matches_the_gather_backward():
 
 def test_fold_is_bitwise_repeatable():
     """The same inputs give bitwise the same gradients, also after a backward over other values
-    in between (no state of one backward, accumulators or dout ring, reaches the next) and in a
+    in between (no state of one backward, accumulators or dout slots, reaches the next) and in a
     second backward through the same graph (retain_graph: the fold frontier starts again at
     the top); outputs not poisoned, so a read of memory no kernel wrote would show."""
     S, D = 5, 12

@@ -144,17 +144,17 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 
 
 def fold_job(d: int, cfg: tuple) -> tuple:
-    """stack_fold_kernel (route_bwd_fold.py) at a gather launch-table row, after the first fold."""
+    """stack_fold_kernel (route_bwd_fold.py) at a gather launch-table row."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
-                 ACC=F32, call=I32, top1=I32, jf=I32, P=I32, eps=F)
+                 ACC=F32, call=I32, top1=I32, jf=I32, first=I32, P=I32, eps=F)
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=bool(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                          LOADS_FIRST=bool(cfg[4]), FIRST=False)
+                                          LOADS_FIRST=bool(cfg[4]))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:

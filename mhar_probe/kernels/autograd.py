@@ -706,13 +706,13 @@ class _StackState:
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, FIRST=first)
+                      LOADS_FIRST=loads_first)
         t = self._tables
         dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (
             self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
-            self._frontier, rec.j0, P, rec.eps), consts, num_warps, maxnreg)
+            self._frontier, rec.j0, int(first), P, rec.eps), consts, num_warps, maxnreg)
         self._frontier = call
 
 

@@ -50,54 +50,39 @@ from mhar_probe.kernels.route_fwd import block_rows
 
 
 @triton.jit
-def _fold_source(VSRC, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
-                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
-                 BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                 PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
-                 FIRST: tl.constexpr):
-    """ACC_j (+)= G_{[call, top1), j} for one position block of source j (its row at VSRC)."""
-    dxa, dxb, _ = _gather_collect(
-        VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb, cmaska,
-        cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
-        CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
-        LOADS_FIRST, dbase, True)
-    aoff = j * P * D
-    if not FIRST:
-        dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa
-        dxb = tl.load(ACC + aoff + rowb, mask=maskb, other=0.0) + dxb
-    tl.store(ACC + aoff + rowa, dxa, mask=maska)
-    tl.store(ACC + aoff + rowb, dxb, mask=maskb)
-
-
-@triton.jit
 def stack_fold_kernel(
     V0, V, stride_vn,  # source row 0 [P, D]; buffer [cap, P, D] (rows >= 1)
     DOUT_BUF, stride_dc, dbase,  # stored douts: call c's at DOUT_BUF + dbase + c * stride_dc
     WALL, DALL, SHALL, SALL, U,  # as stack_gather_kernel
     CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 call tables (+ sentinel)
     ACC,  # [>= jf, P, D] fp32 accumulators, source j's at ACC + j * P * D
-    call, top1, jf, P, eps,  # fold the readers [call, top1) into the sources [0, jf)
+    call, top1, jf, first, P, eps,  # fold the readers [call, top1) into the sources [0, jf);
+    # first: the first fold of this backward (ACC written, not read: its loads masked off)
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    FIRST: tl.constexpr,  # the first fold of this backward: ACC is written, not read
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
-    (module docstring); stores dl_{c,j} of every folded pair."""
+    (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
+    0 included (`_gather_collect`'s PICK0), and `first` a runtime flag: offline (sm_90, 1B) a
+    second copy of the loop for source 0, or a constexpr FIRST, each cost 40 registers per thread."""
     blk = tl.program_id(0)
     offs_hm = tl.arange(0, HM)
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
-    _fold_source(V0, 0, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
-                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
-                 PREFETCH, SAME_H, LOADS_FIRST, FIRST)
-    for j in range(1, jf):
-        _fold_source(V + j * stride_vn, j, ACC, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb,
-                     maska, maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL,
-                     SHALL, SALL, U, CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P,
-                     BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H, LOADS_FIRST, FIRST)
+    reada = maska & ((rowa * 0 + first) == 0)
+    readb = maskb & ((rowb * 0 + first) == 0)
+    for j in range(0, jf):
+        dxa, dxb, _r = _gather_collect(
+            V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+            cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
+            CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
+            LOADS_FIRST, dbase, True, V0, True)
+        aoff = j * P * D
+        dxa = tl.load(ACC + aoff + rowa, mask=reada, other=0.0) + dxa
+        dxb = tl.load(ACC + aoff + rowb, mask=readb, other=0.0) + dxb
+        tl.store(ACC + aoff + rowa, dxa, mask=maska)
+        tl.store(ACC + aoff + rowb, dxb, mask=maskb)
 
 
 STACK_FOLD = Launcher(stack_fold_kernel)

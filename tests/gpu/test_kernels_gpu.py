@@ -567,7 +567,7 @@ def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     run on those values (the kernels are deterministic), twice, with other pinned host memory
     allocated and written between replays (what a replay must not depend on). Stacks built with
     the sites' parameters under each backward: the fold-block one (7 calls: no fold at the
-    default 8, three at fold2, whose accumulators and dout ring the graph's pool holds) and the
+    default 8, three at fold2, whose accumulators and dout slots the graph's pool holds) and the
     gather backward."""
     with use_kernel_config(**changes):
         _replay_check(collect)
