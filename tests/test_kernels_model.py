@@ -77,9 +77,36 @@ def test_model_triton_matches_eager_cpu(method, gathers):
     assert bool(gathers) == (method in STACKED)
 
 
+@pytest.fixture
+def folds(monkeypatch):
+    """Counts the fold-block backward's fold launches (route_bwd_fold.py)."""
+    import mhar_probe.kernels.autograd as kad
+
+    calls: list[int] = []
+    real = kad.STACK_FOLD
+    monkeypatch.setattr(kad, "STACK_FOLD", lambda *a: (calls.append(1), real(*a)))
+    return calls
+
+
+@pytest.mark.parametrize("method", STACKED)
+def test_model_fold_backward_matches_eager_cpu(method, folds):
+    """Every shared-stack method runs the fold-block backward (the default; blocks of 2 calls so
+    that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU variants run the tiny preset (9+ calls: folds at the default 8)")
+    from mhar_probe.kernels import use_kernel_config
+
+    config = MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32,
+                                    num_hidden_layers=2, num_attention_heads=4,
+                                    num_key_value_heads=2, intermediate_size=48, vocab_size=61)
+    with use_kernel_config(fold_calls=2):
+        _check(config, "cpu", T=3, tol=2e-5)
+    assert len(folds) >= 2
+
+
 @pytest.mark.gpu
 @pytest.mark.parametrize("method", METHODS)
-def test_model_triton_matches_eager_gpu(method, gathers):
+def test_model_triton_matches_eager_gpu(method, gathers, folds):
     if not torch.cuda.is_available():
         pytest.skip("needs CUDA")
     torch.backends.cuda.matmul.allow_tf32 = False
@@ -87,6 +114,7 @@ def test_model_triton_matches_eager_gpu(method, gathers):
     config = MHARConfig.from_preset("tiny", residual_method=method)
     _check(config, "cuda", T=64, tol=2.5e-6 * 4)
     assert bool(gathers) == (method in STACKED)
+    assert bool(folds) == (method in STACKED)  # 9+ routing calls: at least one fold of 8
 
 
 @pytest.mark.gpu

@@ -28,7 +28,7 @@ def tt():
 def _args(**kw) -> argparse.Namespace:
     base = dict(presets=["tiny"], batch=2, seq=16, vocab=128, backend="eager", step="eager", warmup=1, rounds=3,
                 methods=["baseline", "mhar"], profile=False, trace=None, commit=None, loss_kernel="torch",
-                compile_sublayers=False, routing_douts="promoted")
+                compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -57,6 +57,27 @@ def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
     assert "peak_memory_gb" not in mhar and mhar["mfu"] is None  # GPU-only measures
 
 
+def test_routed_arms_once_per_stack_backward(tt, monkeypatch):
+    """--routing-backward fold gather: the routed methods get one arm per backward (mhar,
+    mhar/gather), the others one; every step of an arm runs under that arm's KernelConfig."""
+    from mhar_probe.kernels import current_kernel_config
+
+    seen = {}
+    real = tt.EagerStep.__call__
+
+    def spy(self, micro_batches, lr):
+        seen.setdefault(id(self), set()).add((current_kernel_config().stack_backward, current_kernel_config().fold_calls))
+        return real(self, micro_batches, lr)
+
+    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    rows = tt.bench_preset("tiny", _args(routing_backward=["fold", "gather"], fold_calls=3, rounds=1),
+                           torch.device("cpu"))
+    assert [(r["arm"], r["method"], r["routing_backward"]) for r in rows] == [
+        ("baseline", "baseline", "fold"), ("mhar", "mhar", "fold"), ("mhar/gather", "mhar", "gather")]
+    assert sorted(map(sorted, seen.values())) == [[("fold", 3)], [("fold", 3)], [("gather", 3)]]
+    assert current_kernel_config().stack_backward == "fold" and current_kernel_config().fold_calls == 8
+
+
 def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     out = tmp_path / "r.json"
     monkeypatch.setattr("sys.argv", ["train_throughput.py", "--presets", "tiny", "--batch", "1", "--seq", "8",
@@ -75,6 +96,8 @@ def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     (["--methods", "baseline", "residual"], "unknown method 'residual'"),
     (["--methods", "baseline", "baseline"], "each method once"),
     (["--rounds", "0"], "--rounds must be at least 1"),
+    (["--routing-backward", "fold", "fold"], "each routing backward once"),
+    (["--fold-calls", "0"], "--fold-calls must be at least 1"),
 ])
 def test_cli_refuses_bad_arguments_before_building(tt, monkeypatch, argv, message):
     monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])

@@ -37,12 +37,13 @@ from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kerne
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route_bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels.route_bwd_fold import stack_fold_kernel
 from mhar_probe.kernels.route_fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
 SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
-DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk"}  # multiples of 16 at these shapes
+DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk", "dbase"}  # multiples of 16 at these shapes
 
 
 def loops(sass: str) -> list[dict]:
@@ -120,19 +121,40 @@ def stack_job(d: int, cfg: tuple) -> tuple:
     return stack_bwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, HM=H, KM=K, BLOCK_KM=K, **flags)
 
 
-def gather_job(d: int, cfg: tuple) -> tuple:
+def gather_job(d: int, cfg: tuple, fold: bool = False) -> tuple:
+    """stack_gather_kernel as the gather backward launches it, or (fold) as the fold-block
+    backward does once a fold has happened (dout slots below the frontier, the sources'
+    accumulators added)."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT=F32, OUT=F32, RES=F32, DOUT_BUF=F32, stride_dc=I32,
                  WALL=F32, DALL=F32, SHALL=F32, SALL=F32, U=F32, RALL=F32, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_SOFF=I64P, DX=BF16, call=I32, top1=I32, soff=I32, j0=I32, j1=I32,
-                 P=I32, eps=F)
+                 P=I32, eps=F, ACC=F32, dbase=I32)
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                             BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
                                             PREFETCH=bool(cfg[2]), SAME_H=True,
                                             VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                            LOADS_FIRST=bool(cfg[4]))
+                                            LOADS_FIRST=bool(cfg[4]), FOLD=fold, HAS_ACC=fold)
+
+
+def gather_fold_job(d: int, cfg: tuple) -> tuple:
+    return gather_job(d, cfg, fold=True)
+
+
+def fold_job(d: int, cfg: tuple) -> tuple:
+    """stack_fold_kernel (route_bwd_fold.py) at a gather launch-table row."""
+    H, K = 8, d // 8
+    types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
+                 SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
+                 ACC=F32, call=I32, top1=I32, jf=I32, first=I32, P=I32, eps=F)
+    split = head_split(K)
+    ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
+    return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
+                                          BLOCK_P=cfg[0], PREFETCH=bool(cfg[2]), SAME_H=True,
+                                          VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
+                                          LOADS_FIRST=bool(cfg[4]))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -146,25 +168,33 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--kernels", default="fwd,stack,gather,pair_e")
+    ap.add_argument("--kernels", default="fwd,stack,gather,pair_e",
+                    help="comma-separated, of fwd, stack, gather, gather_fold (the fold-block backward's "
+                         "gather), fold (its fold kernel), pair_e")
     ap.add_argument("--loops", action="store_true",
                     help="also count instructions, shared-memory traffic and barriers per loop iteration")
     ap.add_argument("--out", default="")
+    ap.add_argument("--builtin-only", action="store_true",
+                    help="compile only the built-in launch-table row of each shape (gather kinds, fwd)")
     args = ap.parse_args()
     warnings.filterwarnings("ignore")
     # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps);
     # configs are launch-table rows (launch_tables.py)
     jobs = {"fwd": (fwd_job, SWEEP_FWD, 2, 1), "stack": (stack_job, SWEEP_STACK, 3, 1),
-            "gather": (gather_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
+            "gather": (gather_job, SWEEP_GATHER, 3, 1), "gather_fold": (gather_fold_job, SWEEP_GATHER, 3, 1),
+            "fold": (fold_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
     unknown = [k for k in args.kernels.split(",") if k not in jobs]
     if unknown:
         raise SystemExit(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(jobs)}")
+    if args.builtin_only:  # only each shape's built-in row (the launch tables' current default)
+        jobs = {k: (make, [], cap, warps) for k, (make, _, cap, warps) in jobs.items()}
     rows = []
     for kind in args.kernels.split(","):
         make, cfgs, cap_at, warps_at = jobs[kind]
         for shape, d in SHAPES.items():
             tables = tables_for(KernelConfig())  # the current default, as a launch-table row
-            extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] if kind == "gather" else \
+            extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] \
+                if kind in ("gather", "gather_fold", "fold") else \
                 [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)

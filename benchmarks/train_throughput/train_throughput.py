@@ -10,6 +10,8 @@ every arm alike; each arm's ratio is the median over rounds of baseline step / a
 
     python benchmarks/train_throughput/train_throughput.py --presets 100m 350m 1b \\
         --methods baseline attnres mhar --rounds 8 --profile --out results.json   # one GPU
+    python benchmarks/train_throughput/train_throughput.py --presets 100m --methods baseline mhar \\
+        --routing-backward fold gather --profile   # the stack's two backwards side by side
     python benchmarks/train_throughput/train_throughput.py --presets tiny --batch 8 --seq 128 \\
         --vocab 4096 --step eager --backend eager                                     # CPU
 
@@ -46,12 +48,12 @@ from mhar_probe import __version__
 from mhar_probe.bench.provenance import git_commit, software
 from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
-from mhar_probe.kernels import use_kernel_config
-from mhar_probe.kernels.config import DOUT_DTYPES
+from mhar_probe.kernels import KernelConfig, use_kernel_config
+from mhar_probe.kernels.config import DOUT_DTYPES, STACK_BACKWARDS
 from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
-from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.model.methods import REPLACEMENT_METHODS, routing_heads_of
 from mhar_probe.model.routing import set_routing_backend
 from mhar_probe.parallel import clip_grad_norm
 from mhar_probe.step import EagerStep, GraphStep
@@ -60,7 +62,7 @@ from mhar_probe.step import EagerStep, GraphStep
 PAPER = {"100m": ((8, 2048), 113.9e3), "350m": ((4, 1024), 45.0e3), "1b": ((2, 1024), 19.7e3)}
 PEAK_BF16_FLOPS = {"H100": 989.4e12, "H200": 989.4e12}
 CATEGORIES = [  # (category, substrings of the kernel name), first match wins
-    ("routing", ("route_fwd", "stack_bwd", "dqdg", "route_bwd", "attnres", "stack_gather", "pair_e", "gather")),
+    ("routing", ("route_fwd", "stack_bwd", "dqdg", "route_bwd", "attnres", "stack_gather", "stack_fold", "pair_e", "gather")),
     ("attention", ("flash", "fmha", "attention", "sdpa", "cudnn")),
     ("matmul", ("gemm", "nvjet", "cutlass", "sm90_xmma", "cublas", "wgmma", "splitk")),
     ("optimizer", ("multi_tensor", "adam", "foreach", "fused_adam")),
@@ -77,11 +79,16 @@ def category(name: str) -> str:
 
 
 class Arm:
-    """One method's model, optimizer and step on the benchmark's batch."""
+    """One method's model, optimizer and step on the benchmark's batch, with the routing kernels'
+    configuration `kernels` (current while the arm builds, captures and steps: a source stack
+    takes the one current when it is built)."""
 
-    def __init__(self, method: str, preset: str, args: argparse.Namespace, device: torch.device, pool) -> None:
+    def __init__(self, method: str, preset: str, args: argparse.Namespace, device: torch.device, pool,
+                 kernels: KernelConfig | None = None, label: str | None = None) -> None:
         torch.manual_seed(0)
         self.method = method
+        self.kernels = kernels or KernelConfig()
+        self.label = label or method
         self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
                                              max_position_embeddings=max(2 * args.seq_len, 256))
         self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend).to(device)
@@ -183,25 +190,28 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
     batch = torch.randint(0, args.vocab, (B, T + 1), generator=g)  # [B, T+1] on the host, as in training
     pool = torch.cuda.graph_pool_handle() if cuda and args.step == "graph" else None
     arms = []
-    for method in args.methods:  # every arm warms up before any captures (see GraphStep.warm_up)
+    for method, kernels, label in arm_specs(args):  # every arm warms up before any captures (see GraphStep.warm_up)
         if cuda:
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-        arm = Arm(method, preset, args, device, pool)
-        if isinstance(arm.step, GraphStep):
-            arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
-        else:
-            arm.step([batch], lr=1e-4)
+        with use_kernel_config(kernels):  # stacks take it when built, at every forward
+            arm = Arm(method, preset, args, device, pool, kernels, label)
+            if isinstance(arm.step, GraphStep):
+                arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
+            else:
+                arm.step([batch], lr=1e-4)
         if cuda:
             arm.peak_growth = torch.cuda.max_memory_allocated() - before
         arms.append(arm)
     for arm in arms:
         if isinstance(arm.step, GraphStep):
-            arm.step.capture()
+            with use_kernel_config(arm.kernels):
+                arm.step.capture()
     for r in range(args.warmup + args.rounds):
         for arm in arms:
-            dt = timed_step(arm, batch, cuda)
+            with use_kernel_config(arm.kernels):
+                dt = timed_step(arm, batch, cuda)
             if r >= args.warmup:
                 arm.times.append(dt)
     name = torch.cuda.get_device_name() if cuda else ""
@@ -212,9 +222,10 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         median = statistics.median(arm.times)
         tok_s = B * T / median
         flops = flops_per_token(arm.config, T, count_lm_head=True)["total"]
-        row = dict(preset=preset, method=arm.method, batch=B, seq=T, step=args.step, backend=args.backend,
-                   loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
-                   routing_douts=args.routing_douts,
+        row = dict(preset=preset, method=arm.method, arm=arm.label, batch=B, seq=T, step=args.step,
+                   backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
+                   routing_douts=args.routing_douts, routing_backward=arm.kernels.stack_backward,
+                   fold_calls=arm.kernels.fold_calls,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
@@ -229,7 +240,8 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                 row["memory_vs_baseline"] = row["peak_memory_gb"] / ((base.resident_bytes() + base.peak_growth) / 1e9)
         if cuda and args.profile:
             trace = args.trace and f"{args.trace}_{preset}_{arm.method}.json"
-            row["profile"] = profile_step(arm, batch, trace)
+            with use_kernel_config(arm.kernels):
+                row["profile"] = profile_step(arm, batch, trace)
             # the profiled step's kernel time over the unprofiled median step (the profiler's own start
             # and stop lengthen the profiled step's wall by 1-5 ms, outside its kernels)
             row["busy_fraction_of_step"] = row["profile"]["busy_ms"] / (median * 1e3)
@@ -240,6 +252,19 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         torch.cuda.synchronize()
         torch.cuda.empty_cache()
     return rows
+
+
+def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str]]:
+    """(method, kernel configuration, label) of every arm: each method once, and a method that
+    routes over the shared source stack once per --routing-backward (label "mhar/gather" for all
+    but the first), so that one process times the backwards side by side."""
+    specs = []
+    for method in args.methods:
+        backwards = args.routing_backward if method in REPLACEMENT_METHODS else args.routing_backward[:1]
+        for i, backward in enumerate(backwards):
+            kernels = KernelConfig(dout_dtype=args.routing_douts, stack_backward=backward, fold_calls=args.fold_calls)
+            specs.append((method, kernels, method if i == 0 else f"{method}/{backward}"))
+    return specs
 
 
 def check_arguments(args: argparse.Namespace) -> None:
@@ -255,6 +280,10 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise SystemExit(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if len(set(args.methods)) != len(args.methods):
         raise SystemExit(f"each method once, please (got {' '.join(args.methods)})")
+    if len(set(args.routing_backward)) != len(args.routing_backward):
+        raise SystemExit(f"each routing backward once, please (got {' '.join(args.routing_backward)})")
+    if args.fold_calls < 1:
+        raise SystemExit(f"--fold-calls must be at least 1 (got {args.fold_calls})")
     if args.rounds < 1 or args.warmup < 0:
         raise SystemExit(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
 
@@ -280,6 +309,11 @@ def main() -> None:
                    help="torch.compile each attention / MLP sublayer (default: on CUDA, as in training)")
     p.add_argument("--routing-douts", choices=DOUT_DTYPES, default="promoted",
                    help="the triton backward's upstream-gradient dtype (KernelConfig.dout_dtype), as mhar train's flag")
+    p.add_argument("--routing-backward", nargs="+", choices=STACK_BACKWARDS, default=["fold"],
+                   help="the shared stack's backward (KernelConfig.stack_backward); several: one arm per "
+                        "backward for each routed method, timed side by side (e.g. fold gather)")
+    p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
+                   help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="one more step per arm under torch.profiler")
@@ -295,8 +329,7 @@ def main() -> None:
         args.compile_sublayers = choose_compile_sublayers(args.compile_sublayers, device, world_size=1)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
-    with use_kernel_config(dout_dtype=args.routing_douts):  # stacks take it when built, at every forward
-        rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]
+    rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
                 **software(), package=__version__, commit=args.commit or git_commit(),
@@ -316,7 +349,7 @@ def main() -> None:
         busy = f"{r['busy_fraction_of_step']:.3f}" if "profile" in r else "-"
         mfu = f"{r['mfu']:.3f}" if r["mfu"] else "-"
         vs_paper = f"{r['tokens_per_s'] / paper:.2f}x" if paper else "-"
-        print(f"| {r['preset']} | {r['method']} | {r['batch']}x{r['seq']} | {r['tokens_per_s']:,.0f} | "
+        print(f"| {r['preset']} | {r['arm']} | {r['batch']}x{r['seq']} | {r['tokens_per_s']:,.0f} | "
               f"{vs_paper} | {mfu} | {ratio} | {mem} | {busy} |")
 
 

@@ -37,10 +37,19 @@ GRAPH = False  # --graph: also time CUDA-graph replays of fwd+bwd
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
 # Triton kernel variants timed beside the default in one process: name -> the KernelConfig
 # fields it changes. bf16dout stores the douts the gather reads in the source buffer's dtype (bf16
-# under autocast): an opt-in approximation, timed to show what that byte cut buys. The variants
-# that lost against today's kernels are gone (mhar_probe/kernels/README.md says which commit last
-# had each).
-VARIANTS: dict[str, dict[str, object]] = {"triton-bf16dout": dict(dout_dtype="storage")}
+# under autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
+# stack's gather backward (every source's gather reads all its readers' douts), the default
+# before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
+# the default 8 (`--backends triton,triton-gather` times the two backwards side by side). The
+# variants that lost against today's kernels are gone (mhar_probe/kernels/README.md says which
+# commit last had each).
+VARIANTS: dict[str, dict[str, object]] = {
+    "triton-bf16dout": dict(dout_dtype="storage"),
+    "triton-gather": dict(stack_backward="gather"),
+    "triton-fold4": dict(fold_calls=4),
+    "triton-fold12": dict(fold_calls=12),
+    "triton-fold16": dict(fold_calls=16),
+}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
@@ -221,7 +230,9 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
                     torch.cuda.empty_cache()
         floor_ms = floor_bytes / (bw * 1e6)
         err = ((last - ref).abs().max() / ref.abs().max()).item()
-        rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()),shape=name, d=d, L=L, B=B, T=T, H=H, backend=bname, pairs=pairs,
+        rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()), shape=name, d=d, L=L, B=B, T=T, H=H,
+                         backend=bname, kernel_config=VARIANTS.get(bname, {}) if bname.startswith("triton") else None,
+                         pairs=pairs,
                          fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
                          effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first,
@@ -287,7 +298,8 @@ SWEEP_PAIR_E = [(16, 16, 4), (16, 32, 4), (16, 64, 4), (32, 16, 4), (32, 32, 4),
                 (64, 32, 8), (16, 16, 8), (32, 16, 8)]
 SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
 SWEEP_LISTS = {"fwd": SWEEP_FWD, "stack": SWEEP_STACK, "gather": SWEEP_GATHER, "pair_e": SWEEP_PAIR_E}
-SWEEP_PREFIX = {"fwd": "route_fwd", "stack": "stack_bwd", "gather": "stack_gather", "pair_e": "pair_e"}
+# kernel names a sweep judges by: the gather rows also launch the fold-block backward's folds
+SWEEP_PREFIX = {"fwd": "route_fwd", "stack": "stack_bwd", "gather": ("stack_gather", "stack_fold"), "pair_e": "pair_e"}
 
 
 def sweep_candidates(kind: str, given: str | None = None) -> list[tuple[int, ...]]:

@@ -33,6 +33,7 @@ from mhar_probe.kernels.route_bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_S
 from mhar_probe.kernels.route_bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
+from mhar_probe.kernels.route_bwd_fold import STACK_FOLD, fold_due
 from mhar_probe.kernels.route_fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -286,8 +287,10 @@ class _StackState:
 
     The stack runs with the KernelConfig current when it was built (`config`), backward too.
     Built with `params` (every site's query and key-norm weight, as the model passes them) it
-    runs the 4-bytes/pair backward (`route_bwd_collect.py`); without, the stack_bwd kernels
-    (`route_bwd.py`), which re-read each call's sources (same gradients up to fp32 rounding)."""
+    runs the fold-block backward (`route_bwd_fold.py`; config `stack_backward="fold"`, the
+    default) or the 4-bytes/pair gather backward (`route_bwd_collect.py`, "gather"); without, the
+    stack_bwd kernels (`route_bwd.py`), which re-read each call's sources (same gradients up to
+    fp32 rounding)."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
 
@@ -497,9 +500,13 @@ class _StackState:
         self._bwd_top = top
         self._store_pending()  # a source appended after the last call: no kernel stored it
         poison = self._poison
-        # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's
+        # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's;
+        # the fold-block backward keeps only the unfolded calls' (fold_calls slots: `_dout_slots`)
         storage = self.config.dout_dtype == "storage" and self.buffer is not None
-        self._dout_buf = _new((top + 1, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
+        fold = self.config.fold_calls if self.collect and self.config.stack_backward == "fold" else 0
+        self._fold, self._frontier, self._acc = fold, top + 1, None
+        slots = min(fold, top + 1) if fold else top + 1
+        self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
         self._d_flat = _new((self._w_used,), torch.float32, dev, poison)
         soffs, s = [], 0
         for rec in calls:
@@ -557,7 +564,7 @@ class _StackState:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
-                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan"):
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_acc"):
             setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
@@ -630,24 +637,32 @@ class _StackState:
     def _backward_call_collect(self, call: int, rec: _Call, dout: Tensor, out: Tensor, dx: Tensor) -> None:
         """The kernels of `_backward_call` in the 4-bytes/pair design (route_bwd_collect.py): the
         call's own part is O(1) rows (dout, shift, S'), then the gather into `dx`; the query
-        gradients of all calls are formed by the first call's node (`_param_grads`)."""
+        gradients of all calls are formed by the first call's node (`_param_grads`). The
+        fold-block backward (route_bwd_fold.py) gathers from the readers below the fold frontier
+        plus the sources' accumulators, then folds a full block of calls."""
         P, D = self.row0.shape
         dev = out.device
         nj = rec.j1 - rec.j0
         res = rec.res
+        fold = self._fold
+        folded = fold > 0 and self._frontier <= self._bwd_top  # a fold has filled the accumulators
+        config = self.launch_tables.gather_config(D, rec.H, self._hmax, self._dout_buf.element_size())
         key = (D, rec.H, self._hmax, P, res is not None, nj > 0, nj > 0 and rec.j0 == 0,
-               self.launch_tables.gather_config(D, rec.H, self._hmax, self._dout_buf.element_size()),
-               self._same_h, self._row_bytes())
+               config, self._same_h, self._row_bytes(), fold > 0, folded and nj > 0)
         plan = _GATHER_PLANS.get(key)
         if plan is None:
             plan = _GATHER_PLANS[key] = _gather_plan(*key)
         nprog, consts, num_warps, maxnreg = plan
         t = self._tables
+        top1 = self._frontier if fold else self._bwd_top + 1
+        dstride, dbase = self._dout_slots()
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
-                P * D, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
-                t[0], t[1], t[2], t[3], dx, call, self._bwd_top + 1, self._soff[call], rec.j0,
-                rec.j1, P, rec.eps)
+                dstride, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
+                t[0], t[1], t[2], t[3], dx, call, top1, self._soff[call], rec.j0,
+                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
+        if fold_due(call, self._frontier, fold, rec.j0):
+            self._fold_block(call, rec, config)
         self._dq_all = self._dg_all = None
         if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
@@ -667,6 +682,40 @@ class _StackState:
                 self._dg_all[top1:].zero_()
 
 
+    def _dout_slots(self) -> tuple[int, int]:
+        """(stride, base) in elements of the stored douts: call c's at base + c * stride. The gather
+        backward: slot c of one per call. The fold-block backward: slot F - 1 - c of fold_calls,
+        F the fold frontier (the unfolded calls [c, F) are at most fold_calls): still linear in c,
+        so the kernels index it as the gather backward's, with a negative stride."""
+        P, D = self.row0.shape
+        if not self._fold:
+            return P * D, 0
+        return -P * D, (self._frontier - 1) * P * D
+
+    def _fold_block(self, call: int, rec: _Call, config: tuple) -> None:
+        """Fold the readers [call, frontier) into the accumulators of the sources [0, j0) not yet
+        gathered (`stack_fold_kernel`); the first fold allocates them ([j0, P, d] fp32) and writes
+        without reading. Launch config: the gather's row (the same loop over readers)."""
+        P, D = self.row0.shape
+        first = self._frontier == self._bwd_top + 1
+        if first:
+            self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
+        block_p, num_warps, prefetch, maxnreg, loads_first = config
+        KM = D // self._hmax
+        ka, block_ka, kb, block_kb = tile_split(KM)
+        consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
+                      BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
+                      VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
+                      LOADS_FIRST=loads_first)
+        t = self._tables
+        dstride, dbase = self._dout_slots()
+        STACK_FOLD(cdiv(P, block_p), (
+            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
+            self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
+            self._frontier, rec.j0, int(first), P, rec.eps), consts, num_warps, maxnreg)
+        self._frontier = call
+
+
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
 
 
@@ -677,19 +726,22 @@ def _uniform_heads(calls: Sequence[_Call]) -> bool:
 
 
 def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: bool, gather0: bool,
-                 config: tuple[int, int, bool, int | None, bool], same_h: bool, row_bytes: int
-                 ) -> tuple[int, dict, int, int | None]:
+                 config: tuple[int, int, bool, int | None, bool], same_h: bool, row_bytes: int,
+                 fold: bool = False, has_acc: bool = False) -> tuple[int, dict, int, int | None]:
     """(programs, constexprs, num_warps, maxnreg) of one stack_gather_kernel launch, built once
     per key; the key holds everything it is built from (the launch config included, so sweeps
     get their own plans). `row_bytes`: the narrowest element of the rows the gather loads
-    (`narrow_tile_vec`)."""
+    (`narrow_tile_vec`). fold: the fold-block backward's gather (douts in slots below the fold
+    frontier, readers up to
+    the fold frontier); has_acc: it adds the gathered sources' accumulators."""
     block_p, num_warps, prefetch, maxnreg, loads_first = config
     KM = D // HM
     ka, block_ka, kb, block_kb = tile_split(KM)
     vec_b = narrow_tile_vec(block_p, num_warps, HM, block_ka, block_kb, row_bytes)
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
-                  PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first)
+                  PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first, FOLD=fold,
+                  HAS_ACC=has_acc)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 

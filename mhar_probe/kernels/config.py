@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from typing import Literal
 
 DOUT_DTYPES = ("promoted", "storage")
+STACK_BACKWARDS = ("fold", "gather")
 
 
 @dataclass(frozen=True)
@@ -34,15 +35,28 @@ class KernelConfig:
     poison: every kernel output is filled with NaN before the kernel writes it (a test aid:
     an element a kernel fails to write then fails any comparison).
     launch_table: a JSON file of tuned launch configs (`mhar bench routing --sweep` writes one;
-    format: launch_tables.py); its entries override the built-in table's, key by key."""
+    format: launch_tables.py); its entries override the built-in table's, key by key.
+    stack_backward: the backward of a stack built with its sites' parameters (the model's).
+    "fold" (default): the fold-block backward (route_bwd_fold.py), each block of `fold_calls`
+    calls' douts folded into per-source fp32 accumulators, so a dout is read about once per
+    block instead of once per (call, source) pair. "gather": every source's gather reads the
+    douts of all its readers (route_bwd_collect.py alone), kept to time against.
+    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1)."""
 
     dout_dtype: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
     launch_table: str | None = None
+    stack_backward: Literal["fold", "gather"] = "fold"
+    fold_calls: int = 8
 
     def __post_init__(self) -> None:
         if self.dout_dtype not in DOUT_DTYPES:
             raise ValueError(f"KernelConfig.dout_dtype={self.dout_dtype!r}: choose from {', '.join(DOUT_DTYPES)}")
+        if self.stack_backward not in STACK_BACKWARDS:
+            raise ValueError(f"KernelConfig.stack_backward={self.stack_backward!r}: choose from "
+                             f"{', '.join(STACK_BACKWARDS)}")
+        if isinstance(self.fold_calls, bool) or not isinstance(self.fold_calls, int) or self.fold_calls < 1:
+            raise ValueError(f"KernelConfig.fold_calls={self.fold_calls!r}: a whole number of calls >= 1")
         if self.launch_table is not None and not isinstance(self.launch_table, str):
             object.__setattr__(self, "launch_table", str(self.launch_table))  # a Path is fine too
 

@@ -8,6 +8,8 @@ that a kernel can be compared with an independent reading of the same equations.
   route_bwd_reference  -- the closed-form backward of one call (`route_bwd.py`)
   collect_reference    -- the 4-bytes/pair decomposition of a shared stack's backward
                           (`route_bwd_collect.py`), float64
+  fold_reference       -- the same gradients summed as the fold-block backward sums them
+                          (`route_bwd_fold.py`: per-source accumulators of blocks of calls), float64
   cross_entropy_reference_f64 -- the fused cross-entropy's loss and gradient (`cross_entropy.py`)
 """
 
@@ -110,6 +112,63 @@ def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tens
         dq.append(g.to(f) * E.reshape(D))
         dg.append(q.to(f) * E.reshape(D))
     return dv, dq, dg
+
+
+def fold_reference(sources: list[Tensor], calls: list[tuple[int, int, int, Tensor, Tensor, int]],
+                   weights: list[Tensor], douts: list[Tensor], outs: list[Tensor],
+                   residuals: list[Tensor | None], eps: float, fold_calls: int
+                   ) -> tuple[list[Tensor], list[tuple[int, int, int]]]:
+    """Source gradients dv_j [P, d] summed as the fold-block backward sums them, in float64, and
+    the (first call, end call, sources folded) of every fold it made. Per reader c of source j:
+
+        dl_{c,j} = w_{c,j} (<dout_c, v_j> - shift_c - S'_c)
+        T_{c,j}  = w_{c,j} dout_c + r_j a - (r_j^3/d) <a, v_j> v_j,   a = dl_{c,j} (q_c * g_c)
+        G_{B,j}  = sum_{c in B} T_{c,j}                (the block's terms, formed together)
+
+    Nodes run from the top call down with a frontier F (start: top + 1). At node c the sources
+    [j0_c, j1_c) get dv_j = ACC_j + G_{[c, F), j} (ACC_j = 0 before any fold); then, once
+    F - c = fold_calls and j0_c > 0, ACC_j += G_{[c, F), j} for every j < j0_c and F = c.
+    Equal to `collect_reference`'s dv in exact arithmetic (T is linear in dout_c and dl_{c,j}).
+
+    calls: (n, j0, j1, q, g, H) in call order (sources [0, n) read, [j0, j1) first read by it);
+    the other arguments as `collect_reference` (no key rounding: dv does not depend on it)."""
+    f = torch.float64
+    P, D = sources[0].shape
+    top = len(calls) - 1
+
+    def block(lo: int, hi: int, j: int) -> Tensor:  # G_{[lo, hi), j}, [P, d]
+        v = sources[j].to(f)
+        r = torch.rsqrt(v.pow(2).mean(-1, keepdim=True) + eps)
+        acc_v = torch.zeros(P, D, dtype=f)
+        acc_k = torch.zeros(P, D, dtype=f)
+        for c in range(lo, hi):
+            n, _, _, q, g, H = calls[c]
+            if n <= j:
+                continue
+            K = D // H
+            do = douts[c].to(f).view(P, H, K)
+            shift = (do * outs[c].to(f).view(P, H, K)).sum(-1)
+            s = 0.0 if residuals[c] is None else (do * residuals[c].to(f).view(P, H, K)).sum(-1)
+            w = weights[c][j].to(f)  # [P, H]
+            dl = w * ((do * v.view(P, H, K)).sum(-1) - shift - s)
+            acc_v += (w[..., None] * do).reshape(P, D)
+            acc_k += (dl[..., None] * (q.to(f) * g.to(f)).view(H, K)).reshape(P, D)
+        return acc_v + r * acc_k - r.pow(3) / D * (acc_k * v).sum(-1, keepdim=True) * v
+
+    acc = [torch.zeros(P, D, dtype=f) for _ in sources]
+    dv: list[Tensor] = [torch.zeros(P, D, dtype=f) for _ in sources]
+    folds: list[tuple[int, int, int]] = []
+    frontier = top + 1
+    for c in range(top, -1, -1):
+        _, j0, j1, _, _, _ = calls[c]
+        for j in range(j0, j1):
+            dv[j] = acc[j] + block(c, frontier, j)
+        if frontier - c >= fold_calls and j0 > 0:
+            for j in range(j0):
+                acc[j] = acc[j] + block(c, frontier, j)
+            folds.append((c, frontier, j0))
+            frontier = c
+    return dv, folds
 
 
 def cross_entropy_reference_f64(logits: Tensor, targets: Tensor, ignore_index: int = -100

@@ -97,7 +97,8 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
-                    PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False):
+                    PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False,
+                    dbase=0, FOLD: tl.constexpr = False, V0=None, PICK0: tl.constexpr = False):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}:
 
@@ -114,9 +115,30 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
 
     SAME_H (every call of the stack has HM heads, the model's case): each reader's head count is
     the constant HM, so its (position, head) index needs no table load and no division, and the
-    per-head sums need no regrouping; the same sums as the general path."""
-    vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
-    vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
+    per-head sums need no regrouping; the same sums as the general path.
+
+    Call c's stored dout is at DOUT_BUF + dbase + c * stride_dc (the gather backward: dbase 0,
+    one slot per call; the fold-block backward: slot F - 1 - c of a few, dbase = (F - 1) * P * d
+    and a negative stride, still linear in c, so no index arithmetic per reader).
+
+    FOLD (the fold-block backward, `route_bwd_fold.py`): the readers are the calls [call, top1)
+    only, top1 possibly below the stack's top (the later ones are folded into accumulators), so
+    the prefetch past the last reader is masked off (that slot may lie outside the buffer).
+
+    PICK0: source 0 is read at V0 where j == 0 (VSRC otherwise; two loads, one masked off), so a
+    loop over sources that includes source 0 (another dtype under autocast: the fp32 embedding)
+    is one copy of this code instead of two (the fold kernel: 128 instead of 168 registers per
+    thread at 1B, sm_90 offline)."""
+    if PICK0:
+        is0a = (rowa * 0 + j) == 0
+        is0b = (rowb * 0 + j) == 0
+        vga = tl.where(is0a, tl.load(V0 + rowa, mask=maska & is0a, other=0.0).to(tl.float32),
+                       tl.load(VSRC + rowa, mask=maska & ~is0a, other=0.0).to(tl.float32))
+        vgb = tl.where(is0b, tl.load(V0 + rowb, mask=maskb & is0b, other=0.0).to(tl.float32),
+                       tl.load(VSRC + rowb, mask=maskb & ~is0b, other=0.0).to(tl.float32))
+    else:
+        vga = tl.load(VSRC + rowa, mask=maska, other=0.0).to(tl.float32)
+        vgb = tl.load(VSRC + rowb, mask=maskb, other=0.0).to(tl.float32)
     ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
     rg = rsqrt_acc(ss / D + eps)  # [BP]
     acc_va = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
@@ -126,20 +148,25 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     if PREFETCH:
-        dna = tl.load(DOUT_BUF + call * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-        dnb = tl.load(DOUT_BUF + call * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        dslot = dbase + call * stride_dc
+        dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
+        dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
     for c in range(call, top1):
         m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         if PREFETCH:
             doga = dna.to(tl.float32)
             dogb = dnb.to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
-            dna = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowa, mask=maska & rd[None, :, None], other=0.0)
-            dnb = tl.load(DOUT_BUF + (c + 1) * stride_dc + rowb, mask=maskb & rd[None, :, None], other=0.0)
+            if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
+                rd = rd & ((zero_h + c + 1) < top1)
+            dslot = dbase + (c + 1) * stride_dc
+            dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
+            dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            doga = tl.load(DOUT_BUF + c * stride_dc + rowa, mask=maska & rd[None, :, None],
+            dslot = dbase + c * stride_dc
+            doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
-            dogb = tl.load(DOUT_BUF + c * stride_dc + rowb, mask=maskb & rd[None, :, None],
+            dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
         if LOADS_FIRST:  # before the dl store below, which they may not pass
@@ -189,12 +216,19 @@ def stack_gather_kernel(
     CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 tables, one entry per call + sentinel (n = 0)
     DX,  # [j1 - j0, P, D]: gradients of the sources first read by this call
     call, top1, soff, j0, j1, P, eps,
+    ACC,  # FOLD, HAS_ACC: [>= j1, P, D] fp32, source j's folded gradient at ACC + j * P * D
+    dbase,  # call c's stored dout at DOUT_BUF + dbase + c * stride_dc (see _gather_collect)
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr = 0,
-    LOADS_FIRST: tl.constexpr = False,
+    LOADS_FIRST: tl.constexpr = False, FOLD: tl.constexpr = False, HAS_ACC: tl.constexpr = False,
 ):
+    """Call `call`'s part (store dout, shift, S') and, after a block barrier, the gradients of
+    the sources [j0, j1) it reads first, from the readers [call, top1) (`_gather_collect`).
+    FOLD (the fold-block backward, `route_bwd_fold.py`): douts in slots counted down from the
+    fold frontier top1 (dbase, a negative stride_dc); HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
+    dx_j = ACC_j + gather_j."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     # one tile layout throughout: HM sub-heads (the most heads of any call; each call's H divides it)
@@ -206,8 +240,9 @@ def stack_gather_kernel(
         offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
-        tl.store(DOUT_BUF + call * stride_dc + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
-        tl.store(DOUT_BUF + call * stride_dc + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
+        own_slot = dbase + call * stride_dc
+        tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
+        tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
         doa = doa_raw.to(tl.float32)
         dob = dob_raw.to(tl.float32)
         sh = tl.sum(doa * tl.load(OUT + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
@@ -232,7 +267,10 @@ def stack_gather_kernel(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST)
+                    SAME_H, LOADS_FIRST, dbase, FOLD)
+                if HAS_ACC:
+                    dxa = tl.load(ACC + rowa, mask=maska, other=0.0) + dxa
+                    dxb = tl.load(ACC + rowb, mask=maskb, other=0.0) + dxb
                 tl.store(DX + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + offs_p, rg, mask=pmask)
@@ -242,7 +280,11 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST)
+                    SAME_H, LOADS_FIRST, dbase, FOLD)
+                if HAS_ACC:
+                    aoff = j * P * D
+                    dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa
+                    dxb = tl.load(ACC + aoff + rowb, mask=maskb, other=0.0) + dxb
                 tl.store(DX + (j - j0) * P * D + rowa, dxa.to(DX.dtype.element_ty), mask=maska)
                 tl.store(DX + (j - j0) * P * D + rowb, dxb.to(DX.dtype.element_ty), mask=maskb)
                 tl.store(RALL + j * P + offs_p, rg, mask=pmask)

@@ -212,11 +212,19 @@ def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, c
     return [w.detach() for w in ws] + grads
 
 
-@pytest.fixture(params=[False, True], ids=["", "collect"])
+@pytest.fixture(params=["stack_bwd", "fold", "fold3", "gather"], ids=["", "collect", "fold3", "gather"])
 def collect(request):
     """Each stack test with a stack built without the sites' parameters (the stack_bwd kernels)
-    and once more built with them (the 4-bytes/pair backward, route_bwd_collect.py: the model's)."""
-    return request.param
+    and once more built with them (the model's), under each backward of such a stack: the
+    fold-block backward (route_bwd_fold.py, the default: blocks of 8 calls, one fold in a
+    13-call chain; fold3: blocks of 3, four folds) and the gather backward (route_bwd_collect.py
+    alone, stack_backward="gather")."""
+    if request.param == "stack_bwd":
+        yield False
+        return
+    changes = dict(fold3=dict(fold_calls=3), gather=dict(stack_backward="gather")).get(request.param, {})
+    with use_kernel_config(**changes):
+        yield True
 
 
 def table_file(tmp_path, name: str, **rows) -> str:
@@ -313,6 +321,26 @@ def test_bitwise_repeatable(collect):
     r1, r2 = grads(f, leaves, dout), grads(f, leaves, dout)
     assert all(torch.equal(x, y) for x, y in zip(r1, r2))
     record(test="bitwise", collect=collect, ok=True)
+
+
+@pytest.mark.parametrize("L,D,heads,fold_calls", [(12, 512, (8,), 8), (12, 1280, (8, 1, 4), 5),
+                                                  (24, 1024, (8,), 8), (36, 1280, (32, 8), 12)])
+def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
+    """fp32 routing over 2L+1 calls (the model's 25 / 49 / 73, H up to 32, d/H = 40, 64, 160),
+    every gradient given: the fold-block backward's error against float64 is within 1.5x of the
+    gather backward's (plus 1e-7), and its weights and gradients within 1e-5 of the gather's."""
+    truth = stack_reads(_f64_stack, torch.float64, L=L, D=D, heads=heads, hw=0, collect=True)
+    with use_kernel_config(fold_calls=fold_calls):
+        fold = stack_reads(TritonSourceStack, torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
+    with use_kernel_config(stack_backward="gather"):
+        gather = stack_reads(TritonSourceStack, torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
+    ef = [rel(a, b) for a, b in zip(fold, truth)]
+    eg = [rel(a, b) for a, b in zip(gather, truth)]
+    between = [rel(a, b) for a, b in zip(fold, gather)]
+    record(test="fold_at_depth", L=L, D=D, heads=list(heads), fold_calls=fold_calls, fold_vs_f64_max=max(ef),
+           gather_vs_f64_max=max(eg), fold_vs_gather_max=max(between))
+    assert max(ef) <= 1.5 * max(eg) + 1e-7, (max(ef), max(eg))
+    assert max(between) < 1e-5, max(between)
 
 
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
@@ -529,13 +557,23 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     assert err <= 1e-5, err
 
 
-@pytest.mark.parametrize("collect", [False, True], ids=["", "collect"])
-def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect):
+@pytest.mark.parametrize("collect,changes", [(False, {}), (True, {}), (True, dict(fold_calls=2)),
+                                             (True, dict(stack_backward="gather"))],
+                         ids=["", "collect", "fold2", "gather"])
+def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     """The routing autograd path is capturable (no host sync, host-built tables on the device
     once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed
     on new input values (written in place), gives bitwise the outputs and gradients of an eager
     run on those values (the kernels are deterministic), twice, with other pinned host memory
-    allocated and written between replays (what a replay must not depend on)."""
+    allocated and written between replays (what a replay must not depend on). Stacks built with
+    the sites' parameters under each backward: the fold-block one (7 calls: no fold at the
+    default 8, three at fold2, whose accumulators and dout slots the graph's pool holds) and the
+    gather backward."""
+    with use_kernel_config(**changes):
+        _replay_check(collect)
+
+
+def _replay_check(collect: bool) -> None:
     S, D = 7, 1280
     g = torch.Generator(device="cuda").manual_seed(41)
     x0 = torch.randn(2, 37, D, device="cuda", generator=g).requires_grad_()

@@ -1,0 +1,169 @@
+"""The fold-block backward of the shared stack: each stored dout read about once per block of
+calls instead of once per (call, source) pair.
+
+Notation of `route_bwd_collect.py` (call c, source j, u_c = q_c * g_c, khat0_j = round(v_j r_j)).
+Source j's gradient is a sum over its readers c of terms linear in (dout_c, dl_{c,j}):
+
+    dv_j    = sum_c T_{c,j}
+    T_{c,j} = w_{c,j} dout_c + r_j a_{c,j} - (r_j^3/d) <a_{c,j}, v_j> v_j,   a_{c,j} = dl_{c,j} u_c
+    dl_{c,j} = w_{c,j} (<dout_c, v_j> - shift_c - S'_c)
+
+so it may be summed over blocks of readers: G_{[a, b), j} = sum_{a <= c < b} T_{c,j} is what
+`_gather_collect` forms over the readers [a, b) (storing their dl_{c,j} on the way).
+
+Autograd runs the calls' nodes from the top call down. The fold frontier F starts at top + 1;
+every call >= F is folded: ACC_j = sum_{c >= F} T_{c,j} for every source j not yet gathered.
+At call c's node:
+
+  1. `stack_gather_kernel` (FOLD): call c's part (its dout into slot F - 1 - c, shift_c, S'_c),
+     then, for the sources j in [j0_c, j1_c) it reads first,
+         dx_j = ACC_j + G_{[c, F), j}          (ACC_j only once a fold has happened)
+  2. once F - c = Cb (the block size, `KernelConfig.fold_calls`) and sources are left to gather
+     (j0_c > 0): `stack_fold_kernel` folds the block [c, F) into every source j < j0_c,
+         ACC_j = G_{[c, F), j}  (the first fold)   or   ACC_j + G_{[c, F), j};   F = c.
+
+One program per position block: per source j it reads v_j once, ACC_j once and writes it once,
+and the block's Cb douts, whose re-reads for the next source of the same positions come from
+cache. Only the unfolded calls' douts are ever read again, so the douts live in Cb slots (call
+c's in slot F - 1 - c: linear in c, addressed with a negative stride, no index arithmetic),
+and the accumulators ([j0, P, d] fp32 at the first fold) take the memory the per-call dout
+buffer of the gather backward took. Every dl_{c,j} is stored exactly once (by the fold or
+the gather that sums T_{c,j}), so `pair_e_kernel` and `collect_dqdg_kernel` are unchanged.
+The blocks' sums are added in a fixed order: bitwise repeatable (no atomics).
+
+Bytes (`backward_plan`, `plan_bytes`): at the model's stacks (25 / 49 / 73 calls, call c reading
+sources [0, c]) the gather backward reads each dout once per pair; here each dout is read by one
+fold and by the gathers of at most Cb nodes. `naive.fold_reference` is the float64 reading.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import triton
+import triton.language as tl
+
+from mhar_probe.kernels.launch import Launcher
+from mhar_probe.kernels.route_bwd_collect import _gather_collect, _tile_cols
+from mhar_probe.kernels.route_fwd import block_rows
+
+
+@triton.jit
+def stack_fold_kernel(
+    V0, V, stride_vn,  # source row 0 [P, D]; buffer [cap, P, D] (rows >= 1)
+    DOUT_BUF, stride_dc, dbase,  # stored douts: call c's at DOUT_BUF + dbase + c * stride_dc
+    WALL, DALL, SHALL, SALL, U,  # as stack_gather_kernel
+    CALL_N, CALL_H, CALL_WOFF, CALL_SOFF,  # int64 call tables (+ sentinel)
+    ACC,  # [>= jf, P, D] fp32 accumulators, source j's at ACC + j * P * D
+    call, top1, jf, first, P, eps,  # fold the readers [call, top1) into the sources [0, jf);
+    # first: the first fold of this backward (ACC written, not read: its loads masked off)
+    D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
+    BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
+    PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
+):
+    """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
+    (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
+    0 included (`_gather_collect`'s PICK0), and `first` a runtime flag: offline (sm_90, 1B) a
+    second copy of the loop for source 0, or a constexpr FIRST, each cost 40 registers per thread."""
+    blk = tl.program_id(0)
+    offs_hm = tl.arange(0, HM)
+    cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
+    offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
+    reada = maska & ((rowa * 0 + first) == 0)
+    readb = maskb & ((rowb * 0 + first) == 0)
+    for j in range(0, jf):
+        dxa, dxb, _r = _gather_collect(
+            V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+            cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
+            CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
+            LOADS_FIRST, dbase, True, V0, True)
+        aoff = j * P * D
+        dxa = tl.load(ACC + aoff + rowa, mask=reada, other=0.0) + dxa
+        dxb = tl.load(ACC + aoff + rowb, mask=readb, other=0.0) + dxb
+        tl.store(ACC + aoff + rowa, dxa, mask=maska)
+        tl.store(ACC + aoff + rowb, dxb, mask=maskb)
+
+
+STACK_FOLD = Launcher(stack_fold_kernel)
+
+
+# ------------------------------------------------------------------ the plan and its bytes
+@dataclass(frozen=True)
+class BackwardLaunch:
+    """One launch of a stack's backward that reads stored douts: call `call`'s node runs it over
+    the readers [call, top1) and the sources [lo, hi) (gather: those it reads first; fold: every
+    source not yet gathered). acc_read / acc_write: it reads / writes their accumulators."""
+
+    kind: str  # "gather" (stack_gather_kernel) or "fold" (stack_fold_kernel)
+    call: int
+    top1: int
+    lo: int
+    hi: int
+    acc_read: bool
+    acc_write: bool
+
+
+def fold_due(call: int, frontier: int, fold_calls: int, j0: int) -> bool:
+    """Whether call `call`'s node folds the readers [call, frontier) after its gather: a full
+    block of `fold_calls` calls (0: never, the gather backward) and sources left (j0 > 0)."""
+    return fold_calls > 0 and frontier - call >= fold_calls and j0 > 0
+
+
+def backward_plan(layout: Sequence[tuple[int, int, int]], top: int, fold_calls: int) -> list[BackwardLaunch]:
+    """The dout-reading launches of a backward from call `top` down, in order; layout: (n, j0,
+    j1) per call (sources [0, n) read, [j0, j1) first read by it). fold_calls 0: the gather
+    backward (every gather reads the readers up to the top). The autograd path follows the same
+    rule (`fold_due`); tests check that its launches are this plan."""
+    frontier = top + 1
+    plan: list[BackwardLaunch] = []
+    for c in range(top, -1, -1):
+        _, j0, j1 = layout[c]
+        folded = frontier <= top
+        plan.append(BackwardLaunch("gather", c, frontier, j0, j1, folded and j1 > j0, False))
+        if fold_due(c, frontier, fold_calls, j0):
+            plan.append(BackwardLaunch("fold", c, frontier, 0, j0, folded, True))
+            frontier = c
+    return plan
+
+
+def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]],
+               heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None
+               ) -> float:
+    """DRAM bytes per pair-element of the launches in `plan`, counting each row a launch touches
+    once (a program's re-reads of the same positions come from cache):
+
+      per gather, the call part: its dout read (dout_bytes) and stored (dout_bytes), its output
+        read (dout_bytes: the output's dtype), shift_c and S'_c written (4 H_c each);
+      per source of a launch: v_j read (src_bytes), ACC_j read / written (4 each, where the launch
+        does), dx_j written (dx_bytes, gather);
+      per reader of a launch that reads one of its sources: dout_c (dout_bytes), shift_c and S'_c
+        (4 H_c each);
+      per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each).
+
+    Divided by sum_c n_c * d. The forward and the E pass (pair_e, the same in both backwards)
+    are not counted."""
+    dx_bytes = src_bytes if dx_bytes is None else dx_bytes
+    total = 0
+    for launch in plan:
+        readers = set()
+        for j in range(launch.lo, launch.hi):
+            total += src_bytes * d + (4 * d if launch.acc_read else 0) + (4 * d if launch.acc_write else 0)
+            if launch.kind == "gather":
+                total += dx_bytes * d
+            for c in range(launch.call, launch.top1):
+                if layout[c][0] > j:
+                    readers.add(c)
+                    total += 8 * heads[c]
+        for c in readers:
+            total += dout_bytes * d + 8 * heads[c]
+        if launch.kind == "gather":
+            total += 3 * dout_bytes * d + 8 * heads[launch.call]
+    pairs = sum(n for n, _, _ in layout[: max(launch.call for launch in plan) + 1])
+    return total / (pairs * d)
+
+
+def model_layout(calls: int) -> list[tuple[int, int, int]]:
+    """(n, j0, j1) per call of the model's stacks: call c reads sources [0, c], source c
+    appended just before it (25 / 49 / 73 calls at 100M / 350M / 1B)."""
+    return [(c + 1, c, c + 1) for c in range(calls)]
