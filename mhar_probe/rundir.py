@@ -28,6 +28,7 @@ from safetensors.torch import load_file, save_file
 from . import atomic
 from .errors import UserError
 from .jsonl import read_jsonl
+from .outputs import OutputKind, check_output, refuse_together
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
@@ -94,13 +95,23 @@ def is_run_dir(out: Path) -> bool:
     return any((out / marker).exists() for marker in RUN_MARKERS)
 
 
+#: what `mhar train` and `mhar cpt` write: --overwrite replaces only one of these
+RUN = OutputKind("run directory", directory=True, is_own=is_run_dir, marker=" or ".join(RUN_MARKERS))
+
+Inputs = Iterable[tuple[str, "str | os.PathLike[str] | None"]]
+
+
 def _contents(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
 
 
-def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = ()) -> bool:
     """What `prepare_run_dir` will do, checked without changing anything; returns True when an
-    existing run will be resumed. Raises `UserError` for what it would refuse."""
+    existing run will be resumed. Raises `UserError` for what it would refuse: --resume with
+    --overwrite, an `out` that is or holds one of `inputs` ((what, path) pairs: corpus,
+    tokenizer, source model), a non-empty `out` without a flag, and --overwrite of a folder that
+    is not a run directory (`mhar_probe.outputs.check_output`)."""
+    refuse_together(resume=resume, overwrite=overwrite)
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} exists and is not a directory")
     contents = _contents(out)
@@ -111,24 +122,19 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
             raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
                             f"use --overwrite to start over")
         return False
-    if contents:
-        if not overwrite:
-            raise UserError(f"output directory {out} already exists and is not empty; "
-                            f"pass --overwrite to replace it or --resume to continue it")
-        if not is_run_dir(out):
-            names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in contents[:6])
-            more = f" and {len(contents) - 6} more" if len(contents) > 6 else ""
-            raise UserError(f"refusing to --overwrite {out}: it is not a run directory (no "
-                            f"{' or '.join(RUN_MARKERS)}) and holds {names}{more}")
+    if contents and not overwrite:
+        raise UserError(f"output directory {out} already exists and is not empty; "
+                        f"pass --overwrite to replace it or --resume to continue it")
+    check_output(out, RUN, overwrite=overwrite, inputs=inputs)
     return False
 
 
-def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = ()) -> bool:
     """Make `out` ready for the run, under its `RunLock` and after every other input was checked:
     recover an interrupted checkpoint swap, remove temporaries of killed writers, and with
     `overwrite` empty a previous run (only a run directory; see `check_run_dir`). Returns True
     when an existing run is resumed."""
-    resumed = check_run_dir(out, resume=resume, overwrite=overwrite)
+    resumed = check_run_dir(out, resume=resume, overwrite=overwrite, inputs=inputs)
     out.mkdir(parents=True, exist_ok=True)
     if resumed:
         recover_checkpoint(out)
