@@ -73,7 +73,8 @@ def check_apart(out: str | os.PathLike[str], inputs: Iterable[tuple[str, str | o
             raise kind.error(f"the output {out} contains the input {what} {path}; choose another output")
         if target.is_relative_to(src) and src.is_dir():
             entry = src / target.relative_to(src).parts[0]
-            if entry.exists() and not (entry == target and kind.is_own(entry)):
+            own = entry == target and (kind.is_own(entry) or (kind.directory and is_empty(entry)))
+            if entry.exists() and not own:
                 raise kind.error(f"the output {out} would write into {entry.name}"
                                 f"{'/' if entry.is_dir() else ''} of the input {what} {path}; "
                                 f"choose another output")
