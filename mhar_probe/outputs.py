@@ -102,7 +102,8 @@ def check_output(out: str | os.PathLike[str], kind: OutputKind, *, overwrite: bo
         raise kind.error(f"{out} already exists; pass --overwrite to replace it or choose another output")
     if path.is_symlink() or not kind.is_own(path):
         how = f" (no {kind.marker})" if kind.marker else ""
-        raise kind.error(f"refusing to --overwrite {out}: it is not a {kind.what}{how}, so this command "
+        article = "an" if kind.what[0] in "aeiou" else "a"
+        raise kind.error(f"refusing to --overwrite {out}: it is not {article} {kind.what}{how}, so this command "
                         f"did not write it; move it away or choose another output")
     return True
 
