@@ -118,10 +118,10 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = 
     if resume:
         if (out / CHECKPOINT / "state.json").exists() or _recoverable_checkpoint(out) is not None:
             return True
-        if contents:
+        if contents and not killed_before_checkpoint(out):
             raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
                             f"use --overwrite to start over")
-        return False
+        return False  # nothing yet, or a run killed before its first checkpoint: from step 0
     if contents and not overwrite:
         raise UserError(f"output directory {out} already exists and is not empty; "
                         f"pass --overwrite to replace it or --resume to continue it")
@@ -132,17 +132,27 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = 
 def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = ()) -> bool:
     """Make `out` ready for the run, under its `RunLock` and after every other input was checked:
     recover an interrupted checkpoint swap, remove temporaries of killed writers, and with
-    `overwrite` empty a previous run (only a run directory; see `check_run_dir`). Returns True
-    when an existing run is resumed."""
+    `overwrite` (or --resume of a run killed before its first checkpoint) empty a previous run
+    (only a run directory; see `check_run_dir`). Returns True when an existing run is resumed."""
     resumed = check_run_dir(out, resume=resume, overwrite=overwrite, inputs=inputs)
     out.mkdir(parents=True, exist_ok=True)
     if resumed:
         recover_checkpoint(out)
         remove_temporaries(out)
-    elif overwrite:
+    elif overwrite or (resume and killed_before_checkpoint(out)):
         for p in _contents(out):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return resumed
+
+
+def killed_before_checkpoint(out: Path) -> bool:
+    """A run killed before its first checkpoint: train_config.json, but no checkpoint (nor a copy
+    a killed swap left beside it), no summary.json and no final model. Nothing in it can be
+    resumed and nothing is lost by starting it again, so --resume does that (with its saved
+    settings) instead of refusing."""
+    return ((out / "train_config.json").is_file() and not (out / CHECKPOINT).exists()
+            and _recoverable_checkpoint(out) is None and not (out / "summary.json").exists()
+            and not (out / "model.safetensors").exists())
 
 
 def _recoverable_checkpoint(out: Path) -> Path | None:

@@ -233,6 +233,7 @@ def test_a_killed_command_does_not_block_its_rerun(trained, tmp_path, argv, targ
     assert (run / target).exists()
 
 
+@pytest.mark.filterwarnings("ignore:.*has no tokenizer:UserWarning")
 def test_overwrite_replaces_what_the_command_wrote(trained, converted, tmp_path):
     """The guard's other side: --overwrite still replaces an earlier output of the same command."""
     from mhar_probe.capture.io import open_routing_dataset
@@ -246,3 +247,20 @@ def test_overwrite_replaces_what_the_command_wrote(trained, converted, tmp_path)
     assert cli("convert", str(converted / "base"), str(tmp_path / "conv"), "--heads", "2") == 0
     assert cli("convert", str(converted / "base"), str(tmp_path / "conv"), "--heads", "4", "--overwrite") == 0
     assert json.loads((tmp_path / "conv" / "config.json").read_text())["routing_heads"] == 4
+
+
+def test_a_run_killed_before_its_first_checkpoint_reruns_with_resume(trained, tmp_path):
+    """Killed after train_config.json, before any checkpoint: nothing to resume, nothing to lose;
+    `--resume` starts it again with its saved settings instead of asking for --overwrite."""
+    run = tmp_path / "run"
+    argv = ["train", "--out", str(run), *TINY, "--steps", "3", "--eval-every", "1", "--checkpoint-every", "100"]
+    env = {**os.environ, "MHAR_CACHE_DIR": str(trained.parent / "cache"),
+           "PYTHONPATH": os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")])}
+    proc = subprocess.run([sys.executable, "-c", KILLER, "metrics.jsonl", *argv], capture_output=True, text=True,
+                          timeout=300, env=env)
+    assert proc.returncode == -signal.SIGKILL, proc.stderr[-2000:]
+    assert (run / "train_config.json").exists() and not (run / "checkpoint").exists()
+    assert cli("train", "--out", str(run), "--resume") == 0
+    assert json.loads((run / "summary.json").read_text())["finished"] is True
+    assert [json.loads(x)["step"] for x in (run / "metrics.jsonl").read_text().splitlines()] == [0, 1, 2, 3]
+    assert not [p.name for p in run.iterdir() if p.name.endswith(".tmp")]
