@@ -30,8 +30,8 @@ from .errors import UserError
 
 __all__ = ["OutputKind", "check_output", "check_apart", "refuse_together", "check_device", "is_empty"]
 
-#: entries that never count as content of an output (the run lock)
-IGNORED = (".mhar-lock",)
+#: the lock file a writer holds in its output directory (`mhar_probe.rundir.RunLock`); never content
+LOCK_FILE = ".mhar-lock"
 
 
 @dataclass(frozen=True)
@@ -48,7 +48,7 @@ class OutputKind:
 
 def is_empty(path: Path) -> bool:
     """A directory with nothing in it but the run lock."""
-    return path.is_dir() and all(p.name in IGNORED for p in path.iterdir())
+    return path.is_dir() and all(p.name == LOCK_FILE for p in path.iterdir())
 
 
 def _resolved(path: str | os.PathLike[str]) -> Path:

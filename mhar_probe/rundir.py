@@ -28,12 +28,11 @@ from safetensors.torch import load_file, save_file
 from . import atomic
 from .errors import UserError
 from .jsonl import read_jsonl
-from .outputs import OutputKind, check_output, refuse_together
+from .outputs import LOCK_FILE, OutputKind, check_output, refuse_together
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
 
-LOCK_FILE = ".mhar-lock"
 #: what makes a directory a run of this project (train and cpt both write them)
 RUN_MARKERS = ("train_config.json", f"{CHECKPOINT}/state.json")
 #: temporaries a killed writer leaves behind: checkpoint staging, the swap's old copy, atomic
