@@ -7,6 +7,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 from dataclasses import fields
 from pathlib import Path
 
@@ -14,7 +15,7 @@ import pytest
 
 from cli_checks import TINY_TRAIN as TINY, cli
 from mhar_probe.cli.args import _FIELD_OF_DEST, add_train_arguments
-from mhar_probe.cli.sweep import _defaults, add_sweep_subparser, common_options, grid_from_args
+from mhar_probe.cli.sweep import _defaults, add_sweep_subparser, grid_from_args
 from mhar_probe.rundir import LOCK_FILE, RunLock
 from mhar_probe.train import TrainConfig
 
@@ -44,6 +45,8 @@ def _non_default(action: argparse.Action) -> list[str]:
 def test_every_train_option_reaches_each_swept_run(tmp_path):
     """By construction: each option of `mhar train` but the axes, given to `mhar sweep` with a
     value other than its default, is in the TrainConfig of every run of the grid."""
+    from mhar_probe.cli.sweep import common_options
+
     train = argparse.ArgumentParser(add_help=False)
     add_train_arguments(train)
     shared = [a for a in train._actions if a.dest not in AXIS_DESTS and a.option_strings]
@@ -107,8 +110,6 @@ SWEEP = ["--methods", "baseline", "--steps", "2", "--eval-every", "1", "--checkp
 
 def test_a_second_sweep_over_a_running_one_is_refused(finished_sweep, tmp_path, capsys):
     out = tmp_path / "sweep"
-    import shutil
-
     shutil.copytree(finished_sweep, out)
     run = next(p for p in out.iterdir() if p.is_dir())
     (run / "summary.json").unlink()  # interrupted: a sweep would resume it
@@ -124,8 +125,6 @@ def test_a_second_sweep_over_a_running_one_is_refused(finished_sweep, tmp_path, 
 def test_sweep_overwrite_of_a_run_in_training_is_refused(finished_sweep, tmp_path, capsys):
     """`mhar train` (or another sweep's trainer) holds the run's lock: --overwrite leaves it alone."""
     out = tmp_path / "sweep"
-    import shutil
-
     shutil.copytree(finished_sweep, out)
     run = next(p for p in out.iterdir() if p.is_dir())
     before = {k: v for k, v in snapshot(out).items() if k.startswith(run.name)}
