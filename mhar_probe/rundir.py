@@ -28,11 +28,11 @@ from safetensors.torch import load_file, save_file
 from . import atomic
 from .errors import UserError
 from .jsonl import read_jsonl
+from .outputs import LOCK_FILE, OutputKind, check_output, refuse_together
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
 
-LOCK_FILE = ".mhar-lock"
 #: what makes a directory a run of this project (train and cpt both write them)
 RUN_MARKERS = ("train_config.json", f"{CHECKPOINT}/state.json")
 #: temporaries a killed writer leaves behind: checkpoint staging, the swap's old copy, atomic
@@ -94,49 +94,64 @@ def is_run_dir(out: Path) -> bool:
     return any((out / marker).exists() for marker in RUN_MARKERS)
 
 
+#: what `mhar train` and `mhar cpt` write: --overwrite replaces only one of these
+RUN = OutputKind("run directory", directory=True, is_own=is_run_dir, marker=" or ".join(RUN_MARKERS))
+
+Inputs = Iterable[tuple[str, "str | os.PathLike[str] | None"]]
+
+
 def _contents(out: Path) -> list[Path]:
     return sorted(p for p in out.iterdir() if p.name != LOCK_FILE) if out.is_dir() else []
 
 
-def check_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+def check_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = ()) -> bool:
     """What `prepare_run_dir` will do, checked without changing anything; returns True when an
-    existing run will be resumed. Raises `UserError` for what it would refuse."""
+    existing run will be resumed. Raises `UserError` for what it would refuse: --resume with
+    --overwrite, an `out` that is or holds one of `inputs` ((what, path) pairs: corpus,
+    tokenizer, source model), a non-empty `out` without a flag, and --overwrite of a folder that
+    is not a run directory (`mhar_probe.outputs.check_output`)."""
+    refuse_together(resume=resume, overwrite=overwrite)
     if out.exists() and not out.is_dir():
         raise UserError(f"output path {out} exists and is not a directory")
     contents = _contents(out)
     if resume:
         if (out / CHECKPOINT / "state.json").exists() or _recoverable_checkpoint(out) is not None:
             return True
-        if contents:
+        if contents and not killed_before_checkpoint(out):
             raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
                             f"use --overwrite to start over")
-        return False
-    if contents:
-        if not overwrite:
-            raise UserError(f"output directory {out} already exists and is not empty; "
-                            f"pass --overwrite to replace it or --resume to continue it")
-        if not is_run_dir(out):
-            names = ", ".join(p.name + ("/" if p.is_dir() else "") for p in contents[:6])
-            more = f" and {len(contents) - 6} more" if len(contents) > 6 else ""
-            raise UserError(f"refusing to --overwrite {out}: it is not a run directory (no "
-                            f"{' or '.join(RUN_MARKERS)}) and holds {names}{more}")
+        return False  # nothing yet, or a run killed before its first checkpoint: from step 0
+    if contents and not overwrite:
+        raise UserError(f"output directory {out} already exists and is not empty; "
+                        f"pass --overwrite to replace it or --resume to continue it")
+    check_output(out, RUN, overwrite=overwrite, inputs=inputs)
     return False
 
 
-def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool) -> bool:
+def prepare_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = ()) -> bool:
     """Make `out` ready for the run, under its `RunLock` and after every other input was checked:
     recover an interrupted checkpoint swap, remove temporaries of killed writers, and with
-    `overwrite` empty a previous run (only a run directory; see `check_run_dir`). Returns True
-    when an existing run is resumed."""
-    resumed = check_run_dir(out, resume=resume, overwrite=overwrite)
+    `overwrite` (or --resume of a run killed before its first checkpoint) empty a previous run
+    (only a run directory; see `check_run_dir`). Returns True when an existing run is resumed."""
+    resumed = check_run_dir(out, resume=resume, overwrite=overwrite, inputs=inputs)
     out.mkdir(parents=True, exist_ok=True)
     if resumed:
         recover_checkpoint(out)
         remove_temporaries(out)
-    elif overwrite:
+    elif overwrite or (resume and killed_before_checkpoint(out)):
         for p in _contents(out):
             shutil.rmtree(p) if p.is_dir() and not p.is_symlink() else p.unlink()
     return resumed
+
+
+def killed_before_checkpoint(out: Path) -> bool:
+    """A run killed before its first checkpoint: train_config.json, but no checkpoint (nor a copy
+    a killed swap left beside it), no summary.json and no final model. Nothing in it can be
+    resumed and nothing is lost by starting it again, so --resume does that (with its saved
+    settings) instead of refusing."""
+    return ((out / "train_config.json").is_file() and not (out / CHECKPOINT).exists()
+            and _recoverable_checkpoint(out) is None and not (out / "summary.json").exists()
+            and not (out / "model.safetensors").exists())
 
 
 def _recoverable_checkpoint(out: Path) -> Path | None:

@@ -37,6 +37,7 @@ from .tail import tail_mean
 from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
+from .outputs import check_device, refuse_together
 from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
@@ -90,6 +91,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_option_types(self, "training")
+        refuse_together(resume=self.resume, overwrite=self.overwrite)
         positive = ("steps", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
                     "checkpoint_every", "heads", "kv_heads")
         for name in positive:
@@ -245,6 +247,19 @@ def epoch_permutation(num_rows: int, seed: int, epoch: int) -> torch.Tensor:
     return torch.randperm(num_rows, generator=torch.Generator().manual_seed(seed * 100_003 + epoch))
 
 
+def check_backend_runs_on(backend: str, device: torch.device) -> None:
+    """The triton backend routes CUDA tensors, and CPU tensors only in Triton's interpreter
+    (TRITON_INTERPRET=1 set before triton was imported); refused here, before any work."""
+    if backend != "triton" or device.type == "cuda":
+        return
+    from .kernels.launch import is_interpreted
+    from .kernels.route_fwd import route_fwd_kernel
+
+    if not is_interpreted(route_fwd_kernel):
+        raise UserError(f"--routing-backend triton needs a CUDA device (on {device.type} only under Triton's "
+                        f"interpreter, TRITON_INTERPRET=1); use --routing-backend eager")
+
+
 def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int) -> MHARConfig:
     seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
     overrides: dict[str, Any] = dict(residual_method=cfg.method, routing_heads=cfg.heads,
@@ -265,6 +280,8 @@ class Trainer:
     full_checkpoints = False
 
     def __init__(self, cfg: TrainConfig, info: DistInfo | None = None) -> None:
+        if info is None:
+            check_device(cfg.device)
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
         # one writer per run directory; a second one is refused here, before any work
@@ -289,8 +306,10 @@ class Trainer:
                                                      self.info.world_size)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
-        will_resume = check_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
+        inputs = self.inputs()
+        will_resume = check_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite, inputs=inputs)
         self._load_data()
+        batch_indices(0, cfg.batch_size, len(self.train_rows), cfg.seed)  # enough rows for one batch
         torch.manual_seed(cfg.seed)
         self.model = self.build_model()
         world = self.info.world_size
@@ -311,7 +330,7 @@ class Trainer:
         self.stepper: EagerStep | GraphStep | None = None  # built at the first step, after any restore
         self.flops_per_token = self.count_flops()
         if self.info.is_main:  # every input is checked: only now is anything removed
-            prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite)
+            prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite, inputs=inputs)
         barrier(self.info)
         self.resumed = will_resume
         self.step, self.tokens, self.flops = 0, 0, 0.0
@@ -331,8 +350,15 @@ class Trainer:
         """Resolve defaults and check options; sets `self.seq_len`."""
         cfg = self.cfg
         cfg.routing_backend = choose_backend(self.device, cfg.routing_backend)  # a run option, not the model's
+        check_backend_runs_on(cfg.routing_backend, self.device)
         build_model_config(cfg, cfg.vocab_size, 0)  # config errors before any data work
         self.seq_len = cfg.seq_len or MHARConfig.preset_seq_len(cfg.preset)
+
+    def inputs(self) -> list[tuple[str, str | None]]:
+        """What the run reads from disk, (what, path): the output may not be or hold one of them."""
+        cfg = self.cfg
+        corpus = cfg.corpus if cfg.corpus and Path(cfg.corpus).exists() else None  # (not a corpus name)
+        return [("corpus", corpus), ("tokenizer", cfg.tokenizer)]
 
     @property
     def label(self) -> str:
@@ -615,6 +641,7 @@ def _jsonable(obj: Any) -> Any:
 
 def train(cfg: TrainConfig) -> dict[str, Any]:
     """Train one run end to end (or until `stop_after`); returns the summary."""
+    check_device(cfg.device)
     info = init_distributed(cfg.device)
     try:
         return Trainer(cfg, info).run()

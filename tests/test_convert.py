@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 
 import pytest
 import torch
@@ -298,19 +299,27 @@ def test_existing_dst_is_kept_unless_overwrite_and_survives_a_failed_write(tmp_p
     (tmp_path / "dst" / "keep.txt").write_text("mine")
     with pytest.raises(ConversionError, match="already exists; pass --overwrite"):
         convert_checkpoint(tmp_path / "src", tmp_path / "dst")
+    # --overwrite replaces only what `mhar convert` wrote: a folder of the user's files stays
+    with pytest.raises(ConversionError, match="not a converted model"):
+        convert_checkpoint(tmp_path / "src", tmp_path / "dst", overwrite=True)
+    assert [p.name for p in (tmp_path / "dst").iterdir()] == ["keep.txt"]
+    with pytest.warns(UserWarning):
+        convert_checkpoint(tmp_path / "src", tmp_path / "conv", num_blocks=2)
+    before = {p.name: p.read_bytes() for p in (tmp_path / "conv").iterdir()}
 
     def broken_save(self, *args, **kwargs):
         raise OSError("disk full")
 
     monkeypatch.setattr(MHARDeltaForCausalLM, "save_pretrained", broken_save)
     with pytest.raises(OSError, match="disk full"):
-        convert_checkpoint(tmp_path / "src", tmp_path / "dst", overwrite=True)
-    assert (tmp_path / "dst" / "keep.txt").read_text() == "mine"
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["dst", "src"]
+        convert_checkpoint(tmp_path / "src", tmp_path / "conv", num_blocks=1, overwrite=True)
+    assert {p.name: p.read_bytes() for p in (tmp_path / "conv").iterdir()} == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["conv", "dst", "src"]
     monkeypatch.undo()
     with pytest.warns(UserWarning):
-        convert_checkpoint(tmp_path / "src", tmp_path / "dst", overwrite=True)
-    assert not (tmp_path / "dst" / "keep.txt").exists() and (tmp_path / "dst" / "model.safetensors").is_file()
+        convert_checkpoint(tmp_path / "src", tmp_path / "conv", num_blocks=1, overwrite=True)
+    assert json.loads((tmp_path / "conv" / "config.json").read_text())["num_blocks"] == 1
+    assert (tmp_path / "conv" / "model.safetensors").is_file()
 
 
 # ------------------------------------------------------------------ clear errors

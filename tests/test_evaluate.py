@@ -265,9 +265,16 @@ def test_overwrite_replaces_output(arms, tmp_path):
     (target / "old.txt").write_text("old")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        # --overwrite replaces only an evaluation: a folder of other files is refused and kept
+        with pytest.raises(EvalError, match="not an evaluation directory"):
+            cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tasks_dir, "--limit", 4,
+                "--out", target, "--overwrite")
+        assert [p.name for p in target.iterdir()] == ["old.txt"]
+        target = tmp_path / "ev2"
+        assert cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tasks_dir, "--limit", 2,
+                   "--out", target) == 0
         assert cli("eval", run, "--tasks", "toy_nextline", "--tasks-dir", tasks_dir, "--limit", 4,
                    "--out", target, "--overwrite") == 0
-    assert not (target / "old.txt").exists()
     assert len(read_samples(target, "toy_nextline")) == 4
 
 

@@ -4,23 +4,38 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any, Iterable
 
 import xarray as xr
 
 from ..atomic import write_with
+from ..outputs import OutputKind
+from ..outputs import check_output as guard
 from .errors import CaptureError
 from .schema import DATASET_KIND, DATASET_MARKER
 
 ENGINE = "h5netcdf"
 
 
-def check_output(path: str | os.PathLike, overwrite: bool) -> Path:
-    """Refuse to clobber an existing file unless `overwrite`; make the parent folder."""
+def is_routing_dataset(path: Path) -> bool:
+    """A file `mhar capture` wrote (a netCDF file with the routing-dataset marker)."""
+    try:
+        open_routing_dataset(path, load=False).close()
+    except CaptureError:
+        return False
+    return True
+
+
+#: what `mhar capture` writes: --overwrite replaces only one of these
+ROUTING_DATASET = OutputKind("routing dataset", directory=False, is_own=is_routing_dataset,
+                             marker=f"netCDF attribute {DATASET_MARKER}={DATASET_KIND}", error=CaptureError)
+
+
+def check_output(path: str | os.PathLike, overwrite: bool, inputs: Iterable[tuple[str, Any]] = ()) -> Path:
+    """Refuse to write over an input (`inputs`: (what, path) pairs), an existing file unless
+    `overwrite`, and with it anything but a routing dataset; make the parent folder."""
     path = Path(path)
-    if path.exists() and not overwrite:
-        raise CaptureError(f"{path} already exists; pass --overwrite to replace it")
-    if path.exists() and path.is_dir():
-        raise CaptureError(f"{path} is a directory; give a file name such as routing.nc")
+    guard(path, ROUTING_DATASET, overwrite=overwrite, inputs=inputs)
     path.parent.mkdir(parents=True, exist_ok=True)
     return path
 

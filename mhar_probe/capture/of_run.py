@@ -9,7 +9,9 @@ from pathlib import Path
 import xarray as xr
 
 from .capture import capture_routing
+from ..outputs import check_device
 from .errors import CaptureError
+from .io import check_output
 from .runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
 
 
@@ -41,8 +43,8 @@ def capture_run(cfg: RunCapture) -> xr.Dataset:
     """Stream the run's held-out text through it and write the dataset to `cfg.out_path()`;
     returns the dataset (close it when done)."""
     out = cfg.out_path()
-    if out.exists() and not cfg.overwrite:  # fail before loading anything
-        raise CaptureError(f"{out} already exists; pass --overwrite to replace it")
+    check_output(out, cfg.overwrite, inputs=[("run", cfg.run)])  # fail before loading anything
+    check_device(cfg.device)
     model, tokenizer, train_cfg = load_run(cfg.run, cfg.device, cfg.backend)
     seq_len = cfg.seq_len or train_cfg.get("seq_len") or model.config.max_position_embeddings // 2
     if seq_len > model.config.max_position_embeddings:

@@ -16,11 +16,29 @@ from typing import Any
 
 from ..errors import UserError
 from ..sweep.grid import AXES, SweepGrid
-from .args import add_train_arguments, check_corpus, model_overrides
+from .args import _FIELD_OF_DEST, add_train_arguments, check_corpus, model_overrides
 
-_COMMON = ("warmup", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
-           "checkpoint_every", "corpus", "corpus_max_bytes", "tokenizer", "vocab_size",
-           "routing_backend", "device", "fsdp")
+#: `mhar train` options that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
+#: --seeds, --presets, --steps)
+_AXIS_DESTS = ("preset", "method", "heads", "kv_heads", "lr", "seed", "steps")
+
+
+def _train_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(add_help=False)
+    add_train_arguments(p)
+    return p
+
+
+def common_options() -> tuple[str, ...]:
+    """Every `mhar train` option a sweep passes to each of its runs, read off the parser itself
+    (so a new training flag reaches swept runs without being listed here): all but the axes and
+    the options stored under another TrainConfig field (the model overrides go to `extra`,
+    --no-progress to `progress`)."""
+    return tuple(a.dest for a in _train_parser()._actions
+                 if a.dest not in _AXIS_DESTS and a.dest not in _FIELD_OF_DEST)
+
+
+_COMMON = common_options()
 
 
 def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -112,6 +130,5 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 def _defaults() -> dict[str, Any]:
     """Defaults of the shared options, as `mhar train` declares them."""
-    p = argparse.ArgumentParser()
-    add_train_arguments(p)
+    p = _train_parser()
     return {name: p.get_default(name) for name in _COMMON}

@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import json
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +21,7 @@ from ..model.config import ConfigError
 from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, supported_text
 from ..model.delta_modeling import MHARDeltaForCausalLM
 from ..model.routing import check_backend, set_routing_backend
+from ..outputs import OutputKind, check_output
 from ..rundir import load_pretrained
 from .errors import ConversionError
 
@@ -92,10 +94,7 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
     if not (src / "config.json").is_file():
         raise ConversionError(f"{src} is not a Hugging Face model directory (no config.json); "
                               f"save the base with save_pretrained first")
-    if dst.exists() and not overwrite:
-        raise ConversionError(f"{dst} already exists; pass --overwrite to replace it")
-    if dst.resolve() == src.resolve():
-        raise ConversionError("DST must differ from SRC")
+    check_output(dst, CONVERTED_MODEL, overwrite=overwrite, inputs=[("model", src)])
     try:
         base_config = AutoConfig.from_pretrained(src)
     except (ValueError, KeyError, OSError) as exc:
@@ -131,6 +130,19 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
         num_blocks=cfg.num_blocks, routing_heads=cfg.routing_heads, dtype=str(next(base.parameters()).dtype),
         new_parameters=sum(p.numel() for p in [model.null_source, *model.sites.parameters()]),
         max_logit_deviation=deviation, tokenizer_copied=tokenizer_copied)
+
+
+def is_converted_dir(path: Path) -> bool:
+    """A directory `mhar convert` wrote: its config.json says model_type mhar_delta."""
+    try:
+        return json.loads((path / "config.json").read_text()).get("model_type") == MHARDeltaConfig.model_type
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+#: what `mhar convert` writes: --overwrite replaces only one of these
+CONVERTED_MODEL = OutputKind("converted model", directory=True, is_own=is_converted_dir,
+                             marker=f"config.json with model_type {MHARDeltaConfig.model_type}", error=ConversionError)
 
 
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json", "spiece.model")

@@ -28,7 +28,8 @@ from ..errors import UserError
 from ..model.routing import choose_backend
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
-from ..train import Trainer
+from ..outputs import check_device, refuse_together
+from ..train import Trainer, check_backend_runs_on
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
 from .objective import WeightEMA, decay_split, param_groups, z_loss
@@ -38,6 +39,12 @@ class CPTTrainer(Trainer):
     full_checkpoints = True  # name-keyed optimizer state + the EMA
 
     # ------------------------------------------------------------------ set-up
+    def inputs(self) -> list[tuple[str, str | None]]:
+        """The source model and the corpus: the output may not be or hold either."""
+        cfg: CPTConfig = self.cfg  # type: ignore[assignment]
+        corpus = cfg.corpus if cfg.corpus and Path(cfg.corpus).exists() else None
+        return [("source model", cfg.src), ("corpus", corpus)]
+
     def setup(self) -> None:
         cfg: CPTConfig = self.cfg  # type: ignore[assignment]
         cfg.validate()
@@ -51,6 +58,7 @@ class CPTTrainer(Trainer):
                             f"or pass --control to train it as is")
         if not cfg.control:  # the control is a plain model: nothing in it routes
             cfg.routing_backend = choose_backend(self.device, cfg.routing_backend)
+            check_backend_runs_on(cfg.routing_backend, self.device)
         limit = getattr(text_config(self.src_config), "max_position_embeddings", None) or 1024
         self.seq_len = cfg.seq_len or min(1024, limit)
         if self.seq_len > limit:
@@ -160,6 +168,8 @@ class CPTTrainer(Trainer):
 
 def cpt(cfg: CPTConfig) -> dict[str, Any]:
     """Mid-train one model end to end (or until `stop_after`); returns the summary."""
+    check_device(cfg.device)
+    refuse_together(resume=cfg.resume, overwrite=cfg.overwrite)
     info = init_distributed(cfg.device)
     try:
         return CPTTrainer(cfg, info).run()  # type: ignore[arg-type]

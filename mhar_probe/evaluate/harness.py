@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..atomic import replace_dir, staging_dir
+from ..outputs import OutputKind, check_device, check_output
 from ..rundir import load_pretrained
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
@@ -310,16 +311,20 @@ def _flatten_files(files: Any) -> list[str]:
 
 
 # ----------------------------------------------------------------------------- outputs
-def check_out(out: Path, overwrite: bool) -> None:
-    """Refuse to replace a non-empty output directory unless `overwrite`."""
-    if out.exists() and not out.is_dir():
-        raise EvalError(f"--out {out} exists and is not a directory")
-    blocked = next((a for a in out.parents if a.exists() and not a.is_dir()), None)
-    if blocked is not None:  # found now, not after the model has loaded
-        raise EvalError(f"--out {out} cannot be created: {blocked} is a file, not a directory")
-    if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise EvalError(f"output directory {out} already exists and is not empty; "
-                        "pass --overwrite to replace it or choose another --out")
+def is_eval_dir(path: Path) -> bool:
+    """An output directory `mhar eval` wrote (its provenance.json is there)."""
+    return (path / "provenance.json").is_file()
+
+
+#: what `mhar eval` writes: --overwrite replaces only one of these
+EVAL_OUTPUT = OutputKind("evaluation directory", directory=True, is_own=is_eval_dir, marker="provenance.json",
+                         error=EvalError)
+
+
+def check_out(out: Path, overwrite: bool, inputs: Sequence[tuple[str, Any]] = ()) -> None:
+    """Refuse an output that is or holds an input, a non-empty one unless `overwrite`, and with
+    `overwrite` one that `mhar eval` did not write (`mhar_probe.outputs.check_output`)."""
+    check_output(out, EVAL_OUTPUT, overwrite=overwrite, inputs=inputs)
 
 
 def _model_name(run: Path) -> str:
@@ -399,8 +404,10 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         raise EvalError(f"--batch-size must be positive, got {cfg.batch_size}")
     run = check_run(cfg.run)
     out = cfg.out_dir()
-    check_out(out, cfg.overwrite)
     local_dirs = check_tasks_dirs(cfg.tasks_dirs)
+    inputs = [("run", run), *(("--tasks-dir", d) for d in local_dirs)]
+    check_out(out, cfg.overwrite, inputs)
+    check_device(cfg.device)
     settings = train_settings(run)
 
     task_files = None
@@ -451,7 +458,7 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         for task_name in results["configs"]:
             tracker.save_results_samples(task_name=task_name, samples=samples[task_name])
         (staging / "provenance.json").write_text(json.dumps(prov, indent=2) + "\n", encoding="utf-8")
-        check_out(out, cfg.overwrite)  # again: `out` may have appeared while the harness ran
+        check_out(out, cfg.overwrite, inputs)  # again: `out` may have appeared while the harness ran
         replace_dir(staging, out)
     finally:
         if staging.exists():

@@ -9,16 +9,17 @@ group is joined once for the whole sweep, the trainer does DDP, rank 0 alone wri
 from __future__ import annotations
 
 import os
-import shutil
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
 
 from tqdm.auto import tqdm
 
 from ..errors import UserError
-from .grid import RunSpec, SweepGrid
-from .manifest import read_manifest, run_entry, run_status, write_manifest
+from ..outputs import OutputKind, check_device, check_output, is_empty
+from ..rundir import RUN, RunLock
+from .grid import RUNTIME_FIELDS, RunSpec, SweepGrid
+from .manifest import MANIFEST, read_manifest, run_entry, run_status, write_manifest
 
 
 @dataclass
@@ -40,23 +41,62 @@ class SweepResult:
         return [s.name for s in self.runs if self.before.get(s.name) == "finished"]
 
 
+def is_sweep_dir(out: Path) -> bool:
+    """A directory `mhar sweep` wrote (its manifest.json is there)."""
+    return (out / MANIFEST).is_file()
+
+
+#: what `mhar sweep` writes: a directory of runs with a manifest
+SWEEP = OutputKind("sweep directory", directory=True, is_own=is_sweep_dir, marker=MANIFEST)
+
+
+def _settings(common: dict[str, Any]) -> dict[str, Any]:
+    """`common` with every TrainConfig default filled in, so that a manifest written before an
+    option existed compares equal to one that spells out its default."""
+    from ..train import TrainConfig
+
+    defaults = {f.name: f.default for f in fields(TrainConfig) if f.default is not MISSING}
+    return {k: v for k, v in {**defaults, **common}.items() if k not in RUNTIME_FIELDS}
+
+
 def _check_out(out: Path, grid: SweepGrid, overwrite: bool) -> list[dict[str, Any]]:
-    """Validate OUT against an existing manifest; returns the manifest rows to keep."""
+    """Validate OUT against an existing manifest; returns the manifest rows to keep. A folder
+    that holds something else than a sweep is refused, with or without --overwrite."""
     if out.exists() and not out.is_dir():
         raise UserError(f"sweep output {out} exists and is not a directory")
     manifest = read_manifest(out) if out.exists() else None
     if manifest is None:
-        if out.exists() and any(out.iterdir()) and not overwrite:
-            raise UserError(f"{out} is not empty and has no manifest.json; choose a new --out "
-                            f"(or pass --overwrite to train the grid into it anyway)")
+        if out.exists() and not is_empty(out):
+            raise UserError(f"{out} is not empty and has no {MANIFEST}, so it is not a sweep directory; "
+                            f"choose a new --out")
         return []
-    old = SweepGrid(**manifest["grid"]).model_common() if manifest.get("grid") else {}
-    new = grid.model_common()
+    old = _settings(SweepGrid(**manifest["grid"]).model_common()) if manifest.get("grid") else {}
+    new = _settings(grid.model_common())
     if old != new and not overwrite:
         keys = sorted(k for k in set(old) | set(new) if old.get(k) != new.get(k))
         raise UserError(f"{out} holds a sweep with different shared training options "
                         f"({', '.join(keys)}); use a new --out, or --overwrite to retrain its runs")
     return manifest["runs"]
+
+
+def _action(run_dir: Path, overwrite: bool) -> str:
+    """skip | resume | restart | train for one run directory, from its status."""
+    status = run_status(run_dir)
+    if status == "finished" and not overwrite:
+        return "skip"
+    if overwrite or status == "partial":
+        return "restart"
+    return "resume" if status == "interrupted" else "train"
+
+
+def _check_runs(out: Path, specs: list[RunSpec], grid: SweepGrid, overwrite: bool) -> None:
+    """Every run's options, and every directory a restart would empty, checked before any run
+    trains: a restart replaces only a run directory (`mhar_probe.rundir.RUN`)."""
+    for spec in specs:
+        run_dir = out / spec.name
+        spec.train_config(str(run_dir), grid.common)  # option types and ranges
+        if _action(run_dir, overwrite) == "restart" and run_dir.exists():
+            check_output(run_dir, RUN, overwrite=True)
 
 
 def _rank() -> int:
@@ -72,9 +112,6 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
     dry_run: only report the plan (statuses), train nothing and write nothing.
     on_run(spec, action): called before each run with action skip | resume | restart | train.
     """
-    from ..distributed import init_distributed, shutdown
-    from ..train import Trainer
-
     if isinstance(grid, dict):
         grid = SweepGrid.from_dict(grid)
     out = Path(out)
@@ -86,8 +123,29 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
     if dry_run:
         result.after = dict(result.before)
         return result
+    _check_runs(out, specs, grid, overwrite)
+    check_device(grid.common.get("device"))
 
     main = _rank() == 0
+    # one sweep at a time in OUT: a second one (or --overwrite of a running one) is refused here,
+    # naming the holder; each run's own lock is then taken by its trainer before it is touched
+    lock = RunLock(out).acquire() if main else None
+    try:
+        kept = _check_out(out, grid, overwrite)  # again, under the lock
+        return _run_locked(grid, out, specs, kept, result, overwrite=overwrite, progress=progress, main=main,
+                           on_run=on_run)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dict[str, Any]],
+                result: SweepResult, *, overwrite: bool, progress: bool, main: bool,
+                on_run: Callable[[RunSpec, str], None] | None) -> SweepResult:
+    """The body of `run_sweep`, with the sweep directory's lock held."""
+    from ..distributed import init_distributed, shutdown
+    from ..train import Trainer
+
     grid_names = {s.name for s in specs}
     others = [r for r in kept if r.get("name") not in grid_names]  # runs of earlier grids stay listed
     entries: dict[str, dict[str, Any]] = {s.name: run_entry(s.name, s.axes(), out / s.name) for s in specs}
@@ -106,24 +164,15 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
         for spec in bar:
             bar.set_postfix_str(spec.name)
             run_dir = out / spec.name
-            status = run_status(run_dir)
-            if status == "finished" and not overwrite:
-                action = "skip"
-            elif overwrite or status == "partial":
-                action = "restart"
-            elif status == "interrupted":
-                action = "resume"
-            else:
-                action = "train"
+            action = _action(run_dir, overwrite)
             if on_run is not None:
                 on_run(spec, action)
             if action == "skip":
                 result.after[spec.name] = "finished"
                 continue
-            if action == "restart" and main and run_dir.exists():
-                shutil.rmtree(run_dir)
+            # a restart is the trainer's --overwrite: under the run's lock, after every check
             cfg = spec.train_config(str(run_dir), grid.common, **runtime,
-                                    resume=action == "resume", overwrite=False)
+                                    resume=action == "resume", overwrite=action == "restart")
             entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir, status="running")
             save()
             try:
