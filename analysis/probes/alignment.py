@@ -9,7 +9,6 @@ correlation of the two runs' head-consensus routing over the cells both can see.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -18,6 +17,7 @@ import xarray as xr
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.model.methods import routing_heads_of
 
+from ..run import parse_metrics
 from .deviation import per_head_deviation
 from .provenance import with_provenance
 from .width import width_disagreement
@@ -29,7 +29,7 @@ def final_val_loss(ds: xr.Dataset) -> float:
     path = Path(run) / "metrics.jsonl" if run else None
     if path is None or not path.is_file():
         return float("nan")
-    losses = [json.loads(line).get("val_loss") for line in path.read_text().splitlines() if line.strip()]
+    losses = [row.get("val_loss") for row in parse_metrics(path, error=CaptureError)]  # checked lines
     losses = [v for v in losses if v is not None]
     return float(losses[-1]) if losses else float("nan")
 

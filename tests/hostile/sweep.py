@@ -25,9 +25,11 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
+import time
 from collections import Counter
 from pathlib import Path
 from typing import Callable
@@ -200,12 +202,59 @@ def digest(root: Path, skip: Path) -> dict[str, str]:
 
 
 def mhar(argv: list[str], env: dict[str, str], timeout: float) -> tuple[int | None, str]:
+    """`mhar ARGV` in a fresh interpreter: (exit status or None when killed at `timeout`, stderr)."""
     try:
         done = subprocess.run([sys.executable, "-m", "mhar_probe.cli", *argv], capture_output=True, text=True,
                               env=env, timeout=timeout, errors="replace")
         return done.returncode, done.stderr
     except subprocess.TimeoutExpired as exc:
         return None, (exc.stderr or b"").decode(errors="replace") if isinstance(exc.stderr, bytes) else ""
+
+
+def mhar_forked(argv: list[str], env: dict[str, str], timeout: float, scratch: Path) -> tuple[int | None, str]:
+    """`mhar ARGV` in a child forked from this process, which has imported the package once
+    (a fresh interpreter spends most of an attempt importing torch and transformers); the same
+    (exit status or None, stderr) as `mhar`. The child's stdout and stderr go to files."""
+    err_path, out_path = scratch / "stderr.txt", scratch / "stdout.txt"
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        code = 1
+        try:
+            os.environ.update(env)
+            for fd, path in ((1, out_path), (2, err_path)):
+                f = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                os.dup2(f, fd)
+                os.close(f)
+            sys.stdout = open(1, "w", closefd=False)
+            sys.stderr = open(2, "w", closefd=False)
+            from mhar_probe.cli import main as cli_main
+
+            try:
+                code = int(cli_main(argv) or 0)
+            except SystemExit as exc:
+                code = exc.code if isinstance(exc.code, int) else 1
+            except BaseException:
+                import traceback
+
+                traceback.print_exc()
+                code = 1
+            sys.stdout.flush()
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            rc: int | None = os.waitstatus_to_exitcode(status)
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            rc = None
+            break
+        time.sleep(0.05)
+    return rc, err_path.read_text(errors="replace") if err_path.exists() else ""
 
 
 def progress_line(line: str) -> bool:
@@ -266,11 +315,19 @@ def main() -> int:
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before an attempt counts as a hang")
     ap.add_argument("--only", default=None, help="run only attempts whose label contains this")
+    ap.add_argument("--subprocess", action="store_true",
+                    help="run each attempt in a fresh interpreter instead of a forked child (slower)")
     args = ap.parse_args()
     work = Path(args.work or tempfile.mkdtemp(prefix="mhar-hostile-"))
     work.mkdir(parents=True, exist_ok=True)
     env = {**os.environ, "MHAR_CACHE_DIR": str(work / "cache"), "TRITON_INTERPRET": "1"}
-    run = setup(work, env, args.timeout)
+    run = setup(work, env, args.timeout)  # in subprocesses: this process computes nothing before it forks
+    if not args.subprocess:
+        os.environ.update(env)
+        import mhar_probe.cli  # noqa: F401  (imported once, before the forks)
+        import analysis.stats.cli  # noqa: F401
+        import figures.cli  # noqa: F401
+        import lm_eval.models.huggingface  # noqa: F401
     tally: Counter = Counter()
     rows = []
     for i, (kind, target, name, damage, argv) in enumerate(attempts()):
@@ -289,7 +346,9 @@ def main() -> int:
 
         damage(Path(resolve(target)))
         before = digest(case, case / "tmp" / "pr")
-        rc, err = mhar([resolve(w) for w in argv], env, args.timeout)
+        words = [resolve(w) for w in argv]
+        rc, err = (mhar(words, env, args.timeout) if args.subprocess
+                   else mhar_forked(words, env, args.timeout, work))
         after = digest(case, case / "tmp" / "pr")
         changed = any(after.get(k) != v for k, v in before.items())
         verdict = classify(rc, err, changed)
