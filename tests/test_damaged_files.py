@@ -139,6 +139,8 @@ CASES: list[Case] = [
      ["convert", "TMP/base", "TMP/conv"], "hidden_size='wide' must be a positive integer"),
     ("eval-train-config-wrong-type", lambda r, t: edit_json(r / "train_config.json", seq_len="long"),
      ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "TMP/ev"], "seq_len = 'long'"),
+    ("eval-nan-weights", lambda r, t: rewrite_weights(r / "model.safetensors", all_nan),
+     ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "TMP/ev"], "non-finite value(s)"),
     ("capture-train-config-wrong-type", lambda r, t: edit_json(r / "train_config.json", corpus_max_bytes="big"),
      ["capture", "RUN", "--out", "TMP/r.nc"], "corpus_max_bytes = 'big'"),
     ("probe-truncated-weights", lambda r, t: truncate(r / "model.safetensors"),

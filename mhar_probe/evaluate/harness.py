@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..atomic import replace_dir, staging_dir
-from ..model.saved import load_model
+from ..model import saved
 from ..rundir import load_pretrained
 from ..runfiles import read_json_object, read_train_config
 from .errors import EvalError
@@ -148,7 +148,7 @@ def load_model(run: Path, device: str):
     from mhar_probe.model.routing import choose_backend, set_routing_backend
 
     backend = choose_backend(dev)
-    model = load_model(run, "model", local_files_only=True)
+    model = saved.load_model(run, "model", local_files_only=True)
     set_routing_backend(model, backend).to(dev).eval()
     tok = load_pretrained(AutoTokenizer.from_pretrained, run, "tokenizer", local_files_only=True)
     if tok.pad_token is None:
