@@ -1,7 +1,7 @@
 """Hostile sweep over the files `mhar` commands read: damage each file kind in several ways and
 tally how each command takes it.
 
-    PYTHONPATH=$PWD .venv/bin/python tests/hostile/sweep.py [--work DIR] [--timeout 120] [--only SUBSTR]
+    PYTHONPATH=$PWD .venv/bin/python tests/hostile/sweep.py [--work DIR] [--timeout 120] [--only SUBSTR ...]
 
 It trains one tiny MHAR run (and captures its routing dataset), then for every attempt copies
 it, damages one file (truncated, binary garbage, empty, wrong JSON type, wrong field type,
@@ -192,6 +192,14 @@ def attempts() -> list[Attempt]:
     for name, dmg in [("garbage", garbage), ("truncate", truncate)] + [
             (c, dataset(c)) for c in ("rename-dim", "nan", "inf", "drop-var", "bad-coord", "out-of-range", "transpose")]:
         out.append(("routing.nc", "RUN/routing.nc", name, dmg, ["probe", "RUN/routing.nc", "--out", "TMP/pr"]))
+    ev = ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "TMP/ev"]
+    for name, dmg in [("garbage", garbage), ("truncate", truncate), ("list", json_list)]:
+        out.append(("tokenizer.json", "RUN/tokenizer.json", name, dmg, ["capture", "RUN", "--out", "TMP/r.nc"]))
+        out.append(("tokenizer.json", "RUN/tokenizer.json", name, dmg, ev))
+    for name, dmg in [("garbage", garbage), ("list", json_list), ("fingerprint-int", set_json(fingerprint=7))]:
+        out.append(("corpus.json", "RUN/corpus.json", name, dmg, ev))
+    for name, dmg in [("seq-str", set_json(seq_len="long")), ("garbage", garbage)]:
+        out.append(("train_config.json", "RUN/train_config.json", name, dmg, ev))
     return out
 
 
@@ -314,7 +322,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--work", default=None, help="scratch folder (default: a temporary one)")
     ap.add_argument("--timeout", type=float, default=120.0, help="seconds before an attempt counts as a hang")
-    ap.add_argument("--only", default=None, help="run only attempts whose label contains this")
+    ap.add_argument("--only", nargs="+", default=None, help="run only attempts whose label contains one of these")
     ap.add_argument("--subprocess", action="store_true",
                     help="run each attempt in a fresh interpreter instead of a forked child (slower)")
     args = ap.parse_args()
@@ -332,7 +340,7 @@ def main() -> int:
     rows = []
     for i, (kind, target, name, damage, argv) in enumerate(attempts()):
         label = f"{kind}:{name} -> mhar {' '.join(argv[:2])}"
-        if args.only and args.only not in label:
+        if args.only and not any(o in label for o in args.only):
             continue
         case = work / f"case{i}"
         shutil.rmtree(case, ignore_errors=True)
