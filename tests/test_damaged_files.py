@@ -125,6 +125,8 @@ CASES: list[Case] = [
      ["capture", "RUN", "--out", "TMP/r.nc"], "non-finite value(s)"),
     ("capture-no-routing-tensors", lambda r, t: rewrite_weights(r / "model.safetensors", no_routing),
      ["capture", "RUN", "--out", "TMP/r.nc"], "tensor(s) the model needs are missing"),
+    ("capture-tokenizer-wrong-type", lambda r, t: (r / "tokenizer.json").write_text("[1, 2, 3]"),
+     ["capture", "RUN", "--out", "TMP/r.nc"], "has no usable tokenizer files (TypeError"),
     ("capture-hidden-size-1e9", lambda r, t: edit_json(r / "config.json", hidden_size=10**9),
      ["capture", "RUN", "--out", "TMP/r.nc"], "hidden_size=1000000000 is beyond any real model"),
     ("capture-wrong-shape-weight", lambda r, t: rewrite_weights(r / "model.safetensors", wrong_shape),

@@ -53,8 +53,8 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = None,
     set_routing_backend(model, backend).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(run)
-    except (OSError, ValueError) as exc:
-        raise CaptureError(f"{run} has no usable tokenizer files ({exc})") from None
+    except Exception as exc:  # tokenizers' own errors are plain Exceptions; a list for a dict is a TypeError
+        raise CaptureError(f"{run} has no usable tokenizer files ({type(exc).__name__}: {exc})") from None
     cfg_path = run / "train_config.json"
     train_cfg = read_train_config(cfg_path) if cfg_path.is_file() else {}
     return model, tokenizer, train_cfg
