@@ -13,41 +13,57 @@ and its curves. Two views are built from it, never from the files again:
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from mhar_probe.errors import UserError
 from mhar_probe.jsonl import read_jsonl
+from mhar_probe.model.saved import check_config_values
+from mhar_probe.runfiles import check_metrics_row, read_json_object, read_summary, read_train_config
 from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
 
 METRICS = "metrics.jsonl"
 
 
+def _checked_model_config(path: Path) -> dict[str, Any]:
+    doc = read_json_object(path, "a model config")
+    check_config_values(doc, str(path))
+    return doc
+
+
+#: the reader of each JSON document of a run (`mhar_probe.runfiles`): its checks, one per file kind
+READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
+    "config.json": _checked_model_config,
+    "train_config.json": read_train_config,
+    "summary.json": read_summary,
+    "corpus.json": lambda p: read_json_object(p, "a corpus record"),
+}
+
+
 def read_json(path: Path, *, error: type[UserError] = UserError) -> dict[str, Any]:
-    """A run's JSON document; {} if it is missing or not an object, `error` if it is not JSON."""
+    """A run's JSON document, checked by the reader of its kind (`READERS`; any other: an
+    object); {} if it is missing, `error` naming the file if it is damaged."""
     if not path.exists():
         return {}
     try:
-        doc = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise error(f"{path}:{exc.lineno}: not valid JSON ({exc.msg})") from None
-    return doc if isinstance(doc, dict) else {}
+        return READERS.get(path.name, lambda p: read_json_object(p, "a JSON object"))(path)
+    except UserError as exc:
+        raise error(str(exc)) from None
 
 
 def parse_metrics(path: Path, *, error: type[UserError] = UserError) -> list[dict[str, Any]]:
     """The lines of a metrics.jsonl (blank lines skipped); a malformed line raises `error`
-    naming file and line. Every line is an object with `step`; `val_loss`, where present, a number."""
+    naming file and line. Every line is an object with an integer `step` whose values are
+    numbers a run can log (`mhar_probe.runfiles.check_metrics_row`)."""
     rows = []
     for lineno, rec in read_jsonl(path, error):
-        if not isinstance(rec, dict) or "step" not in rec:
-            raise error(f"{path}:{lineno}: expected an object with a 'step' field")
-        if "val_loss" in rec and not isinstance(rec["val_loss"], (int, float)):
-            raise error(f"{path}:{lineno}: 'val_loss' must be a number, got {rec['val_loss']!r}")
-        rows.append(rec)
+        try:
+            rows.append(check_metrics_row(rec, f"{path}:{lineno}"))
+        except UserError as exc:
+            raise error(str(exc)) from None
     return rows
 
 

@@ -11,7 +11,9 @@ import torch
 from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM
 from .model.config import routing_heads_reason
+from .model.saved import check_config_values
 from .rundir import require_run_dir
+from .runfiles import read_json_object, read_summary
 
 PARTS = (  # (part, predicate on the parameter name), first match wins
     ("embedding", lambda n: "embed_tokens" in n or n.startswith("lm_head")),
@@ -38,6 +40,7 @@ def load_config(run: str | None, preset: str | None, method: str | None, heads: 
         cfg_file = path / "config.json"
         if not cfg_file.exists():
             raise UserError(f"{path} has no config.json yet (the run has not finished)")
+        check_config_values(read_json_object(cfg_file, "a model config"), str(cfg_file))  # before any loop
         try:
             return MHARConfig.from_pretrained(path)
         except Exception as exc:  # corrupt json
@@ -62,7 +65,7 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
         seq_len_for_flops=seq_len, config=json.loads(config.to_json_string()),
     )
     if run is not None and (Path(run) / "summary.json").exists():
-        info["summary"] = json.loads((Path(run) / "summary.json").read_text())
+        info["summary"] = read_summary(Path(run) / "summary.json")
     if not as_text:
         return info
     lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']} "
@@ -74,5 +77,6 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
               for k, v in info["flops_per_token"].items()]
     if "summary" in info:
         s = info["summary"]
-        lines.append(f"tail-mean val loss {s['tail_mean_val_loss']:.4f} after {s['steps']} steps")
+        if s.get("tail_mean_val_loss") is not None:
+            lines.append(f"tail-mean val loss {s['tail_mean_val_loss']:.4f} after {s.get('steps')} steps")
     return "\n".join(lines)

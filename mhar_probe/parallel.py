@@ -25,7 +25,6 @@ world size and wrapping resumes under any other.
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 from pathlib import Path
 from typing import Any, Iterable, Iterator
@@ -39,7 +38,7 @@ from transformers.dynamic_module_utils import custom_object_save
 from . import atomic
 from .distributed import DistInfo
 from .errors import UserError
-from .rundir import CHECKPOINT, _untie, write_checkpoint
+from .rundir import CHECKPOINT, _untie, read_checkpoint_state, write_checkpoint
 
 try:  # torch >= 2.6
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -246,12 +245,13 @@ def save_full_checkpoint(out: Path, model_state: dict[str, Tensor], optim_state:
     write_checkpoint(out, fill)
 
 
-def load_full_checkpoint(out: Path) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any],
-                                             dict[str, dict[str, Tensor]]]:
-    """(model state, optimizer state, trainer state, extras) of RUN/checkpoint/, or UserError."""
+def load_full_checkpoint(out: Path, steps: int | None = None) -> tuple[dict[str, Tensor], dict[str, Any],
+                                                                  dict[str, Any], dict[str, dict[str, Tensor]]]:
+    """(model state, optimizer state, trainer state, extras) of RUN/checkpoint/, or UserError;
+    the state's step an integer in [0, steps] (`rundir.read_checkpoint_state`)."""
     ckpt = out / CHECKPOINT
+    state = read_checkpoint_state(out, steps)
     try:
-        state = json.loads((ckpt / "state.json").read_text())
         if state.get("optimizer_keys") != "names":
             raise UserError(f"checkpoint in {ckpt} was written by a different trainer (optimizer state "
                             f"is not keyed by parameter name); use --overwrite to start over")

@@ -29,6 +29,7 @@ from . import atomic
 from .errors import UserError
 from .jsonl import read_jsonl
 from .outputs import LOCK_FILE, OutputKind, check_output, refuse_together
+from .runfiles import RunFileError, check_metrics_row, read_state
 
 CHECKPOINT = "checkpoint"
 T = TypeVar("T")
@@ -215,11 +216,13 @@ def _untie(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return kept
 
 
-def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-    """Restore model and optimizer in place; returns the trainer state. Clear errors if corrupt."""
+def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+                    steps: int | None = None) -> dict[str, Any]:
+    """Restore model and optimizer in place; returns the trainer state (its step an integer in
+    [0, steps], `runfiles.read_state`). Clear errors if corrupt."""
     ckpt = out / CHECKPOINT
+    state = read_checkpoint_state(out, steps)
     try:
-        state = json.loads((ckpt / "state.json").read_text())
         tensors = load_file(ckpt / "model.safetensors")
         opt_state = torch.load(ckpt / "optimizer.pt", weights_only=True, map_location="cpu")
     except FileNotFoundError as exc:
@@ -236,12 +239,20 @@ def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
     return state
 
 
+def read_checkpoint_state(out: Path, steps: int | None = None) -> dict[str, Any]:
+    """RUN/checkpoint/state.json, checked (`runfiles.read_state`): read before any tensor is."""
+    path = out / CHECKPOINT / "state.json"
+    if not path.is_file():
+        raise UserError(f"checkpoint in {out / CHECKPOINT} is incomplete: {path} is missing")
+    return read_state(path, steps)
+
+
 def read_metrics(path: Path) -> list[dict[str, Any]]:
     """The rows of a run's metrics.jsonl ([] before the first is written); a malformed line is a
     `UserError` naming file and line."""
     if not path.exists():
         return []
-    return [row for _, row in read_jsonl(path, UserError)]
+    return [check_metrics_row(row, f"{path}:{lineno}") for lineno, row in read_jsonl(path, RunFileError)]
 
 
 def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> None:

@@ -16,7 +16,6 @@ import functools
 import json
 import math
 import time
-import types
 import typing
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
@@ -38,6 +37,7 @@ from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .outputs import check_device, refuse_together
+from .runfiles import has_type
 from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
                      save_checkpoint, write_metrics)
 
@@ -118,43 +118,13 @@ class TrainConfig:
         return options_from_dict(cls, values, "training")
 
 
-def _has_type(value: Any, hint: Any) -> bool:
-    """Whether a JSON-like `value` fits the annotation `hint` (int, float, str, bool, None,
-    unions, tuple[...], list[...], dict[...], Any)."""
-    origin, args = typing.get_origin(hint), typing.get_args(hint)
-    if hint is Any:
-        return True
-    if origin in (typing.Union, types.UnionType):
-        return any(_has_type(value, a) for a in args)
-    if hint is type(None):
-        return value is None
-    if hint is bool:
-        return isinstance(value, bool)
-    if hint is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if hint is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if hint is str:
-        return isinstance(value, str)
-    if origin is tuple and len(args) == 2 and args[1] is Ellipsis:
-        return isinstance(value, (tuple, list)) and all(_has_type(v, args[0]) for v in value)
-    if origin is tuple:
-        return isinstance(value, (tuple, list)) and len(value) == len(args) and all(
-            _has_type(v, a) for v, a in zip(value, args))
-    if origin is list:
-        return isinstance(value, list) and all(_has_type(v, args[0]) for v in value)
-    if origin is dict or hint is dict:
-        return isinstance(value, dict)
-    return True  # an annotation this check does not know: left to the code that uses it
-
-
 def check_option_types(options: Any, what: str) -> None:
     """Every field of an options dataclass holds a value of its declared type (values read from
     JSON or a sweep grid carry no type guarantee); `UserError` names the first that does not."""
     hints = typing.get_type_hints(type(options))
     for f in fields(options):
         value = getattr(options, f.name)
-        if not _has_type(value, hints[f.name]):
+        if not has_type(value, hints[f.name]):
             hint = hints[f.name]
             kind = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
             raise UserError(f"{what} option {f.name} = {value!r} is not of type {kind}")
@@ -566,8 +536,8 @@ class Trainer:
     def restore(self) -> dict[str, Any]:
         """Load the checkpoint in `self.out` into model, optimizer (and extras); returns its state."""
         if not (self.full_checkpoints or self.fsdp):
-            return load_checkpoint(self.out, self.model, self.optimizer)
-        model_state, optim_state, state, extra = load_full_checkpoint(self.out)
+            return load_checkpoint(self.out, self.model, self.optimizer, steps=self.cfg.steps)
+        model_state, optim_state, state, extra = load_full_checkpoint(self.out, steps=self.cfg.steps)
         load_full_model_state(self.model, model_state)
         load_full_optimizer_state(self.model, self.optimizer, optim_state)
         self.load_extra_state(extra)

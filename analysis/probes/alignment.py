@@ -11,7 +11,6 @@ correlation of the two runs' head-consensus routing over the cells both can see.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +19,7 @@ import xarray as xr
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.model.methods import routing_heads_of
 
+from ..run import parse_metrics
 from .deviation import per_head_deviation
 from .provenance import with_provenance
 from .width import width_disagreement
@@ -43,7 +43,7 @@ def final_val_loss(ds: xr.Dataset) -> float:
     if run is None:
         return float("nan")
     path = run / "metrics.jsonl"
-    losses = [json.loads(line).get("val_loss") for line in path.read_text().splitlines() if line.strip()]
+    losses = [row.get("val_loss") for row in parse_metrics(path, error=CaptureError)]  # checked lines
     losses = [v for v in losses if v is not None]
     return float(losses[-1]) if losses else float("nan")
 

@@ -18,7 +18,7 @@ import xarray as xr
 from mhar_probe.capture.capture import capture_routing
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.capture.io import open_routing_dataset
-from mhar_probe.capture.runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
+from mhar_probe.capture.runs import DEFAULT_DATASET, check_same_weights, heldout_rows, load_run, row_batches
 
 from .alignment import heads_of
 from .provenance import run_label
@@ -59,6 +59,7 @@ def load_input(path: str, args: argparse.Namespace) -> xr.Dataset:
     saved = p / DEFAULT_DATASET
     if saved.is_file():
         ds = open_routing_dataset(saved)
+        check_same_weights(ds, saved, p / "model.safetensors")
         if _compatible(ds, args.slices, args.draws):
             return ds
     model, tokenizer, train_cfg = load_run(p)

@@ -42,6 +42,9 @@ from typing import Any, Iterable
 
 import numpy as np
 
+from mhar_probe.jsonl import not_text
+from mhar_probe.runfiles import RunFileError, read_json
+
 from .errors import StatsError
 
 DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
@@ -140,9 +143,9 @@ def discover(root: str | Path) -> dict[str, dict[str, Any]]:
 def read_results(path: Path) -> dict[str, Any]:
     """Parse a `results_<date>.json`; errors name the file."""
     try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise StatsError(f"{path}:{e.lineno}: not valid JSON ({e.msg})") from None
+        data = read_json(path)
+    except RunFileError as exc:
+        raise StatsError(str(exc)) from None
     if not isinstance(data, dict) or "results" not in data:
         raise StatsError(f"{path}: not a harness results file (no 'results' object)")
     return data
@@ -220,8 +223,12 @@ def read_samples(path: str | Path, task: str | None = None,
     duplicates: Counter = Counter()
     legacy: bool | None = None
     metric_sets: list[frozenset[str]] = []
-    with path.open(encoding="utf-8") as f:
-        for lineno, raw in enumerate(f, start=1):
+    with path.open("rb") as f:
+        for lineno, data in enumerate(f, start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StatsError(not_text(path, exc, lineno)) from None
             if not raw.strip():
                 continue
             where = f"{path}:{lineno}"

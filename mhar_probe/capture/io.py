@@ -11,6 +11,7 @@ import xarray as xr
 from ..atomic import write_with
 from ..outputs import OutputKind
 from ..outputs import check_output as guard
+from .checks import check_routing_dataset
 from .errors import CaptureError
 from .schema import DATASET_KIND, DATASET_MARKER
 
@@ -51,7 +52,8 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
 
 
 def open_routing_dataset(path: str | os.PathLike, *, load: bool = True) -> xr.Dataset:
-    """Open a dataset written by `capture_routing`; anything else raises `CaptureError`.
+    """Open a dataset written by `capture_routing`, checked against its schema (`checks.py`);
+    anything else raises `CaptureError`.
 
     `load=True` reads the (small) reduced variables into memory and closes the file; per-token
     weights, if present, stay lazy either way when `load=False`.
@@ -70,6 +72,11 @@ def open_routing_dataset(path: str | os.PathLike, *, load: bool = True) -> xr.Da
         ds.close()
         raise CaptureError(f"{path} is a netCDF file but not a routing dataset (its attribute "
                            f"{DATASET_MARKER!r} is not {DATASET_KIND!r}); create one with `mhar capture RUN`")
+    try:
+        check_routing_dataset(ds, path)
+    except Exception:
+        ds.close()
+        raise
     if load:
         keep = [v for v in ds.data_vars if "sample" not in ds[v].dims]
         small = ds[keep].load()

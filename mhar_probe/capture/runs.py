@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 from typing import Any
@@ -10,8 +9,10 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from ..rundir import load_pretrained
+from ..model.saved import load_model
+from ..runfiles import read_train_config
 from .errors import CaptureError
+from .schema import sha256_file
 
 DEFAULT_DATASET = "routing.nc"
 
@@ -25,26 +26,37 @@ def require_run(run_dir: str | Path) -> Path:
     return run
 
 
+def check_same_weights(ds: Any, dataset: Path, weights: Path) -> None:
+    """A run's saved routing dataset was captured from the weights the run holds now (its
+    `checkpoint_sha256`); else `CaptureError`: the weights changed or are damaged."""
+    recorded = ds.attrs.get("checkpoint_sha256") or ""
+    current = sha256_file(weights) if weights.is_file() else ""
+    if recorded != current:
+        raise CaptureError(f"{dataset} was captured from weights with sha256 {recorded[:12] or 'unknown'}, but "
+                           f"{weights} {'has ' + current[:12] if current else 'is missing'}: the weights changed "
+                           f"or are damaged; capture the run again")
+
+
 def load_run(run_dir: str | Path, device: str | torch.device | None = None,
              backend: str | None = None) -> tuple[nn.Module, Any, dict[str, Any]]:
     """(model in eval mode on `device`, routing with `backend` (default: the device's, see
     `choose_backend`), tokenizer, train_config.json as a dict ({} if absent))."""
     import mhar_probe  # noqa: F401  (registers the Auto classes)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     from ..model.routing import choose_backend, set_routing_backend
 
     run = require_run(run_dir)
     device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
     backend = choose_backend(device, backend)  # an unknown backend fails before the weights load
-    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model")
+    model = load_model(run, "model")
     set_routing_backend(model, backend).to(device).eval()
     try:
         tokenizer = AutoTokenizer.from_pretrained(run)
-    except (OSError, ValueError) as exc:
-        raise CaptureError(f"{run} has no usable tokenizer files ({exc})") from None
+    except Exception as exc:  # tokenizers' own errors are plain Exceptions; a list for a dict is a TypeError
+        raise CaptureError(f"{run} has no usable tokenizer files ({type(exc).__name__}: {exc})") from None
     cfg_path = run / "train_config.json"
-    train_cfg = json.loads(cfg_path.read_text()) if cfg_path.is_file() else {}
+    train_cfg = read_train_config(cfg_path) if cfg_path.is_file() else {}
     return model, tokenizer, train_cfg
 
 

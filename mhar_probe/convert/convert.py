@@ -22,7 +22,9 @@ from ..model.delta_config import DEFAULT_ROUTING_HEADS, MHARDeltaConfig, support
 from ..model.delta_modeling import MHARDeltaForCausalLM
 from ..model.routing import check_backend, set_routing_backend
 from ..outputs import OutputKind, check_output
+from ..model.saved import check_config_values, check_finite, check_weights
 from ..rundir import load_pretrained
+from ..runfiles import read_json_object
 from .errors import ConversionError
 
 
@@ -95,13 +97,17 @@ def convert_checkpoint(src: str | Path, dst: str | Path, num_blocks: int | None 
         raise ConversionError(f"{src} is not a Hugging Face model directory (no config.json); "
                               f"save the base with save_pretrained first")
     check_output(dst, CONVERTED_MODEL, overwrite=overwrite, inputs=[("model", src)])
-    try:
+    check_config_values(read_json_object(src / "config.json", "a model config"), str(src / "config.json"))
+    try:  # sizes checked above: a config with 10^9 layers is not looped over here
         base_config = AutoConfig.from_pretrained(src)
-    except (ValueError, KeyError, OSError) as exc:
-        raise ConversionError(f"cannot read {src / 'config.json'} ({exc}); {supported_text()}") from exc
+    except (ValueError, KeyError, OSError, TypeError) as exc:
+        raise ConversionError(f"cannot read {src / 'config.json'} ({type(exc).__name__}: {exc}); "
+                              f"{supported_text()}") from exc
     delta_config_for(base_config, num_blocks, heads, eps, routing_backend)  # fail fast, before the weights
+    check_weights(src, base_config, extra_ok=True)  # names, shapes, floating dtypes; nothing loaded yet
 
     base = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "base model", dtype="auto").eval()
+    check_finite(base, src)
     ids = _probe_ids(base.config.vocab_size)
     with torch.no_grad():
         reference = base(ids).logits if verify else None

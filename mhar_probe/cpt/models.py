@@ -18,12 +18,12 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 from torch import nn
-from transformers import AutoConfig, AutoModelForCausalLM
+from transformers import AutoModelForCausalLM
 
 from ..errors import UserError
 from ..model.routing import set_routing_backend
 from ..parallel import decoder_layers
-from ..rundir import load_pretrained
+from ..model import saved
 
 
 def read_config(src: Path) -> Any:
@@ -32,10 +32,7 @@ def read_config(src: Path) -> Any:
 
     if not (src / "config.json").is_file():
         raise UserError(f"{src} is not a Hugging Face model directory (no config.json)")
-    try:
-        return AutoConfig.from_pretrained(src, local_files_only=True)
-    except Exception as exc:  # transformers raises ValueError / KeyError / OSError here
-        raise UserError(f"cannot read {src / 'config.json'} ({type(exc).__name__}: {exc})") from exc
+    return saved.read_config(src)
 
 
 def is_converted(config: Any) -> bool:
@@ -63,6 +60,7 @@ def _read_weights(src: Path) -> dict[str, torch.Tensor]:
 
 def load_base_of_converted(src: Path, config: Any) -> nn.Module:
     """The base model inside a converted directory, without the routing hooks."""
+    saved.check_weights(src, config)
     base = AutoModelForCausalLM.from_config(config.text_config, dtype=torch.float32)
     state = {k[len("base."):]: v.float() for k, v in _read_weights(src).items() if k.startswith("base.")}
     missing, unexpected = base.load_state_dict(state, strict=False)
@@ -70,6 +68,7 @@ def load_base_of_converted(src: Path, config: Any) -> nn.Module:
     if unexpected or set(missing) - tied:
         raise UserError(f"{src}: the base weights do not match its config "
                         f"(missing {sorted(set(missing) - tied)[:3]}, unexpected {sorted(unexpected)[:3]})")
+    saved.check_finite(base, src)
     return base
 
 
@@ -81,12 +80,11 @@ def load_cpt_model(src: Path, control: bool, routing_backend: str | None) -> nn.
         if control:
             model = load_base_of_converted(src, config)
         else:
-            model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "converted model",
-                                    dtype=torch.float32, local_files_only=True)
+            model = saved.load_model(src, "converted model", config=config, dtype=torch.float32,
+                                     local_files_only=True)
             set_routing_backend(model, routing_backend)
     elif control:
-        model = load_pretrained(AutoModelForCausalLM.from_pretrained, src, "model", dtype=torch.float32,
-                                local_files_only=True)
+        model = saved.load_model(src, "model", config=config, dtype=torch.float32, local_files_only=True)
     else:
         raise UserError(f"{src} is a plain {config.model_type} model, not a converted one; convert it with "
                         f"`mhar convert {src} DST` and train DST, or pass --control to train it as is")

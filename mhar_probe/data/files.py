@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..jsonl import read_jsonl
+from ..jsonl import not_text, read_jsonl
 from .document import Document
 from .errors import DataError
 
@@ -40,10 +40,11 @@ EOT_MARKER = "<|endoftext|>"
 
 
 def _read_txt(path: Path, rel: str, source: str) -> list[Document]:
+    data = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        raise DataError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+        raise DataError(not_text(path, exc, data[: exc.start].count(b"\n") + 1)) from None
     text = text.replace("\r\n", "\n")
     if EOT_MARKER in text:
         pieces = [p.strip("\n") for p in text.split(EOT_MARKER)]

@@ -30,7 +30,9 @@ from typing import Any, Sequence
 
 from ..atomic import replace_dir, staging_dir
 from ..outputs import OutputKind, check_device, check_output
+from ..model import saved
 from ..rundir import load_pretrained
+from ..runfiles import read_json_object, read_train_config
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
 
@@ -118,10 +120,7 @@ def train_settings(run: Path) -> dict[str, Any]:
     p = run / "train_config.json"
     if not p.exists():
         return {}
-    try:
-        return json.loads(p.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as e:
-        raise EvalError(f"{p}:{e.lineno}: not valid JSON ({e.msg})") from None
+    return read_train_config(p)
 
 
 def default_device() -> str:
@@ -137,7 +136,7 @@ def load_model(run: Path, device: str):
     whatever backend the run was trained with.
     """
     import torch
-    from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     import mhar_probe  # noqa: F401  (registers the Auto classes)
 
@@ -150,9 +149,7 @@ def load_model(run: Path, device: str):
     from mhar_probe.model.routing import choose_backend, set_routing_backend
 
     backend = choose_backend(dev)
-    config = load_pretrained(AutoConfig.from_pretrained, run, "model config", local_files_only=True)
-    model = load_pretrained(AutoModelForCausalLM.from_pretrained, run, "model", config=config,
-                            local_files_only=True)
+    model = saved.load_model(run, "model", local_files_only=True)
     set_routing_backend(model, backend).to(dev).eval()
     tok = load_pretrained(AutoTokenizer.from_pretrained, run, "tokenizer", local_files_only=True)
     if tok.pad_token is None:
@@ -213,10 +210,10 @@ def _recorded_fingerprint(run: Path) -> str | None:
     p = run / "corpus.json"
     if not p.exists():
         return None
-    try:
-        return json.loads(p.read_text(encoding="utf-8")).get("fingerprint")
-    except json.JSONDecodeError:
-        return None
+    fingerprint = read_json_object(p, "a corpus record").get("fingerprint")
+    if fingerprint is not None and not isinstance(fingerprint, str):
+        raise EvalError(f"{p}: fingerprint = {fingerprint!r:.80} is not a string")
+    return fingerprint
 
 
 def check_tasks_dirs(dirs: Sequence[str]) -> list[Path]:
@@ -342,9 +339,9 @@ def provenance(run: Path, settings: dict[str, Any], cfg: EvalConfig, *, max_leng
 
     corpus = None
     if (run / "corpus.json").exists():
-        c = json.loads((run / "corpus.json").read_text(encoding="utf-8"))
+        c = read_json_object(run / "corpus.json", "a corpus record")
         corpus = {"name": c.get("name"), "fingerprint": c.get("fingerprint")}
-    model_cfg = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    model_cfg = read_json_object(run / "config.json", "a model config")
     return {
         "run": str(run.resolve()),
         "checkpoint": str((run / "model.safetensors").resolve()),

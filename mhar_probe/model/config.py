@@ -6,6 +6,7 @@ in minutes on two CPU cores.
 
 from __future__ import annotations
 
+import math
 import warnings
 from typing import Any
 
@@ -64,6 +65,34 @@ def drop_saved_backend(kwargs: dict[str, Any]) -> None:
 
 class ConfigError(UserError):
     """A configuration the model cannot be built from; the message names the field to fix."""
+
+
+#: the largest value of each size field a real decoder has (the largest released models stay
+#: well inside: d 16384-25600, L 126-160, vocab 256K, FFN 53248-73728, context 1M-10M); a
+#: config.json beyond them is damaged, and refused before anything that size is allocated or
+#: looped over
+SIZE_LIMITS: dict[str, int] = {
+    "vocab_size": 1 << 22, "hidden_size": 1 << 16, "num_hidden_layers": 1 << 10, "num_attention_heads": 1 << 10,
+    "num_key_value_heads": 1 << 10, "head_dim": 1 << 12, "intermediate_size": 1 << 18,
+    "max_position_embeddings": 1 << 24, "routing_heads": 1 << 10, "hyper_streams": 64, "delta_num_blocks": 1 << 10,
+}
+
+
+def check_size(name: str, value: Any) -> int:
+    """`value` of the size field `name` is an integer in [1, SIZE_LIMITS[name]], else `ConfigError`."""
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ConfigError(f"{name}={value!r:.80} must be a positive integer")
+    if value > SIZE_LIMITS.get(name, value):
+        raise ConfigError(f"{name}={value} is beyond any real model (at most {SIZE_LIMITS[name]})")
+    return value
+
+
+def check_positive_floats(config: Any, names: tuple[str, ...]) -> None:
+    """Each of `names` on `config` is a finite number above 0 (an epsilon, a RoPE base)."""
+    for name in names:
+        value = getattr(config, name, None)
+        if not isinstance(value, (int, float)) or isinstance(value, bool) or not 0 < value < math.inf:
+            raise ConfigError(f"{name}={value!r:.80} must be a finite number above 0")
 
 
 class MHARConfig(PretrainedConfig):
@@ -145,13 +174,22 @@ class MHARConfig(PretrainedConfig):
                            "routing_heads", "hyper_streams", "delta_num_blocks")
 
     def validate(self) -> None:
-        """Raise `ConfigError` naming the field to fix."""
+        """Raise `ConfigError` naming the field to fix: types and the ranges a real model can
+        have (`SIZE_LIMITS`), checked before anything is allocated or looped over."""
         for name in self.POSITIVE_INT_FIELDS:
             if name == "head_dim" and self.head_dim is None:
                 continue
-            value = getattr(self, name, 1)
-            if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-                raise ConfigError(f"{name}={value!r} must be a positive integer")
+            check_size(name, getattr(self, name, 1))
+        check_positive_floats(self, ("rms_norm_eps", "rope_theta"))
+        if not isinstance(self.initializer_range, (int, float)) or isinstance(self.initializer_range, bool) \
+                or not 0 <= self.initializer_range < math.inf:
+            raise ConfigError(f"initializer_range={self.initializer_range!r} must be a finite number >= 0")
+        if not isinstance(self.tie_word_embeddings, bool):
+            raise ConfigError(f"tie_word_embeddings={self.tie_word_embeddings!r} must be true or false")
+        if not isinstance(self.residual_method, str):
+            raise ConfigError(f"residual_method={self.residual_method!r} must be a method name (a string)")
+        if self.preset is not None and not isinstance(self.preset, str):
+            raise ConfigError(f"preset={self.preset!r} must be a preset name (a string) or null")
         if self.head_dim is None:
             self.head_dim = self.hidden_size // self.num_attention_heads
         try:

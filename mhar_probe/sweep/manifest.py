@@ -12,7 +12,6 @@ runner when training raised.
 
 from __future__ import annotations
 
-import json
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -20,6 +19,7 @@ from typing import Any
 from ..errors import UserError
 from ..atomic import write_json
 from ..rundir import CHECKPOINT
+from ..runfiles import read_json, read_summary
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -28,12 +28,8 @@ FORMAT = 1
 def run_status(run_dir: Path) -> str:
     """finished | interrupted | partial | pending, from the files in `run_dir`."""
     summary = run_dir / "summary.json"
-    if summary.exists():
-        try:
-            if json.loads(summary.read_text()).get("finished"):
-                return "finished"
-        except json.JSONDecodeError:
-            pass
+    if summary.exists() and read_summary(summary).get("finished"):
+        return "finished"
     if (run_dir / CHECKPOINT / "state.json").exists():
         return "interrupted"
     if run_dir.is_dir() and any(run_dir.iterdir()):
@@ -45,12 +41,13 @@ def read_manifest(out: Path) -> dict[str, Any] | None:
     path = out / MANIFEST
     if not path.exists():
         return None
-    try:
-        doc = json.loads(path.read_text())
-    except json.JSONDecodeError as exc:
-        raise UserError(f"{path} is not valid JSON ({exc.msg}, line {exc.lineno}); fix or remove it") from exc
+    doc = read_json(path)  # not UTF-8, not JSON: "PATH:LINE: ..." (runfiles.RunFileError)
     if not isinstance(doc, dict) or doc.get("format") != FORMAT or not isinstance(doc.get("runs"), list):
         raise UserError(f"{path} is not a sweep manifest (format {FORMAT}); use another --out")
+    for i, run in enumerate(doc["runs"]):
+        if not (isinstance(run, dict) and isinstance(run.get("name"), str) and isinstance(run.get("axes"), dict)
+                and isinstance(run.get("status"), str)):
+            raise UserError(f"{path}: runs[{i}] is not an object with a name, axes and status; fix or remove it")
     return doc
 
 
@@ -66,7 +63,7 @@ def run_entry(name: str, axes: dict[str, Any], run_dir: Path, status: str | None
     status = status or run_status(run_dir)
     entry: dict[str, Any] = dict(name=name, axes=axes, status=status)
     if status == "finished":
-        summary = json.loads((run_dir / "summary.json").read_text())
+        summary = read_summary(run_dir / "summary.json")
         entry["tail_mean_val_loss"] = summary.get("tail_mean_val_loss")
     if error:
         entry["error"] = error
