@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..run import run_paths
 from .output import write_text_new
 from .ceg import ceg_table, final_points, fit_power_law, lower_envelope
 from .compare import MAX_UNPAIRED, compare_eval_dirs
@@ -94,7 +95,8 @@ def cmd_mcnemar(args: argparse.Namespace) -> int:
 
 
 def _load_runs(paths: Sequence[str], k: int) -> list[dict[str, Any]]:
-    return [load_run(p, k) for p in paths]
+    """The runs among `paths` (`analysis.run.run_paths`: what is not a run is skipped with a note)."""
+    return [load_run(p, k) for p in run_paths(paths, error=StatsError)]
 
 
 def _fmt(x: Any, spec: str = ".4f") -> str:
