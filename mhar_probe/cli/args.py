@@ -8,10 +8,6 @@ import math
 from typing import Callable, NoReturn, Sequence
 
 from ..errors import UserError
-from ..loss import LOSS_KERNELS
-from ..model.config import PRESETS
-from ..model.methods import METHODS
-from ..model.routing import ROUTING_BACKENDS
 
 
 class OneLineParser(argparse.ArgumentParser):
