@@ -359,3 +359,17 @@ def test_the_methods_drawn_together_have_clearly_different_colours():
         for b in together[i + 1:]:
             distance = float(np.linalg.norm(cie_lab(METHOD_COLORS[a]) - cie_lab(METHOD_COLORS[b])))
             assert distance > 40, (a, b, distance)
+
+
+def test_benchmark_tables_never_come_from_the_working_directory(tmp_path, monkeypatch):
+    """`mhar figures` run from the repository root picked up its benchmarks/ (table_cost,
+    table_kernel_speed); now only RUNS_DIR/benchmarks or --benchmarks count."""
+    from figures.build import default_benchmark_dirs
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert default_benchmark_dirs(None) == []
+    assert default_benchmark_dirs(tmp_path / "runs") == []
+    (tmp_path / "runs" / "benchmarks").mkdir()
+    assert default_benchmark_dirs(tmp_path / "runs") == [tmp_path / "runs" / "benchmarks"]

@@ -93,7 +93,7 @@ def mini_plan():
                            intermediate_size=64),
                 grids=dict(main=dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[42]),
                            seeds=dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])),
-                ladder_widths=(16,), eval_tasks=("mhar_lastword", "mhar_nextline"), eval_limit=16,
+                ladder_widths=(16,), eval_tasks=("mhar_heldout_ppl", "mhar_lastword"), eval_limit=16,
                 eval_batch_size=8, capture_tokens=256, mcnemar_bootstrap=50)
 
 
