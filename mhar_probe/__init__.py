@@ -13,6 +13,7 @@ are imported from `mhar_probe.model` on first access.
 
 from __future__ import annotations
 
+import importlib
 import importlib.abc
 import importlib.util
 import sys
@@ -63,11 +64,14 @@ elif not any(isinstance(f, _RegisterAfterTransformers) for f in sys.meta_path):
 
 
 def __getattr__(name: str) -> Any:
-    """`mhar_probe.MHARConfig` / `mhar_probe.MHARForCausalLM`, imported on first access."""
+    """`mhar_probe.MHARConfig` / `mhar_probe.MHARForCausalLM` and the subpackages
+    (`mhar_probe.model.set_routing_backend`, ...), imported on first access."""
     if name in ("MHARConfig", "MHARForCausalLM"):
         from . import model
 
         return getattr(model, name)
+    if not name.startswith("_") and importlib.util.find_spec(f"{__name__}.{name}") is not None:
+        return importlib.import_module(f"{__name__}.{name}")
     raise AttributeError(f"module 'mhar_probe' has no attribute {name!r}")
 
 

@@ -62,7 +62,9 @@ def test_mhar_help_imports_neither_torch_nor_transformers():
 def test_import_mhar_probe_still_registers_the_auto_classes_once_transformers_is_imported():
     code = ("import sys, mhar_probe\nassert 'torch' not in sys.modules\n"
             "from transformers import AutoConfig\nfrom transformers.models.auto.configuration_auto import "
-            "CONFIG_MAPPING\nprint(CONFIG_MAPPING['mhar'].__module__, CONFIG_MAPPING['mhar_delta'].__module__)")
+            "CONFIG_MAPPING\nprint(CONFIG_MAPPING['mhar'].__module__, CONFIG_MAPPING['mhar_delta'].__module__)\n"
+            "print(mhar_probe.model.set_routing_backend.__name__, mhar_probe.MHARConfig.__name__)")
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    assert proc.stdout.split() == ["mhar_probe.model.config", "mhar_probe.model.delta_config"]
+    assert proc.stdout.split() == ["mhar_probe.model.config", "mhar_probe.model.delta_config",
+                                   "set_routing_backend", "MHARConfig"]
