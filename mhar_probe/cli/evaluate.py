@@ -56,8 +56,9 @@ def cmd_eval(args: argparse.Namespace) -> int:
         files = export_tasks(args.run, args.export_tasks, overwrite=args.overwrite)
         for task in files.tasks:
             print(f"{task:22s} {files.counts.get(task, 0):6d} items  {files.root / (task + '.yaml')}")
+        usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
         print(f"lm_eval --model hf --model_args pretrained={args.run},trust_remote_code=True "
-              f"--tasks {','.join(files.tasks)} --include_path {files.root}")
+              f"--tasks {','.join(usable)} --include_path {files.root}")
         return 0
     if not args.tasks:
         raise UserError("give --tasks TASK[,TASK...] (or --export-tasks DIR)")
