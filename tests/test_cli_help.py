@@ -68,3 +68,15 @@ def test_import_mhar_probe_still_registers_the_auto_classes_once_transformers_is
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert proc.stdout.split() == ["mhar_probe.model.config", "mhar_probe.model.delta_config",
                                    "set_routing_backend", "MHARConfig"]
+
+
+def test_every_commands_help_renders():
+    """`mhar stats mcnemar --help` raised a TypeError (a bare '%' in a help text)."""
+    def walk(parser: argparse.ArgumentParser, name: str):
+        yield name, parser
+        if parser._subparsers is not None:
+            for sub_name, sub in parser._subparsers._group_actions[0].choices.items():  # type: ignore[union-attr]
+                yield from walk(sub, f"{name} {sub_name}")
+
+    for name, parser in walk(build_parser(), "mhar"):
+        assert parser.format_help(), name

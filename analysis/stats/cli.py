@@ -47,7 +47,7 @@ def add_stats_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the bootstrap CI")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--allow-unpaired", action="store_true",
-                   help=f"test the items that pair even when more than {MAX_UNPAIRED:.0%} of a task's do not")
+                   help=f"test the items that pair even when more than {MAX_UNPAIRED * 100:.0f}%% of a task's do not")
     p.add_argument("--date-a", default=None, help="harness run date id in DIR_A (default: latest)")
     p.add_argument("--date-b", default=None, help="harness run date id in DIR_B (default: latest)")
     p.set_defaults(func=cmd_mcnemar)
