@@ -14,6 +14,7 @@ and its curves. Two views are built from it, never from the files again:
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping
@@ -41,6 +42,40 @@ READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
     "summary.json": read_summary,
     "corpus.json": lambda p: read_json_object(p, "a corpus record"),
 }
+#: files any one of which makes a directory a run directory
+RUN_MARKERS = ("train_config.json", "summary.json", "config.json", METRICS)
+
+
+def is_run_path(path: str | Path) -> bool:
+    """Whether `path` is a run: a directory holding any of `RUN_MARKERS`, or a metrics.jsonl."""
+    path = Path(path)
+    if path.is_file():
+        return path.name == METRICS
+    return path.is_dir() and any((path / name).exists() for name in RUN_MARKERS)
+
+
+def run_paths(paths: Iterable[str | Path], *, error: type[UserError] = UserError,
+              note: Callable[[str], object] = lambda line: print(line, file=sys.stderr)) -> list[Path]:
+    """The runs among `paths` as a shell glob gives them (`mhar stats ceg runs/*`).
+
+    The rule: a path that does not exist is an error; of several paths, the ones that are not
+    runs (`is_run_path`: e.g. a sweep's manifest.json or its evals/ folder) are skipped, each
+    with one `note`; a single path is always read as a run, so that what is wrong with it is said.
+    No run left is an error."""
+    paths = [Path(p) for p in paths]
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        raise error(f"run {missing[0]} does not exist")
+    if len(paths) == 1:
+        return paths
+    kept = [p for p in paths if is_run_path(p)]
+    for p in paths:
+        if p not in kept:
+            note(f"skipped {p}: not a run (no {', '.join(RUN_MARKERS)})")
+    if not kept:
+        raise error(f"none of the {len(paths)} paths given is a run directory "
+                    f"(one holding {' or '.join(RUN_MARKERS)})")
+    return kept
 
 
 def read_json(path: Path, *, error: type[UserError] = UserError) -> dict[str, Any]:
@@ -110,6 +145,8 @@ class Run:
         """Read the run at `path` (its directory, or its metrics.jsonl). Missing documents read
         as {}; unreadable ones, and a run with no method recorded, raise `error`."""
         path = Path(path)
+        if path.is_file() and path.name != METRICS:  # e.g. a sweep's manifest.json from `runs/*`
+            raise error(f"{path} is a file, not a run directory (or a run's {METRICS})")
         run_dir = path.parent if path.is_file() else path
         metrics_path = path if path.is_file() else path / METRICS
         if not run_dir.exists():

@@ -31,16 +31,18 @@ class BuildReport:
 
 
 def default_benchmark_dirs(runs_dir: Path | None) -> list[Path]:
-    """RUNS_DIR/benchmarks, then ./benchmarks (the repository's committed results)."""
+    """RUNS_DIR/benchmarks where it exists (the study's own); never the working directory, so
+    the same runs give the same tables wherever the command runs (--benchmarks names others,
+    e.g. the repository's benchmarks/)."""
     dirs = [runs_dir / "benchmarks"] if runs_dir else []
-    dirs.append(Path("benchmarks"))
     return [d for d in dirs if d.is_dir()]
 
 
 def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] | None = None,
           overwrite: bool = False, benchmarks: Sequence[str | Path] | None = None,
-          evals: str | Path | None = None) -> BuildReport:
-    """Make every figure/table (or those in `only`) from the inputs; never raises for a skip."""
+          evals: str | Path | None = None, mhar_heads: int | None = None) -> BuildReport:
+    """Make every figure/table (or those in `only`) from the inputs; never raises for a skip.
+    `mhar_heads`: the H that stands for MHAR in the comparison tables (default: `choose_mhar_H`)."""
     registry = load_generators()
     if only:
         unknown = [n for n in only if n not in registry]
@@ -52,7 +54,7 @@ def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] |
     out = Path(out)
     if (out / "index.json").exists() and not overwrite:
         raise UserError(f"{out} already holds figures (index.json); pass --overwrite to regenerate them")
-    ctx = Context(runs_dir=runs, out=out, overwrite=overwrite,
+    ctx = Context(runs_dir=runs, out=out, overwrite=overwrite, mhar_heads=mhar_heads,
                   benchmarks=[Path(b) for b in benchmarks] if benchmarks else default_benchmark_dirs(runs),
                   evals=Path(evals) if evals else (runs / "evals" if runs and (runs / "evals").is_dir() else None))
     report = BuildReport(out=out)

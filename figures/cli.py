@@ -14,7 +14,12 @@ def add_figures_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
     p.add_argument("--out", required=True, help="output directory (PNG+PDF figures, MD/TeX/CSV tables)")
     p.add_argument("--only", nargs="+", default=None, metavar="NAME", help="only these generators (see --list)")
     p.add_argument("--benchmarks", nargs="+", default=None, metavar="DIR",
-                   help="directories with benchmark JSON (default: RUNS_DIR/benchmarks and ./benchmarks)")
+                   help="directories with benchmark JSON for table_cost / table_kernel_speed, e.g. the "
+                        "repository's benchmarks/ (default: RUNS_DIR/benchmarks if it exists; never the "
+                        "working directory)")
+    p.add_argument("--mhar-heads", type=int, default=None, metavar="H",
+                   help="the MHAR head count the comparison tables use (default: 8 if trained, else H = KV, "
+                        "else the largest H <= 8); the demo passes the H it evaluates")
     p.add_argument("--evals", default=None, metavar="DIR",
                    help="LM-eval harness outputs, one sub-directory per run name (default: RUNS_DIR/evals)")
     p.add_argument("--overwrite", action="store_true", help="replace figures already in --out")
@@ -32,7 +37,7 @@ def cmd_figures(args: argparse.Namespace) -> int:
             print(f"{name:22s} {gen.kind:6s} {gen.paper_ref:24s} needs: {gen.needs}")
         return 0
     report = build(args.runs, args.out, only=args.only, overwrite=args.overwrite, benchmarks=args.benchmarks,
-                   evals=args.evals)
+                   evals=args.evals, mhar_heads=args.mhar_heads)
     for name, outputs in report.made.items():
         for o in outputs:
             print(f"made     {o.name}: {', '.join(p.name for p in o.paths)}")

@@ -41,13 +41,14 @@ def pick_lr(ds: xr.Dataset, prefer: float = 5e-4) -> float:
     return float(max(lrs, key=lambda lr: (lrs[lr], -lr)))
 
 
-def choose_mhar_H(available: Iterable[int], kv: int | None) -> int | None:
-    """The head count that stands for MHAR: H = 8 (the paper's choice at scale), else H = KV,
+def choose_mhar_H(available: Iterable[int], kv: int | None, prefer: int | None = None) -> int | None:
+    """The head count that stands for MHAR: `prefer` if trained (the H a study evaluates, so its
+    tables and claims compare the same runs), else H = 8 (the paper's choice at scale), else H = KV,
     else the largest H <= 8 that is > 1."""
     hs = sorted(int(h) for h in available if int(h) > 1)
     if not hs:
         return None
-    for want in (8, kv):
+    for want in (prefer, 8, kv):
         if want in hs:
             return int(want)
     small = [h for h in hs if h <= 8]

@@ -32,7 +32,8 @@ class MethodComparison:
         return self.loss.get(key, np.nan) - self.loss.get("baseline", np.nan)
 
 
-def compare_methods(ds: xr.Dataset, preset: str, corpus: str) -> MethodComparison | None:
+def compare_methods(ds: xr.Dataset, preset: str, corpus: str, prefer_H: int | None = None
+                    ) -> MethodComparison | None:
     """The comparison at the preset's longest baseline budget and the chosen LR; None without
     a baseline and at least one other method there."""
     sub = select(ds, preset=preset, corpus=corpus)
@@ -49,7 +50,7 @@ def compare_methods(ds: xr.Dataset, preset: str, corpus: str) -> MethodCompariso
     seeds = sorted(set(base["seed"].values.tolist()))
     sub = select(sub, kv=kv, hidden_size=width, seed=seeds)  # the baseline's KV, width and seeds: paired cells
     mhar = select(sub, method="mhar")
-    H_main = choose_mhar_H(mhar["H"].values.tolist(), kv)
+    H_main = choose_mhar_H(mhar["H"].values.tolist(), kv, prefer=prefer_H)
     over = [int(h) for h in mhar["H"].values.tolist() if H_main is not None and h > H_main]
     H_over = max(over) if over else None
     cmp = MethodComparison(preset, corpus, lr, steps, kv, int(base["hidden_size"].values[0]),

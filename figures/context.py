@@ -31,6 +31,7 @@ class Context:
     overwrite: bool = False
     benchmarks: list[Path] = field(default_factory=list)  # directories searched for benchmark JSON
     evals: Path | None = None  # harness outputs, one sub-directory per run name
+    mhar_heads: int | None = None  # the H that stands for MHAR in comparisons (None: choose_mhar_H's rule)
     written: list[Path] = field(default_factory=list)
 
     @cached_property

@@ -36,9 +36,10 @@ def make(ctx) -> list[Output]:
                 ax.plot(hs, row.values[ok], marker="o", color=color, label=f"KV = {kv}")
                 lines[kv] = (hs.tolist(), row.values[ok].tolist())
             stars = [s for s in row_optima(g.grid) if s[0] in lines]
-            for kv, h in stars:
+            for k, (kv, h) in enumerate(stars):
                 ax.scatter([h], [float(g.grid.sel(kv=kv, H=h))], marker="*", s=120, color=STAR_COLOR,
-                           edgecolors="black", linewidths=0.6, zorder=5)
+                           edgecolors="black", linewidths=0.6, zorder=5,
+                           label="lowest loss of its KV row" if k == 0 else None)
             ax.set_xscale("log", base=2)
             allh = sorted({h for hs, _ in lines.values() for h in hs} | {int(k) for k in paper["points"]})
             ax.set_xticks(allh, [str(h) for h in allh])
@@ -51,6 +52,7 @@ def make(ctx) -> list[Output]:
             twin.plot(ph, [paper["points"][str(h)] for h in ph], ls="--", marker="s", ms=3, color=PAPER_COLOR,
                       alpha=0.7, label=f"paper {scale_label(paper['scale'])}, KV = {paper['kv']} (right axis)")
             twin.tick_params(axis="y", colors=PAPER_COLOR, labelsize=6, length=2, width=0.5)
+            twin.set_ylabel(f"paper {scale_label(paper['scale'])} val loss", color=PAPER_COLOR)
             twin.spines["right"].set_visible(True)
             twin.spines["right"].set_color(PAPER_COLOR)
             handles = ax.get_legend_handles_labels()

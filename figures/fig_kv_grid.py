@@ -33,7 +33,7 @@ def make(ctx) -> list[Output]:
             fig, ax = new_figure(COLUMN, 0.8)
             drawn = draw_heatmap(ax, g.grid)
             ax.set_title(f"{scale_label(g.preset)}: MHAR, KV x H ({g.steps} steps)")
-            if drawn["diagonal"]:
+            if drawn["diagonal"] or drawn["stars"]:
                 ax.legend(loc="upper left", bbox_to_anchor=(0, -0.2), ncol=2, handlelength=1.6)
             name = f"kv_grid_{g.preset}"
             paths = ctx.save_figure(fig, name)

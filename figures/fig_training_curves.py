@@ -83,6 +83,7 @@ def make(ctx) -> list[Output]:
                 inset.xaxis.set_major_locator(MaxNLocator(integer=True, nbins=5))
                 inset.set_title(f"tail: steps {start}-{last}", fontweight="normal")
                 inset.set_xlabel("step")
+                inset.set_ylabel("training loss (EMA)")
                 ax.indicate_inset_zoom(inset, edgecolor="#888888", alpha=0.6)
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("step")

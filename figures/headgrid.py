@@ -105,16 +105,18 @@ def draw_heatmap(ax: plt.Axes, grid: xr.DataArray, *, outline_kv: int | None = N
     stars = row_optima(grid)
     for kv, h in stars:
         ax.scatter([hs.index(h)], [kvs.index(kv) + 0.18], marker="*", s=110, color=STAR_COLOR,
-                   edgecolors="black", linewidths=0.6, zorder=4, label="_star")
+                   edgecolors="black", linewidths=0.6, zorder=4,
+                   label="lowest loss of its KV row" if (kv, h) == stars[0] else "_star")
     diag = [(kv, kv) for kv in kvs if kv in hs]
-    if diag:
+    if len(diag) == 1:  # one cell: outlined, not cut by a diagonal line through it
+        j, i = hs.index(diag[0][1]), kvs.index(diag[0][0])
+        ax.add_patch(Rectangle((j - 0.5, i - 0.5), 1, 1, fill=False, edgecolor=DIAGONAL_COLOR, lw=1.6, ls="--",
+                               zorder=3, label="H = KV"))
+    elif diag:
         xs = [hs.index(h) for _, h in diag]
         ys = [kvs.index(kv) for kv, _ in diag]
-        if len(diag) == 1:
-            xs, ys = [xs[0] - 0.5, xs[0] + 0.5], [ys[0] - 0.5, ys[0] + 0.5]
-        else:
-            xs = [xs[0] - 0.5 * np.sign(xs[1] - xs[0])] + xs + [xs[-1] + 0.5 * np.sign(xs[-1] - xs[-2])]
-            ys = [ys[0] - 0.5 * np.sign(ys[1] - ys[0])] + ys + [ys[-1] + 0.5 * np.sign(ys[-1] - ys[-2])]
+        xs = [xs[0] - 0.5 * np.sign(xs[1] - xs[0])] + xs + [xs[-1] + 0.5 * np.sign(xs[-1] - xs[-2])]
+        ys = [ys[0] - 0.5 * np.sign(ys[1] - ys[0])] + ys + [ys[-1] + 0.5 * np.sign(ys[-1] - ys[-2])]
         ax.plot(xs, ys, ls="--", color=DIAGONAL_COLOR, lw=1.3, zorder=3, label="H = KV")
     if outline_kv is not None and outline_kv in kvs:
         i = kvs.index(outline_kv)

@@ -29,9 +29,12 @@ OKABE_ITO = {
     "black": "#000000", "orange": "#E69F00", "sky": "#56B4E9", "green": "#009E73",
     "yellow": "#F0E442", "blue": "#0072B2", "vermillion": "#D55E00", "purple": "#CC79A7",
 }
+#: one Okabe-Ito hue per method (colour-blind safe), no two alike in lightness or hue family:
+#: the baseline black, MHAR vermillion, single-head blue, hyper-connections reddish purple,
+#: head-wise MHAR bluish green (orange is left out: beside vermillion it is the pair most often confused)
 METHOD_COLORS = {
-    "baseline": "#4D4D4D", "hyper": OKABE_ITO["orange"], "attnres": OKABE_ITO["sky"],
-    "mhar": OKABE_ITO["blue"], "mhar_hw": OKABE_ITO["green"], "delta": OKABE_ITO["purple"],
+    "baseline": OKABE_ITO["black"], "hyper": OKABE_ITO["purple"], "attnres": OKABE_ITO["blue"],
+    "mhar": OKABE_ITO["vermillion"], "mhar_hw": OKABE_ITO["green"], "delta": OKABE_ITO["sky"],
 }
 METHOD_LABELS = {
     "baseline": "Baseline", "hyper": "Hyper-conn.", "attnres": "Single-head", "mhar": "MHAR",

@@ -35,12 +35,12 @@ def make(ctx) -> list[Output]:
                   rule_before=last is not None and r["split"] != last)
             last = r["split"]
         paper = ctx.paper["corpus"]
-        for g in paper["groups"]:
+        for j, g in enumerate(paper["groups"]):  # the paper's groups only, so its rows do not swamp yours
             t.add([Cell("paper", "paper"), Cell(g["group"], g["group"]), Cell("-"), Cell("-"), Cell.num(g["pct"], "{:.1f}")],
-                  source="paper", rule_before=True)
-            for src, pct in g["sources"]:
-                t.add([Cell("paper", "paper"), Cell("  " + src, src), Cell("-"), Cell("-"),
-                       Cell("<0.1", pct) if pct < 0.1 else Cell.num(pct, "{:.1f}")], source="paper")
-        t.notes.append("Paper: " + paper["what"] + f" ({paper['ref']}).")
+                  source="paper", rule_before=j == 0)
+        t.notes.append("Paper: " + paper["what"] + f" ({paper['ref']}); its {len(paper['groups'])} source groups "
+                       "above, their sources (% bytes) here: " + "; ".join(
+                           f"{g['group']}: " + ", ".join(f"{src} {'<0.1' if pct < 0.1 else f'{pct:.1f}'}"
+                                                         for src, pct in g["sources"]) for g in paper["groups"]) + ".")
         outputs.append(Output(name, ctx.write_table(t), dict(table=t, composition=doc.get("composition", []))))
     return outputs

@@ -17,7 +17,7 @@ from .tables import Cell, Table
 
 NEEDS = ("a throughput file: python benchmarks/train_throughput/train_throughput.py --presets P "
          "--out benchmarks/train_throughput/DEVICE.json (read from train_throughput/ and the top of "
-         "RUNS_DIR/benchmarks or ./benchmarks)")
+         "RUNS_DIR/benchmarks, or of the folders given with --benchmarks, e.g. the repository's benchmarks/)")
 COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
 
 

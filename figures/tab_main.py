@@ -42,7 +42,7 @@ def paper_row(t: Table, row: dict, keys=KEYS, extra: list[Cell] | None = None) -
 def make(ctx) -> list[Output]:
     ds = ctx.runs
     corpus = main_corpus(ds)
-    comps = [c for p in values(ds, "preset") if (c := compare_methods(ds, p, corpus)) is not None]
+    comps = [c for p in values(ds, "preset") if (c := compare_methods(ds, p, corpus, ctx.mhar_heads)) is not None]
     if not comps:
         raise Skip(f"no preset on the {corpus} corpus has a baseline and another method at one LR", [NEEDS])
     t = Table("table_main", f"Validation loss (tail-mean), {corpus} corpus: methods vs baseline", COLUMNS)
@@ -56,6 +56,10 @@ def make(ctx) -> list[Output]:
         data[c.preset] = c
         t.notes.append(f"{scale_label(c.preset)}: lr {c.lr:g}, {c.steps} steps, runs per cell "
                        + ", ".join(f"{k} {n}" for k, n in c.n.items()))
+        if c.H_main is not None:
+            why = ("the H this study evaluates and its claims use (--mhar-heads)" if c.H_main == ctx.mhar_heads
+                   else "H = 8 if trained, else H = KV, else the largest H <= 8 (--mhar-heads picks another)")
+            t.notes.append(f"{scale_label(c.preset)}: the MHAR column is H = {c.H_main}: {why}.")
     for i, row in enumerate(paper.values()):  # paper scales you did not train, at the end
         paper_row(t, row)
         t.rows[-1].rule_before = i == 0

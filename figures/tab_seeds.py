@@ -6,7 +6,7 @@ from __future__ import annotations
 from analysis.runs import select
 from analysis.stats.curves import paired_seed_deltas
 
-from .common import choose_mhar_H, groups, pick_lr, scale_label
+from .common import groups, pick_lr, scale_label
 from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
@@ -24,10 +24,9 @@ def make(ctx) -> list[Output]:
         sub = select(sub, lr=pick_lr(sub))
         if len(set(select(sub, method="baseline")["seed"].values.tolist())) < 2:
             continue
-        H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), int(select(sub, method="baseline")["kv"].values[0]))
-        rows = [r for r in paired_seed_deltas(ctx.records(sub), pair_on=("preset", "kv", "lr", "seed"))
-                if r.n >= 2 and (r.method != "mhar" or r.H == H)]
-        rows.sort(key=lambda r: METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99)
+        # every method (and every MHAR H) paired over two or more seeds
+        rows = [r for r in paired_seed_deltas(ctx.records(sub), pair_on=("preset", "kv", "lr", "seed")) if r.n >= 2]
+        rows.sort(key=lambda r: (METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99, r.H or 0))
         for i, r in enumerate(rows):
             label = method_label(r.method) + (f" (H={r.H})" if r.method in ("mhar", "mhar_hw") else "")
             t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, lr {r.lr:g}", key["preset"]),

@@ -52,7 +52,7 @@ def make(ctx) -> list[Output]:
         except StatsError as exc:
             fit, why = None, str(exc)
         for preset in values(select(ds, corpus=corpus), "preset"):
-            c = compare_methods(ds, preset, corpus)
+            c = compare_methods(ds, preset, corpus, ctx.mhar_heads)
             if c is None:
                 continue
             gain = math.nan

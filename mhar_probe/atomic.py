@@ -16,6 +16,11 @@ place with ``os.replace``:
 
 A killed writer leaves only dot-named temporaries beside the target, never a partial file under
 the real name (`mhar_probe.rundir.TEMPORARY_GLOBS` sweeps them out of run directories).
+
+Permissions: ``mkstemp`` / ``mkdtemp`` create owner-only temporaries (0600 / 0700), so before a
+temporary takes its final name it gets what ``open`` / ``mkdir`` would have given it,
+``0o666 & ~umask`` for a file and ``0o777 & ~umask`` for a directory (0644 / 0755 under the usual
+umask 022): results written on a shared machine are as readable as any other file of the user's.
 """
 
 from __future__ import annotations
@@ -28,9 +33,28 @@ from pathlib import Path
 from typing import Any, Callable
 
 __all__ = ["temp_file", "replace_file", "write_with", "write_bytes", "write_text", "write_json",
-           "staging_dir", "replace_dir", "build_dir", "move_entries"]
+           "staging_dir", "replace_dir", "build_dir", "move_entries", "current_umask", "file_mode", "dir_mode",
+           "give_new_file_modes"]
 
 PathLike = str | os.PathLike[str]
+
+
+# ---------------------------------------------------------------------------- permissions
+def current_umask() -> int:
+    """The process's umask (read by setting it and putting it back at once)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def file_mode() -> int:
+    """The mode ``open(path, "w")`` gives a new file: 0o666 & ~umask."""
+    return 0o666 & ~current_umask()
+
+
+def dir_mode() -> int:
+    """The mode ``mkdir`` gives a new directory: 0o777 & ~umask."""
+    return 0o777 & ~current_umask()
 
 
 # ---------------------------------------------------------------------------- files
@@ -54,12 +78,14 @@ def _fsync(path: Path) -> None:
 
 
 def replace_file(tmp: PathLike, path: PathLike) -> Path:
-    """Flush the finished temporary `tmp` to disk and rename it over `path`.
+    """Flush the finished temporary `tmp` to disk, give it the mode of a newly created file
+    (`file_mode`: mkstemp made it 0600) and rename it over `path`.
 
     On any failure `tmp` is removed and `path` keeps its old content."""
     tmp, path = Path(tmp), Path(path)
     try:
         _fsync(tmp)
+        tmp.chmod(file_mode())
         os.replace(tmp, path)
     except BaseException:
         tmp.unlink(missing_ok=True)
@@ -103,14 +129,26 @@ def write_json(path: PathLike, obj: Any, *, sort_keys: bool = True,
 def staging_dir(final: PathLike, *, prefix: str | None = None, mode: int | None = None) -> Path:
     """Create an empty staging directory beside `final` (``.NAME.tmp-XXXX`` unless `prefix`).
 
-    It is private (0700) unless `mode` says otherwise."""
+    It gets the mode of a newly made directory (`dir_mode`, 0755 under umask 022; mkdtemp
+    alone would make it 0700) unless `mode` says otherwise."""
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=prefix if prefix is not None else f".{final.name}.tmp-",
                                 dir=final.parent))
-    if mode is not None:
-        tmp.chmod(mode)
+    tmp.chmod(mode if mode is not None else dir_mode())
     return tmp
+
+
+def give_new_file_modes(folder: PathLike) -> None:
+    """Give every file under the staging directory `folder` the mode of a newly created file
+    (`file_mode`) and every folder below it that of a new directory (`dir_mode`): some writers
+    (safetensors' ``save_file``) create owner-only files whatever the umask."""
+    fmode, dmode = file_mode(), dir_mode()
+    for root, dirs, files in os.walk(folder):
+        for name in dirs:
+            os.chmod(os.path.join(root, name), dmode)
+        for name in files:
+            os.chmod(os.path.join(root, name), fmode)
 
 
 def replace_dir(tmp: PathLike, dst: PathLike, *, aside: Path | None = None) -> Path:
@@ -144,12 +182,14 @@ def build_dir(final: PathLike, fill: Callable[[Path], object], *, replace: bool 
     replace=False: the first writer wins -- if another process put `final` in place meanwhile,
         this copy is discarded and theirs kept (for caches shared by concurrent processes).
     replace=True: an existing `final` is replaced through `replace_dir` (with its `aside`).
+    What `fill` wrote gets the modes of new files and folders (`give_new_file_modes`).
     The staging directory is removed whatever happens (except a kill); returns `final`.
     """
     final = Path(final)
     tmp = staging_dir(final, mode=mode)
     try:
         fill(tmp)
+        give_new_file_modes(tmp)
         if replace:
             replace_dir(tmp, final, aside=aside)
         else:

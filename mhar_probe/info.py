@@ -10,8 +10,8 @@ import torch
 
 from .errors import UserError
 from .model import MHARConfig, MHARForCausalLM
-from .model.config import routing_heads_reason
 from .model.saved import check_config_values
+from .model.config import PAPER_ROUTING_HEADS, PAPER_VOCAB_SIZE, routing_heads_reason
 from .rundir import require_run_dir
 from .runfiles import read_json_object, read_summary
 
@@ -34,7 +34,19 @@ def parameters_by_part(model: torch.nn.Module) -> dict[str, int]:
     return counts
 
 
-def load_config(run: str | None, preset: str | None, method: str | None, heads: int | None) -> MHARConfig:
+def preset_vocabulary(preset: str, vocab_size: int | None) -> tuple[int, str]:
+    """The vocabulary a preset is counted with, and why: `vocab_size` if given, else the paper's
+    151,936 at the paper's presets (so parameter counts match its tables), else the model default
+    (`tiny`: the 4,096-word BPE `mhar train` trains locally)."""
+    if vocab_size is not None:
+        return vocab_size, "--vocab-size"
+    if preset in PAPER_ROUTING_HEADS:
+        return PAPER_VOCAB_SIZE, "the paper's Qwen3 tokenizer; --vocab-size 4096 for a local run's default"
+    return MHARConfig().vocab_size, "mhar train's default BPE; --vocab-size to change"
+
+
+def load_config(run: str | None, preset: str | None, method: str | None, heads: int | None,
+                vocab_size: int | None = None) -> MHARConfig:
     if run is not None:
         path = require_run_dir(run)
         cfg_file = path / "config.json"
@@ -47,20 +59,28 @@ def load_config(run: str | None, preset: str | None, method: str | None, heads: 
             raise UserError(f"cannot read {cfg_file}: {exc}") from exc
     if preset is None:
         raise UserError("give a run directory or --preset (and --method)")
-    return MHARConfig.from_preset(preset, residual_method=method or "mhar", routing_heads=heads)
+    return MHARConfig.from_preset(preset, residual_method=method or "mhar", routing_heads=heads,
+                                  vocab_size=preset_vocabulary(preset, vocab_size)[0])
 
 
 def describe(run: str | None, *, preset: str | None = None, method: str | None = None,
-             heads: int | None = None, as_text: bool = False) -> Any:
+             heads: int | None = None, vocab_size: int | None = None, as_text: bool = False) -> Any:
+    """Parameters by part, training FLOPs per token and the config of a run, or of a preset
+    (counted with `preset_vocabulary`); the vocabulary counted is stated (embedding = V x d)."""
     from .flops import flops_per_token
 
-    config = load_config(run, preset, method, heads)
+    if run is not None and vocab_size is not None:
+        raise UserError("--vocab-size is for a preset; a run is counted with its own vocabulary")
+    config = load_config(run, preset, method, heads, vocab_size)
+    vocab_source = ("this run's tokenizer" if run is not None
+                    else preset_vocabulary(str(config.preset), vocab_size)[1])
     with torch.device("meta"):
         model = MHARForCausalLM(config)
     seq_len = config.max_position_embeddings // 2
     info = dict(
         run=run, method=config.residual_method, preset=config.preset, routing_heads=config.routing_heads,
         routing_heads_reason=routing_heads_reason(config),
+        vocab_size=config.vocab_size, vocab_source=vocab_source,
         parameters=parameters_by_part(model), flops_per_token=flops_per_token(config, seq_len),
         seq_len_for_flops=seq_len, config=json.loads(config.to_json_string()),
     )
@@ -70,6 +90,7 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
         return info
     lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']} "
              f"({info['routing_heads_reason']})"]
+    lines.append(f"vocabulary {info['vocab_size']:,} ({vocab_source})")
     lines.append("parameters:")
     lines += [f"  {k:<20} {v:>14,}" for k, v in info["parameters"].items()]
     lines.append(f"training FLOPs per token (T={seq_len}):")

@@ -598,6 +598,8 @@ class Trainer:
         if not self.fsdp:
             if self.info.is_main:
                 self.model.save_pretrained(self.out)
+                for weights in self.out.glob("*.safetensors"):  # safetensors writes them owner-only (0600)
+                    weights.chmod(atomic.file_mode())
             return
         state = full_model_state(self.model)
         if self.info.is_main:

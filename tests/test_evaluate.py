@@ -22,7 +22,8 @@ from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.cli.evaluate import add_eval_subparser
 from mhar_probe.data import load_tokenizer
 from mhar_probe.evaluate import heldout
-from mhar_probe.evaluate.heldout import NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, lastword_candidates
+from mhar_probe.evaluate.heldout import (NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, SHIPPED_TASKS, lastword_candidates,
+                                        sha256_file)
 from mhar_probe.train import TrainConfig, train
 
 from generation_checks import greedy_without_cache
@@ -305,3 +306,39 @@ def test_nextline_items_are_deterministic_and_answerable_only_by_content():
         assert real == lines[int(i)] and item["context"].splitlines()[-1] == lines[int(i) - 1]
         assert wrong not in lines and abs(len(wrong) - len(real)) <= 2  # another document, similar length
     assert {it["label"] for it in a} == {0, 1}
+
+
+def test_export_tasks_gives_stock_lm_eval_the_shipped_tasks(arms, tmp_path, capsys):
+    """`mhar eval RUN --export-tasks DIR`: the run's shipped tasks in a folder the user names, with
+    the same data as the ones `mhar eval` used, found by the stock harness's TaskManager through
+    --include_path; a non-empty folder is refused unless it is an earlier export and --overwrite."""
+    from lm_eval.tasks import TaskManager
+
+    root, out, _ = arms
+    run = out["baseline"][0]
+    dest = tmp_path / "tasks"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        assert cli("eval", run, "--export-tasks", dest) == 0
+        printed = capsys.readouterr().out
+        cached = heldout_tasks(load_corpus(None, max_bytes=SMALL["corpus_max_bytes"]).val,
+                               json.loads((run / "corpus.json").read_text())["fingerprint"])
+    assert f"--include_path {dest}" in printed and "trust_remote_code=True" in printed
+    for name, sha in cached.sha256.items():
+        if name.endswith(".jsonl"):
+            assert sha256_file(dest / name) == sha, name
+    for task in SHIPPED_TASKS:
+        assert str(dest / f"{task}.jsonl") in (dest / f"{task}.yaml").read_text()
+    assert set(SHIPPED_TASKS) <= set(TaskManager(include_path=[str(dest)], include_defaults=False).all_tasks)
+    before = sha256_file(dest / "mhar_lastword.yaml")
+    with pytest.raises(EvalError, match="exists and is not empty"):
+        cli("eval", run, "--export-tasks", dest)
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "notes.txt").write_text("mine")
+    with pytest.raises(EvalError, match="exists and is not empty"):
+        cli("eval", run, "--export-tasks", tmp_path / "other", "--overwrite")
+    assert (tmp_path / "other" / "notes.txt").read_text() == "mine"
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
+        assert cli("eval", run, "--export-tasks", dest, "--overwrite") == 0
+    assert sha256_file(dest / "mhar_lastword.yaml") == before

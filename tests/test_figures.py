@@ -316,3 +316,61 @@ def test_main_comparison_averages_only_shared_seeds(tmp_path):
     cmp = compare_methods(load_runs(tmp_path), "tiny", "embedded")
     assert cmp.loss["baseline"] == pytest.approx(tail_mean_of(b1)) and cmp.n["baseline"] == 1
     assert cmp.loss["mhar"] == pytest.approx(tail_mean_of(m1))
+
+
+def test_one_kv_row_outlines_its_h_equals_kv_cell_instead_of_a_diagonal_line():
+    import matplotlib.pyplot as plt
+    import numpy as np
+    import xarray as xr
+    from matplotlib.patches import Rectangle
+
+    from figures.headgrid import draw_heatmap
+
+    grid = xr.DataArray(np.array([[3.9, 3.8, 3.85]]), dims=("kv", "H"), coords=dict(kv=[2], H=[2, 4, 8]))
+    fig, ax = plt.subplots()
+    drawn = draw_heatmap(ax, grid)
+    assert drawn["diagonal"] == [(2, 2)]
+    assert not [line for line in ax.get_lines() if line.get_label() == "H = KV"]
+    (cell,) = [p for p in ax.patches if isinstance(p, Rectangle) and p.get_label() == "H = KV"]
+    assert (cell.get_x(), cell.get_y(), cell.get_width(), cell.get_height()) == (-0.5, -0.5, 1, 1)
+    labels = ax.get_legend_handles_labels()[1]
+    assert "lowest loss of its KV row" in labels
+    plt.close(fig)
+
+
+def cie_lab(colour: str) -> np.ndarray:
+    """sRGB (D65) -> CIELAB, the textbook formulas."""
+    from matplotlib.colors import to_rgb
+
+    rgb = np.array(to_rgb(colour))
+    lin = np.where(rgb <= 0.04045, rgb / 12.92, ((rgb + 0.055) / 1.055) ** 2.4)
+    xyz = np.array([[0.4124, 0.3576, 0.1805], [0.2126, 0.7152, 0.0722], [0.0193, 0.1192, 0.9505]]) @ lin
+    xyz /= np.array([0.95047, 1.0, 1.08883])
+    f = np.where(xyz > (6 / 29) ** 3, np.cbrt(xyz), xyz / (3 * (6 / 29) ** 2) + 4 / 29)
+    return np.array([116 * f[1] - 16, 500 * (f[0] - f[1]), 200 * (f[1] - f[2])])
+
+
+def test_the_methods_drawn_together_have_clearly_different_colours():
+    """training_curves draws these five in one panel; single-head and MHAR were two blues
+    (CIE76 distance 26), the baseline and MHAR two dark tones. Every pair now differs by > 40."""
+    from figures.style import METHOD_COLORS
+
+    together = ["baseline", "hyper", "attnres", "mhar", "mhar_hw"]
+    for i, a in enumerate(together):
+        for b in together[i + 1:]:
+            distance = float(np.linalg.norm(cie_lab(METHOD_COLORS[a]) - cie_lab(METHOD_COLORS[b])))
+            assert distance > 40, (a, b, distance)
+
+
+def test_benchmark_tables_never_come_from_the_working_directory(tmp_path, monkeypatch):
+    """`mhar figures` run from the repository root picked up its benchmarks/ (table_cost,
+    table_kernel_speed); now only RUNS_DIR/benchmarks or --benchmarks count."""
+    from figures.build import default_benchmark_dirs
+
+    (tmp_path / "benchmarks").mkdir()
+    (tmp_path / "runs").mkdir()
+    monkeypatch.chdir(tmp_path)
+    assert default_benchmark_dirs(None) == []
+    assert default_benchmark_dirs(tmp_path / "runs") == []
+    (tmp_path / "runs" / "benchmarks").mkdir()
+    assert default_benchmark_dirs(tmp_path / "runs") == [tmp_path / "runs" / "benchmarks"]

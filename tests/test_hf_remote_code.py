@@ -209,3 +209,32 @@ def test_stock_lm_eval_command_line_evaluates_a_run(saved, tmp_path):
     (results,) = (tmp_path / "out").rglob("results_*.json")
     acc = json.loads(results.read_text())["results"]["toy_remote"]["acc,none"]
     assert 0.0 <= acc <= 1.0
+
+
+TOKENIZER_LOADER = BLOCK_MHAR_PROBE + r"""
+from transformers import AutoTokenizer
+
+tok = AutoTokenizer.from_pretrained(sys.argv[1], trust_remote_code=True)
+print(json.dumps(tok("def f(x):\n    return x + 1\n").input_ids))
+"""
+
+
+def test_the_readme_tokenizer_load_needs_no_answer_to_a_prompt(saved):
+    """transformers 5's AutoTokenizer reads config.json first, and a run's config names its own
+    code (auto_map), so without mhar_probe the tokenizer takes `trust_remote_code=True` as the
+    model does (README); it then loads with no prompt (stdin closed) and no warning, and gives
+    the run's own tokenizer.json ids. With mhar_probe imported, the model type is known and no
+    flag is needed."""
+    from tokenizers import Tokenizer
+    from transformers import AutoTokenizer
+
+    text = "def f(x):\n    return x + 1\n"
+    expected = Tokenizer.from_file(str(saved["run"] / "tokenizer.json")).encode(text).ids
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": ""}
+    proc = subprocess.run([sys.executable, "-c", TOKENIZER_LOADER, str(saved["run"])], env=env,
+                          stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=300,
+                          cwd=saved["run"].parent)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Do you wish" not in proc.stdout + proc.stderr and "model of type" not in proc.stderr
+    assert json.loads(proc.stdout.splitlines()[-1]) == expected
+    assert AutoTokenizer.from_pretrained(saved["run"])(text).input_ids == expected  # mhar_probe imported here

@@ -84,3 +84,36 @@ def test_ceg_cli_recovers_alpha_and_gain(tmp_path, capsys):
     with pytest.raises(SystemExit):
         main(["stats", "ceg"])
     assert main(["stats", "ceg", runs[0]]) == 2
+
+
+def test_a_shell_glob_over_a_sweep_folder_skips_what_is_not_a_run(tmp_path, capsys):
+    """`mhar stats tails runs/*` on a sweep's folder: its manifest.json and evals/ are skipped,
+    each with a note, and the numbers are those of the runs alone."""
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for seed in (1, 2):
+        _run(runs, f"b{seed}", "baseline", "100m", seed, 1e-3, 1.0, 0.01 * seed)
+        _run(runs, f"m{seed}", "mhar", "100m", seed, 1e-3, 1.0, 0.01 * seed - 0.05)
+    (runs / "manifest.json").write_text(json.dumps({"runs": {"b1": {"status": "done"}}}, indent=2))
+    (runs / "evals" / "b1").mkdir(parents=True)
+    glob = sorted(str(p) for p in runs.iterdir())
+    alone = tmp_path / "alone.json"
+    assert main(["stats", "tails", *[g for g in glob if "/evals" not in g and "manifest" not in g],
+                 "--json", str(alone)]) == 0
+    capsys.readouterr()
+    out = tmp_path / "tails.json"
+    assert main(["stats", "tails", *glob, "--json", str(out)]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {runs / 'manifest.json'}: not a run" in err and f"skipped {runs / 'evals'}: not a run" in err
+    assert json.loads(out.read_text()) == json.loads(alone.read_text())
+    assert main(["stats", "ceg", *glob]) == 0  # baseline and MHAR at one scale: a table, no fit error
+
+
+def test_a_manifest_given_alone_is_named_as_what_it_is(tmp_path, capsys):
+    manifest = tmp_path / "manifest.json"
+    manifest.write_text(json.dumps({"runs": {}}, indent=2))
+    assert main(["stats", "tails", str(manifest)]) == 2
+    err = capsys.readouterr().err
+    assert "is a file, not a run directory" in err and "not valid JSON" not in err
+    assert main(["stats", "tails", str(tmp_path / "evals"), str(manifest)]) == 2
+    assert "does not exist" in capsys.readouterr().err

@@ -20,6 +20,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..run import run_paths
 from .output import write_text_new
 from .ceg import ceg_table, final_points, fit_power_law, lower_envelope
 from .compare import MAX_UNPAIRED, compare_eval_dirs
@@ -46,7 +47,7 @@ def add_stats_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     p.add_argument("--level", type=float, default=0.95, help="confidence level of the bootstrap CI")
     p.add_argument("--seed", type=int, default=0, help="bootstrap seed")
     p.add_argument("--allow-unpaired", action="store_true",
-                   help=f"test the items that pair even when more than {MAX_UNPAIRED:.0%} of a task's do not")
+                   help=f"test the items that pair even when more than {MAX_UNPAIRED * 100:.0f}%% of a task's do not")
     p.add_argument("--date-a", default=None, help="harness run date id in DIR_A (default: latest)")
     p.add_argument("--date-b", default=None, help="harness run date id in DIR_B (default: latest)")
     p.set_defaults(func=cmd_mcnemar)
@@ -94,7 +95,8 @@ def cmd_mcnemar(args: argparse.Namespace) -> int:
 
 
 def _load_runs(paths: Sequence[str], k: int) -> list[dict[str, Any]]:
-    return [load_run(p, k) for p in paths]
+    """The runs among `paths` (`analysis.run.run_paths`: what is not a run is skipped with a note)."""
+    return [load_run(p, k) for p in run_paths(paths, error=StatsError)]
 
 
 def _fmt(x: Any, spec: str = ".4f") -> str:

@@ -13,10 +13,13 @@ def add_demo_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     from ..demo.run import STAGES
 
     p = subparsers.add_parser("demo", help="the end-to-end demo on the embedded corpus (or another plan)")
-    p.add_argument("--out", default="demo_out")
+    p.add_argument("--out", default="demo_out",
+                   help="study folder: runs/ (one folder per run, with the sweep's manifest.json and evals/), "
+                        "ladder/, probes/, stats/, figures/, report.md (and report.html)")
     p.add_argument("--plan", default="demo", choices=sorted(PLANS),
                    help="demo: tiny runs on the embedded corpus (CPU); ladder: the GPU ladder (results/ladder)")
-    p.add_argument("--steps", type=int, default=None, help="training steps per run (default: the plan's)")
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps per run (default: the plan's, 150 for the demo)")
     p.add_argument("--stages", nargs="+", default=None, metavar="STAGE",
                    help=f"run only these stages (of: {' '.join(STAGES)}); the later ones read only files")
     p.add_argument("--grids", nargs="+", default=None, metavar="GRID",

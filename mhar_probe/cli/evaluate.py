@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import argparse
 
-from ..evaluate.harness import EvalConfig, run_eval
+from ..errors import UserError
 from ..evaluate.heldout import SHIPPED_TASKS
 
 
@@ -27,9 +27,12 @@ def add_eval_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
                     f"Shipped tasks (built from the run's held-out text): {', '.join(SHIPPED_TASKS)}. "
                     "The output directory is what `mhar stats mcnemar` reads.")
     p.add_argument("run", help="run directory made by `mhar train` (needs model.safetensors)")
-    p.add_argument("--tasks", required=True, type=_task_list, metavar="TASK[,TASK...]",
+    p.add_argument("--tasks", type=_task_list, metavar="TASK[,TASK...]",
                    help=f"comma-separated task names (shipped: {', '.join(SHIPPED_TASKS)}; "
-                        "or tasks from --tasks-dir)")
+                        "or tasks from --tasks-dir); required unless --export-tasks")
+    p.add_argument("--export-tasks", default=None, metavar="DIR",
+                   help="instead of evaluating, write the run's shipped task YAMLs and data into DIR "
+                        "(new or empty) for stock lm_eval: --include_path DIR")
     p.add_argument("--out", default=None, help="output directory (default: RUN/eval)")
     p.add_argument("--limit", type=int, default=None, help="evaluate only the first N items of each task")
     p.add_argument("--batch-size", type=int, default=8)
@@ -45,7 +48,22 @@ def add_eval_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 
 def cmd_eval(args: argparse.Namespace) -> int:
-    """Handler of `mhar eval`: evaluate, print the headline metrics and the output paths."""
+    """Handler of `mhar eval`: evaluate, print the headline metrics and the output paths (or,
+    with --export-tasks, write the shipped tasks and print the stock `lm_eval` command)."""
+    if args.export_tasks:
+        from ..evaluate.harness import export_tasks
+
+        files = export_tasks(args.run, args.export_tasks, overwrite=args.overwrite)
+        for task in files.tasks:
+            print(f"{task:22s} {files.counts.get(task, 0):6d} items  {files.root / (task + '.yaml')}")
+        usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
+        print(f"lm_eval --model hf --model_args pretrained={args.run},trust_remote_code=True "
+              f"--tasks {','.join(usable)} --include_path {files.root}")
+        return 0
+    if not args.tasks:
+        raise UserError("give --tasks TASK[,TASK...] (or --export-tasks DIR)")
+    from ..evaluate.harness import EvalConfig, run_eval
+
     summary = run_eval(EvalConfig(
         run=args.run, tasks=args.tasks, out=args.out, limit=args.limit, batch_size=args.batch_size,
         device=args.device, max_length=args.max_length, tasks_dirs=args.tasks_dir, overwrite=args.overwrite,

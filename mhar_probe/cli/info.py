@@ -10,10 +10,13 @@ def add_info_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
     """Register `info`; handler: cmd_info."""
     p = subparsers.add_parser("info", help="parameters by part, FLOPs per token and config of a run or preset")
     p.add_argument("run", nargs="?", default=None, help="run directory (or use --preset/--method)")
-    p.add_argument("--preset", default=None)
-    p.add_argument("--method", default=None)
-    p.add_argument("--heads", type=int, default=None)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--preset", default=None, help="a preset instead of a run: tiny, 100m, 124m, 350m, 1b")
+    p.add_argument("--method", default=None, help="the preset's residual method (default: mhar)")
+    p.add_argument("--heads", type=int, default=None, help="routing heads H (default: the preset's, as train)")
+    p.add_argument("--vocab-size", type=int, default=None,
+                   help="vocabulary to count a preset with (default: the paper's 151,936 at 100m-1b, "
+                        "4,096 at tiny)")
+    p.add_argument("--json", action="store_true", help="print everything as JSON")
     p.set_defaults(func=cmd_info)
     return p
 
@@ -22,7 +25,7 @@ def cmd_info(args: argparse.Namespace) -> int:
     """Print the description as text, or as JSON with --json."""
     from ..info import describe
 
-    print(json.dumps(describe(args.run, preset=args.preset, method=args.method, heads=args.heads), indent=2)
-          if args.json else describe(args.run, preset=args.preset, method=args.method, heads=args.heads,
-                                     as_text=True))
+    options = dict(preset=args.preset, method=args.method, heads=args.heads, vocab_size=args.vocab_size)
+    print(json.dumps(describe(args.run, **options), indent=2) if args.json
+          else describe(args.run, **options, as_text=True))
     return 0

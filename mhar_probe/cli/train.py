@@ -12,11 +12,13 @@ from .args import add_train_arguments, check_corpus, model_overrides
 
 def add_train_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `train`; handler: cmd_train."""
-    p = subparsers.add_parser("train", help="train one model from scratch")
-    p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    add_train_arguments(p)
+    p = subparsers.add_parser("train", help="train one model from scratch",
+                              description="Train one model from scratch into a run directory (--out), or "
+                                          "--resume it. Options are grouped; defaults are shown.")
+    output = add_train_arguments(p)["output"]
+    output.add_argument("--out", required=True, help="run directory")
+    output.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
+    output.add_argument("--overwrite", action="store_true", help="replace an existing --out")
     p.set_defaults(func=cmd_train)
     return p
 

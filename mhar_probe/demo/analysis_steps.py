@@ -85,6 +85,7 @@ class FiguresOptions:
     evals: str | None = None
     overwrite: bool = False
     list: bool = False
+    mhar_heads: int | None = None  # the MHAR H of the comparison tables (the plan's evaluated H)
 
 
 def _namespace(options: object) -> argparse.Namespace:

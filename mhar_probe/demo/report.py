@@ -6,6 +6,7 @@ from __future__ import annotations
 import html
 import json
 import re
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,14 +62,79 @@ def comparison_table(run_dirs: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def write_report(out: Path, stages: list[Stage], seconds: float, title: str) -> Path:
-    """report.md (and report.html) with the claim table, every stage's output, tables and figures inline."""
-    figs = out / "figures"
-    md = [f"# mhar-probe report", "",
-          f"{title}. {len(stages)} stages in {seconds:.0f} s. Runs: `{out / 'runs'}`.", ""]
+#: the stage order of a study (mhar_probe.demo.run.STAGES), for the report's sections
+STAGE_ORDER = ("sweep", "capture", "eval", "probe", "stats", "claims", "figures", "report")
+STAGES_FILE = "stages.json"
+
+
+def record_stages(out: Path, stages: list[Stage], overwrite: bool = False) -> dict[str, dict]:
+    """Merge this call's stages into OUT/stages.json and return every stage's record
+    {name: {seconds, log}}: what the study cost, stage by stage, over all the calls that made it.
+
+    A stage that ran again keeps the longer of its two times unless `overwrite` (a rerun skips
+    finished work, so a shorter time is a rerun's, not the stage's cost); its log is the latest."""
+    from .. import atomic
+
+    path = out / STAGES_FILE
+    try:
+        known = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    except json.JSONDecodeError:
+        known = {}
+    for st in stages:
+        old = known.get(st.name, {})
+        seconds = st.seconds if overwrite or not old else max(st.seconds, float(old.get("seconds", 0.0)))
+        known[st.name] = dict(seconds=seconds, log=st.log if st.log.strip() else old.get("log", ""))
+    atomic.write_json(path, known)
+    return known
+
+
+def figure_captions(figs: Path) -> dict[str, str]:
+    """A caption per figure file stem: what the figure shows (its generator's description), the
+    paper figure it mirrors and the notes `mhar figures` wrote into figures/index.json."""
+    index = figs / "index.json"
+    if not index.exists():
+        return {}
+    from figures.registry import load_generators
+
+    registry = load_generators()
+    captions = {}
+    for name, outputs in json.loads(index.read_text(encoding="utf-8")).get("made", {}).items():
+        gen = registry.get(name)
+        doc = (sys.modules[gen.make.__module__].__doc__ or "") if gen else ""
+        what = " ".join(doc.strip().split("\n\n")[0].split())
+        ref = f" Paper: {gen.paper_ref}." if gen else ""
+        for o in outputs:
+            notes = " ".join(f"{n.rstrip('.')}." for n in o.get("notes", []))
+            captions[o["name"]] = " ".join(part for part in (what, ref.strip(), notes) if part)
+    return captions
+
+
+def _claims_table(out: Path) -> list[str]:
+    """The claim table (claims.md) under an explanation, without its own heading."""
     claims = out / "claims.md"
-    if claims.exists():
-        md += [claims.read_text().strip(), ""]
+    if not claims.exists():
+        return ["No claim table yet (the claims stage has not run)."]
+    lines = claims.read_text(encoding="utf-8").strip().splitlines()
+    if lines and lines[0].lstrip("#").strip().lower() == "claims":
+        lines = lines[1:]
+    return ["Each claim of the paper these runs can test: the paper's number, ours with its 95% "
+            "interval, a verdict and how it was read (claims.md; claims.json has the numbers).", "",
+            *[ln for ln in lines]]
+
+
+def write_report(out: Path, stages: list[Stage], seconds: float, title: str, overwrite: bool = False) -> Path:
+    """report.md (and report.html): the runs, then one section per stage in study order (the
+    claim table in the claims section, the tables and captioned figures in the figures section).
+
+    The header gives the study's cost from OUT/stages.json (`record_stages`), so a rerun of a few
+    stages does not replace it with its own time; this call's time is given beside it."""
+    figs = out / "figures"
+    known = record_stages(out, stages, overwrite=overwrite)
+    total = sum(float(v["seconds"]) for v in known.values())
+    this_call = f"this call: {len(stages)} stage{'s' * (len(stages) != 1)} in {seconds:.0f} s"
+    md = ["# mhar-probe report", "",
+          f"{title}. The study: {len(known)} stages, {total:.0f} s in all ({this_call}; each stage's time "
+          f"is in its heading). Runs: `{out / 'runs'}`.", ""]
     from .export import sweep_dirs
     from .runs import finished, swept_runs
 
@@ -76,25 +142,45 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str) -> 
            "over the training steps; train s: time in training steps, evaluations excluded).", ""]
     for sweep in sweep_dirs(out):
         md += [f"`{sweep.relative_to(out)}`", "", comparison_table([r.path for r in finished(swept_runs(sweep))]), ""]
-    for st in stages:
-        md += [f"## {st.name} ({st.seconds:.0f} s)", ""]
-        if st.name in ("figures", "claims"):
+    for name in STAGE_ORDER:
+        if name not in known and not (name == "claims" and (out / "claims.md").exists()):
             continue
-        if st.log.strip():
-            md += ["```", st.log.strip(), "```", ""]
-    for table in sorted((out / "probes").glob("*.md")):
-        md += [f"### probes: {table.stem}", "", table.read_text().strip(), ""]
+        sec = known.get(name, {}).get("seconds")
+        md += [f"## {name}" + (f" ({float(sec):.0f} s)" if sec is not None else ""), ""]
+        log = str(known.get(name, {}).get("log", ""))
+        if name == "claims":
+            md += [*_claims_table(out), ""]
+        elif name == "figures":
+            md += _figures_section(out, figs)
+        elif name == "probe":
+            if log.strip():
+                md += ["```", log.strip(), "```", ""]
+            for table in sorted((out / "probes").glob("*.md")):
+                md += [f"### probes: {table.stem}", "", table.read_text().strip(), ""]
+        elif log.strip():
+            md += ["```", log.strip(), "```", ""]
+    text = "\n".join(md) + "\n"
+    report = out / "report.md"
+    from .. import atomic
+
+    atomic.write_text(report, text)
+    atomic.write_text(out / "report.html", _html(text))
+    return report
+
+
+def _figures_section(out: Path, figs: Path) -> list[str]:
+    """Every table, then every figure with its caption."""
+    md: list[str] = []
     for table in sorted(figs.glob("*.md")):
         if table.name == "index.md":
             continue
         md += [f"### {table.stem}", "", table.read_text().strip(), ""]
+    captions = figure_captions(figs)
     for png in sorted(figs.glob("*.png")):
         md += [f"### {png.stem}", "", f"![{png.stem}](figures/{png.name})", ""]
-    text = "\n".join(md) + "\n"
-    report = out / "report.md"
-    report.write_text(text)
-    (out / "report.html").write_text(_html(text))
-    return report
+        if captions.get(png.stem):
+            md += [f"*{captions[png.stem]}*", ""]
+    return md
 
 
 def _html(markdown: str) -> str:
@@ -111,6 +197,8 @@ def _html(markdown: str) -> str:
         elif m := re.match(r"(#+) (.*)", line):
             n = len(m[1])
             body.append(f"<h{n}>{html.escape(m[2])}</h{n}>")
+        elif len(line) > 2 and line.startswith("*") and line.endswith("*") and not line.startswith("**"):
+            body.append(f"<p><em>{html.escape(line[1:-1])}</em></p>")  # a figure's caption
         elif line.strip():
             body.append(f"<p>{html.escape(line)}</p>")
     style = "body{font-family:sans-serif;max-width:1000px;margin:auto} pre.t{margin:0}"

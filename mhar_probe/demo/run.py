@@ -70,12 +70,14 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     def stage(name: str, fn: Callable[[], str | None]) -> None:
         if name not in todo:
             return
-        print(f"\n[{plan.name}] ── {name} ──", flush=True)
+        k = todo.index(name) + 1
+        print(f"\n[{plan.name}] ── stage {k}/{len(todo)}: {name} ── ({_clock(time.perf_counter() - start)} "
+              f"elapsed)", flush=True)
         t0 = time.perf_counter()
         text = fn() or ""
         log.append(Stage(name, time.perf_counter() - t0, text))
 
-    stage("sweep", lambda: sweep_stage(plan, runs, ladder, steps, overwrite, chosen, widths))
+    stage("sweep", lambda: sweep_stage(plan, runs, ladder, steps, overwrite, chosen, widths, tag=plan.name))
     if not (runs / "manifest.json").exists():
         raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
     swept = swept_runs(runs)
@@ -90,11 +92,12 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
         inputs=[str(r.path / "routing.nc") for r in probed], out=str(out / "probes"), overwrite=True)))[0])
     stage("stats", lambda: stats_stage(plan, out, runs, ladder))
     stage("claims", lambda: claims_stage(plan, out))
-    stage("figures", lambda: figures_stage(runs, out / "figures"))
+    stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads))
     if "report" in todo:
-        report = write_report(out, log, time.perf_counter() - start, plan.title)
+        report = write_report(out, log, time.perf_counter() - start, plan.title, overwrite=overwrite)
         print(f"\n[{plan.name}] done in {time.perf_counter() - start:.0f} s")
-        print(f"[{plan.name}] report: {report}")
+        html_report = report.with_suffix(".html")
+        print(f"[{plan.name}] report: {report}" + (f" (and {html_report})" if html_report.exists() else ""))
     return 0
 
 
@@ -117,20 +120,67 @@ def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
             for m in plan.eval_methods]
 
 
+def _clock(seconds: float) -> str:
+    """12 s, 4 min 05 s, 1 h 02 min."""
+    s = int(round(seconds))
+    if s < 60:
+        return f"{s} s"
+    if s < 3600:
+        return f"{s // 60} min {s % 60:02d} s"
+    return f"{s // 3600} h {s % 3600 // 60:02d} min"
+
+
+class SweepProgress:
+    """The overall count of a sweep stage across its grids: runs finished of all the runs it
+    trains, time so far and an ETA from the mean time of the runs trained in this call
+    (runs already finished before the call count as done and cost nothing)."""
+
+    def __init__(self, tag: str, total: int, done_before: int) -> None:
+        self.tag, self.total, self.done, self.trained = tag, total, done_before, 0
+        self.start = time.perf_counter()
+
+    def grid_done(self, name: str, finished_now: int) -> None:
+        self.trained += max(0, finished_now - self.done)
+        self.done = finished_now
+        spent = time.perf_counter() - self.start
+        eta = spent / self.trained * (self.total - self.done) if self.trained else None
+        print(f"[{self.tag}] sweep: grid {name} done; {self.done}/{self.total} runs finished, "
+              f"{_clock(spent)} in this stage" + (f", about {_clock(eta)} to go" if eta and self.done < self.total
+                                                    else ""), flush=True)
+
+
 def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int | None, overwrite: bool, grids: list[str],
-                widths: bool) -> str:
-    """Train the grids (and the ladder baselines); the comparison table is the stage's log."""
+                widths: bool, tag: str = "demo") -> str:
+    """Train the grids (and the ladder baselines), printing the overall progress after each; the
+    comparison table is the stage's log."""
     from ..sweep import run_sweep
 
-    for name in grids:
-        run_sweep(plan.grid(plan.grids[name], steps), runs, overwrite=overwrite)
+    jobs = [(name, plan.grid(plan.grids[name], steps), runs) for name in grids]
     for d in plan.ladder_widths if widths else ():
         axes = dict(methods=["baseline"], seeds=[plan.main_seed],
                     **({"kv_heads": [plan.main_kv]} if plan.main_kv else {}))
-        run_sweep(plan.grid(axes, steps, plan.ladder_extra(d)), ladder / f"d{d}", overwrite=overwrite)
+        jobs.append((f"d{d}", plan.grid(axes, steps, plan.ladder_extra(d)), ladder / f"d{d}"))
+
+    def finished_count() -> int:
+        if overwrite:
+            return 0
+        return sum(len({s.name for s in grid.expand()} & _finished_names(where)) for _, grid, where in jobs)
+
+    progress = SweepProgress(tag, sum(len(grid.expand()) for _, grid, _ in jobs), finished_count())
+    for name, grid, where in jobs:
+        run_sweep(grid, where, overwrite=overwrite)
+        overwrite_done = progress.done + len(grid.expand()) if overwrite else None
+        progress.grid_done(name, overwrite_done if overwrite_done is not None else finished_count())
     table = comparison_table([r.path for r in finished(swept_runs(runs))])
     print(table)
     return table
+
+
+def _finished_names(where: Path) -> set[str]:
+    """Names of the finished runs of the sweep folder `where` (none before its first run)."""
+    if not (where / "manifest.json").exists():
+        return set()
+    return {r.name for r in finished(swept_runs(where))}
 
 
 def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
@@ -209,11 +259,13 @@ def claims_stage(plan: Plan, out: Path) -> str:
     return text
 
 
-def figures_stage(runs: Path, figures: Path) -> str:
+def figures_stage(runs: Path, figures: Path, mhar_heads: int | None = None) -> str:
     """Every paper figure and table these runs allow (benchmark tables only from the study's own
-    RUNS/benchmarks, so the report does not depend on the folder it is made from)."""
+    RUNS/benchmarks, so the report does not depend on the folder it is made from), MHAR at the
+    H the plan evaluates, so the tables and the claims compare the same runs."""
     log, status = _printed(lambda: build_figures(FiguresOptions(
-        runs=str(runs), out=str(figures), overwrite=True, benchmarks=[str(runs / "benchmarks")])))
+        runs=str(runs), out=str(figures), overwrite=True, benchmarks=[str(runs / "benchmarks")],
+        mhar_heads=mhar_heads)))
     if status != 0:
         raise UserError(f"stage figures: some generators failed (exit {status}); see FAILED above")
     return log

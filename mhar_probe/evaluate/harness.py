@@ -206,6 +206,39 @@ def shipped_task_files(run: Path, settings: dict[str, Any]) -> TaskFiles:
     return heldout_tasks(corpus.val, corpus.fingerprint)
 
 
+def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: bool = False) -> TaskFiles:
+    """The run's shipped held-out tasks (YAMLs and their data files) written into `dest`, a
+    folder of your choosing, for the stock harness: ``lm_eval ... --include_path DEST``.
+
+    The YAMLs name their data files by absolute path inside `dest` (the folder can be moved only
+    by exporting again). `dest` must be new or empty, or, with `overwrite`, an earlier export
+    (one with counts.json); it is filled under a temporary name and renamed into place."""
+    from ..atomic import build_dir
+    from ..data import load_corpus
+    from .heldout import write_heldout_tasks
+
+    run_dir = check_run(run)
+    settings = train_settings(run_dir)
+    final = Path(dest).resolve()
+    if final.exists() and (not final.is_dir() or any(final.iterdir())):
+        if not final.is_dir():
+            raise EvalError(f"--export-tasks {dest} is a file; give a new folder")
+        if not (overwrite and (final / "counts.json").exists()):
+            raise EvalError(f"--export-tasks {dest} exists and is not empty; give a new folder"
+                            + ("" if overwrite else " (or --overwrite to replace an earlier export)"))
+    shipped_task_files(run_dir, settings)  # checks the corpus is still the one the run was trained on
+    corpus = load_corpus(settings.get("corpus"), max_bytes=settings.get("corpus_max_bytes"))
+
+    def fill(tmp: Path) -> None:
+        counts = write_heldout_tasks(corpus.val, tmp, data_root=final)
+        (tmp / "counts.json").write_text(json.dumps(counts, sort_keys=True) + "\n", encoding="utf-8")
+
+    build_dir(final, fill, replace=final.exists())
+    counts = json.loads((final / "counts.json").read_text(encoding="utf-8"))
+    sha = {p.name: sha256_file(p) for p in sorted(final.iterdir()) if p.suffix in (".jsonl", ".yaml")}
+    return TaskFiles(root=final, tasks=SHIPPED_TASKS, sha256=sha, counts=counts)
+
+
 def _recorded_fingerprint(run: Path) -> str | None:
     p = run / "corpus.json"
     if not p.exists():

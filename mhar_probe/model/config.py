@@ -34,6 +34,9 @@ PRESETS: dict[str, dict[str, Any]] = {
 #: routing heads of `mhar` at the paper's scales: it adopts H = 8 for its models (Table main,
 #: "MHAR (H=8)" at 100M with KV = 4). `tiny` and other methods keep H = KV (mhar_hw needs H = G).
 PAPER_ROUTING_HEADS = {"100m": 8, "124m": 8, "350m": 8, "1b": 8}
+#: the paper's vocabulary (the Qwen3 tokenizer, tied embeddings) at its presets; local runs train a
+#: smaller BPE on their corpus (`mhar train --vocab-size`, 4,096 by default)
+PAPER_VOCAB_SIZE = 151_936
 
 
 def routing_heads_reason(config: "MHARConfig") -> str:
