@@ -76,3 +76,26 @@ def test_device_runs_narrow_a_grid():
         mod.narrowed("main", None, 5, tiny=False)
     with pytest.raises(SystemExit, match="unknown grid"):
         mod.narrowed("wide", None, None, tiny=False)
+
+
+def test_run_demo_trains_a_grids_own_steps(tmp_path, monkeypatch):
+    """The learning-rate sweep's grid names its own 1,000 steps: run_demo must not replace them with the
+    plan's 3,815 (it did, and the first sweep call trained full-length runs); --steps still wins."""
+    import mhar_probe.sweep as sweep
+
+    from mhar_probe.demo.run import run_demo
+
+    seen: list[set[int]] = []
+
+    class Trained(Exception):
+        pass
+
+    def run_sweep(grid, where, overwrite=False):
+        seen.append({s.steps for s in grid.expand()})
+        raise Trained  # nothing to train here: stop the demo once the grid is known
+
+    monkeypatch.setattr(sweep, "run_sweep", run_sweep)
+    for name, (steps, grid) in enumerate([(None, "lrsweep"), (None, "main"), (7, "lrsweep")]):
+        with pytest.raises(Trained):
+            run_demo(tmp_path / str(name), steps=steps, plan=STUDY, stages=["sweep"], grids=[grid])
+    assert seen == [{1000}, {STUDY.steps}, {7}]
