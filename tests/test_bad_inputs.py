@@ -15,18 +15,13 @@ from typing import Callable
 
 import pytest
 
-from cli_checks import TINY_TRAIN as TINY, cli
+from cli_checks import TINY_TRAIN as TINY, cli, train_tiny_run
 from mhar_probe.rundir import LOCK_FILE
 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("trained")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
-        assert cli("train", "--out", str(root / "run"), *TINY, "--steps", "2", "--eval-every", "1",
-                   "--checkpoint-every", "1") == 0
-    return root / "run"
+    return train_tiny_run(tmp_path_factory.mktemp("trained"))
 
 
 def truncate(path: Path) -> None:

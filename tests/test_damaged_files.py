@@ -18,7 +18,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from cli_checks import TINY_TRAIN as TINY, cli
+from cli_checks import TINY_TRAIN as TINY, cli, train_tiny_run
 from test_bad_inputs import _progress, edit_json, qwen3_base, scramble, snapshot, truncate
 
 DATE = "2026-01-01T00-00-00.000001"
@@ -28,10 +28,9 @@ DATE = "2026-01-01T00-00-00.000001"
 def trained(tmp_path_factory) -> Path:
     """A 2-step MHAR run (checkpoint at every step) with RUN/routing.nc captured from it."""
     root = tmp_path_factory.mktemp("damaged")
+    train_tiny_run(root, "--method", "mhar")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
-        assert cli("train", "--out", str(root / "run"), *TINY, "--method", "mhar", "--steps", "2",
-                   "--eval-every", "1", "--checkpoint-every", "1") == 0
         assert cli("capture", str(root / "run"), "--tokens", "64", "--batch-size", "2", "--slices", "2",
                    "--draws", "2", "--no-progress") == 0
     return root / "run"

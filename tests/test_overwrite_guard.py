@@ -22,7 +22,7 @@ from typing import Callable
 import pytest
 import torch
 
-from cli_checks import TINY_TRAIN as TINY, cli
+from cli_checks import TINY_TRAIN as TINY, cli, train_tiny_run
 from mhar_probe.rundir import LOCK_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -30,12 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory) -> Path:
-    root = tmp_path_factory.mktemp("trained")
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
-        assert cli("train", "--out", str(root / "run"), *TINY, "--steps", "2", "--eval-every", "1",
-                   "--checkpoint-every", "1") == 0
-    return root / "run"
+    return train_tiny_run(tmp_path_factory.mktemp("trained"))
 
 
 @pytest.fixture(scope="module")

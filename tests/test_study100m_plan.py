@@ -50,11 +50,11 @@ def test_last_eleven_evaluations_lie_in_the_last_quarter_of_every_grid(plan):
 def test_study_grids():
     names = {g: [s.name for s in STUDY.grid(STUDY.grids[g]).expand()] for g in STUDY.grids}
     assert names["lrsweep"] == [f"100m-baseline-kv4-lr{lr}-s0-n1000" for lr in ("5e-4", "1e-3", "2e-3")]
-    assert len(names["main"]) == 9 and "100m-mhar-h8-kv4-lr1e-3-s2-n3815" in names["main"]
-    assert names["extra"] == ["100m-hyper-kv4-lr1e-3-s0-n3815", "100m-mhar-h4-kv4-lr1e-3-s0-n3815",
-                              "100m-mhar-h16-kv4-lr1e-3-s0-n3815"]
-    assert names["hw"] == ["100m-mhar_hw-h4-kv4-lr1e-3-s0-n3815"]
-    assert names["bestvsbest"] == ["100m-attnres-h1-kv4-lr5e-4-s0-n3815", "100m-mhar-h8-kv4-lr5e-4-s0-n3815"]
+    assert len(names["main"]) == 9 and "100m-mhar-h8-kv4-lr5e-4-s2-n3815" in names["main"]
+    assert names["extra"] == ["100m-hyper-kv4-lr5e-4-s0-n3815", "100m-mhar-h4-kv4-lr5e-4-s0-n3815",
+                              "100m-mhar-h16-kv4-lr5e-4-s0-n3815"]
+    assert names["hw"] == ["100m-mhar_hw-h4-kv4-lr5e-4-s0-n3815"]
+    assert names["bestvsbest"] == ["100m-attnres-h1-kv4-lr1e-3-s0-n3815", "100m-mhar-h8-kv4-lr1e-3-s0-n3815"]
     assert STUDY.grid(STUDY.grids["lrsweep"], steps=7).expand()[0].steps == 7  # --steps still wins
 
 
@@ -69,7 +69,7 @@ def test_device_runs_narrow_a_grid():
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     plan, name = mod.narrowed("main", "mhar", 2, tiny=False)
-    assert [s.name for s in plan.grid(plan.grids[name]).expand()] == ["100m-mhar-h8-kv4-lr1e-3-s2-n3815"]
+    assert [s.name for s in plan.grid(plan.grids[name]).expand()] == ["100m-mhar-h8-kv4-lr5e-4-s2-n3815"]
     plan, name = mod.narrowed("middle", None, None, tiny=False)
     assert plan is not MIDDLE and plan.model == MIDDLE.model and len(plan.grid(plan.grids[name]).expand()) == 9
     with pytest.raises(SystemExit, match="no seed 5"):
