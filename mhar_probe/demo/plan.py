@@ -66,6 +66,11 @@ class Plan:
     mcnemar_bootstrap: int = 2000
     ceg_alphas: tuple[float, ...] = (0.089, 0.15)
     null_draws: int = 8  # random-query draws per capture (the claim table's z needs demo.claims.MIN_NULL_DRAWS)
+    # extra claim rows (demo.claims): the paper's Table-main deltas vs the same-seed baseline that this
+    # plan's shape can be read against, as (method, H, key in figures/paper_values.json main.rows[].deltas)
+    paper_deltas: tuple[tuple[str, int | None, str], ...] = ()
+    paper_scale: str | None = None  # the paper_values.json scale those deltas are read at
+    spread_claims: bool = False  # a row per routed method: did its queries leave their (uniform) initialisation
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -211,6 +216,10 @@ STUDY = Plan(
     eval_batch_size=32,
     capture_tokens=65536,
     null_draws=64,  # the claim table's z needs at least demo.claims.MIN_NULL_DRAWS
+    paper_deltas=(("hyper", None, "hyper"), ("attnres", None, "attnres"), ("mhar", 8, "mhar"),
+                  ("mhar", 16, "mhar_over")),
+    paper_scale="100m",
+    spread_claims=True,
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
@@ -237,6 +246,7 @@ MIDDLE = Plan(
     eval_batch_size=32,
     capture_tokens=65536,
     null_draws=64,  # the claim table's z needs at least demo.claims.MIN_NULL_DRAWS
+    spread_claims=True,
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE)}
