@@ -526,7 +526,7 @@ def spread_claims(plan: Plan, study: Study) -> list[Claim]:
                  "matched-norm random queries (the capture's null draws)")
     claims = []
     for method, heads in arms:
-        what = f"{method}{f' H={heads}' if heads is not None else ''}"
+        what = label(method, heads, None, 0).removesuffix(" seed 0")
         paper = (f"{what}: the routing queries leave their zero initialisation (a uniform 1/N read of every "
                  f"source) for a selective depth read (depth maps)")
         reads, finals = {}, []
