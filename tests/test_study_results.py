@@ -121,3 +121,35 @@ def test_one_seed_has_no_interval_two_seeds_a_student_t_one():
     study.present.pop(("mhar", 16, 4, 1))
     held = C.delta_claim(STUDY, study, tails, "mhar", 16, "mhar_over")
     assert held.verdict == PENDING_RUNS and "mhar H=16 seed 1" in held.note
+
+
+@pytest.mark.slow
+def test_a_partial_study_on_the_tiny_preset_holds_back_the_claims_of_its_missing_seed(tmp_path, monkeypatch):
+    """Train only the main grid of a two-grid plan (seed 42; the seeds grid, seed 43, not yet): the
+    report stages run, the seed-paired claims are pending and name seed 43's runs, and the claims
+    that read the main seed alone keep a verdict (~80 s on two busy cores)."""
+    import dataclasses
+
+    from mhar_probe.demo.plan import DEMO, Plan
+
+    monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path / "cache"))
+    fields = {f.name: getattr(DEMO, f.name) for f in dataclasses.fields(Plan)}
+    plan = Plan(**{**fields, **dict(
+        name="partial", title="partial study", preset="tiny", steps=40,
+        recipe=dict(lr=2e-3, batch_size=2, seq_len=16, eval_every=1, eval_batches=1, checkpoint_every=100,
+                    corpus_max_bytes=60000, vocab_size=300),
+        model=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64),
+        grids=dict(main=dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[42]),
+                   seeds=dict(methods=["baseline", "attnres", "mhar"], heads=[2], seeds=[43])),
+        ladder_widths=(), eval_tasks=("mhar_lastword",), eval_limit=16, eval_batch_size=8, capture_tokens=256,
+        mcnemar_bootstrap=50)})
+    out = tmp_path / "study"
+    run_demo(out, plan=plan, grids=["main"], stages=["sweep", "capture", "eval"])
+    assert run_demo(out, plan=plan, stages=["probe", "stats", "claims", "figures", "report"]) == 0
+    claims = _claims(out)
+    for key in ("order", "ceg"):
+        assert claims[key]["verdict"] == PENDING_RUNS, key
+        assert "mhar H=2 seed 43" in claims[key]["note"] and "baseline seed 43" in claims[key]["note"]
+    assert "seed 42" not in claims["order"]["note"]
+    # the probes read the main seed only (DEMO captures no other): nothing of theirs is missing
+    assert all(claims[k]["verdict"] != PENDING_RUNS for k in ("excess", "deviation", "replication"))
