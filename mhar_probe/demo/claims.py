@@ -23,6 +23,14 @@ alone. Intervals are 95%:
   * per-KV optimum of H (H = 1 is attnres, MHAR at one head): a difference between two H of one
     seed counts when it exceeds t_{0.975, n-1} x the sd of the paired per-seed deltas of two H arms
     the study ran over n seeds (mhar at the plan's H - attnres).
+A plan may add rows (Plan.paper_deltas, Plan.spread_claims; the study at the paper's 100M shape):
+  * the paper's Table-main delta of an arm beside ours, its tail-mean minus the same-seed baseline's
+    (Student t over seeds; one seed: its value, "1 seed, no interval"); the verdict reads the sign;
+  * per routed method, whether the queries left their zero initialisation (a uniform read): the
+    depth-read spread, TV = 1/2 sum_n |w_n - 1/N| averaged over sites and heads, against the same
+    for the matched-norm random queries (z, as the deviation claim), at the main seed.
+A study fills run by run: a claim whose planned runs are not finished is `pending: runs missing`,
+names them and shows what the runs present give (`Study`, `held_back`).
 Nothing here is tuned to the paper: the thresholds are fixed before the numbers are read.
 """
 
@@ -32,7 +40,7 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import UserError
 from .plan import Plan
@@ -372,7 +380,7 @@ def label(method: str, heads: int | None, kv: int | None, seed: int) -> str:
     return f"{method}{f' H={heads}' if heads is not None and method.startswith('mhar') else ''} seed {seed}"
 
 
-def held_back(claim: Claim, missing: list[str], uncaptured: list[str] = ()) -> Claim:  # type: ignore[assignment]
+def held_back(claim: Claim, missing: Sequence[str], uncaptured: Sequence[str] = ()) -> Claim:
     """`claim` with its verdict held back while planned runs are missing (pending: runs missing) or
     finished runs lack their routing dataset (pending: needs rerun); its `ours` keeps what the
     runs present give."""
@@ -385,7 +393,7 @@ def held_back(claim: Claim, missing: list[str], uncaptured: list[str] = ()) -> C
     return claim
 
 
-def _runs_or_stats(what: str, path: Path, missing: list[str]) -> dict[str, Any] | None:
+def _runs_or_stats(path: Path, missing: list[str]) -> dict[str, Any] | None:
     """stats/<what>.json, or None when it is absent because runs are missing (the stats stage
     skipped it); absent with every run present is an error: the stats stage has not run."""
     if path.exists():
@@ -405,8 +413,8 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
                     + study.missing("mhar", seeds=main, any_kv=True))
     miss_ceg = study.missing("baseline") + study.missing("mhar", h)
     probe = study.probe_seeds
-    tails = _runs_or_stats("tails", out / "stats" / "tails.json", miss_order + miss_ceg)
-    ceg = _runs_or_stats("ceg", out / "stats" / "ceg.json", miss_ceg)
+    tails = _runs_or_stats(out / "stats" / "tails.json", miss_order + miss_ceg)
+    ceg = _runs_or_stats(out / "stats" / "ceg.json", miss_ceg)
     none = {"runs": []}
     grid_runs = _grid_runs(out / "runs")
     seeds = seed_probes(plan, out / "runs")
