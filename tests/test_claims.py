@@ -171,3 +171,27 @@ def test_the_capture_stage_draws_the_plans_null(tmp_path, monkeypatch):
     run = SweptRun(path=tmp_path / "tiny-mhar-h8", method="mhar", heads=8, seed=0, status="finished", kv=4)
     capture_stage(LADDER, [run], overwrite=False)
     assert [(c.run, c.draws, c.tokens) for c in seen] == [(str(run.path), 64, LADDER.capture_tokens)]
+
+
+def test_depth_spread_is_the_total_variation_from_uniform():
+    """Analytic cases: the zero-initialised query's uniform read has spread 0, a one-hot read
+    1 - 1/N; sources a site cannot read yet (NaN) and sites with one source are left out."""
+    nan = math.nan
+    sources = np.array([1, 2, 4])  # [site]
+    uniform = np.array([[1, nan, nan, nan], [0.5, 0.5, nan, nan], [0.25] * 4])[:, :, None]  # [site, source, head=1]
+    assert claims.depth_spread(uniform, sources) == pytest.approx(0.0, abs=1e-15)
+    onehot = np.array([[1, nan, nan, nan], [0.0, 1.0, nan, nan], [0, 0, 1.0, 0]])[:, :, None]
+    assert claims.depth_spread(onehot, sources) == pytest.approx((0.5 + 0.75) / 2)
+    two_heads = np.concatenate([uniform, onehot], axis=-1)  # the mean over heads too
+    assert claims.depth_spread(two_heads, sources) == pytest.approx((0 + 0 + 0.5 + 0.75) / 4)
+    draws = np.stack([uniform, onehot])  # [draw, site, source, head]: one value per draw
+    np.testing.assert_allclose(claims.depth_spread(draws, sources), [0.0, 0.625], atol=1e-15)
+
+
+def test_a_claim_with_missing_runs_is_held_back_and_names_them():
+    c = claims.Claim("order", "-0.04 (one seed)", claims.INCONCLUSIVE, "rule")
+    held = claims.held_back(c, ["attnres seed 0", "mhar H=8 seed 1"])
+    assert held.verdict == claims.PENDING_RUNS and held.ours == c.ours
+    assert held.note == "runs missing: attnres seed 0, mhar H=8 seed 1. When in: rule"
+    assert claims.held_back(c, [], ["attnres seed 2"]).verdict == claims.PENDING  # finished, not captured
+    assert claims.held_back(c, []) is c

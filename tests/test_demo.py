@@ -59,3 +59,16 @@ def test_runs_come_from_the_manifest_not_the_folder_names(tmp_path):
     with pytest.raises(UserError, match="no manifest.json"):
         swept_runs(tmp_path / "stray-mhar-h2-s42")
     assert json.loads((tmp_path / "manifest.json").read_text())["format"] == 1
+
+
+def test_a_run_whose_summary_says_finished_is_finished_whatever_the_manifest_says(tmp_path):
+    """A device call stopped by its budget after the last step leaves the manifest at
+    "interrupted"; the run directory is the truth (sweep.manifest.run_status)."""
+    axes = dict(preset="tiny", method="baseline", H=None, kv=2, lr=2e-3, seed=0, steps=5)
+    write_manifest(tmp_path, {}, [dict(name="b", axes=axes, status="interrupted"),
+                                  dict(name="c", axes={**axes, "seed": 1}, status="interrupted")])
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "summary.json").write_text(json.dumps(dict(finished=True)))
+    (tmp_path / "c").mkdir()
+    (tmp_path / "c" / "summary.json").write_text(json.dumps(dict(finished=False)))
+    assert [r.name for r in finished(swept_runs(tmp_path))] == ["b"]

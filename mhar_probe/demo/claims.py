@@ -5,7 +5,11 @@ and one of four verdicts.
     not replicated              the interval lies on the other side (the opposite holds)
     inconclusive at this scale  the interval straddles the line, or the runs cannot test it
     pending: needs rerun        the files lack what the test needs (too few null draws, a null
-                                without halves): a capture on the GPU machine, not a verdict
+                                without halves, a finished run never captured): a capture on the
+                                GPU machine, not a verdict
+    pending: runs missing       runs the plan trains for this claim are not finished yet (a study
+                                that fills call by call); the row names them and shows what the
+                                runs present give, without a verdict
 
 Read from the files the earlier stages wrote (stats/tails.json, stats/ceg.json, the runs'
 summaries and the routing dataset of every seed), so the table regenerates from a results folder
@@ -19,6 +23,14 @@ alone. Intervals are 95%:
   * per-KV optimum of H (H = 1 is attnres, MHAR at one head): a difference between two H of one
     seed counts when it exceeds t_{0.975, n-1} x the sd of the paired per-seed deltas of two H arms
     the study ran over n seeds (mhar at the plan's H - attnres).
+A plan may add rows (Plan.paper_deltas, Plan.spread_claims; the study at the paper's 100M shape):
+  * the paper's Table-main delta of an arm beside ours, its tail-mean minus the same-seed baseline's
+    (Student t over seeds; one seed: its value, "1 seed, no interval"); the verdict reads the sign;
+  * per routed method, whether the queries left their zero initialisation (a uniform read): the
+    depth-read spread, TV = 1/2 sum_n |w_n - 1/N| averaged over sites and heads, against the same
+    for the matched-norm random queries (z, as the deviation claim), at the main seed.
+A study fills run by run: a claim whose planned runs are not finished is `pending: runs missing`,
+names them and shows what the runs present give (`Study`, `held_back`).
 Nothing here is tuned to the paper: the thresholds are fixed before the numbers are read.
 """
 
@@ -28,14 +40,15 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from ..errors import UserError
 from .plan import Plan
 
 REPLICATED, NOT_REPLICATED, INCONCLUSIVE = "replicated", "not replicated", "inconclusive at this scale"
 PENDING = "pending: needs rerun"
-VERDICTS = (REPLICATED, NOT_REPLICATED, INCONCLUSIVE, PENDING)
+PENDING_RUNS = "pending: runs missing"
+VERDICTS = (REPLICATED, NOT_REPLICATED, INCONCLUSIVE, PENDING, PENDING_RUNS)
 LEVEL = 0.95
 #: the relative standard error allowed of the null's sd over its draws, 1/sqrt(2(n-1)) ...
 NULL_SD_REL_SE = 0.10
@@ -60,6 +73,11 @@ class Claim:
     ours: str
     verdict: str
     note: str = ""
+    paper: str = ""  # the paper's side, where it is not PAPER[key] (rows a plan adds)
+
+    @property
+    def claim(self) -> str:
+        return self.paper or PAPER[self.key]
 
 
 def _t_interval(values: list[float]) -> tuple[float, float, float]:
@@ -305,19 +323,235 @@ def seed_probes(plan: Plan, runs: Path) -> SeedProbes:
     return out
 
 
-def claims_of(plan: Plan, out: Path) -> list[Claim]:
-    """Every claim, from the files under `out` (stats/, runs/ with their routing datasets)."""
-    need = [out / "stats" / "tails.json", out / "stats" / "ceg.json"]
-    missing = [str(p) for p in need if not p.exists()]
+#: any H (a `Study.missing` filter that leaves H open)
+ANY = object()
+
+
+@dataclass
+class Study:
+    """What the plan trains into OUT/runs against what is finished there, so that a claim whose runs
+    are missing is held back (pending) and names them."""
+
+    plan: Plan
+    planned: list[tuple[str, int | None, int, int]]  # (method, H, KV, seed) of every planned run
+    present: dict[tuple[str, int | None, int | None, int], Path]  # finished runs: key -> run folder
+
+    @classmethod
+    def read(cls, plan: Plan, runs: Path) -> "Study":
+        """The plan's runs at its own rate and length (a grid with its own steps or rates, the lr
+        sweep or the best-vs-best rate, trains into a folder of its own) and the finished ones."""
+        from .runs import finished, swept_runs
+
+        lr = plan.recipe["lr"]
+        planned = [(s.method, s.H, s.kv, s.seed) for axes in plan.grids.values()
+                   if "steps" not in axes and all(x == lr for x in axes.get("lrs", [lr]))
+                   for s in plan.grid(axes).expand()]
+        present = {(r.method, r.heads, r.kv, r.seed): r.path for r in finished(swept_runs(runs))}
+        return cls(plan, planned, present)
+
+    def arms(self, method: str, heads: Any = ANY, seeds: set[int] | None = None, any_kv: bool = False
+             ) -> list[tuple[str, int | None, int, int]]:
+        """The planned runs of `method` (at H `heads`, the plan's KV unless `any_kv`, `seeds`)."""
+        kv = self.plan.main_kv
+        return [a for a in self.planned if a[0] == method and (heads is ANY or a[1] == heads)
+                and (any_kv or kv is None or a[2] == kv) and (seeds is None or a[3] in seeds)]
+
+    def missing(self, method: str, heads: Any = ANY, seeds: set[int] | None = None, any_kv: bool = False
+                ) -> list[str]:
+        """Labels of the planned runs of `method` that are not finished."""
+        return [label(*a) for a in self.arms(method, heads, seeds, any_kv) if a not in self.present]
+
+    def uncaptured(self, method: str, heads: Any = ANY, seeds: set[int] | None = None) -> list[str]:
+        """Labels of finished planned runs of `method` without a routing dataset."""
+        return [label(*a) for a in self.arms(method, heads, seeds)
+                if a in self.present and not (self.present[a] / "routing.nc").is_file()]
+
+    def seeds(self, method: str, heads: Any = ANY) -> set[int]:
+        return {a[3] for a in self.arms(method, heads)}
+
+    @property
+    def probe_seeds(self) -> set[int] | None:
+        """The seeds whose routed runs the plan captures (None: every seed)."""
+        return None if self.plan.capture_all_seeds else {self.plan.main_seed}
+
+
+def label(method: str, heads: int | None, kv: int | None, seed: int) -> str:
+    """'mhar H=8 seed 1': a run as the claim table names it."""
+    return f"{method}{f' H={heads}' if heads is not None and method.startswith('mhar') else ''} seed {seed}"
+
+
+def held_back(claim: Claim, missing: Sequence[str], uncaptured: Sequence[str] = ()) -> Claim:
+    """`claim` with its verdict held back while planned runs are missing (pending: runs missing) or
+    finished runs lack their routing dataset (pending: needs rerun); its `ours` keeps what the
+    runs present give."""
     if missing:
-        raise UserError(f"the claim table needs {', '.join(missing)}; run the stats stage first")
-    tails = json.loads(need[0].read_text())
-    ceg = json.loads(need[1].read_text())
+        return Claim(claim.key, claim.ours, PENDING_RUNS, f"runs missing: {', '.join(missing)}"
+                     + (f". When in: {claim.note}" if claim.note else ""), claim.paper)
+    if uncaptured:
+        return Claim(claim.key, claim.ours, PENDING, f"not captured: {', '.join(uncaptured)} (`mhar capture RUN "
+                     f"--draws 64`)" + (f". Then: {claim.note}" if claim.note else ""), claim.paper)
+    return claim
+
+
+def _runs_or_stats(path: Path, missing: list[str]) -> dict[str, Any] | None:
+    """stats/<what>.json, or None when it is absent because runs are missing (the stats stage
+    skipped it); absent with every run present is an error: the stats stage has not run."""
+    if path.exists():
+        return json.loads(path.read_text())
+    if missing:
+        return None
+    raise UserError(f"the claim table needs {path}; run the stats stage first")
+
+
+def claims_of(plan: Plan, out: Path) -> list[Claim]:
+    """Every claim, from the files under `out` (stats/, runs/ with their routing datasets); a claim
+    whose runs are not all finished is pending and names them."""
+    study = Study.read(plan, out / "runs")
+    h, main = plan.mhar_heads, {plan.main_seed}
+    miss_order = study.missing("baseline") + study.missing("attnres") + study.missing("mhar", h)
+    miss_optimum = (study.missing("attnres", seeds=main, any_kv=True)
+                    + study.missing("mhar", seeds=main, any_kv=True))
+    miss_ceg = study.missing("baseline") + study.missing("mhar", h)
+    probe = study.probe_seeds
+    tails = _runs_or_stats(out / "stats" / "tails.json", miss_order + miss_ceg)
+    ceg = _runs_or_stats(out / "stats" / "ceg.json", miss_ceg)
+    none = {"runs": []}
     grid_runs = _grid_runs(out / "runs")
     seeds = seed_probes(plan, out / "runs")
-    return [order_claim(plan, tails), optimum_claim(plan, grid_runs, tails), excess_claim(plan, seeds.excess),
-            deviation_claim(plan, seeds.deviation), replication_claim(plan, seeds.replication, seeds.halves),
-            ceg_claim(plan, ceg, tails)]
+    claims = [
+        held_back(order_claim(plan, tails or none), miss_order),
+        held_back(optimum_claim(plan, grid_runs, tails or none), miss_optimum),
+        held_back(excess_claim(plan, seeds.excess), study.missing("attnres", seeds=probe),
+                  study.uncaptured("attnres", seeds=probe)),
+        held_back(deviation_claim(plan, seeds.deviation), study.missing("mhar", h, probe),
+                  study.uncaptured("mhar", h, probe)),
+        held_back(replication_claim(plan, seeds.replication, seeds.halves), study.missing("mhar", h, probe),
+                  study.uncaptured("mhar", h, probe)),
+        held_back(ceg_claim(plan, ceg, tails or none) if ceg is not None
+                  else Claim("ceg", "no stats/ceg.json (its runs are missing)", INCONCLUSIVE), miss_ceg),
+    ]
+    claims += [delta_claim(plan, study, tails or none, method, heads, key)
+               for method, heads, key in plan.paper_deltas]
+    if plan.spread_claims:
+        claims += spread_claims(plan, study)
+    return claims
+
+
+def _paper_deltas(scale: str) -> dict[str, Any]:
+    """The paper's Table-main row at `scale` (figures/paper_values.json)."""
+    from figures.context import load_paper_values
+
+    rows = [r for r in load_paper_values()["main"]["rows"] if r["scale"] == scale]
+    if len(rows) != 1:
+        raise UserError(f"figures/paper_values.json has {len(rows)} Table-main rows at scale {scale}")
+    return rows[0]
+
+
+def delta_claim(plan: Plan, study: Study, tails: dict[str, Any], method: str, heads: int | None,
+                key: str) -> Claim:
+    """Our tail-mean delta of `method` (at H `heads`) minus the same-seed baseline beside the
+    paper's Table-main delta at the plan's scale: a Student t interval over the seeds both ran
+    (one seed: its value, no interval). Verdict on the sign (the paper's side is a gain, delta < 0);
+    the sizes are set side by side, not judged."""
+    row = _paper_deltas(plan.paper_scale or plan.preset)
+    paper_value = row["deltas"][key]
+    what = f"{method}{f' H={heads}' if heads is not None else ''}"
+    paper = (f"{what} - baseline = {paper_value:+.3f} at {row['scale'].upper()} (Table main; one seed, 20K steps, "
+             f"tail-mean loss {row['baseline']:.3f} baseline)")
+    arm_seeds = study.seeds(method, heads if heads is not None else ANY)
+    missing = study.missing(method, heads if heads is not None else ANY) + study.missing("baseline", seeds=arm_seeds)
+    base = _tail_means(tails, "baseline", None, plan.main_kv)
+    arm = _tail_means(tails, method, heads, plan.main_kv)
+    both = sorted(set(base) & set(arm))
+    deltas = [arm[s] - base[s] for s in both]
+    note = ("tail-mean loss minus the same-seed baseline's; replicated: the interval lies below 0 (a gain, as "
+            "the paper); not replicated: above 0; the paper's size is shown, not judged (its corpus, length "
+            "and vocabulary differ)")
+    if not deltas:
+        ours = "no seed has both this arm and the baseline yet"
+        verdict = INCONCLUSIVE
+    elif len(deltas) == 1:
+        ours = f"{deltas[0]:+.3f} (seed {both[0]}; 1 seed, no interval)"
+        verdict = INCONCLUSIVE
+    else:
+        mean, low, high = _t_interval(deltas)
+        inside = "inside" if low <= paper_value <= high else "outside"
+        ours = (f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] over {len(deltas)} seeds "
+                f"({', '.join(f'{d:+.3f}' for d in deltas)}); the paper's {paper_value:+.3f} lies {inside} it")
+        verdict = side(low, high, 0.0)
+    return held_back(Claim(f"delta_{key}", ours, verdict, note, paper), missing)
+
+
+def depth_spread(weights: Any, sources: Any) -> float:
+    """Mean over sites with N >= 2 sources and over heads of the total-variation distance of the
+    token-averaged depth read from uniform, TV = 1/2 sum_n |w_n - 1/N| (0: the zero-initialised
+    query's read, 1 - 1/N: one source only). weights [..., site, source, head], sources [site]."""
+    import numpy as np
+
+    w = np.asarray(weights, dtype=float)  # [..., S, N_max, H]
+    n = np.asarray(sources, dtype=float)  # [S]
+    keep = n >= 2
+    uniform = (1.0 / n)[:, None, None]  # [S, 1, 1]
+    tv = 0.5 * np.nansum(np.abs(w - uniform), axis=-2)  # [..., S, H]
+    return np.mean(tv[..., keep, :], axis=(-2, -1))
+
+
+def spread_read(path: Path) -> tuple[NullRead, str]:
+    """One routing dataset's depth-read spread against the matched-norm random queries' (per draw),
+    and the final site's read: min-max of its token-averaged weights against uniform 1/N."""
+    import numpy as np
+
+    from ..capture.io import open_routing_dataset
+
+    ds = open_routing_dataset(path)
+    try:
+        sources = ds["site_num_sources"].values  # [S]
+        value = float(depth_spread(ds["weight_mean"].values, sources))
+        if "null_weight_mean" in ds:
+            null = np.asarray(depth_spread(ds["null_weight_mean"].values, sources))  # [draw]
+            read = NullRead(value, float(null.mean()), float(null.std(ddof=1)) if null.size > 1 else math.nan,
+                            int(null.size))
+        else:
+            read = NullRead(value, math.nan, math.nan, 0)
+        last = ds["weight_mean"].values[-1, : int(sources[-1])]  # [N, H]
+        final = (f"final site: weights {np.nanmin(last):.3f}-{np.nanmax(last):.3f} "
+                 f"against uniform {1 / sources[-1]:.3f}")
+    finally:
+        ds.close()
+    return read, final
+
+
+def spread_claims(plan: Plan, study: Study) -> list[Claim]:
+    """Per routed method of the plan (each H of MHAR), whether its routing queries left their
+    initialisation: the depth-read spread against uniform at the main seed (the run every routed arm
+    has), read against matched-norm random queries (z over the null draws, as the deviation claim)."""
+    arms = sorted({(a[0], a[1]) for a in study.planned if a[0] in plan.routed_methods},
+                  key=lambda a: (plan.routed_methods.index(a[0]), a[1] or 0))
+    seeds = {plan.main_seed}
+    note_rule = ("spread = total-variation distance of each site's token-averaged depth read from uniform, "
+                 "1/2 sum_n |w_n - 1/N|, averaged over sites with N >= 2 sources and over heads: 0 is the "
+                 "zero-initialised query's uniform read, 1 - 1/N one source only. Against the same for "
+                 "matched-norm random queries (the capture's null draws)")
+    claims = []
+    for method, heads in arms:
+        what = label(method, heads, None, 0).removesuffix(" seed 0")
+        paper = (f"{what}: the routing queries leave their zero initialisation (a uniform 1/N read of every "
+                 f"source) for a selective depth read (depth maps)")
+        reads, finals = {}, []
+        for m, h, kv, seed in study.arms(method, heads, seeds):
+            path = study.present.get((m, h, kv, seed))
+            if path is not None and (path / "routing.nc").is_file():
+                reads[seed], final = spread_read(path / "routing.nc")
+                finals.append(f"seed {seed} {final}")
+        if reads:
+            verdict, rule = _z_verdict(reads, "null draws")
+            ours = f"spread {_per_seed(reads)}; {'; '.join(finals)}"
+            note = f"{note_rule}; {rule}"
+        else:
+            ours, verdict, note = "no routing dataset yet", INCONCLUSIVE, note_rule
+        claims.append(held_back(Claim(f"spread_{what}", ours, verdict, note, paper),
+                                study.missing(method, heads, seeds), study.uncaptured(method, heads, seeds)))
+    return claims
 
 
 def _grid_runs(runs: Path) -> list[dict[str, Any]]:
@@ -336,7 +570,7 @@ def claims_markdown(claims: list[Claim]) -> str:
              "| claim (paper) | ours (95% interval) | verdict | how read |", "|---|---|---|---|"]
     cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (|D| inside a table cell)
     for c in claims:
-        lines.append(f"| {cell(PAPER[c.key])} | {cell(c.ours)} | **{c.verdict}** | {cell(c.note)} |")
+        lines.append(f"| {cell(c.claim)} | {cell(c.ours)} | **{c.verdict}** | {cell(c.note)} |")
     return "\n".join(lines) + "\n"
 
 
@@ -347,6 +581,6 @@ def write_claims(plan: Plan, out: Path) -> str:
     claims = claims_of(plan, out)
     text = claims_markdown(claims)
     write_text(out / "claims.md", text)
-    write_json(out / "claims.json", [dict(claim=PAPER[c.key], key=c.key, ours=c.ours, verdict=c.verdict,
+    write_json(out / "claims.json", [dict(claim=c.claim, key=c.key, ours=c.ours, verdict=c.verdict,
                                           note=c.note) for c in claims])
     return text

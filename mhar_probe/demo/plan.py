@@ -66,6 +66,11 @@ class Plan:
     mcnemar_bootstrap: int = 2000
     ceg_alphas: tuple[float, ...] = (0.089, 0.15)
     null_draws: int = 8  # random-query draws per capture (the claim table's z needs demo.claims.MIN_NULL_DRAWS)
+    # extra claim rows (demo.claims): the paper's Table-main deltas vs the same-seed baseline that this
+    # plan's shape can be read against, as (method, H, key in figures/paper_values.json main.rows[].deltas)
+    paper_deltas: tuple[tuple[str, int | None, str], ...] = ()
+    paper_scale: str | None = None  # the paper_values.json scale those deltas are read at
+    spread_claims: bool = False  # a row per routed method: did its queries leave their (uniform) initialisation
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -194,7 +199,7 @@ STUDY_ANALYSIS: dict[str, Any] = dict(
     main_seed=0, main_kv=4, mhar_heads=8, capture_all_seeds=True,
     eval_methods=("baseline", "attnres", "mhar"), mcnemar_pairs=(("baseline", "mhar"), ("attnres", "mhar")),
     eval_tasks=("mhar_lastword", "mhar_nextline"), eval_limit=1000, eval_batch_size=32, capture_tokens=65536,
-    null_draws=64)  # demo.claims.MIN_NULL_DRAWS
+    null_draws=64, spread_claims=True)  # null draws: demo.claims.MIN_NULL_DRAWS
 STUDY = Plan(
     name="study100m",
     title="The paper's 100M shape (d=512, L=12, 64-channel heads) on the study corpus, 250M tokens a run",
@@ -209,6 +214,9 @@ STUDY = Plan(
         bestvsbest=dict(methods=["attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0], lrs=[STUDY_SECOND_LR]),
     ),
     **STUDY_ANALYSIS,
+    paper_deltas=(("hyper", None, "hyper"), ("attnres", None, "attnres"), ("mhar", 8, "mhar"),
+                  ("mhar", 16, "mhar_over")),
+    paper_scale="100m",
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32

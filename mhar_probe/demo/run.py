@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import io
+import shutil
 import time
 from pathlib import Path
 from typing import Callable, TypeVar
@@ -120,6 +121,11 @@ def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
             for m in plan.eval_methods]
 
 
+def present_eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
+    """The finished runs among those the plan evaluates (a partial study lacks some)."""
+    return [r for r in finished(swept) if is_eval_run(plan, r)]
+
+
 def _clock(seconds: float) -> str:
     """12 s, 4 min 05 s, 1 h 02 min."""
     s = int(round(seconds))
@@ -224,26 +230,55 @@ def eval_stage(plan: Plan, run_list: list[SweptRun], evals: Path, overwrite: boo
 
 
 def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
-    """McNemar of each pair the plan names, tail-means and seed deltas, and the compute-equivalent gain."""
+    """McNemar of each pair the plan names, tail-means and seed deltas, and the compute-equivalent gain.
+    On a partial study an analysis whose runs (or their evaluations) are missing is skipped with a
+    one-line note, and a file an earlier call wrote for it is removed, so no stale table survives."""
     stats = out / "stats"
     stats.mkdir(exist_ok=True)
     evals = runs / "evals"
     swept = swept_runs(runs)
-    evaluated = {r.method: r for r in eval_runs(plan, swept)}
+    evaluated = {r.method: r for r in present_eval_runs(plan, swept)}
     logs = []
+
+    def skip(what: str, why: str, *stale: Path) -> None:
+        for path in stale:
+            if path.is_dir():
+                shutil.rmtree(path)
+            elif path.exists():
+                path.unlink()
+        line = f"skipped {what}: {why}"
+        print(line)
+        logs.append(line)
+
     for a, b in plan.mcnemar_pairs:
-        run_a, run_b = evaluated[a], evaluated[b]
         name = "mcnemar" if (a, b) == plan.mcnemar_pairs[0] else f"mcnemar_{a}_{b}"
+        lacking = [m for m in (a, b) if m not in evaluated or not (evals / evaluated[m].name).is_dir()]
+        if lacking:
+            skip(f"McNemar {a} vs {b}", "no evaluation of " + ", ".join(
+                f"{m}{f' H={plan.mhar_heads}' if m == 'mhar' else ''} seed {plan.main_seed}" for m in lacking),
+                 stats / name)
+            continue
+        run_a, run_b = evaluated[a], evaluated[b]
         logs.append(_printed(lambda: mcnemar(McNemarOptions(
             dir_a=str(evals / run_a.name), dir_b=str(evals / run_b.name), out=str(stats / name),
             overwrite=True, n_boot=plan.mcnemar_bootstrap)))[0])
     compared = main_runs(plan, swept)
+    if not compared:
+        skip("tail-means and CEG", "no finished run", stats / "tails.json", stats / "ceg.json")
+        return "\n".join(logs)
     k = min(TAIL_K, _evaluations(compared[0].path))
     logs.append(_printed(lambda: tails(TailsOptions(
         runs=[str(r.path) for r in compared], k=k, json=str(stats / "tails.json"), overwrite=True)))[0])
     ladder_runs = sorted((r for d in plan.ladder_widths for r in finished(swept_runs(ladder / f"d{d}"))),
                          key=lambda r: str(r.path))
     at_main_seed = [r for r in compared if r.seed == plan.main_seed]
+    pool = ladder_runs + at_main_seed
+    lacking = [m for m, hit in (("baseline", any(r.method == "baseline" for r in pool)),
+                                ("another method", any(r.method != "baseline" for r in pool))) if not hit]
+    if lacking:
+        skip("compute-equivalent gain", f"no finished {' or '.join(lacking)} at seed {plan.main_seed}",
+             stats / "ceg.json")
+        return "\n".join(logs)
     logs.append(_printed(lambda: ceg(CegOptions(
         runs=[str(r.path) for r in ladder_runs + at_main_seed], k=k, alpha=list(plan.ceg_alphas),
         json=str(stats / "ceg.json"), overwrite=True)))[0])

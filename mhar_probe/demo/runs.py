@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import UserError
-from ..sweep.manifest import read_manifest
+from ..sweep.manifest import read_manifest, run_status
 
 
 @dataclass(frozen=True)
@@ -27,12 +27,18 @@ class SweptRun:
 
 
 def swept_runs(sweep_dir: Path) -> list[SweptRun]:
-    """Every run the manifest of `sweep_dir` lists, in name order."""
+    """Every run the manifest of `sweep_dir` lists, in name order. A run whose own summary says it
+    finished counts as finished whatever the manifest recorded (the run directory is the truth: a
+    device call stopped by its budget after the last step leaves the manifest at "interrupted")."""
     manifest = read_manifest(sweep_dir)
     if manifest is None:
         raise UserError(f"{sweep_dir} has no manifest.json; run the demo's sweep stage first")
+
+    def status(r: dict) -> str:
+        return "finished" if run_status(sweep_dir / r["name"]) == "finished" else r["status"]
+
     runs = [SweptRun(path=sweep_dir / r["name"], method=r["axes"]["method"], heads=r["axes"]["H"],
-                     seed=r["axes"]["seed"], status=r["status"], kv=r["axes"].get("kv")) for r in manifest["runs"]]
+                     seed=r["axes"]["seed"], status=status(r), kv=r["axes"].get("kv")) for r in manifest["runs"]]
     return sorted(runs, key=lambda r: r.name)
 
 
