@@ -86,7 +86,7 @@ def mini_plan():
     """The demo's stages on a model small enough to train in seconds (same grids' shape)."""
     from mhar_probe.demo.plan import Plan
 
-    return Plan(name="mini", title="README check", preset="tiny", steps=10,
+    return Plan(name="mini", title="README check", preset="tiny", steps=40,
                 recipe=dict(lr=2e-3, batch_size=2, seq_len=16, eval_every=1, eval_batches=1, checkpoint_every=100,
                             corpus_max_bytes=60000, vocab_size=300),
                 model=dict(hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
