@@ -12,20 +12,9 @@ import pytest
 
 from mhar_probe.demo import run_demo
 from mhar_probe.demo.plan import LADDER
+from results_checks import without_paths
 
 LADDER_DIR = Path(__file__).resolve().parents[1] / "results" / "ladder"
-
-
-def _without_paths(obj, approx: bool = False):
-    """`obj` less its "path" keys; with `approx`, floats compare to 1e-9 (least-squares fits differ
-    in their last bits between machines)."""
-    if isinstance(obj, dict):
-        return {k: _without_paths(v, approx) for k, v in obj.items() if k != "path"}
-    if isinstance(obj, list):
-        return [_without_paths(v, approx) for v in obj]
-    if approx and isinstance(obj, float):
-        return pytest.approx(obj, rel=1e-9, abs=1e-12, nan_ok=True)
-    return obj
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +34,7 @@ def test_claims_and_tables_regenerate_as_committed(regenerated):
         assert (regenerated / rel).read_text() == (LADDER_DIR / rel).read_text(), rel
     for rel in ("stats/tails.json", "stats/ceg.json"):  # equal up to where the runs lay
         new, old = (json.loads((d / rel).read_text()) for d in (regenerated, LADDER_DIR))
-        assert _without_paths(new) == _without_paths(old, approx=True), rel
+        assert without_paths(new) == without_paths(old, approx=True), rel
 
 
 def test_the_ladder_is_what_issue_23_asks(regenerated):

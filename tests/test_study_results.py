@@ -17,19 +17,9 @@ from scipy import stats
 from mhar_probe.demo import run_demo
 from mhar_probe.demo.claims import PENDING_RUNS, REPLICATED, VERDICTS
 from mhar_probe.demo.plan import STUDY
+from results_checks import without_paths
 
 STUDY_DIR = Path(__file__).resolve().parents[1] / "results" / "study100m"
-
-
-def _without_paths(obj, approx: bool = False):
-    """`obj` less its "path" keys; with `approx`, floats compare to 1e-9."""
-    if isinstance(obj, dict):
-        return {k: _without_paths(v, approx) for k, v in obj.items() if k != "path"}
-    if isinstance(obj, list):
-        return [_without_paths(v, approx) for v in obj]
-    if approx and isinstance(obj, float):
-        return pytest.approx(obj, rel=1e-9, abs=1e-12, nan_ok=True)
-    return obj
 
 
 @pytest.fixture(scope="module")
@@ -52,7 +42,7 @@ def test_claims_figures_and_tables_regenerate_as_committed(regenerated):
         assert (regenerated / rel).read_text() == (STUDY_DIR / rel).read_text(), rel
     for rel in ("stats/tails.json", "stats/ceg.json"):  # equal up to where the runs lay
         new, old = (json.loads((d / rel).read_text()) for d in (regenerated, STUDY_DIR))
-        assert _without_paths(new) == _without_paths(old, approx=True), rel
+        assert without_paths(new) == without_paths(old, approx=True), rel
     pngs = {p.name for p in (STUDY_DIR / "figures").glob("*.png")}
     assert pngs and pngs == {p.name for p in (regenerated / "figures").glob("*.png")}
 
