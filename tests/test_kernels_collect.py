@@ -19,14 +19,9 @@ from mhar_probe.kernels.naive import collect_reference, route_reference_f64  # n
 from mhar_probe.kernels.route_bwd_collect import e_block_k, tile_split  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
-from kernel_checks import DEV, EPS, rel  # noqa: E402
+from kernel_checks import DEV, EPS, poison_and_split_e, rel  # noqa: E402,F401 (the fixture applies here)
 
 
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setattr(rbc, "E_CHUNK", 2)  # tiny shapes still split the E reduction over positions
-    with use_kernel_config(poison=True):
-        yield
 
 
 def launch_table(path, D, heads, hw=0, gather=None, pair_e=None):

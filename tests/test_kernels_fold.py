@@ -19,15 +19,10 @@ from mhar_probe.kernels import KernelConfig, TritonSourceStack, use_kernel_confi
 from mhar_probe.kernels.naive import collect_reference, fold_reference  # noqa: E402
 from mhar_probe.kernels.route_bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes  # noqa: E402
 
-from kernel_checks import DEV, EPS, rel  # noqa: E402
+from kernel_checks import DEV, EPS, poison_and_split_e, rel  # noqa: E402,F401 (the fixture applies here)
 from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
 
 
-@pytest.fixture(autouse=True)
-def _poison(monkeypatch):
-    monkeypatch.setattr(rbc, "E_CHUNK", 2)  # tiny shapes still split the E reduction over positions
-    with use_kernel_config(poison=True):
-        yield
 
 
 @pytest.fixture
