@@ -99,3 +99,18 @@ def test_run_demo_trains_a_grids_own_steps(tmp_path, monkeypatch):
         with pytest.raises(Trained):
             run_demo(tmp_path / str(name), steps=steps, plan=STUDY, stages=["sweep"], grids=[grid])
     assert seen == [{1000}, {STUDY.steps}, {7}]
+
+
+def test_the_study_evaluates_every_run_it_trains():
+    """A study call keeps no weights, so each run is evaluated in the call that trains it (issue 33:
+    "evaluates ... the runs it finishes"); the ladder evaluates only its main-seed comparison."""
+    from mhar_probe.demo.plan import LADDER
+    from mhar_probe.demo.run import is_eval_run
+    from mhar_probe.demo.runs import SweptRun
+
+    runs = [SweptRun(Path(f"/r/{m}-{h}-{s}"), m, h, s, "finished", kv=4)
+            for m, h, s in [("baseline", None, 0), ("mhar", 8, 1), ("attnres", 1, 2), ("hyper", None, 0),
+                            ("mhar", 16, 0), ("mhar_hw", 4, 0)]]
+    for plan in (STUDY, MIDDLE):
+        assert all(is_eval_run(plan, r) for r in runs), plan.name
+    assert [r.name for r in runs if is_eval_run(LADDER, r)] == ["baseline-None-0"]

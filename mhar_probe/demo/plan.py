@@ -57,6 +57,7 @@ class Plan:
     main_kv: int | None = None  # the KV heads of the main comparison (None: the preset's)
     mhar_heads: int = 2  # the H of the MHAR run that is evaluated and compared
     capture_all_seeds: bool = False  # capture every routed run, not only the main seed's
+    eval_every_run: bool = False  # evaluate every finished run, not only the main seed's comparison
     eval_methods: tuple[str, ...] = ("baseline", "mhar")  # evaluated at the main seed
     mcnemar_pairs: tuple[tuple[str, str], ...] = (("baseline", "mhar"),)
     eval_tasks: tuple[str, ...] = ("mhar_heldout_ppl", "mhar_lastword", "mhar_nextline")
@@ -192,11 +193,12 @@ STUDY_RECIPE = dict(lr=5e-4, batch_size=32, seq_len=2048, eval_every=25, eval_ba
 STUDY_SWEEP_LRS = [5e-4, 1e-3, 2e-3]
 #: The best-vs-best check's second rate (the other side of the sweep's centre from the chosen one).
 STUDY_SECOND_LR = 1e-3
-#: What the study and its middle rung capture, evaluate and compare: seed 0's baseline, attnres and MHAR
-#: H=8 at KV 4 evaluated (held-out loss is the training's own validation loss), every routed run
-#: captured with enough null draws for the claim table's per-seed z.
+#: What the study and its middle rung capture, evaluate and compare: every run evaluated in the call
+#: that trains it (the weights are not kept; the McNemar pairs read seed 0's baseline, attnres and
+#: MHAR H=8 at KV 4; held-out loss is the training's own validation loss), every routed run captured
+#: with enough null draws for the claim table's per-seed z.
 STUDY_ANALYSIS: dict[str, Any] = dict(
-    main_seed=0, main_kv=4, mhar_heads=8, capture_all_seeds=True,
+    main_seed=0, main_kv=4, mhar_heads=8, capture_all_seeds=True, eval_every_run=True,
     eval_methods=("baseline", "attnres", "mhar"), mcnemar_pairs=(("baseline", "mhar"), ("attnres", "mhar")),
     eval_tasks=("mhar_lastword", "mhar_nextline"), eval_limit=1000, eval_batch_size=32, capture_tokens=65536,
     null_draws=64, spread_claims=True)  # null draws: demo.claims.MIN_NULL_DRAWS

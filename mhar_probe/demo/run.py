@@ -108,8 +108,9 @@ def main_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
 
 
 def is_eval_run(plan: Plan, run: SweptRun) -> bool:
-    """Whether the plan evaluates `run` (its methods at the main seed and KV, MHAR at the plan's H)."""
-    return (run.method in plan.eval_methods and run.seed == plan.main_seed
+    """Whether the plan evaluates `run` (every run, or its methods at the main seed and KV, MHAR at
+    the plan's H)."""
+    return plan.eval_every_run or (run.method in plan.eval_methods and run.seed == plan.main_seed
             and (plan.main_kv is None or run.kv == plan.main_kv)
             and (run.method != "mhar" or run.heads == plan.mhar_heads))
 
