@@ -6,7 +6,9 @@ inputs, each checked against eager), the 8B delta per-call shape, and prints a t
     mhar bench routing --out results.json          (or: python -m mhar_probe.bench.routing)
 
 Timing: CUDA events around the region, warm-up, median of repeats. The byte floor is
-4 bytes x d x (B*T) x pairs / copy bandwidth (DESIGN.md section 4); pairs = sum_s N_s.
+4 bytes x d x (B*T) x pairs / copy bandwidth; pairs = sum_s N_s. The 4 bytes of a pair-element: the
+forward reads the source once (2 in bf16), the backward once more, in the gather (2); the
+derivation is mhar_probe/kernels/README.md, "Design".
 """
 
 from __future__ import annotations
