@@ -26,7 +26,7 @@ with the softmax weights (2d FLOPs):
     routing forward / token = sum_s  Q_s * 4 d N_s,   training = 3x
 
 where Q_s is the number of full-width queries at the site. Splitting the query into H heads
-is a reshape: the same 4 d N_s for every H (attnres = mhar). Sources and sites (DESIGN.md 3):
+is a reshape: the same 4 d N_s for every H (attnres = mhar). Sources and sites (README "Definitions"):
 site 2l reads 2l+1 sources, site 2l+1 reads 2l+2, the final site reads 2L+1, so
 sum_s N_s = (2L+1)(2L+2)/2. `mhar_hw` attention sites hold one full-width query per KV group
 (Q_s = G = num_key_value_heads). `delta` sites read a learnable null source, the completed

@@ -170,7 +170,7 @@ def test_run_dir_ema_and_exact_resume(models, tmp_path):
 def _torchrun(args: list[str], port: int) -> None:
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2", "--master_port", str(port),
-           "-m", "mhar_probe.cpt", *args]
+           "-m", "mhar_probe.cli", "cpt", *args]
     proc = subprocess.run(cmd, env=env, timeout=300, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
 

@@ -551,12 +551,12 @@ def test_bench_routing_refuses_bad_input(argv, message, capsys):
 
 
 def test_bench_routing_module_entry_point_gives_the_same_message():
-    """`python -m mhar_probe.bench.routing` (what the device scripts run) refuses bad input with
+    """`python -m mhar_probe.cli bench routing` (what the device scripts run) refuses bad input with
     the CLI's one-line message and exit status 2, not a traceback."""
     import subprocess
     import sys
 
-    res = subprocess.run([sys.executable, "-m", "mhar_probe.bench.routing", "--backends", "triton,cuda"],
+    res = subprocess.run([sys.executable, "-m", "mhar_probe.cli", "bench", "routing", "--backends", "triton,cuda"],
                          capture_output=True, text=True, timeout=300)
     assert res.returncode == 2
     assert "unknown backend(s) cuda" in res.stderr and "Traceback" not in res.stderr

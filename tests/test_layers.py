@@ -46,6 +46,33 @@ def test_lint_imports_keeps_every_contract(capsys):
     assert ok, capsys.readouterr().out
 
 
+def test_the_contract_ignores_no_import():
+    """No entry point below the CLI is excused: `python -m mhar_probe.cli CMD` is the one (issue 34)."""
+    options = next(c for c in _config()["contracts_options"] if c["id"] == "layers")
+    assert not options.get("ignore_imports")
+
+
+def test_no_two_packages_import_each_other(graph):
+    """The floors as packages (mhar_probe.X, analysis, figures): their import graph has no circle."""
+    def top(m: str) -> str:
+        parts = m.split(".")
+        return ".".join(parts[:2]) if parts[0] == "mhar_probe" and len(parts) > 1 else parts[0]
+
+    edges = {(top(m), top(i)) for m in graph.modules for i in graph.find_modules_directly_imported_by(m)
+             if top(m) != top(i) and top(i) != "mhar_probe"}  # the package's __init__ registers classes only
+    reach = {a: {b for x, b in edges if x == a} for a, _ in edges}
+    changed = True
+    while changed:  # transitive closure
+        changed = False
+        for a in reach:
+            more = set().union(*(reach.get(b, set()) for b in reach[a])) - reach[a]
+            if more:
+                reach[a] |= more
+                changed = True
+    circles = sorted(a for a in reach if a in reach[a])
+    assert not circles, f"packages on an import circle: {circles}"
+
+
 def test_every_module_of_the_package_sits_on_a_floor():
     """A new module of mhar_probe must be placed in the contract, or nothing checks it."""
     modules = {f"mhar_probe.{m.name}" for m in pkgutil.iter_modules(mhar_probe.__path__)}
@@ -59,6 +86,10 @@ def test_every_module_of_the_package_sits_on_a_floor():
     ("mhar_probe.sweep.runner", "mhar_probe.cli.args"),  # a library module reaching into the CLI
     ("mhar_probe.capture.capture", "analysis.probes.width"),  # the library reaching into analysis
     ("analysis.stats.curves", "figures.style"),  # analysis reaching into figures
+    ("mhar_probe.bench.routing", "mhar_probe.cli"),  # a benchmark as its own entry point (issue 34's circle)
+    ("mhar_probe.cpt.trainer", "mhar_probe.cli.cpt"),  # mid-training reaching into its command
+    ("analysis.stats.curves", "mhar_probe.sweep.grid"),  # analysis sits no higher than the runs it reads
+    ("mhar_probe.sweep.runner", "analysis.stats.curves"),  # ... and the grids do not read it either
 ])
 def test_a_back_import_breaks_the_contract(graph, importer, imported):
     contract = _layers_contract()

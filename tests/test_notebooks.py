@@ -1,4 +1,4 @@
-"""Every notebook runs top to bottom on a CPU (nbclient), within its time budget.
+"""Every notebook runs top to bottom on a CPU (nbclient); how long they take is not checked here.
 
 Notebooks are committed without outputs; this test also checks that.
 """
@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from pathlib import Path
 
 import nbformat
@@ -15,7 +14,7 @@ import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
-BUDGET_S = 120  # each notebook, two loaded cores (they take 5-25 s)
+BUDGET_S = 600  # per cell: catches a hung kernel only, not a slow machine (no wall-clock budget in tests)
 
 
 def venv_kernel(tmp_path: Path, monkeypatch) -> str:
@@ -50,11 +49,8 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     nb = nbformat.read(path, as_version=4)
     client = NotebookClient(nb, timeout=BUDGET_S, kernel_name=venv_kernel(tmp_path, monkeypatch),
                             resources={"metadata": {"path": str(tmp_path)}})
-    t0 = time.perf_counter()
     client.execute()
-    elapsed = time.perf_counter() - t0
     errors = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs if o.output_type == "error"]
     assert not errors
-    assert elapsed < BUDGET_S, f"{path.name} took {elapsed:.0f} s"
     if os.environ.get("MHAR_KEEP_EXECUTED_NOTEBOOKS"):  # for reading the outputs by eye
         nbformat.write(nb, Path(os.environ["MHAR_KEEP_EXECUTED_NOTEBOOKS"]) / path.name)

@@ -1,4 +1,5 @@
-"""Paper-style probe tables as Markdown, LaTeX (booktabs) and CSV, written atomically."""
+"""Paper-style probe tables as Markdown, LaTeX (booktabs) and CSV, written atomically (the cells
+through mhar_probe.tables; the CSV is pandas' own)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import xarray as xr
 from mhar_probe.atomic import write_text
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.tables import booktabs, md_escape, md_row, md_rule, tex_escape, tex_row
 
 from .alignment import head_alignment
 from .collinearity import source_collinearity
@@ -110,34 +112,29 @@ def _fmt(v: object, signed: bool = False) -> str:
     return str(v)
 
 
-def _md(s: object) -> str:
-    return str(s).replace("|", "\\|")
+def _cells(df: pd.DataFrame) -> list[tuple[object, list[str]]]:
+    """Each row's index and its formatted cells (a column named with "Delta" shows its sign)."""
+    return [(i, [_fmt(v, "Delta" in str(c)) for c, v in row.items()]) for i, row in df.astype(object).iterrows()]
 
 
 def to_markdown(df: pd.DataFrame) -> str:
-    head = "| | " + " | ".join(_md(c) for c in df.columns) + " |"
-    sep = "|---|" + "|".join("---:" for _ in df.columns) + "|"
-    body = ["| " + _md(i) + " | " + " | ".join(_md(_fmt(v, "Delta" in str(c))) for c, v in row.items()) + " |"
-            for i, row in df.astype(object).iterrows()]
-    return "\n".join([head, sep, *body]) + "\n"
-
-
-def _tex(s: object) -> str:
-    return (str(s).replace("\\", r"\textbackslash{}").replace("_", r"\_").replace("%", r"\%")
-            .replace("&", r"\&").replace("#", r"\#").replace("|", r"$|$").replace("<=", r"$\le$"))
+    """A pipe table: an unnamed index column, then the frame's columns."""
+    header = "| " + md_row([md_escape(c) for c in df.columns])  # the index column has no name: "| | a |"
+    lines = [header, md_rule(len(df.columns) + 1)]
+    lines += [md_row([md_escape(i), *(md_escape(v) for v in cells)]) for i, cells in _cells(df)]
+    return "\n".join(lines) + "\n"
 
 
 def to_latex(df: pd.DataFrame, caption: str = "", label: str = "") -> str:
+    """A floating table (caption, label) around the booktabs tabular: index column, then the columns."""
     lines = [r"\begin{table}[h]", r"\centering"]
     if caption:
-        lines.append(rf"\caption{{{_tex(caption)}}}")
+        lines.append(rf"\caption{{{tex_escape(caption)}}}")
     if label:
         lines.append(rf"\label{{{label}}}")
-    lines += [r"\begin{tabular}{l" + "c" * len(df.columns) + "}", r"\toprule",
-              " & " + " & ".join(rf"\textbf{{{_tex(c)}}}" for c in df.columns) + r" \\", r"\midrule"]
-    for i, row in df.astype(object).iterrows():
-        lines.append(_tex(i) + " & " + " & ".join(_tex(_fmt(v, "Delta" in str(c))) for c, v in row.items()) + r" \\")
-    lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
+    header = tex_row(["", *(rf"\textbf{{{tex_escape(c)}}}" for c in df.columns)])
+    body = [tex_row([tex_escape(i), *(tex_escape(v) for v in cells)]) for i, cells in _cells(df)]
+    lines += [*booktabs("l" + "c" * len(df.columns), header, body), r"\end{table}"]
     return "\n".join(lines) + "\n"
 
 

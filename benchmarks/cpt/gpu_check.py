@@ -53,9 +53,9 @@ def cli(args: list[str], nproc: int = 1) -> float:
     env = {**os.environ, "NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1", "NVSHMEM_DISABLE_NVLS": "1"}
     if nproc == 1:
         env["CUDA_VISIBLE_DEVICES"] = "0"
-        cmd = [sys.executable, "-m", "mhar_probe.cpt", *args]
+        cmd = [sys.executable, "-m", "mhar_probe.cli", "cpt", *args]
     else:
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "-m", "mhar_probe.cpt", *args]
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", str(nproc), "-m", "mhar_probe.cli", "cpt", *args]
     t = time.perf_counter()
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if proc.returncode:

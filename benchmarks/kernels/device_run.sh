@@ -47,7 +47,7 @@ sweep_jobs() {  # $1 kernel kind, then jobs shapes:dtype:heads:timeout -> $OUT/s
   shift
   for job in "$@"; do
     IFS=: read -r shapes dtype heads limit <<< "$job"
-    timeout "$limit" python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.json" \
+    timeout "$limit" python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.json" \
       --no-delta --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels "$kind" --sweep-only \
       --repeat 3 2>&1 | grep -v -i warn | tee "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.log" | grep SWEEP
   done
@@ -93,34 +93,34 @@ case "${1:-tests}" in
     fla_setup
     timeout 250 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
-    timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
+    timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 1,8 --backends triton,compile$FLA --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
   final)
     fla_setup
-    timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
+    timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 8,1 --backends triton${VARIANTS:+,$VARIANTS},eager,compile$FLA --repeat 5 \
       --graph 2>&1 | grep -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
   check)  # every GPU test, then the routing kernels at the training microbatches (autocast layout,
     # H = 8): triton against the VARIANTS (comma-separated) in one process
     timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
-    timeout 220 python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+    timeout 220 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${VARIANTS:+,$VARIANTS} --repeat 5 \
       2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -14 ;;
   train)  # PRESETS (default: all three) as preset:batch:seq; VARIANT (default bf16dout)
     V=${VARIANT:-bf16dout}
-    timeout 150 python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
+    timeout 150 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-$V \
       --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
   compare)  # no tests: the kernel table (bf16, graph replay) and the training microbatches (autocast,
     # H = 8), triton against the VARIANTS (default triton-bf16dout), then the interleaved end-to-end
     # table for METHODS (default baseline, mhar and mhar/bf16dout)
     V=${VARIANTS-triton-bf16dout}
-    timeout ${TABLE_TIMEOUT:-160} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
+    timeout ${TABLE_TIMEOUT:-160} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 8,1 --backends triton${V:+,$V} --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -14
-    timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta \
+    timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta \
       --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
       2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
   host)
@@ -155,7 +155,7 @@ case "${1:-tests}" in
   sweep)  # launch configs incl. register caps: SHAPES (default 1B-train), KERNELS (default fwd,gather)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k register_cap 2>&1 \
       | tee "$OUT/pytest_regcap.log" | grep -E "passed|failed|Error|^E  " | tail -4
-    timeout 500 python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/sweep.json" --no-delta --dtype ${DTYPE:-mixed} \
+    timeout 500 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/sweep.json" --no-delta --dtype ${DTYPE:-mixed} \
       --heads ${HEADS:-8} \
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,gather}" --sweep-only --repeat 3 2>&1 \
       | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
@@ -169,7 +169,7 @@ case "${1:-tests}" in
     sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;
   fla)  # FLA's fused_attnres against triton at H=1, graph replay (carry .whl)
     fla_setup
-    timeout ${TABLE_TIMEOUT:-500} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/bench_fla.json" --no-delta \
+    timeout ${TABLE_TIMEOUT:-500} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_fla.json" --no-delta \
       --shapes ${SHAPES:-100M,350M,1B} --heads 1 --backends triton$FLA --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_fla.log" | tail -12 ;;
 esac

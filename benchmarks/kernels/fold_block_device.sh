@@ -28,12 +28,12 @@ timeout ${TEST_TIMEOUT:-190} python -m pytest -q -p no:cacheprovider $XDIST -m g
 echo "GPU tests: rc $? in $((SECONDS - t0)) s: $(grep -E "passed|failed|error" "$OUT/pytest_gpu.log" | tail -1)"
 grep -E "^(FAILED|ERROR)" "$OUT/pytest_gpu.log" | head -10
 t0=$SECONDS
-timeout ${TRAIN_TIMEOUT:-150} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/fold_train.json" --no-delta \
+timeout ${TRAIN_TIMEOUT:-150} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/fold_train.json" --no-delta \
   --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-gather${VARIANTS:+,$VARIANTS} \
   --repeat 5 --graph 2>&1 | grep -v -i warn > "$OUT/fold_train.log"
 echo "training microbatches: rc $? in $((SECONDS - t0)) s"
 t0=$SECONDS
-timeout ${TABLE_TIMEOUT:-90} python -m mhar_probe.bench.routing $COMMIT_ARG --out "$OUT/fold_table.json" --no-delta \
+timeout ${TABLE_TIMEOUT:-90} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/fold_table.json" --no-delta \
   --shapes 100M,350M,1B --heads 8,1 --backends triton,triton-gather --repeat 5 --graph 2>&1 \
   | grep -v -i warn > "$OUT/fold_table.log"
 echo "kernel table: rc $? in $((SECONDS - t0)) s"

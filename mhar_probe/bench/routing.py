@@ -3,10 +3,12 @@
 One GPU call runs everything: copy bandwidth, the paper's kernel-table shapes for each backend
 (eager, compile, triton, and FLA's `fused_attnres` at H=1 when `fla-core` is installed; same
 inputs, each checked against eager), the 8B delta per-call shape, and prints a table.
-    mhar bench routing --out results.json          (or: python -m mhar_probe.bench.routing)
+    mhar bench routing --out results.json          (or: python -m mhar_probe.cli bench routing ...)
 
 Timing: CUDA events around the region, warm-up, median of repeats. The byte floor is
-4 bytes x d x (B*T) x pairs / copy bandwidth (DESIGN.md section 4); pairs = sum_s N_s.
+4 bytes x d x (B*T) x pairs / copy bandwidth; pairs = sum_s N_s. The 4 bytes of a pair-element: the
+forward reads the source once (2 in bf16), the backward once more, in the gather (2); the
+derivation is mhar_probe/kernels/README.md, "Design".
 """
 
 from __future__ import annotations
@@ -461,10 +463,3 @@ def run(args: argparse.Namespace) -> None:
               f"{r['fwdbwd_ms'] / t.get('fwdbwd_ms', nan):9.2f}x {r['floor_fraction']:9.1%} | "
               f"{g:8.3f} {g / tg:9.2f}x {r['floor_ms'] / g:9.1%}")
 
-
-if __name__ == "__main__":  # the same messages and exit codes as `mhar bench routing`
-    import sys
-
-    from mhar_probe.cli import main as cli_main
-
-    sys.exit(cli_main(["bench", "routing", *sys.argv[1:]]))

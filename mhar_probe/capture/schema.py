@@ -1,4 +1,4 @@
-"""The routing dataset's coordinates and provenance (DESIGN.md section 5).
+"""The routing dataset's coordinates and provenance (what `mhar capture` writes; README "Python").
 
 dims: `site`, `source`, `head` (+ `half`, `slicing`, `slice`, `draw`, `source_b`, and
 `sample`, `position` for per-token weights).

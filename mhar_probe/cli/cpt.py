@@ -2,8 +2,8 @@
 
 Wired into `mhar` by `add_cpt_subparser(subparsers)`; the handler is `cmd_cpt(args)` (user
 errors are raised as `UserError` and printed by `mhar` on one line, exit status 2). Also
-runnable alone, e.g. under torchrun: `torchrun --nproc_per_node 8 -m mhar_probe.cpt SRC --out DIR --fsdp`
-(`main` below: the same parser, errors and exit codes as `mhar cpt`).
+run under torchrun as `torchrun --nproc_per_node 8 -m mhar_probe.cli cpt SRC --out DIR --fsdp`, the one
+entry point (`main` below is `mhar cpt` for Python callers: the same parser, errors and exit codes).
 """
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def cmd_cpt(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """`python -m mhar_probe.cpt ARGV` is `mhar cpt ARGV`: one parser, one error handler."""
+    """`main(ARGV)` is `mhar cpt ARGV`: one parser, one error handler."""
     from . import main as mhar
 
     return mhar(["cpt", *(sys.argv[1:] if argv is None else argv)])

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UserError
+from ..tables import md_escape, md_row
 from .plan import Plan
 
 REPLICATED, NOT_REPLICATED, INCONCLUSIVE = "replicated", "not replicated", "inconclusive at this scale"
@@ -568,9 +569,8 @@ def _grid_runs(runs: Path) -> list[dict[str, Any]]:
 def claims_markdown(claims: list[Claim]) -> str:
     lines = ["## Claims", "",
              "| claim (paper) | ours (95% interval) | verdict | how read |", "|---|---|---|---|"]
-    cell = lambda text: text.replace("|", "\\|")  # noqa: E731  (|D| inside a table cell)
-    for c in claims:
-        lines.append(f"| {cell(c.claim)} | {cell(c.ours)} | **{c.verdict}** | {cell(c.note)} |")
+    for c in claims:  # md_escape: |D| inside a table cell
+        lines.append(md_row([md_escape(c.claim), md_escape(c.ours), f"**{c.verdict}**", md_escape(c.note)]))
     return "\n".join(lines) + "\n"
 
 

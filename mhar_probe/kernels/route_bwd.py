@@ -26,7 +26,7 @@ Two kernels for the two ways of organising that sum:
   in a fixed order (no atomics: bitwise repeatable).
   Bytes per pair-element: fwd 2 (read v) + bwd 2 (read v in the call kernel) + 2 (read dout in
   the gather) = 6 (bf16; 8 under autocast, where the routed outputs and so the stored douts are
-  fp32), against the 4 of DESIGN.md section 4 and the paper's ~14. 4 needs the call's query
+  fp32), against the 4 of route_bwd_collect.py (README.md here, "Design") and the paper's ~14. 4 needs the call's query
   gradient formed after the gathers, i.e. every site's parameters up front: the backward of
   route_bwd_collect.py, which the model runs; this one serves stacks built without them. Source
   0 is read through its own pointer V0: under autocast it is the fp32 embedding beside a bf16

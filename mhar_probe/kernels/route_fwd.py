@@ -369,7 +369,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     row of registers fewer than q and g, products in another order (about an fp32 ulp per term,
     against the 2^-8 of the stored sources). fp32 storage keeps the reference's order r*v*g*q:
     there the fp32 path must stay within 2.5e-6 of float64 on every gradient, which the fold
-    exceeded on an H100 (3.6e-6 at N=17, d=768, H=2; results_h100.md).
+    exceeded on an H100 (3.6e-6 at N=17, d=768, H=2; the session diary, git show 56d8861:benchmarks/kernels/results_h100.md).
     Head widths that are not a power of two run as two exact tiles (`head_split`)."""
     K = D // H
     block_k, block_p, num_warps, maxnreg, stages = config
@@ -386,7 +386,8 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
 
 
 # Stages of the pipelined loop at the end of every forward program that turns the stored
-# logits into weights (results_h100.md: -3% / -4% of the forward at 350M / 1B against a plain loop).
+# logits into weights (-3% / -4% of the forward at 350M / 1B against a plain loop; the session diary,
+# git show 56d8861:benchmarks/kernels/results_h100.md).
 W_STAGES = 3
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
