@@ -1,15 +1,8 @@
-"""Run directories: locks, preparation, atomic writes, checkpoints and metrics.
+"""Run directories: the lock, preparing one for a run, checkpoints, metrics and saved models.
 
-    RUN/
-      config.json, model.safetensors   final model (Hugging Face format)
-      tokenizer.json, ...              the tokenizer the run used
-      train_config.json                every training option (`TrainConfig`)
-      metrics.jsonl                    one line per step; val_loss on evaluation steps
-      summary.json                     written last: tail-mean, final losses, finished flag
-      checkpoint/                      latest resumable state (model + optimizer + step)
-
-The names are `mhar_probe.runfiles`' constants, and `runfiles.RunFiles` reads the files back;
-this module writes them.
+A run directory's files (config.json and model.safetensors, tokenizer, train_config.json,
+corpus.json, metrics.jsonl, summary.json, checkpoint/) are named and read back in
+`mhar_probe.runfiles` (`RunFiles`); this module writes and guards them.
 """
 
 from __future__ import annotations

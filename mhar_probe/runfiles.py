@@ -35,8 +35,8 @@ import json
 import math
 import typing
 import types
-from pathlib import Path
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Callable, Mapping, NotRequired, TypedDict
 
 from .errors import UserError
@@ -225,8 +225,8 @@ def read_summary(path: str | Path) -> SummaryDoc:
 
 class MetricsRow(TypedDict):
     """One line of metrics.jsonl: every step has `step`, `tokens`, `flops`, `lr`; training steps
-    `loss`, `grad_norm`, `tokens_per_s`; evaluation steps (and step 0) `val_loss`. Some trainers
-    log more (cpt: `z_loss`)."""
+    `loss`, `grad_norm`, `tokens_per_s` (and the step's extra terms: cpt's `z_loss`); evaluation
+    steps (and step 0) `val_loss`."""
 
     step: int
     tokens: NotRequired[int]
@@ -236,6 +236,7 @@ class MetricsRow(TypedDict):
     grad_norm: NotRequired[float]
     tokens_per_s: NotRequired[float]
     val_loss: NotRequired[float]
+    z_loss: NotRequired[float]
 
 
 #: values of a metrics line, where present: (lowest, highest) a real run can log; a loss of a
