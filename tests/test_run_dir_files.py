@@ -150,3 +150,19 @@ def test_no_module_spells_a_run_file_or_scans_its_text():
                 if value == '"val_loss"' or any(value == n or value.endswith("/" + n) for n in RUN_ONLY_FILES):
                     found.append(f"{module.relative_to(ROOT)}:{line}: {value!r}")
     assert not found, found
+
+
+def test_a_routing_figures_seed_comes_from_the_checked_train_config(tmp_path):
+    """figures.routing reads the run's seed through `RunFiles`: missing is seed 0 as before, but a
+    damaged train_config.json is its one-line error, not silently seed 0."""
+    from figures.routing import Captured
+
+    def seed() -> int:
+        return Captured("run", tmp_path / "routing.nc").seed  # the dataset itself is not opened
+
+    assert seed() == 0
+    (tmp_path / TRAIN_CONFIG).write_text(json.dumps({"seed": 7, "method": "mhar"}))
+    assert seed() == 7
+    (tmp_path / TRAIN_CONFIG).write_text("{oops")
+    with pytest.raises(RunFileError, match=rf"^{tmp_path / TRAIN_CONFIG}:1: not valid JSON"):
+        seed()
