@@ -3,7 +3,8 @@ figures share.
 
 A run directory (`mhar_probe.rundir`) holds config.json (the model's Hugging Face config),
 train_config.json (every training option), summary.json (written last), corpus.json and
-metrics.jsonl. `Run.read(path)` loads them as they are; the properties give the run's axes
+metrics.jsonl. `Run.read(path)` loads them through their checked readers
+(`mhar_probe.runfiles.RunFiles`); the properties give the run's axes
 (method, heads, kv, lr, seed, preset, size, corpus) with one rule each for where they come from,
 and its curves. Two views are built from it, never from the files again:
 
@@ -13,37 +14,22 @@ and its curves. Two views are built from it, never from the files again:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Callable, Iterable, Iterator
 
 from mhar_probe.errors import UserError
-from mhar_probe.jsonl import read_jsonl
 from mhar_probe.model.saved import check_config_values
-from mhar_probe.runfiles import check_metrics_row, read_json_object, read_summary, read_train_config
+from mhar_probe.runfiles import (CONFIG, METRICS, SUMMARY, TRAIN_CONFIG, MetricsRow, RunFiles, SummaryDoc,
+                                 TrainConfigDoc, read_metrics)
 from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
 
-METRICS = "metrics.jsonl"
-
-
-def _checked_model_config(path: Path) -> dict[str, Any]:
-    doc = read_json_object(path, "a model config")
-    check_config_values(doc, str(path))
-    return doc
-
-
-#: the reader of each JSON document of a run (`mhar_probe.runfiles`): its checks, one per file kind
-READERS: dict[str, Callable[[Path], dict[str, Any]]] = {
-    "config.json": _checked_model_config,
-    "train_config.json": read_train_config,
-    "summary.json": read_summary,
-    "corpus.json": lambda p: read_json_object(p, "a corpus record"),
-}
 #: files any one of which makes a directory a run directory
-RUN_MARKERS = ("train_config.json", "summary.json", "config.json", METRICS)
+RUN_MARKERS = (TRAIN_CONFIG, SUMMARY, CONFIG, METRICS)
 
 
 def is_run_path(path: str | Path) -> bool:
@@ -78,28 +64,24 @@ def run_paths(paths: Iterable[str | Path], *, error: type[UserError] = UserError
     return kept
 
 
-def read_json(path: Path, *, error: type[UserError] = UserError) -> dict[str, Any]:
-    """A run's JSON document, checked by the reader of its kind (`READERS`; any other: an
-    object); {} if it is missing, `error` naming the file if it is damaged."""
-    if not path.exists():
-        return {}
+@contextlib.contextmanager
+def reraised_as(error: type[UserError]) -> Iterator[None]:
+    """A damaged run file (`mhar_probe.runfiles.RunFileError`, any `UserError`) raised as the
+    caller's `error` class, with the same one-line message."""
     try:
-        return READERS.get(path.name, lambda p: read_json_object(p, "a JSON object"))(path)
+        yield
     except UserError as exc:
+        if isinstance(exc, error):
+            raise
         raise error(str(exc)) from None
 
 
-def parse_metrics(path: Path, *, error: type[UserError] = UserError) -> list[dict[str, Any]]:
-    """The lines of a metrics.jsonl (blank lines skipped); a malformed line raises `error`
-    naming file and line. Every line is an object with an integer `step` whose values are
-    numbers a run can log (`mhar_probe.runfiles.check_metrics_row`)."""
-    rows = []
-    for lineno, rec in read_jsonl(path, error):
-        try:
-            rows.append(check_metrics_row(rec, f"{path}:{lineno}"))
-        except UserError as exc:
-            raise error(str(exc)) from None
-    return rows
+def parse_metrics(path: Path, *, error: type[UserError] = UserError) -> list[MetricsRow]:
+    """The checked lines of a metrics.jsonl (`mhar_probe.runfiles.read_metrics`: blank lines
+    skipped, every line an object with an integer `step` whose values are numbers a run can
+    log); a malformed line raises `error` naming file and line."""
+    with reraised_as(error):
+        return read_metrics(path)
 
 
 def eval_curve(rows: Iterable[dict[str, Any]]) -> list[dict[str, float]]:
@@ -134,10 +116,10 @@ class Run:
 
     path: Path
     config: dict[str, Any]  # config.json: the model's Hugging Face config
-    train_config: dict[str, Any]  # train_config.json
-    summary: dict[str, Any]  # summary.json ({} until the run has finished or failed)
+    train_config: TrainConfigDoc  # train_config.json
+    summary: SummaryDoc  # summary.json ({} until the run has finished or failed)
     corpus_info: dict[str, Any]  # corpus.json
-    metrics: list[dict[str, Any]]  # metrics.jsonl, one dict a line ([] if there is none)
+    metrics: list[MetricsRow]  # metrics.jsonl, one dict a line ([] if there is none)
     metrics_path: Path
 
     @classmethod
@@ -148,17 +130,15 @@ class Run:
         if path.is_file() and path.name != METRICS:  # e.g. a sweep's manifest.json from `runs/*`
             raise error(f"{path} is a file, not a run directory (or a run's {METRICS})")
         run_dir = path.parent if path.is_file() else path
-        metrics_path = path if path.is_file() else path / METRICS
         if not run_dir.exists():
             raise error(f"run {path} does not exist")
-        run = cls(path=run_dir, config=read_json(run_dir / "config.json", error=error),
-                  train_config=read_json(run_dir / "train_config.json", error=error),
-                  summary=read_json(run_dir / "summary.json", error=error),
-                  corpus_info=read_json(run_dir / "corpus.json", error=error),
-                  metrics=parse_metrics(metrics_path, error=error) if metrics_path.exists() else [],
-                  metrics_path=metrics_path)
+        files = RunFiles(run_dir)
+        with reraised_as(error):  # each document by the one reader of its kind (`mhar_probe.runfiles`)
+            run = cls(path=run_dir, config=files.model_config(check_config_values),
+                      train_config=files.train_config(), summary=files.summary(), corpus_info=files.corpus(),
+                      metrics=files.metrics(), metrics_path=files.metrics_path)
         if run._method is None:
-            raise error(f"{run_dir}: no method recorded (train_config.json, summary.json and config.json missing?)")
+            raise error(f"{run_dir}: no method recorded ({TRAIN_CONFIG}, {SUMMARY} and {CONFIG} missing?)")
         return run
 
     # ------------------------------------------------------------------------ axes

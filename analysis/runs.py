@@ -30,6 +30,7 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.errors import UserError
+from mhar_probe.runfiles import METRICS
 from mhar_probe.tail import TAIL_K
 
 from .run import Run
@@ -45,9 +46,9 @@ def find_run_dirs(root: str | Path) -> list[Path]:
     root = Path(root)
     if not root.exists():
         raise UserError(f"runs directory {root} does not exist")
-    if (root / "metrics.jsonl").is_file():
+    if (root / METRICS).is_file():
         return [root]
-    found = [p.parent for p in root.rglob("metrics.jsonl")
+    found = [p.parent for p in root.rglob(METRICS)
              if not any(part.startswith(".") or part == "checkpoint" for part in p.relative_to(root).parts[:-1])]
     return sorted(found)
 

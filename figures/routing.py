@@ -15,6 +15,7 @@ import xarray as xr
 
 from mhar_probe.capture import open_routing_dataset
 from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.runfiles import RunFiles
 
 from .common import choose_mhar_H
 
@@ -60,12 +61,9 @@ class Captured:
 
     @cached_property
     def seed(self) -> int:
-        """The training seed from RUN/train_config.json (0 when unknown)."""
-        cfg = self.path.parent / "train_config.json"
-        try:
-            return int(json.loads(cfg.read_text()).get("seed", 0))
-        except (OSError, ValueError, TypeError):
-            return 0
+        """The training seed from RUN/train_config.json (0 when the file or the field is missing;
+        a damaged file is its one-line `RunFileError`)."""
+        return int(RunFiles(self.path.parent).train_config().get("seed", 0))
 
     @property
     def has_probes(self) -> bool:

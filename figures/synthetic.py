@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG
 
 
 def write_run(root: str | Path, name: str, *, method: str, H: int | None = None, kv: int = 2, lr: float = 5e-4,
@@ -37,20 +38,20 @@ def write_run(root: str | Path, name: str, *, method: str, H: int | None = None,
         if step % eval_every == 0 or step == steps:
             row["val_loss"] = base + float(rng.normal(0, noise))
         rows.append(row)
-    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (run / METRICS).write_text("".join(json.dumps(r) + "\n" for r in rows))
     extra = {"hidden_size": hidden_size} if hidden_size else {}
-    (run / "train_config.json").write_text(json.dumps(dict(
+    (run / TRAIN_CONFIG).write_text(json.dumps(dict(
         out=str(run), preset=preset, method=method, heads=H, kv_heads=kv, steps=steps, lr=lr, seed=seed,
         eval_every=eval_every, corpus=None if corpus == "embedded" else corpus, extra=extra)))
     evals = [r["val_loss"] for r in rows if "val_loss" in r]
     if finished:
-        (run / "summary.json").write_text(json.dumps(dict(
+        (run / SUMMARY).write_text(json.dumps(dict(
             finished=True, method=method, preset=preset, steps=steps,
             routing_heads=routing_heads_of(method, {"routing_heads": H}, default=kv), kv_heads=kv, lr=lr,
             seed=seed, tokens=rows[-1]["tokens"], flops=rows[-1]["flops"], initial_val_loss=evals[0],
             final_val_loss=evals[-1], tail_mean_val_loss=float(np.mean(evals[-11:])), tail_k=min(11, len(evals)),
             parameters=1_000_000 + (2 * 4 + 1) * 2 * 128 * (method != "baseline"))))
-    (run / "corpus.json").write_text(json.dumps(dict(
+    (run / CORPUS).write_text(json.dumps(dict(
         name=corpus, fingerprint="synthetic", meta={},
         composition=composition or [
             dict(split="train", source="docs", documents=10, bytes=6000, share=0.6),
@@ -61,6 +62,6 @@ def write_run(root: str | Path, name: str, *, method: str, H: int | None = None,
 
 def tail_mean_of(run: str | Path, k: int = 11) -> float:
     """Mean of the last k val_loss values of a run's metrics.jsonl (independent of analysis.runs)."""
-    vals = [json.loads(line)["val_loss"] for line in Path(run, "metrics.jsonl").read_text().splitlines()
+    vals = [json.loads(line)["val_loss"] for line in Path(run, METRICS).read_text().splitlines()
             if "val_loss" in json.loads(line)]
     return float(np.mean(vals[-k:]))

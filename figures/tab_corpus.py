@@ -3,8 +3,9 @@ and split), one table per distinct corpus, beside the paper's anneal_pt_v3 share
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from mhar_probe.runfiles import CORPUS, RunFiles
 
 from .registry import Output, Skip, generator
 from .tables import Cell, Table
@@ -17,9 +18,9 @@ COLUMNS = ["Split", "Source", "Documents", "Bytes", "% bytes"]
 def make(ctx) -> list[Output]:
     seen: dict[str, tuple[str, dict]] = {}
     for path in ctx.runs["path"].values.tolist():
-        f = Path(path) / "corpus.json"
-        if f.exists():
-            doc = json.loads(f.read_text())
+        files = RunFiles(Path(path))
+        if files.corpus_path.exists():
+            doc = files.corpus()
             seen.setdefault(str(doc.get("fingerprint") or doc.get("name")), (path, doc))
     if not seen:
         raise Skip("no run has a corpus.json", [NEEDS])
@@ -27,7 +28,7 @@ def make(ctx) -> list[Output]:
     multi = len(seen) > 1
     for i, (fp, (path, doc)) in enumerate(sorted(seen.items(), key=lambda kv: kv[1][1].get("name", ""))):
         name = f"table_corpus_{i}" if multi else "table_corpus"
-        t = Table(name, f"Corpus composition: {doc.get('name', '?')} (from {Path(path).name}/corpus.json)", COLUMNS)
+        t = Table(name, f"Corpus composition: {doc.get('name', '?')} (from {Path(path).name}/{CORPUS})", COLUMNS)
         last = None
         for r in doc.get("composition", []):
             t.add([Cell(r["split"], r["split"]), Cell(r["source"], r["source"]), Cell.num(r["documents"], "{:,}"),

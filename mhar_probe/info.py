@@ -13,7 +13,7 @@ from .model import MHARConfig, MHARForCausalLM
 from .model.saved import check_config_values
 from .model.config import PAPER_ROUTING_HEADS, PAPER_VOCAB_SIZE, routing_heads_reason
 from .rundir import require_run_dir
-from .runfiles import read_json_object, read_summary
+from .runfiles import CONFIG, RunFiles, read_model_config
 
 PARTS = (  # (part, predicate on the parameter name), first match wins
     ("embedding", lambda n: "embed_tokens" in n or n.startswith("lm_head")),
@@ -49,10 +49,10 @@ def load_config(run: str | None, preset: str | None, method: str | None, heads: 
                 vocab_size: int | None = None) -> MHARConfig:
     if run is not None:
         path = require_run_dir(run)
-        cfg_file = path / "config.json"
+        cfg_file = RunFiles(path).config_path
         if not cfg_file.exists():
-            raise UserError(f"{path} has no config.json yet (the run has not finished)")
-        check_config_values(read_json_object(cfg_file, "a model config"), str(cfg_file))  # before any loop
+            raise UserError(f"{path} has no {CONFIG} yet (the run has not finished)")
+        read_model_config(cfg_file, check_config_values)  # its sizes checked before any loop
         try:
             return MHARConfig.from_pretrained(path)
         except Exception as exc:  # corrupt json
@@ -84,8 +84,8 @@ def describe(run: str | None, *, preset: str | None = None, method: str | None =
         parameters=parameters_by_part(model), flops_per_token=flops_per_token(config, seq_len),
         seq_len_for_flops=seq_len, config=json.loads(config.to_json_string()),
     )
-    if run is not None and (Path(run) / "summary.json").exists():
-        info["summary"] = read_summary(Path(run) / "summary.json")
+    if run is not None and RunFiles(Path(run)).summary_path.exists():
+        info["summary"] = RunFiles(Path(run)).summary()
     if not as_text:
         return info
     lines = [f"method {info['method']}  preset {info['preset']}  H {info['routing_heads']} "

@@ -38,7 +38,8 @@ from transformers.dynamic_module_utils import custom_object_save
 from . import atomic
 from .distributed import DistInfo
 from .errors import UserError
-from .rundir import CHECKPOINT, _untie, read_checkpoint_state, write_checkpoint
+from .rundir import _untie, read_checkpoint_state, write_checkpoint
+from .runfiles import CHECKPOINT, STATE, WEIGHTS
 
 try:  # torch >= 2.6
     from torch.distributed.tensor import DTensor, distribute_tensor
@@ -236,11 +237,11 @@ def save_full_checkpoint(out: Path, model_state: dict[str, Tensor], optim_state:
     """RUN/checkpoint/: model.safetensors, optimizer.pt (name-keyed), state.json and one
     `{name}.safetensors` per extra tensor dict (e.g. the EMA), swapped in atomically. Rank 0 only."""
     def fill(tmp: Path) -> None:
-        save_file(_untie(dict(model_state)), tmp / "model.safetensors")
+        save_file(_untie(dict(model_state)), tmp / WEIGHTS)
         torch.save(optim_state, tmp / "optimizer.pt")
         for name, tensors in (extra or {}).items():
             save_file(_untie(dict(tensors)), tmp / f"{name}.safetensors")
-        atomic.write_json(tmp / "state.json", {**state, "optimizer_keys": "names", "extra": sorted(extra or {})})
+        atomic.write_json(tmp / STATE, {**state, "optimizer_keys": "names", "extra": sorted(extra or {})})
 
     write_checkpoint(out, fill)
 
@@ -255,7 +256,7 @@ def load_full_checkpoint(out: Path, steps: int | None = None) -> tuple[dict[str,
         if state.get("optimizer_keys") != "names":
             raise UserError(f"checkpoint in {ckpt} was written by a different trainer (optimizer state "
                             f"is not keyed by parameter name); use --overwrite to start over")
-        model_state = load_file(ckpt / "model.safetensors")
+        model_state = load_file(ckpt / WEIGHTS)
         optim_state = torch.load(ckpt / "optimizer.pt", weights_only=True, map_location="cpu")
         extra = {name: load_file(ckpt / f"{name}.safetensors") for name in state.get("extra", [])}
     except UserError:
@@ -290,7 +291,7 @@ def save_hf_dir(path: Path, config: Any, state: dict[str, Tensor], model_class: 
                                auto_class: f"{module}.{model_class.__name__}"}
             custom_object_save(model_class, tmp)  # the model's module and its relative imports
         config.save_pretrained(tmp)
-        save_file({k: v.contiguous() for k, v in _untie(dict(state)).items()}, tmp / "model.safetensors",
+        save_file({k: v.contiguous() for k, v in _untie(dict(state)).items()}, tmp / WEIGHTS,
                   metadata={"format": "pt"})
         if generation_config is not None:
             generation_config.save_pretrained(tmp)

@@ -1,12 +1,8 @@
-"""Run directories: layout, atomic writes, checkpoints and metrics.
+"""Run directories: the lock, preparing one for a run, checkpoints, metrics and saved models.
 
-    RUN/
-      config.json, model.safetensors   final model (Hugging Face format)
-      tokenizer.json, ...              the tokenizer the run used
-      train_config.json                every training option (`TrainConfig`)
-      metrics.jsonl                    one line per step; val_loss on evaluation steps
-      summary.json                     written last: tail-mean, final losses, finished flag
-      checkpoint/                      latest resumable state (model + optimizer + step)
+A run directory's files (config.json and model.safetensors, tokenizer, train_config.json,
+corpus.json, metrics.jsonl, summary.json, checkpoint/) are named and read back in
+`mhar_probe.runfiles` (`RunFiles`); this module writes and guards them.
 """
 
 from __future__ import annotations
@@ -27,15 +23,13 @@ from safetensors.torch import load_file, save_file
 
 from . import atomic
 from .errors import UserError
-from .jsonl import read_jsonl
 from .outputs import LOCK_FILE, OutputKind, check_output, refuse_together
-from .runfiles import RunFileError, check_metrics_row, read_state
+from .runfiles import CHECKPOINT, CONFIG, STATE, TRAIN_CONFIG, WEIGHTS, RunFiles
 
-CHECKPOINT = "checkpoint"
 T = TypeVar("T")
 
 #: what makes a directory a run of this project (train and cpt both write them)
-RUN_MARKERS = ("train_config.json", f"{CHECKPOINT}/state.json")
+RUN_MARKERS = (TRAIN_CONFIG, f"{CHECKPOINT}/{STATE}")
 #: temporaries a killed writer leaves behind: checkpoint staging, the swap's old copy, atomic
 #: writes, Hugging Face export staging
 TEMPORARY_GLOBS = (f".{CHECKPOINT}.*", ".*.tmp", ".hf-tmp-*")
@@ -116,7 +110,7 @@ def check_run_dir(out: Path, *, resume: bool, overwrite: bool, inputs: Inputs = 
         raise UserError(f"output path {out} exists and is not a directory")
     contents = _contents(out)
     if resume:
-        if (out / CHECKPOINT / "state.json").exists() or _recoverable_checkpoint(out) is not None:
+        if RunFiles(out).state_path.exists() or _recoverable_checkpoint(out) is not None:
             return True
         if contents and not killed_before_checkpoint(out):
             raise UserError(f"cannot resume: {out} has no checkpoint ({out / CHECKPOINT}); "
@@ -150,9 +144,10 @@ def killed_before_checkpoint(out: Path) -> bool:
     a killed swap left beside it), no summary.json and no final model. Nothing in it can be
     resumed and nothing is lost by starting it again, so --resume does that (with its saved
     settings) instead of refusing."""
-    return ((out / "train_config.json").is_file() and not (out / CHECKPOINT).exists()
-            and _recoverable_checkpoint(out) is None and not (out / "summary.json").exists()
-            and not (out / "model.safetensors").exists())
+    files = RunFiles(out)
+    return (files.train_config_path.is_file() and not files.checkpoint_path.exists()
+            and _recoverable_checkpoint(out) is None and not files.summary_path.exists()
+            and not files.weights_path.exists())
 
 
 def _recoverable_checkpoint(out: Path) -> Path | None:
@@ -163,7 +158,7 @@ def _recoverable_checkpoint(out: Path) -> Path | None:
     complete = []
     for d in out.glob(f".{CHECKPOINT}.*"):
         try:
-            complete.append((json.loads((d / "state.json").read_text())["step"], d))
+            complete.append((json.loads((d / STATE).read_text())["step"], d))
         except (OSError, ValueError, KeyError, TypeError):
             continue  # staging that was cut off before its state was written
     return max(complete, key=lambda c: c[0])[1] if complete else None
@@ -188,9 +183,9 @@ def save_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
     """Model weights (safetensors), optimizer state and trainer state, swapped in atomically."""
     def fill(tmp: Path) -> None:
         tensors = {k: v.detach().contiguous().cpu() for k, v in model.state_dict().items()}
-        save_file(_untie(tensors), tmp / "model.safetensors")
+        save_file(_untie(tensors), tmp / WEIGHTS)
         torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
-        atomic.write_json(tmp / "state.json", state)  # last: a staging copy with state.json is complete
+        atomic.write_json(tmp / STATE, state)  # last: a staging copy with state.json is complete
 
     write_checkpoint(out, fill)
 
@@ -223,7 +218,7 @@ def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
     ckpt = out / CHECKPOINT
     state = read_checkpoint_state(out, steps)
     try:
-        tensors = load_file(ckpt / "model.safetensors")
+        tensors = load_file(ckpt / WEIGHTS)
         opt_state = torch.load(ckpt / "optimizer.pt", weights_only=True, map_location="cpu")
     except FileNotFoundError as exc:
         raise UserError(f"checkpoint in {ckpt} is incomplete: {exc.filename} is missing") from exc
@@ -241,18 +236,10 @@ def load_checkpoint(out: Path, model: torch.nn.Module, optimizer: torch.optim.Op
 
 def read_checkpoint_state(out: Path, steps: int | None = None) -> dict[str, Any]:
     """RUN/checkpoint/state.json, checked (`runfiles.read_state`): read before any tensor is."""
-    path = out / CHECKPOINT / "state.json"
-    if not path.is_file():
-        raise UserError(f"checkpoint in {out / CHECKPOINT} is incomplete: {path} is missing")
-    return read_state(path, steps)
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """The rows of a run's metrics.jsonl ([] before the first is written); a malformed line is a
-    `UserError` naming file and line."""
-    if not path.exists():
-        return []
-    return [check_metrics_row(row, f"{path}:{lineno}") for lineno, row in read_jsonl(path, RunFileError)]
+    files = RunFiles(out)
+    if not files.state_path.is_file():
+        raise UserError(f"checkpoint in {files.checkpoint_path} is incomplete: {files.state_path} is missing")
+    return files.state(steps)
 
 
 def write_metrics(path: Path, rows: Iterable[dict[str, Any]]) -> None:
@@ -280,6 +267,6 @@ def require_run_dir(path: str | os.PathLike) -> Path:
     run = Path(path)
     if not run.is_dir():
         raise UserError(f"run directory {run} does not exist")
-    if not (run / "config.json").exists() and not (run / CHECKPOINT / "state.json").exists():
-        raise UserError(f"{run} is not a run directory (no config.json and no {CHECKPOINT}/)")
+    if not (run / CONFIG).exists() and not RunFiles(run).state_path.exists():
+        raise UserError(f"{run} is not a run directory (no {CONFIG} and no {CHECKPOINT}/)")
     return run

@@ -1,17 +1,32 @@
-"""What the JSON files of a run directory must hold, checked where they are read.
+"""A run directory's files: their names, the `RunFiles` type that reads them, and what each
+JSON file must hold, checked where it is read.
 
-One reader per file kind; each returns the parsed document or raises `RunFileError` with one
-line that names the file (and line) and what is wrong:
+    RUN/                                   (names: the constants below; layout: `mhar_probe.rundir`)
+      config.json, model.safetensors       CONFIG, WEIGHTS: the final model (Hugging Face format)
+      tokenizer.json                       TOKENIZER (or TOKENIZER_CONFIG)
+      train_config.json                    TRAIN_CONFIG: every training option (`TrainConfigDoc`)
+      corpus.json                          CORPUS: the corpus the run trained on
+      metrics.jsonl                        METRICS: one line per step (`MetricsRow`)
+      summary.json                         SUMMARY: written last (`SummaryDoc`)
+      checkpoint/state.json                CHECKPOINT, STATE: the resumable step
+      routing.nc                           ROUTING: what `mhar capture` measured
+
+`RunFiles(run)` gives each file's path and reads it through the one reader of its kind; a
+document that is missing reads as empty ({} or []). The readers return the parsed document or
+raise `RunFileError` with one line that names the file (and line) and what is wrong:
 
     read_json(path)            any JSON document: UTF-8 text, valid JSON, no NaN in the text
     read_train_config(path)    train_config.json: an object whose fields have `TRAIN_CONFIG_TYPES`
     read_state(path, steps)    checkpoint/state.json: an object whose `step` is an integer in [0, steps]
     read_summary(path)         summary.json: an object, `finished` a bool, numbers where numbers belong
+    read_metrics(path)         metrics.jsonl: every line checked by `check_metrics_row` ([] if missing)
     check_metrics_row(row, at) one metrics.jsonl line: an object, `step` an integer >= 0, its values
                                numbers within `METRIC_LIMITS`
 
 The checks are on types and on ranges a real run can have, so that a hand-edited or damaged
-file is refused before anything is allocated or looped over from it.
+file is refused before anything is allocated or looped over from it. (The model config's size
+limits belong to the model: `mhar_probe.model.saved.check_config_values`, passed to
+`RunFiles.model_config` by the floors above.)
 """
 
 from __future__ import annotations
@@ -20,11 +35,25 @@ import json
 import math
 import typing
 import types
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NotRequired, TypedDict
 
 from .errors import UserError
-from .jsonl import not_text
+from .jsonl import not_text, read_jsonl
+
+# ----------------------------------------------------------------------------- file names
+CONFIG = "config.json"  # the final model's Hugging Face config
+WEIGHTS = "model.safetensors"  # the final model's weights
+TOKENIZER = "tokenizer.json"  # the tokenizer the run used (fast tokenizers)
+TOKENIZER_CONFIG = "tokenizer_config.json"  # (any tokenizer)
+TRAIN_CONFIG = "train_config.json"  # every training option
+CORPUS = "corpus.json"  # name, fingerprint and composition of the corpus
+METRICS = "metrics.jsonl"  # one line per step; val_loss on evaluation steps
+SUMMARY = "summary.json"  # written last: tail-mean, final losses, finished flag
+CHECKPOINT = "checkpoint"  # the latest resumable state (a folder)
+STATE = "state.json"  # in CHECKPOINT/: the step, tokens and FLOPs it holds
+ROUTING = "routing.nc"  # the routing dataset `mhar capture RUN` writes by default
 
 
 class RunFileError(UserError):
@@ -109,18 +138,35 @@ def check_fields(doc: Mapping[str, Any], schema: Mapping[str, Any], where: str |
             raise RunFileError(f"{where}: {name} = {value!r:.80} is not of type {type_name(hint)}")
 
 
-#: the fields of train_config.json that readers other than `mhar train` use, with the types
-#: `mhar_probe.train.TrainConfig` declares for them (tests/test_run_files.py keeps them equal)
-TRAIN_CONFIG_TYPES: dict[str, Any] = {
-    "preset": str, "method": str, "heads": int | None, "kv_heads": int | None, "steps": int, "lr": float,
-    "batch_size": int, "seq_len": int | None, "eval_every": int, "seed": int, "corpus": str | None,
-    "corpus_max_bytes": int | None, "vocab_size": int, "tokenizer": str | None, "extra": dict[str, Any],
-}
+class TrainConfigDoc(TypedDict, total=False):
+    """The fields of train_config.json that readers other than `mhar train` use, with the types
+    `mhar_probe.train.TrainConfig` declares for them (tests/test_run_files.py keeps them equal);
+    the file holds every other option too."""
+
+    preset: str
+    method: str
+    heads: int | None
+    kv_heads: int | None
+    steps: int
+    lr: float
+    batch_size: int
+    seq_len: int | None
+    eval_every: int
+    seed: int
+    corpus: str | None
+    corpus_max_bytes: int | None
+    vocab_size: int
+    tokenizer: str | None
+    extra: dict[str, Any]
+
+
+#: the declared fields of train_config.json and their types, as `read_train_config` checks them
+TRAIN_CONFIG_TYPES: dict[str, Any] = typing.get_type_hints(TrainConfigDoc)
 #: positive sizes of train_config.json (0 or below is no run this project makes)
 TRAIN_CONFIG_POSITIVE = ("heads", "kv_heads", "steps", "batch_size", "seq_len", "eval_every", "vocab_size")
 
 
-def read_train_config(path: str | Path) -> dict[str, Any]:
+def read_train_config(path: str | Path) -> TrainConfigDoc:
     """train_config.json, checked: an object, `TRAIN_CONFIG_TYPES`, positive sizes, lr > 0."""
     doc = read_json_object(path, "a training config")
     check_fields(doc, TRAIN_CONFIG_TYPES, path)
@@ -131,7 +177,7 @@ def read_train_config(path: str | Path) -> dict[str, Any]:
         raise RunFileError(f"{path}: corpus_max_bytes = {doc['corpus_max_bytes']} must not be negative")
     if "lr" in doc and not doc["lr"] > 0:
         raise RunFileError(f"{path}: lr = {doc['lr']} must be above 0")
-    return doc
+    return typing.cast(TrainConfigDoc, doc)
 
 
 def read_state(path: str | Path, steps: int | None = None) -> dict[str, Any]:
@@ -152,18 +198,45 @@ def read_state(path: str | Path, steps: int | None = None) -> dict[str, Any]:
     return doc
 
 
-#: the numbers summary.json may hold, where present
-SUMMARY_TYPES: dict[str, Any] = {
-    "finished": bool, "steps": int, "tail_mean_val_loss": float | None, "initial_val_loss": float | None,
-    "final_val_loss": float | None, "tail_k": int, "method": str | None, "preset": str | None,
-}
+class SummaryDoc(TypedDict, total=False):
+    """The fields of summary.json checked where present (the trainer writes more: parameters,
+    tokens, flops, seed, lr, routing_heads, ...; `mhar_probe.train.Trainer.summary`)."""
+
+    finished: bool
+    steps: int
+    tail_mean_val_loss: float | None
+    initial_val_loss: float | None
+    final_val_loss: float | None
+    tail_k: int
+    method: str | None
+    preset: str | None
 
 
-def read_summary(path: str | Path) -> dict[str, Any]:
+#: the numbers summary.json may hold, where present (non-finite ones refused)
+SUMMARY_TYPES: dict[str, Any] = typing.get_type_hints(SummaryDoc)
+
+
+def read_summary(path: str | Path) -> SummaryDoc:
     """summary.json: an object with `SUMMARY_TYPES` (non-finite numbers refused)."""
     doc = read_json_object(path, "a run summary")
     check_fields(doc, SUMMARY_TYPES, path)
-    return doc
+    return typing.cast(SummaryDoc, doc)
+
+
+class MetricsRow(TypedDict):
+    """One line of metrics.jsonl: every step has `step`, `tokens`, `flops`, `lr`; training steps
+    `loss`, `grad_norm`, `tokens_per_s` (and the step's extra terms: cpt's `z_loss`); evaluation
+    steps (and step 0) `val_loss`."""
+
+    step: int
+    tokens: NotRequired[int]
+    flops: NotRequired[float]
+    lr: NotRequired[float]
+    loss: NotRequired[float]
+    grad_norm: NotRequired[float]
+    tokens_per_s: NotRequired[float]
+    val_loss: NotRequired[float]
+    z_loss: NotRequired[float]
 
 
 #: values of a metrics line, where present: (lowest, highest) a real run can log; a loss of a
@@ -174,7 +247,7 @@ METRIC_LIMITS: dict[str, tuple[float, float]] = {
 }
 
 
-def check_metrics_row(row: Any, where: str) -> dict[str, Any]:
+def check_metrics_row(row: Any, where: str) -> MetricsRow:
     """One metrics.jsonl line ("FILE:LINE" in `where`): an object with an integer step >= 0 whose
     values are numbers within `METRIC_LIMITS`. A non-finite training loss is kept (a diverged
     run logs it before it stops); a non-finite val_loss or flops is refused."""
@@ -193,4 +266,112 @@ def check_metrics_row(row: Any, where: str) -> dict[str, Any]:
             continue
         if not (lo <= value <= hi):
             raise RunFileError(f"{where}: {name!r} = {value!r} is outside [{lo:g}, {hi:g}], no value a run logs")
-    return row
+    return typing.cast(MetricsRow, row)
+
+
+def read_metrics(path: str | Path) -> list[MetricsRow]:
+    """The rows of a metrics.jsonl, in file order ([] when it does not exist yet; blank lines
+    skipped); a line that is not UTF-8 JSON, or not a row a run logs (`check_metrics_row`), is a
+    `RunFileError` "FILE:LINE: ..."."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    return [check_metrics_row(row, f"{path}:{lineno}") for lineno, row in read_jsonl(path, RunFileError)]
+
+
+def read_model_config(path: str | Path, check: Callable[[dict[str, Any], str], None] | None = None
+                      ) -> dict[str, Any]:
+    """config.json as its raw object, before any model is built from it; `check(doc, where)`:
+    the model's own value checks (`mhar_probe.model.saved.check_config_values`), which live
+    above this floor."""
+    doc = read_json_object(path, "a model config")
+    if check is not None:
+        check(doc, str(path))
+    return doc
+
+
+# ----------------------------------------------------------------------------- the run directory
+@dataclass(frozen=True)
+class RunFiles:
+    """The files of one run directory `path`: where each lies, and its checked reader.
+
+    A document that is missing reads as empty ({} or []): a run being written has only some
+    of them yet, a converted model none but its config. One that is damaged raises
+    `RunFileError` naming the file (and line)."""
+
+    path: Path
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "path", Path(self.path))
+
+    # ------------------------------------------------------------------ where each file lies
+    @property
+    def config_path(self) -> Path:
+        return self.path / CONFIG
+
+    @property
+    def weights_path(self) -> Path:
+        return self.path / WEIGHTS
+
+    @property
+    def train_config_path(self) -> Path:
+        return self.path / TRAIN_CONFIG
+
+    @property
+    def corpus_path(self) -> Path:
+        return self.path / CORPUS
+
+    @property
+    def metrics_path(self) -> Path:
+        return self.path / METRICS
+
+    @property
+    def summary_path(self) -> Path:
+        return self.path / SUMMARY
+
+    @property
+    def checkpoint_path(self) -> Path:
+        return self.path / CHECKPOINT
+
+    @property
+    def state_path(self) -> Path:
+        return self.path / CHECKPOINT / STATE
+
+    @property
+    def routing_path(self) -> Path:
+        return self.path / ROUTING
+
+    @property
+    def has_tokenizer(self) -> bool:
+        return (self.path / TOKENIZER).exists() or (self.path / TOKENIZER_CONFIG).exists()
+
+    # ------------------------------------------------------------------ what each file holds
+    def model_config(self, check: Callable[[dict[str, Any], str], None] | None = None) -> dict[str, Any]:
+        """config.json (`read_model_config`; {} when absent)."""
+        return read_model_config(self.config_path, check) if self.config_path.exists() else {}
+
+    def train_config(self) -> TrainConfigDoc:
+        """train_config.json (`read_train_config`; {} when absent, e.g. a converted model)."""
+        path = self.train_config_path
+        return read_train_config(path) if path.exists() else TrainConfigDoc()
+
+    def corpus(self) -> dict[str, Any]:
+        """corpus.json, an object ({} when absent)."""
+        return read_json_object(self.corpus_path, "a corpus record") if self.corpus_path.exists() else {}
+
+    def summary(self) -> SummaryDoc:
+        """summary.json (`read_summary`; {} until the run has finished or failed)."""
+        return read_summary(self.summary_path) if self.summary_path.exists() else SummaryDoc()
+
+    def metrics(self) -> list[MetricsRow]:
+        """metrics.jsonl (`read_metrics`; [] before its first line is written)."""
+        return read_metrics(self.metrics_path)
+
+    def state(self, steps: int | None = None) -> dict[str, Any]:
+        """checkpoint/state.json (`read_state`); raises if absent: ask `state_path` first."""
+        return read_state(self.state_path, steps)
+
+    @property
+    def finished(self) -> bool:
+        """Whether summary.json says the run finished (a failed or running run: False)."""
+        return self.summary().get("finished") is True

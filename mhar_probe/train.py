@@ -37,9 +37,8 @@ from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .outputs import check_device, refuse_together
-from .runfiles import has_type
-from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_metrics,
-                     save_checkpoint, write_metrics)
+from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles, has_type
+from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
 
 
 @dataclass
@@ -146,7 +145,7 @@ def settings_for_resume(cfg):
     """`cfg` (a TrainConfig or CPTConfig with resume=True) with every setting taken from the
     run's saved train_config.json. An option the user set that contradicts the saved run is
     refused; of `RESUME_MAY_CHANGE` the user's values win, and --steps may only grow."""
-    path = Path(cfg.out) / "train_config.json"
+    path = RunFiles(Path(cfg.out)).train_config_path  # read whole: every option, checked by `from_dict`
     if not (cfg.resume and path.exists()):
         return cfg
     try:
@@ -308,7 +307,7 @@ class Trainer:
         if self.resumed:
             state = self.restore()
             self.step, self.tokens, self.flops = state["step"], state["tokens"], state["flops"]
-            self.metrics = [m for m in read_metrics(self.out / "metrics.jsonl") if m["step"] <= self.step]
+            self.metrics = [m for m in RunFiles(self.out).metrics() if m["step"] <= self.step]
 
     def close(self) -> None:
         """Release the run directory's lock (the end of `run`, or a failed start)."""
@@ -484,13 +483,13 @@ class Trainer:
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         if info.is_main:  # a resumed run records what it was resumed with (more --steps)
-            atomic.write_json(self.out / "train_config.json", saved_settings(cfg))
+            atomic.write_json(self.out / TRAIN_CONFIG, saved_settings(cfg))
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
             comp = self.corpus.composition
             from .data import tokenizer_fingerprint
 
-            atomic.write_json(self.out / "corpus.json", dict(
+            atomic.write_json(self.out / CORPUS, dict(
                 name=self.corpus.name, fingerprint=self.corpus.fingerprint,
                 tokenizer_fingerprint=tokenizer_fingerprint(self.tokenizer), vocab_size=len(self.tokenizer),
                 train_tokens=self.train_tokens_available(),
@@ -526,10 +525,10 @@ class Trainer:
             optim_state = full_optimizer_state(self.model, self.optimizer)
             extra = self.extra_state()
             if self.info.is_main:
-                write_metrics(self.out / "metrics.jsonl", self.metrics)
+                write_metrics(self.out / METRICS, self.metrics)
                 save_full_checkpoint(self.out, model_state, optim_state, state, extra)
         elif self.info.is_main:
-            write_metrics(self.out / "metrics.jsonl", self.metrics)
+            write_metrics(self.out / METRICS, self.metrics)
             save_checkpoint(self.out, self.model, self.optimizer, state)
         barrier(self.info)
 
@@ -546,11 +545,11 @@ class Trainer:
     def _fail(self, reason: str) -> None:
         """Stop a diverged run: summary.json says failed (never finished); the last checkpoint stays."""
         if self.info.is_main:
-            write_metrics(self.out / "metrics.jsonl", self.metrics)
-            atomic.write_json(self.out / "summary.json", dict(finished=False, failed=reason, steps=self.step,
+            write_metrics(self.out / METRICS, self.metrics)
+            atomic.write_json(self.out / SUMMARY, dict(finished=False, failed=reason, steps=self.step,
                                                               method=self.cfg.method, lr=self.cfg.lr))
         barrier(self.info)
-        raise UserError(f"{reason}: the run diverged and is marked failed in {self.out / 'summary.json'}; "
+        raise UserError(f"{reason}: the run diverged and is marked failed in {self.out / SUMMARY}; "
                         f"try a lower --lr")
 
     def _finish(self) -> dict[str, Any]:
@@ -558,7 +557,7 @@ class Trainer:
         summary = self.summary(evals)
         self.save_final()
         if self.info.is_main:
-            atomic.write_json(self.out / "summary.json", summary)
+            atomic.write_json(self.out / SUMMARY, summary)
         barrier(self.info)
         return summary
 

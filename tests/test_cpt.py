@@ -18,7 +18,7 @@ from transformers import AutoModelForCausalLM, LlamaConfig, LlamaForCausalLM, Qw
 from mhar_probe.convert import convert_checkpoint
 from mhar_probe.cpt import CPTConfig, CPTTrainer, WeightEMA, cpt, cpt_lr_at, decay_split, z_loss
 from mhar_probe.cli.cpt import main as cpt_main
-from mhar_probe.rundir import read_metrics
+from mhar_probe.runfiles import read_metrics
 from mhar_probe.train import batch_indices
 
 RUN = dict(steps=4, seq_len=32, batch_size=4, eval_every=2, eval_batches=1, corpus_max_bytes=150_000,

@@ -15,7 +15,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.parallel import clip_grad_norm, decoder_layers, replicated_params, shard_units
-from mhar_probe.rundir import read_metrics
+from mhar_probe.runfiles import read_metrics
 from mhar_probe.train import TrainConfig, train
 
 SMALL = dict(preset="tiny", seq_len=32, batch_size=4, eval_every=2, eval_batches=1, vocab_size=512,

@@ -13,7 +13,7 @@ import torch
 from analysis.runs import load_runs
 from figures.build import build
 from mhar_probe.errors import UserError
-from mhar_probe.rundir import read_metrics
+from mhar_probe.runfiles import read_metrics
 from mhar_probe.sweep import SweepGrid, run_sweep
 from mhar_probe.cli.sweep import add_sweep_subparser
 

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from mhar_probe.cli import main
-from mhar_probe.rundir import read_metrics
+from mhar_probe.runfiles import read_metrics
 from mhar_probe.train import TrainConfig, batch_indices, lr_at, train
 
 # A very small model and corpus so each run takes a few seconds on two cores.

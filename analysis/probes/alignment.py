@@ -18,6 +18,7 @@ import xarray as xr
 
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.model.methods import routing_heads_of
+from mhar_probe.runfiles import RunFiles
 
 from ..run import parse_metrics
 from .deviation import per_head_deviation
@@ -32,7 +33,7 @@ def run_dir_of(ds: xr.Dataset) -> Path | None:
     source = ds.encoding.get("source")
     for folder in ((Path(source).parent,) if source else ()) + ((Path(ds.attrs["run_path"]),)
                                                                  if ds.attrs.get("run_path") else ()):
-        if (folder / "metrics.jsonl").is_file():
+        if RunFiles(folder).metrics_path.is_file():
             return folder
     return None
 
@@ -42,8 +43,7 @@ def final_val_loss(ds: xr.Dataset) -> float:
     run = run_dir_of(ds)
     if run is None:
         return float("nan")
-    path = run / "metrics.jsonl"
-    losses = [row.get("val_loss") for row in parse_metrics(path, error=CaptureError)]  # checked lines
+    losses = [row.get("val_loss") for row in parse_metrics(RunFiles(run).metrics_path, error=CaptureError)]
     losses = [v for v in losses if v is not None]
     return float(losses[-1]) if losses else float("nan")
 

@@ -18,7 +18,8 @@ import xarray as xr
 from mhar_probe.capture.capture import capture_routing
 from mhar_probe.capture.errors import CaptureError
 from mhar_probe.capture.io import open_routing_dataset
-from mhar_probe.capture.runs import DEFAULT_DATASET, check_same_weights, heldout_rows, load_run, row_batches
+from mhar_probe.capture.runs import check_same_weights, heldout_rows, load_run, row_batches
+from mhar_probe.runfiles import RunFiles
 
 from .alignment import heads_of
 from .provenance import run_label
@@ -56,10 +57,11 @@ def load_input(path: str, args: argparse.Namespace) -> xr.Dataset:
         return ds
     if not p.is_dir():
         raise CaptureError(f"{p} is neither a routing dataset file nor a run directory")
-    saved = p / DEFAULT_DATASET
+    files = RunFiles(p)
+    saved = files.routing_path  # RUN/routing.nc, what `mhar capture RUN` writes
     if saved.is_file():
         ds = open_routing_dataset(saved)
-        check_same_weights(ds, saved, p / "model.safetensors")
+        check_same_weights(ds, saved, files.weights_path)
         if _compatible(ds, args.slices, args.draws):
             return ds
     model, tokenizer, train_cfg = load_run(p)

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from mhar_probe.rundir import read_metrics
+from mhar_probe.runfiles import RunFiles
 from mhar_probe.train import TrainConfig, train
 
 
@@ -47,7 +47,7 @@ def main() -> None:
                 batch_size=args.batch, seq_len=args.seq, eval_every=max(1, args.steps // 20), eval_batches=4,
                 checkpoint_every=10 ** 9, corpus_max_bytes=args.corpus_max_bytes, progress=False,
                 routing_douts=policy))
-            metrics = read_metrics(out / "metrics.jsonl")
+            metrics = RunFiles(out).metrics()
             runs[policy] = dict(
                 summary=summary, train_loss=[m["loss"] for m in metrics if "loss" in m],
                 val=[(m["step"], m["val_loss"]) for m in metrics if "val_loss" in m],

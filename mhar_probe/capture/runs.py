@@ -10,19 +10,19 @@ import torch
 from torch import Tensor, nn
 
 from ..model.saved import load_model
-from ..runfiles import read_train_config
+from ..runfiles import CONFIG, ROUTING, RunFiles
 from .errors import CaptureError
 from .schema import sha256_file
 
-DEFAULT_DATASET = "routing.nc"
+DEFAULT_DATASET = ROUTING  # RUN/routing.nc
 
 
 def require_run(run_dir: str | Path) -> Path:
     run = Path(run_dir)
     if not run.is_dir():
         raise CaptureError(f"run directory {run} does not exist")
-    if not (run / "config.json").is_file():
-        raise CaptureError(f"{run} is not a finished run directory (no config.json; train one with `mhar train`)")
+    if not RunFiles(run).config_path.is_file():
+        raise CaptureError(f"{run} is not a finished run directory (no {CONFIG}; train one with `mhar train`)")
     return run
 
 
@@ -55,9 +55,7 @@ def load_run(run_dir: str | Path, device: str | torch.device | None = None,
         tokenizer = AutoTokenizer.from_pretrained(run)
     except Exception as exc:  # tokenizers' own errors are plain Exceptions; a list for a dict is a TypeError
         raise CaptureError(f"{run} has no usable tokenizer files ({type(exc).__name__}: {exc})") from None
-    cfg_path = run / "train_config.json"
-    train_cfg = read_train_config(cfg_path) if cfg_path.is_file() else {}
-    return model, tokenizer, train_cfg
+    return model, tokenizer, dict(RunFiles(run).train_config())
 
 
 def heldout_rows(tokenizer: Any, train_cfg: dict[str, Any], seq_len: int, split: str = "val"

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UserError
+from ..runfiles import RunFiles
 from ..tables import md_escape, md_row
 from .plan import Plan
 
@@ -303,7 +304,7 @@ def seed_probes(plan: Plan, runs: Path) -> SeedProbes:
 
     out = SeedProbes({}, {}, {}, {})
     for r in finished(swept_runs(runs)):
-        path = r.path / "routing.nc"
+        path = RunFiles(r.path).routing_path
         if not path.is_file() or (plan.main_kv is not None and r.kv != plan.main_kv):
             continue
         if r.method == "attnres":
@@ -365,7 +366,7 @@ class Study:
     def uncaptured(self, method: str, heads: Any = ANY, seeds: set[int] | None = None) -> list[str]:
         """Labels of finished planned runs of `method` without a routing dataset."""
         return [label(*a) for a in self.arms(method, heads, seeds)
-                if a in self.present and not (self.present[a] / "routing.nc").is_file()]
+                if a in self.present and not RunFiles(self.present[a]).routing_path.is_file()]
 
     def seeds(self, method: str, heads: Any = ANY) -> set[int]:
         return {a[3] for a in self.arms(method, heads)}
@@ -541,8 +542,8 @@ def spread_claims(plan: Plan, study: Study) -> list[Claim]:
         reads, finals = {}, []
         for m, h, kv, seed in study.arms(method, heads, seeds):
             path = study.present.get((m, h, kv, seed))
-            if path is not None and (path / "routing.nc").is_file():
-                reads[seed], final = spread_read(path / "routing.nc")
+            if path is not None and RunFiles(path).routing_path.is_file():
+                reads[seed], final = spread_read(RunFiles(path).routing_path)
                 finals.append(f"seed {seed} {final}")
         if reads:
             verdict, rule = _z_verdict(reads, "null draws")
@@ -561,7 +562,7 @@ def _grid_runs(runs: Path) -> list[dict[str, Any]]:
 
     rows = []
     for r in finished(swept_runs(runs)):
-        summary = json.loads((r.path / "summary.json").read_text())
+        summary = RunFiles(r.path).summary()
         rows.append(dict(method=r.method, H=r.heads, kv=r.kv, seed=r.seed, tail_mean=summary["tail_mean_val_loss"]))
     return rows
 

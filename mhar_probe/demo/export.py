@@ -17,9 +17,10 @@ import gzip
 import shutil
 from pathlib import Path
 
+from ..runfiles import CONFIG, CORPUS, METRICS, ROUTING, SUMMARY, TRAIN_CONFIG
 from ..sweep.manifest import read_manifest, write_manifest
 
-RUN_FILES = ("config.json", "train_config.json", "summary.json", "corpus.json", "metrics.jsonl", "routing.nc")
+RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, CORPUS, METRICS, ROUTING)
 
 
 def sweep_dirs(out: Path) -> list[Path]:

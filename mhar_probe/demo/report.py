@@ -10,7 +10,7 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from ..errors import UserError
+from ..runfiles import RunFiles
 
 
 @dataclass
@@ -24,10 +24,8 @@ class Stage:
 
 def step_speed(run: Path) -> tuple[float, float]:
     """(median tokens/s of the training steps, seconds spent in them) from a run's metrics.jsonl."""
-    from ..jsonl import read_jsonl
-
     rates, seconds, last = [], 0.0, 0
-    for _, row in read_jsonl(run / "metrics.jsonl", UserError):
+    for row in RunFiles(run).metrics():
         if "tokens_per_s" in row:
             rates.append(row["tokens_per_s"])
             seconds += (row["tokens"] - last) / row["tokens_per_s"]
@@ -42,9 +40,9 @@ def comparison_table(run_dirs: list[Path]) -> str:
     per parameter, and speed (median tokens/s of the steps, seconds in training steps)."""
     rows = []
     for p in run_dirs:
-        f = p / "summary.json"
-        if f.exists():
-            rows.append((p, json.loads(f.read_text())))
+        files = RunFiles(p)
+        if files.summary_path.exists():
+            rows.append((p, dict(files.summary())))
     base = {s["seed"]: s["tail_mean_val_loss"] for _, s in rows if s["method"] == "baseline"}
     lines = ["| run | H | tail-mean val loss | Δ vs baseline | step-0 val loss | drop | parameters | tokens/param "
              "| tokens/s | train s |",

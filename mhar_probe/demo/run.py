@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import UserError
+from ..runfiles import RunFiles
 from ..tail import TAIL_K
 from .analysis_steps import (CegOptions, FiguresOptions, McNemarOptions, ProbeOptions, TailsOptions,
                              build_figures, ceg, mcnemar, probe, tails)
@@ -88,9 +89,9 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     stage("capture", lambda: capture_stage(plan, routed, overwrite))
     stage("eval", lambda: eval_stage(plan, [r for r in selected if is_eval_run(plan, r)], runs / "evals", overwrite))
     probed = [r for r in main_runs(plan, swept) if r.method in plan.routed_methods and r.seed == plan.main_seed
-              and (r.path / "routing.nc").exists()]
+              and RunFiles(r.path).routing_path.exists()]
     stage("probe", lambda: _printed(lambda: probe(ProbeOptions(
-        inputs=[str(r.path / "routing.nc") for r in probed], out=str(out / "probes"), overwrite=True)))[0])
+        inputs=[str(RunFiles(r.path).routing_path) for r in probed], out=str(out / "probes"), overwrite=True)))[0])
     stage("stats", lambda: stats_stage(plan, out, runs, ladder))
     stage("claims", lambda: claims_stage(plan, out))
     stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads))
@@ -308,4 +309,5 @@ def figures_stage(runs: Path, figures: Path, mhar_heads: int | None = None) -> s
 
 
 def _evaluations(run: Path) -> int:
-    return sum('"val_loss"' in line for line in (run / "metrics.jsonl").read_text().splitlines())
+    """How many evaluations the run logged (its metrics lines carrying val_loss)."""
+    return sum("val_loss" in row for row in RunFiles(run).metrics())

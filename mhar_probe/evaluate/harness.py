@@ -32,7 +32,7 @@ from ..atomic import replace_dir, staging_dir
 from ..outputs import OutputKind, check_device, check_output
 from ..model import saved
 from ..rundir import load_pretrained
-from ..runfiles import read_json_object, read_train_config
+from ..runfiles import CONFIG, TRAIN_CONFIG, WEIGHTS, RunFiles, read_model_config
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
 
@@ -105,22 +105,20 @@ def check_run(run: str | os.PathLike) -> Path:
         raise EvalError(f"run directory {path} does not exist")
     if not path.is_dir():
         raise EvalError(f"{path} is not a directory; pass a run directory made by `mhar train`")
-    missing = [n for n in ("config.json", "model.safetensors") if not (path / n).exists()]
+    files = RunFiles(path)
+    missing = [n for n in (CONFIG, WEIGHTS) if not (path / n).exists()]
     if missing:
         hint = ("the run has a checkpoint but no final model; finish it with `mhar train --resume`"
-                if (path / "checkpoint" / "state.json").exists() else "not a finished run directory")
+                if files.state_path.exists() else "not a finished run directory")
         raise EvalError(f"{path}: {' and '.join(missing)} missing ({hint})")
-    if not (path / "tokenizer.json").exists() and not (path / "tokenizer_config.json").exists():
+    if not files.has_tokenizer:
         raise EvalError(f"{path}: no tokenizer (tokenizer.json) saved in the run directory")
     return path
 
 
 def train_settings(run: Path) -> dict[str, Any]:
     """The run's `train_config.json` ({} when absent, e.g. a converted model)."""
-    p = run / "train_config.json"
-    if not p.exists():
-        return {}
-    return read_train_config(p)
+    return dict(RunFiles(run).train_config())
 
 
 def default_device() -> str:
@@ -192,7 +190,7 @@ def shipped_task_files(run: Path, settings: dict[str, Any]) -> TaskFiles:
     from ..data.errors import DataError
 
     if not settings:
-        raise EvalError(f"{run}: no train_config.json, so the held-out split is unknown; the shipped tasks "
+        raise EvalError(f"{run}: no {TRAIN_CONFIG}, so the held-out split is unknown; the shipped tasks "
                         f"({', '.join(SHIPPED_TASKS)}) need a run made by `mhar train` (use --tasks-dir instead)")
     try:
         corpus = load_corpus(settings.get("corpus"), max_bytes=settings.get("corpus_max_bytes"))
@@ -240,12 +238,12 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
 
 
 def _recorded_fingerprint(run: Path) -> str | None:
-    p = run / "corpus.json"
-    if not p.exists():
+    files = RunFiles(run)
+    if not files.corpus_path.exists():
         return None
-    fingerprint = read_json_object(p, "a corpus record").get("fingerprint")
+    fingerprint = files.corpus().get("fingerprint")
     if fingerprint is not None and not isinstance(fingerprint, str):
-        raise EvalError(f"{p}: fingerprint = {fingerprint!r:.80} is not a string")
+        raise EvalError(f"{files.corpus_path}: fingerprint = {fingerprint!r:.80} is not a string")
     return fingerprint
 
 
@@ -370,15 +368,16 @@ def provenance(run: Path, settings: dict[str, Any], cfg: EvalConfig, *, max_leng
 
     import mhar_probe
 
+    files = RunFiles(run)
     corpus = None
-    if (run / "corpus.json").exists():
-        c = read_json_object(run / "corpus.json", "a corpus record")
+    if files.corpus_path.exists():
+        c = files.corpus()
         corpus = {"name": c.get("name"), "fingerprint": c.get("fingerprint")}
-    model_cfg = read_json_object(run / "config.json", "a model config")
+    model_cfg = read_model_config(files.config_path)
     return {
         "run": str(run.resolve()),
-        "checkpoint": str((run / "model.safetensors").resolve()),
-        "checkpoint_sha256": sha256_file(run / "model.safetensors"),
+        "checkpoint": str(files.weights_path.resolve()),
+        "checkpoint_sha256": sha256_file(files.weights_path),
         "model": {k: model_cfg.get(k) for k in ("model_type", "preset", "residual_method", "routing_heads",
                                                  "num_hidden_layers", "hidden_size", "vocab_size")},
         "train": {k: settings.get(k) for k in ("method", "preset", "seed", "steps", "lr", "seq_len", "corpus",

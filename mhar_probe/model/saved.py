@@ -27,7 +27,7 @@ from typing import Any, Callable, Mapping
 import torch
 
 from ..rundir import load_pretrained
-from ..runfiles import read_json_object
+from ..runfiles import CONFIG, read_json_object, read_model_config
 from .config import SIZE_LIMITS, ConfigError, check_size
 
 #: safetensors dtypes a model's weights may have, and their bytes per element
@@ -59,10 +59,10 @@ def read_config(model_dir: str | os.PathLike, what: str = "model config") -> Any
     registered: `import mhar_probe`, and `mhar_probe.convert` for converted models)."""
     from transformers import AutoConfig
 
-    path = Path(model_dir) / "config.json"
+    path = Path(model_dir) / CONFIG
     if not path.is_file():
-        raise ConfigError(f"{model_dir} is not a model directory (no config.json)")
-    check_config_values(read_json_object(path, "a model config"), str(path))
+        raise ConfigError(f"{model_dir} is not a model directory (no {CONFIG})")
+    read_model_config(path, check_config_values)
     return load_pretrained(AutoConfig.from_pretrained, model_dir, what, local_files_only=True)
 
 

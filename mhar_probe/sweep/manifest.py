@@ -18,8 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..atomic import write_json
-from ..rundir import CHECKPOINT
-from ..runfiles import read_json, read_summary
+from ..runfiles import RunFiles, read_json
 
 MANIFEST = "manifest.json"
 FORMAT = 1
@@ -27,10 +26,10 @@ FORMAT = 1
 
 def run_status(run_dir: Path) -> str:
     """finished | interrupted | partial | pending, from the files in `run_dir`."""
-    summary = run_dir / "summary.json"
-    if summary.exists() and read_summary(summary).get("finished"):
+    files = RunFiles(run_dir)
+    if files.finished:
         return "finished"
-    if (run_dir / CHECKPOINT / "state.json").exists():
+    if files.state_path.exists():
         return "interrupted"
     if run_dir.is_dir() and any(run_dir.iterdir()):
         return "partial"
@@ -63,8 +62,7 @@ def run_entry(name: str, axes: dict[str, Any], run_dir: Path, status: str | None
     status = status or run_status(run_dir)
     entry: dict[str, Any] = dict(name=name, axes=axes, status=status)
     if status == "finished":
-        summary = read_summary(run_dir / "summary.json")
-        entry["tail_mean_val_loss"] = summary.get("tail_mean_val_loss")
+        entry["tail_mean_val_loss"] = RunFiles(run_dir).summary().get("tail_mean_val_loss")
     if error:
         entry["error"] = error
     return entry

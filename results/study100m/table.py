@@ -9,21 +9,19 @@ training tokens), card.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 from pathlib import Path
+
+from mhar_probe.runfiles import TRAIN_CONFIG, RunFiles
 
 
 def rows_of(study: Path) -> list[dict]:
     """One dict per run folder under study/runs (and study/ladder/*)."""
     out = []
-    for run in sorted(p.parent for p in study.glob("runs/*/train_config.json")):
-        summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
-        metrics = []
-        if (run / "metrics.jsonl").is_file():
-            metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
-        corpus = json.loads((run / "corpus.json").read_text()) if (run / "corpus.json").is_file() else {}
+    for run in sorted(p.parent for p in study.glob(f"runs/*/{TRAIN_CONFIG}")):
+        files = RunFiles(run)  # each file checked by its reader; a missing one reads as empty
+        summary, metrics, corpus = files.summary(), files.metrics(), files.corpus()
         rates = [m["tokens_per_s"] for m in metrics if m.get("step", 0) > 20 and "tokens_per_s" in m]
         vals = [m["val_loss"] for m in metrics if "val_loss" in m]
         tokens = summary.get("tokens", metrics[-1]["tokens"] if metrics else 0)

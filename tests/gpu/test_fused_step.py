@@ -28,7 +28,7 @@ from mhar_probe.loss import next_token_cross_entropy  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.methods import METHODS  # noqa: E402
 from mhar_probe.model.routing import set_routing_backend  # noqa: E402
-from mhar_probe.rundir import read_metrics  # noqa: E402
+from mhar_probe.runfiles import read_metrics  # noqa: E402
 from mhar_probe.step import GraphStep  # noqa: E402
 from mhar_probe.train import TrainConfig, train  # noqa: E402
 

@@ -26,7 +26,7 @@ if not torch.cuda.is_available():
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.routing import set_routing_backend  # noqa: E402
 from mhar_probe.parallel import clip_grad_norm  # noqa: E402
-from mhar_probe.rundir import read_metrics  # noqa: E402
+from mhar_probe.runfiles import read_metrics  # noqa: E402
 from mhar_probe.step import EagerStep, GraphStep  # noqa: E402
 from mhar_probe.train import TrainConfig, train  # noqa: E402
 
