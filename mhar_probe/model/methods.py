@@ -148,7 +148,7 @@ def run_label(method_name: str, heads: int | None, style: LabelStyle = "plain", 
         name = display_name(method_name)
         return f"{name} (H={heads}{f', {note}' if note else ''})" if shown else name
     if style == "compact":
-        return f"{method_name} H{heads}" if shown else f"{method_name}"
+        return f"{method_name} H{heads}" if shown else method_name
     if style == "plain":
-        return f"{method_name} H={heads}" if shown else f"{method_name}"
+        return f"{method_name} H={heads}" if shown else method_name
     raise ValueError(f"unknown label style {style!r}; choose plain, display or compact")
