@@ -9,7 +9,7 @@ import torch
 
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.methods import (FREE_HEAD_METHODS, METHODS, REPLACEMENT_METHODS, ROUTED_METHODS, method,
-                                      routing_heads_of, run_label)
+                                      routing_heads_of)
 from mhar_probe.model.residual import DeltaSite, DeltaSources, RoutingSite
 from mhar_probe.model.siteplan import delta_block_of_layer, site_plan_of
 from mhar_probe.sweep.grid import SweepGrid
@@ -76,49 +76,3 @@ def test_a_routing_dataset_records_routing_heads_and_an_old_one_still_reads():
     old = {k: v for k, v in ds.attrs.items() if k != "routing_heads"} | {"H": 2}  # as capture wrote it before
     assert routing_heads_of(old["method"], old) == routing_heads_of(ds.attrs["method"], ds.attrs) == 2
 
-
-#: a run of each method at H = 8, as plain (claims, statistics), display (figures) and compact (probe
-#: columns) labels: H is named where the method lets you choose it, never for attnres (H = 1 by
-#: definition) or the methods without routing heads
-LABELS = {
-    "baseline": ("baseline", "Baseline", "baseline"),
-    "hyper": ("hyper", "Hyper-conn.", "hyper"),
-    "attnres": ("attnres", "Single-head", "attnres"),
-    "mhar": ("mhar H=8", "MHAR (H=8)", "mhar H8"),
-    "mhar_hw": ("mhar_hw H=8", "MHAR (head-wise) (H=8)", "mhar_hw H8"),
-    "delta": ("delta H=8", "MHAR (delta) (H=8)", "delta H8"),
-}
-
-
-@pytest.mark.parametrize("name", METHODS)
-def test_run_label_of_every_method(name):
-    assert set(LABELS) == set(METHODS)  # a new method needs its labels here
-    plain, display, compact = LABELS[name]
-    assert (run_label(name, 8), run_label(name, 8, "display"), run_label(name, 8, "compact")) == LABELS[name]
-    assert run_label(name, None) == name and run_label(name, None, "display") == display.split(" (H=")[0]
-    assert run_label(name, 0) == name  # H = 0: the H coordinate of a run without routing heads
-    assert run_label(name, 8, "display", note="head mean") == (
-        f"{display[:-1]}, head mean)" if "(H=" in display else display)
-
-
-def test_run_label_of_an_unknown_method_and_style():
-    assert run_label("later", 4) == "later H=4" and run_label("later", None, "display") == "later"
-    with pytest.raises(ValueError, match="unknown label style 'fancy'"):
-        run_label("mhar", 4, "fancy")  # type: ignore[arg-type]
-
-
-def test_every_consumer_names_a_run_the_same_way():
-    """The claim table, the probe columns and the CEG rows spell a run through `run_label`: before
-    it, the claim table named delta runs without H, the probe columns delta without H, and the CEG
-    rows attnres with H=1."""
-    import xarray as xr
-
-    from analysis.probes.provenance import run_label as probe_column
-    from mhar_probe.demo import claims
-
-    for name in METHODS:
-        assert claims.label(name, 4, 2, 1) == f"{run_label(name, 4)} seed 1"
-        ds = xr.Dataset(attrs={"method": name, "routing_heads": 4, "preset": "tiny"})
-        assert probe_column(ds) == f"tiny {run_label(name, 4, 'compact')}"
-    assert claims.label("delta", 4, 2, 1) == "delta H=4 seed 1"
-    assert probe_column(xr.Dataset(attrs={"method": "delta", "routing_heads": 2, "preset": "tiny"})) == "tiny delta H2"
