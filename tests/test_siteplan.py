@@ -122,10 +122,11 @@ def test_the_converted_delta_model_builds_the_delta_plan():
 def test_capture_layout_is_the_plan(name):
     cfg = config(name)
     layout, plan = layout_of(MHARForCausalLM(cfg)), site_plan_of(cfg)
-    assert layout.sites == plan.sites
-    assert (layout.source_layer, layout.source_kind, layout.source_label) == \
-        tuple(tuple(getattr(s, f) for s in plan.sources) for f in ("layer", "kind", "label"))
-    assert layout.max_heads == max(s.num_heads for s in plan.sites)
+    assert (layout.method, layout.sites, layout.sources) == (plan.method, plan.sites, plan.sources)
+    coords = layout.coords()
+    assert list(coords["site_num_sources"][1]) == [s.num_sources for s in plan.sites]
+    assert list(coords["source_label"][1]) == [s.label for s in plan.sources]
+    assert len(coords["head"]) == max(s.num_heads for s in plan.sites)
 
 
 def test_capture_refuses_a_model_without_sites():

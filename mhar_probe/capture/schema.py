@@ -24,7 +24,7 @@ import numpy as np
 from torch import nn
 
 from ..model import methods
-from ..model.siteplan import Site, site_plan_of
+from ..model.siteplan import SitePlan, site_plan_of
 
 DATASET_MARKER = "mhar_probe_dataset"
 DATASET_KIND = "routing"
@@ -32,18 +32,8 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Sites and sources of one model, as the dataset's coordinates."""
-
-    method: str
-    sites: tuple[Site, ...]
-    source_layer: tuple[int, ...]
-    source_kind: tuple[str, ...]
-    source_label: tuple[str, ...]
-
-    @property
-    def num_sites(self) -> int:
-        return len(self.sites)
+class Layout(SitePlan):
+    """A model's site plan (sites and sources) as the dataset's coordinates."""
 
     @property
     def per_site_sources(self) -> bool:
@@ -52,8 +42,16 @@ class Layout:
         return methods.method(self.method).delta
 
     @property
-    def num_sources(self) -> int:
-        return len(self.source_label)
+    def source_layer(self) -> tuple[int, ...]:
+        return tuple(s.layer for s in self.sources)
+
+    @property
+    def source_kind(self) -> tuple[str, ...]:
+        return tuple(s.kind for s in self.sources)
+
+    @property
+    def source_label(self) -> tuple[str, ...]:
+        return tuple(s.label for s in self.sources)
 
     @property
     def max_heads(self) -> int:
@@ -91,8 +89,7 @@ def layout_of(model: nn.Module) -> Layout:
     if not plan.sites:
         raise CaptureError(f"this model uses residual method {plan.method!r}, which has no routing sites; "
                            f"capture needs one of {', '.join(methods.ROUTED_METHODS)}")
-    return Layout(plan.method, plan.sites, tuple(s.layer for s in plan.sources),
-                  tuple(s.kind for s in plan.sources), tuple(s.label for s in plan.sources))
+    return Layout(plan.method, plan.sites, plan.sources)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:
