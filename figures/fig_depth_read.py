@@ -16,9 +16,11 @@ import matplotlib.pyplot as plt
 import numpy as np
 from matplotlib.colors import Normalize
 
+from mhar_probe.model.methods import run_label
+
 from .registry import Output, Skip, generator
 from .routing import Captured, default_site, depth_read_matrix, load_captured, pick, prenorm_read_matrix
-from .style import FULL, method_label, new_figure, paper_style
+from .style import FULL, new_figure, paper_style
 
 NEEDS = "captured attnres and/or mhar runs (mhar capture RUN writes RUN/routing.nc)"
 WEIGHT_CMAP = "mako_r"  # sequential, light = 0
@@ -63,7 +65,7 @@ def make_depth_read(ctx) -> list[Output]:
         m = depth_read_matrix(c.ds, s)
         heads = int(c.ds.site_num_heads.values[s])
         what = "one query: identical columns" if heads == 1 else f"{heads} heads: block-wise columns"
-        panels.append((f"{method_label(c.method)}" + (f" (H={c.H})" if c.method == "mhar" else ""), what, m, heads))
+        panels.append((run_label(c.method, c.H, "display"), what, m, heads))
     vmax = max(float(np.nanmax(m)) for _, _, m, _ in panels[1:])
     norm = Normalize(0.0, vmax)
     with paper_style():
@@ -122,8 +124,7 @@ def make_depth_map(ctx) -> list[Output]:
         for ax, c, m in zip(axes, chosen, maps):
             im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=1, aspect="auto",
                            interpolation="nearest")
-            ax.set_title(f"{method_label(c.method)}" + (f" (H={c.H}, head mean)" if c.method == "mhar" else "")
-                         + f", {c.scale}", loc="left")
+            ax.set_title(f"{run_label(c.method, c.H, 'display', note='head mean')}, {c.scale}", loc="left")
             _ticks(ax, "y", [str(x) for x in c.ds.site_label.values])
             _ticks(ax, "x", [str(x) for x in c.ds.source_label.values])
             ax.tick_params(axis="x", rotation=60)

@@ -7,10 +7,11 @@ import numpy as np
 from matplotlib.ticker import MaxNLocator
 
 from analysis.runs import select
+from mhar_probe.model.methods import run_label
 
 from .common import groups, scale_label
 from .registry import Output, Skip, generator
-from .style import COLUMN, FULL, METHOD_ORDER, method_color, method_label, new_figure, paper_style
+from .style import COLUMN, FULL, METHOD_ORDER, method_color, new_figure, paper_style
 
 NEEDS = "a baseline and an MHAR run with the same preset, corpus, LR, seed and steps"
 TAIL_FRACTION = 0.4  # the paper's inset: steps 12K-20K of 20K
@@ -69,7 +70,7 @@ def make(ctx) -> list[Output]:
                 ok = np.isfinite(y) & (steps <= last)
                 smooth = ema(y[ok], span)
                 x = steps[ok]
-                label = method_label(method) + (f" (H={int(hs[i])})" if method == "mhar" else "")
+                label = run_label(method, int(hs[i]), "display")
                 ax.plot(x, smooth, color=method_color(method), label=label)
                 if inset is not None:
                     inset.plot(x[x >= start], smooth[x >= start], color=method_color(method))

@@ -19,7 +19,7 @@ import seaborn as sns  # noqa: E402
 
 from mhar_probe.atomic import write_with  # noqa: E402
 from mhar_probe.errors import UserError  # noqa: E402
-from mhar_probe.model.methods import METHODS  # noqa: E402
+from mhar_probe.model.methods import METHODS, display_name  # noqa: E402
 
 COLUMN = 3.35  # inches
 FULL = 6.75
@@ -35,10 +35,6 @@ OKABE_ITO = {
 METHOD_COLORS = {
     "baseline": OKABE_ITO["black"], "hyper": OKABE_ITO["purple"], "attnres": OKABE_ITO["blue"],
     "mhar": OKABE_ITO["vermillion"], "mhar_hw": OKABE_ITO["green"], "delta": OKABE_ITO["sky"],
-}
-METHOD_LABELS = {
-    "baseline": "Baseline", "hyper": "Hyper-conn.", "attnres": "Single-head", "mhar": "MHAR",
-    "mhar_hw": "MHAR (head-wise)", "delta": "MHAR (delta)",
 }
 METHOD_ORDER = METHODS
 #: sequential palette for loss grids (lower = lighter), cells without a run are grey
@@ -64,7 +60,9 @@ def method_color(method: str) -> str:
 
 
 def method_label(method: str) -> str:
-    return METHOD_LABELS.get(method, method)
+    """The method's name in figures ('Single-head'): the methods table's `display` (`run_label`
+    adds the head count)."""
+    return display_name(method)
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from analysis.runs import h_coord, select
 from analysis.stats.curves import best_vs_best
+from mhar_probe.model.methods import run_label
 
 from .common import choose_mhar_H, groups, scale_label, shared_seeds
 from .registry import Output, Skip, generator
@@ -26,7 +27,7 @@ def _paired_lr_cells(sub):
         seeds = shared_seeds(cell, [dict(lr=lr) for lr in lrs])
         extra = sorted(set(cell["seed"].values.tolist()) - set(seeds)) if seeds else []
         if extra:
-            dropped.append(f"{m}{'' if m != 'mhar' else f' H={h}'} seed{'s' if len(extra) > 1 else ''} "
+            dropped.append(f"{run_label(m, h)} seed{'s' if len(extra) > 1 else ''} "
                            f"{', '.join(map(str, extra))}")
         keep += [n for n, s in zip(cell["run"].values.tolist(), cell["seed"].values.tolist())
                  if not seeds or s in seeds]
@@ -66,7 +67,7 @@ def make(ctx) -> list[Output]:
         first = True
         for r in rows:
             tried = ", ".join(f"{float(lr):g}: {v:.3f}" for lr, v in sorted(r.by_lr.items(), key=lambda kv: float(kv[0])))
-            label = method_label(r.method) + (f" (H={r.H})" if r.method == "mhar" else "")
+            label = run_label(r.method, r.H, "display")
             t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, {key['steps']} steps", key["preset"]),
                    Cell(label, r.method), Cell(tried, tried), Cell(f"{float(r.best_lr):g}", float(r.best_lr)),
                    Cell.num(r.tail_mean, bold=r.tail_mean == min(x.tail_mean for x in rows)),

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from analysis.runs import select
 from analysis.stats.curves import paired_seed_deltas
+from mhar_probe.model.methods import run_label
 
 from .common import groups, pick_lr, scale_label
 from .registry import Output, Skip, generator
@@ -28,7 +29,7 @@ def make(ctx) -> list[Output]:
         rows = [r for r in paired_seed_deltas(ctx.records(sub), pair_on=("preset", "kv", "lr", "seed")) if r.n >= 2]
         rows.sort(key=lambda r: (METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99, r.H or 0))
         for i, r in enumerate(rows):
-            label = method_label(r.method) + (f" (H={r.H})" if r.method in ("mhar", "mhar_hw") else "")
+            label = run_label(r.method, r.H, "display")
             t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, lr {r.lr:g}", key["preset"]),
                    Cell(label, r.method), Cell(str(r.n), r.n), Cell(f"{r.mean:+.3f} ± {r.sd:.3f}", r.mean),
                    Cell.num(r.se, "{:.4f}"), Cell.num(r.abs_over_se, "{:.1f}"), Cell.num(r.p_value, "{:.3g}")],

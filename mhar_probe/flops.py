@@ -26,11 +26,12 @@ with the softmax weights (2d FLOPs):
     routing forward / token = sum_s  Q_s * 4 d N_s,   training = 3x
 
 where Q_s is the number of full-width queries at the site. Splitting the query into H heads
-is a reshape: the same 4 d N_s for every H (attnres = mhar). Sources and sites (README "Definitions"):
-site 2l reads 2l+1 sources, site 2l+1 reads 2l+2, the final site reads 2L+1, so
-sum_s N_s = (2L+1)(2L+2)/2. `mhar_hw` attention sites hold one full-width query per KV group
-(Q_s = G = num_key_value_heads). `delta` sites read a learnable null source, the completed
-block deltas and, within a block, the running partial delta: at most 1 + num_blocks.
+is a reshape: the same 4 d N_s for every H (attnres = mhar). N_s and Q_s come from the model's
+site plan (`mhar_probe.model.siteplan`; README "Definitions"): site 2l reads 2l+1 sources, site
+2l+1 reads 2l+2, the final site reads 2L+1, so sum_s N_s = (2L+1)(2L+2)/2. `mhar_hw` attention sites hold one
+full-width query per KV group (Q_s = G = num_key_value_heads). `delta` sites read a learnable
+null source, the completed block deltas and, within a block, the running partial delta: at
+most 1 + num_blocks.
 
 Hyper-connections (Zhu et al. 2024, Alg. 2; `hyper-connections` package) with n streams,
 one module around every sublayer (2L modules), per token and module:
@@ -44,7 +45,7 @@ from __future__ import annotations
 from typing import Any, Literal
 
 from .model.methods import method
-from .model.residual import delta_block_of_layer, delta_num_sources
+from .model.siteplan import site_plan_of
 
 
 def non_embedding_params(config: Any) -> int:
@@ -54,19 +55,6 @@ def non_embedding_params(config: Any) -> int:
     attn = d * n_q * h + 2 * d * n_kv * h + n_q * h * d
     mlp = 3 * d * config.intermediate_size
     return L * (attn + mlp)
-
-
-def routing_sites(config: Any) -> list[tuple[str, int, int]]:
-    """(kind, N_s sources read, Q_s full-width queries) for every routing site, in order."""
-    props, L = method(config.residual_method), config.num_hidden_layers
-    kinds = [kind for _ in range(L) for kind in ("attn", "mlp")] + ["final"]
-    if props.replaces:
-        G = config.num_key_value_heads if props.head_wise else 1
-        return [(kind, s + 1, G if kind == "attn" else 1) for s, kind in enumerate(kinds)]
-    if props.delta:  # the model's own plan of which block deltas each site reads
-        counts = delta_num_sources(delta_block_of_layer(L, config.delta_num_blocks))
-        return [(kind, n, 1) for kind, n in zip(kinds, counts)]
-    return []
 
 
 def flops_per_token(
@@ -95,7 +83,7 @@ def flops_per_token(
     dense = mult * 2.0 * N
     attn = mult * (2.0 if attention == "causal" else 4.0) * L * seq_len * d_attn
     lm_head = mult * 2.0 * d * config.vocab_size
-    routing = mult * sum(q * 4.0 * d * n for _, n, q in routing_sites(config))
+    routing = mult * sum(s.num_queries * 4.0 * d * s.num_sources for s in site_plan_of(config).sites)
     hyper = 0.0
     if method(config.residual_method).hyper_streams:
         n = config.hyper_streams

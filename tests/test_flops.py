@@ -4,8 +4,9 @@ import pytest
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from mhar_probe.flops import flops_per_token, non_embedding_params, routing_sites
+from mhar_probe.flops import flops_per_token, non_embedding_params
 from mhar_probe.model import MHARConfig, MHARForCausalLM
+from mhar_probe.model.siteplan import site_plan_of
 
 SMALL = dict(vocab_size=97, hidden_size=64, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, intermediate_size=96, max_position_embeddings=64)
@@ -50,8 +51,8 @@ def test_routing_terms():
     assert hw == r1 + 3 * 4 * d * (2 - 1) * attn_sources
     # delta sites read at most 1 + num_blocks sources
     for nb in (1, 2, 3):
-        sites = routing_sites(cfg("delta", delta_num_blocks=nb))
-        assert len(sites) == 2 * L + 1 and max(n for _, n, _ in sites) == 1 + nb
+        sites = site_plan_of(cfg("delta", delta_num_blocks=nb)).sites
+        assert len(sites) == 2 * L + 1 and max(s.num_sources for s in sites) == 1 + nb
 
 
 def _counted_forward(model, T):
@@ -71,7 +72,7 @@ def _uncounted(c):
       2 d n) and the depth connection is an outer product lowered to a multiply (2 d n).
     """
     d, n = c.hidden_size, c.hyper_streams
-    single = sum(q for _, N, q in routing_sites(c) if N == 1)
+    single = sum(s.num_queries for s in site_plan_of(c).sites if s.num_sources == 1)
     hyper = 2 * c.num_hidden_layers * 4 * d * n if c.residual_method == "hyper" else 0
     return 2 * d * single + hyper
 

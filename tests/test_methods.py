@@ -7,11 +7,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhar_probe.flops import routing_sites
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.methods import (FREE_HEAD_METHODS, METHODS, REPLACEMENT_METHODS, ROUTED_METHODS, method,
                                       routing_heads_of)
-from mhar_probe.model.residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
+from mhar_probe.model.residual import DeltaSite, DeltaSources, RoutingSite
+from mhar_probe.model.siteplan import delta_block_of_layer, site_plan_of
 from mhar_probe.sweep.grid import SweepGrid
 
 SMALL = dict(vocab_size=97, hidden_size=48, num_hidden_layers=3, num_attention_heads=4, num_key_value_heads=2,
@@ -47,7 +47,7 @@ def test_the_model_has_the_sites_its_method_says(name):
 def test_flops_count_the_delta_sources_the_model_reads(L, blocks):
     config = MHARConfig(**{**SMALL, "num_hidden_layers": L, "delta_num_blocks": blocks}, residual_method="delta")
     sources = DeltaSources(delta_block_of_layer(L, blocks), torch.zeros(SMALL["hidden_size"]))
-    assert [n for _, n, _ in routing_sites(config)] == [sources.num_sources(s) for s in range(2 * L + 1)]
+    assert [s.num_sources for s in site_plan_of(config).sites] == [sources.num_sources(s) for s in range(2 * L + 1)]
 
 
 def test_routing_heads_of_reads_every_name_it_was_recorded_under():
@@ -75,3 +75,4 @@ def test_a_routing_dataset_records_routing_heads_and_an_old_one_still_reads():
     assert ds.attrs["routing_heads"] == 2 and "H" not in ds.attrs
     old = {k: v for k, v in ds.attrs.items() if k != "routing_heads"} | {"H": 2}  # as capture wrote it before
     assert routing_heads_of(old["method"], old) == routing_heads_of(ds.attrs["method"], ds.attrs) == 2
+

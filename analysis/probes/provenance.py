@@ -8,6 +8,7 @@ from typing import Any, Sequence
 import xarray as xr
 
 from mhar_probe.capture.errors import CaptureError
+from mhar_probe.model import methods
 from mhar_probe.model.methods import routing_heads_of
 
 KEYS = ("method", "routing_heads", "H", "G", "d", "L", "preset", "run_path", "checkpoint_sha256", "split", "tokens_seen",
@@ -32,11 +33,12 @@ def with_provenance(out: xr.Dataset, probe: str, inputs: Sequence[xr.Dataset]) -
 
 
 def run_label(ds: xr.Dataset) -> str:
-    """A short column label: preset (or d/L), method and, for mhar / mhar_hw, the head count."""
+    """A short column label: preset (or d/L), then the method and its head count ('tiny mhar H4',
+    `run_label`'s compact form)."""
     a = ds.attrs
     size = a.get("preset") or f"d{a.get('d')}L{a.get('L')}"
     heads = routing_heads_of(a.get("method"), a)  # `routing_heads`, or `H` in datasets written before
-    return f"{size} {a.get('method')}" + (f" H{heads}" if a.get("method") in ("mhar", "mhar_hw") else "")
+    return f"{size} {methods.run_label(str(a.get('method')), heads, 'compact')}"
 
 
 def require_probes(ds: xr.Dataset, what: str) -> None:

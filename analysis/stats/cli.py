@@ -20,6 +20,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from mhar_probe.model.methods import run_label
+
 from ..run import run_paths
 from .output import write_text_new
 from .ceg import ceg_table, final_points, fit_power_law, lower_envelope
@@ -203,7 +205,7 @@ def cmd_ceg(args: argparse.Namespace) -> int:
             continue
         bs = by_preset[preset]
         frac = _extra_flops(rs, bs)
-        label = method + (f" H={H}" if H is not None else "") + (f" lr={lr:g}" if isinstance(lr, float) else "")
+        label = run_label(method, H) + (f" lr={lr:g}" if isinstance(lr, float) else "")
         entries.append(dict(scale=str(preset), method=label, L_base=float(np.mean([b["tail_mean"] for b in bs])),
                             L_method=float(np.mean([r["tail_mean"] for r in rs])), routing_fraction=frac))
     rows = ceg_table(entries, alphas, divide_routing=args.divide_routing)

@@ -3,11 +3,11 @@
 dims: `site`, `source`, `head` (+ `half`, `slicing`, `slice`, `draw`, `source_b`, and
 `sample`, `position` for per-token weights).
 
-Replacement forms (attnres / mhar / mhar_hw): source 0 = token embedding (kind embed, layer 0),
-source 2l+1 = attention output of layer l (attn), 2l+2 = MLP output (mlp); site s reads
-sources [0, s+1). Delta form: source 0 = the learnable null (kind null, layer -1), source
-1+b = block b (kind block, layer = first layer of the block); at a site inside block b that
-index holds the *running partial* delta of block b, at later sites its completed delta.
+The sites and sources are the model's site plan (`mhar_probe.model.siteplan`, whose docstring
+states the layout): replacement forms (attnres / mhar / mhar_hw) read sources [0, s+1) at site s
+(the embedding, then each layer's attention and MLP output); the delta form reads the null and
+the block deltas (at a site inside block b, index 1+b holds the *running partial* delta of block
+b, at later sites its completed delta).
 Cells a site cannot see are NaN; so are heads a site does not have (mhar_hw: G query groups at
 attention sites, H heads elsewhere; `head` has max(G, H) entries).
 """
@@ -24,7 +24,7 @@ import numpy as np
 from torch import nn
 
 from ..model import methods
-from ..model.residual import delta_num_sources
+from ..model.siteplan import SitePlan, site_plan_of
 
 DATASET_MARKER = "mhar_probe_dataset"
 DATASET_KIND = "routing"
@@ -32,28 +32,8 @@ SCHEMA_VERSION = 1
 
 
 @dataclass(frozen=True)
-class SiteInfo:
-    index: int
-    layer: int
-    kind: str  # attn | mlp | final
-    label: str
-    num_sources: int
-    num_heads: int  # heads this site has (G at a mhar_hw attention site)
-
-
-@dataclass(frozen=True)
-class Layout:
-    """Sites and sources of one model, as the dataset's coordinates."""
-
-    method: str
-    sites: tuple[SiteInfo, ...]
-    source_layer: tuple[int, ...]
-    source_kind: tuple[str, ...]
-    source_label: tuple[str, ...]
-
-    @property
-    def num_sites(self) -> int:
-        return len(self.sites)
+class Layout(SitePlan):
+    """A model's site plan (sites and sources) as the dataset's coordinates."""
 
     @property
     def per_site_sources(self) -> bool:
@@ -62,8 +42,16 @@ class Layout:
         return methods.method(self.method).delta
 
     @property
-    def num_sources(self) -> int:
-        return len(self.source_label)
+    def source_layer(self) -> tuple[int, ...]:
+        return tuple(s.layer for s in self.sources)
+
+    @property
+    def source_kind(self) -> tuple[str, ...]:
+        return tuple(s.kind for s in self.sources)
+
+    @property
+    def source_label(self) -> tuple[str, ...]:
+        return tuple(s.label for s in self.sources)
 
     @property
     def max_heads(self) -> int:
@@ -93,34 +81,15 @@ class Layout:
 
 
 def layout_of(model: nn.Module) -> Layout:
-    """The layout of a routed model; a model without routing sites is a user error."""
+    """The layout of a routed model (its config's site plan); a model without routing sites is a
+    user error."""
     from .errors import CaptureError
 
-    cfg = model.config
-    method = cfg.residual_method
-    sites = list(model.model.sites) if hasattr(model, "model") else list(model.sites)
-    if not sites:
-        raise CaptureError(f"this model uses residual method {method!r}, which has no routing sites; "
+    plan = site_plan_of(model.config)
+    if not plan.sites:
+        raise CaptureError(f"this model uses residual method {plan.method!r}, which has no routing sites; "
                            f"capture needs one of {', '.join(methods.ROUTED_METHODS)}")
-    L = cfg.num_hidden_layers
-    if methods.method(method).delta:
-        blocks = model.model.block_of_layer
-        nsrc = delta_num_sources(blocks)
-        nb = cfg.delta_num_blocks
-        first = [blocks.index(b) for b in range(nb)]
-        source_layer = (-1, *first)
-        source_kind = ("null", *["block"] * nb)
-        source_label = ("null", *[f"B{b}" for b in range(nb)])
-    else:
-        nsrc = [site.num_sources for site in sites]
-        source_layer = (0, *[l for l in range(L) for _ in (0, 1)])
-        source_kind = ("embed", *[k for _ in range(L) for k in ("attn", "mlp")])
-        source_label = ("emb", *[f"L{l}.{k}" for l in range(L) for k in ("attn", "mlp")])
-    infos = tuple(
-        SiteInfo(index=site.index, layer=site.layer, kind=site.kind, label=site.label,
-                 num_sources=n, num_heads=site.query.shape[0] if site.query.dim() == 2 else site.num_heads)
-        for site, n in zip(sites, nsrc))
-    return Layout(method, infos, source_layer, source_kind, source_label)
+    return Layout(plan.method, plan.sites, plan.sources)
 
 
 def sha256_file(path: Path, chunk: int = 1 << 20) -> str:

@@ -43,6 +43,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from ..errors import UserError
+from ..model.methods import run_label
 from ..runfiles import RunFiles
 from ..tables import md_escape, md_row
 from .plan import Plan
@@ -127,8 +128,8 @@ def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
     v1, v2 = side(d1[1], d1[2], 0.0), side(d2[1], d2[2], 0.0)
     verdict = (NOT_REPLICATED if NOT_REPLICATED in (v1, v2) else REPLICATED if v1 == v2 == REPLICATED
                else INCONCLUSIVE)
-    ours = (f"attnres - baseline {_fmt_interval(*d1)}; mhar H={plan.mhar_heads} - attnres {_fmt_interval(*d2)} "
-            f"({len(seeds)} seeds, tail-mean loss)")
+    ours = (f"attnres - baseline {_fmt_interval(*d1)}; {run_label('mhar', plan.mhar_heads)} - attnres "
+            f"{_fmt_interval(*d2)} ({len(seeds)} seeds, tail-mean loss)")
     return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order")
 
 
@@ -180,7 +181,7 @@ def optimum_claim(plan: Plan, runs: list[dict[str, Any]], tails: dict[str, Any])
     spread = ", ".join(f"{d:+.3f}" for d in deltas)
     note = (f"seed {plan.main_seed}; a gap counts when it exceeds the margin {margin:.3f} = "
             f"t(0.975, {len(deltas) - 1}) x "
-            f"sd of the paired seed deltas mhar H={plan.mhar_heads} - attnres ({spread})")
+            f"sd of the paired seed deltas {run_label('mhar', plan.mhar_heads)} - attnres ({spread})")
     return Claim("optimum", "; ".join(parts), verdict, note)
 
 
@@ -242,31 +243,31 @@ def _per_seed(reads: dict[int, NullRead], digits: int = 3) -> str:
 def deviation_claim(plan: Plan, reads: dict[int, NullRead]) -> Claim:
     """max |D| of the trained heads against the matched-norm random query's, every seed."""
     if not reads:
-        return Claim("deviation", f"no routing dataset of mhar H={plan.mhar_heads}", INCONCLUSIVE)
+        return Claim("deviation", f"no routing dataset of {run_label('mhar', plan.mhar_heads)}", INCONCLUSIVE)
     verdict, note = _z_verdict(reads, "null draws")
-    return Claim("deviation", f"max |D| of mhar H={plan.mhar_heads}: {_per_seed(reads)}", verdict, note)
+    return Claim("deviation", f"max |D| of {run_label('mhar', plan.mhar_heads)}: {_per_seed(reads)}", verdict, note)
 
 
 def replication_claim(plan: Plan, reads: dict[int, NullRead], halves: dict[int, str]) -> Claim:
     """Split-half r of the deviation map between document-disjoint halves against the same r of
     the random-query null's heads, every seed: the claim holds only where the trained r exceeds it."""
     if not reads:
-        return Claim("replication", f"no routing dataset of mhar H={plan.mhar_heads}", INCONCLUSIVE)
+        return Claim("replication", f"no routing dataset of {run_label('mhar', plan.mhar_heads)}", INCONCLUSIVE)
     shared = [s for s, h in halves.items() if h != "documents"]
     if shared:
         return Claim("replication", f"r by seed {_per_seed(reads)}; seed(s) {', '.join(map(str, shared))} split by "
                      f"{halves[shared[0]] or 'unknown'} (not disjoint text)", INCONCLUSIVE)
     verdict, note = _z_verdict(reads, "null halves (null_weight_mean_half, recorded since issue 32)")
-    return Claim("replication", f"split-half r (halves by documents) of mhar H={plan.mhar_heads}: {_per_seed(reads)}",
-                 verdict, note)
+    return Claim("replication", f"split-half r (halves by documents) of {run_label('mhar', plan.mhar_heads)}: "
+                 f"{_per_seed(reads)}", verdict, note)
 
 
 def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any]) -> Claim:
     """The CEG bracket of MHAR (the plan's H) over baseline, read against the paper's bracket; a gain
     that the seeds cannot tell from zero leaves the claim inconclusive."""
-    rows = [r for r in ceg.get("rows", []) if r["method"].startswith(f"mhar H={plan.mhar_heads} ")]
+    rows = [r for r in ceg.get("rows", []) if r["method"].startswith(run_label("mhar", plan.mhar_heads) + " ")]
     if not rows:
-        return Claim("ceg", f"no mhar H={plan.mhar_heads} row in stats/ceg.json", INCONCLUSIVE)
+        return Claim("ceg", f"no {run_label('mhar', plan.mhar_heads)} row in stats/ceg.json", INCONCLUSIVE)
     row = rows[0]
     base = _tail_means(tails, "baseline", None, plan.main_kv)
     multi = _tail_means(tails, "mhar", plan.mhar_heads, plan.main_kv)
@@ -379,7 +380,7 @@ class Study:
 
 def label(method: str, heads: int | None, kv: int | None, seed: int) -> str:
     """'mhar H=8 seed 1': a run as the claim table names it."""
-    return f"{method}{f' H={heads}' if heads is not None and method.startswith('mhar') else ''} seed {seed}"
+    return f"{run_label(method, heads)} seed {seed}"
 
 
 def held_back(claim: Claim, missing: Sequence[str], uncaptured: Sequence[str] = ()) -> Claim:
@@ -457,7 +458,7 @@ def delta_claim(plan: Plan, study: Study, tails: dict[str, Any], method: str, he
     the sizes are set side by side, not judged."""
     row = _paper_deltas(plan.paper_scale or plan.preset)
     paper_value = row["deltas"][key]
-    what = f"{method}{f' H={heads}' if heads is not None else ''}"
+    what = run_label(method, heads)
     paper = (f"{what} - baseline = {paper_value:+.3f} at {row['scale'].upper()} (Table main; one seed, 20K steps, "
              f"tail-mean loss {row['baseline']:.3f} baseline)")
     arm_seeds = study.seeds(method, heads if heads is not None else ANY)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Callable, TypeVar
 
 from ..errors import UserError
+from ..model.methods import run_label
 from ..runfiles import RunFiles
 from ..tail import TAIL_K
 from .analysis_steps import (CegOptions, FiguresOptions, McNemarOptions, ProbeOptions, TailsOptions,
@@ -257,7 +258,7 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         lacking = [m for m in (a, b) if m not in evaluated or not (evals / evaluated[m].name).is_dir()]
         if lacking:
             skip(f"McNemar {a} vs {b}", "no evaluation of " + ", ".join(
-                f"{m}{f' H={plan.mhar_heads}' if m == 'mhar' else ''} seed {plan.main_seed}" for m in lacking),
+                f"{run_label(m, plan.mhar_heads if m == 'mhar' else None)} seed {plan.main_seed}" for m in lacking),
                  stats / name)
             continue
         run_a, run_b = evaluated[a], evaluated[b]

@@ -29,7 +29,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .delta_config import ConversionError, MHARDeltaConfig, supported_text
 from .hf_compat import cache_field, one_cache
 from .layers import RMSNorm
-from .residual import DeltaSite, DeltaSources, delta_block_of_layer
+from .residual import DeltaSite, DeltaSources
+from .siteplan import delta_block_of_layer, site_plan
 
 try:  # transformers >= 5: init functions that skip weights already loaded from a checkpoint
     from transformers import initialization as _init
@@ -95,10 +96,9 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
             raise ConversionError(f"base has {len(decoder.layers)} layers but its config says {L}")
         self.block_of_layer = delta_block_of_layer(L, config.num_blocks)
         self.null_source = nn.Parameter(torch.zeros(d))  # learnable null source  [d]
-        kinds = [(layer, kind) for layer in range(L) for kind in ("attn", "mlp")] + [(L, "final")]
-        self.sites = nn.ModuleList(
-            DeltaSite(d, config.routing_heads, config.routing_eps, s, layer, kind)
-            for s, (layer, kind) in enumerate(kinds))
+        plan = site_plan("delta", L, routing_heads=config.routing_heads, delta_num_blocks=config.num_blocks)
+        self.sites = nn.ModuleList(DeltaSite(d, config.routing_heads, config.routing_eps, s.index, s.layer, s.kind)
+                                   for s in plan.sites)
         norms = [n for layer in decoder.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         for s, norm in enumerate([*norms, decoder.norm]):
             norm.register_forward_pre_hook(partial(self._route_into_norm, s))

@@ -1,16 +1,17 @@
 """The residual methods and what each one is: the one definition every other module reads.
 
-    method    routes   sources its sites read           routing heads   other
-    baseline  no       -                                none            additive stream
-    hyper     no       -                                none            hyper-connection streams
-    attnres   yes      2L+1 sublayer outputs            one (H = 1)     replacement form
-    mhar      yes      2L+1 sublayer outputs            free (H)        replacement form
-    mhar_hw   yes      2L+1 sublayer outputs            free (H)        attention sites: one full-width
-                                                                        query per KV group
-    delta     yes      null + block deltas              free (H)        identity-preserving delta form
+    method    routes   sources its sites read       routing heads   in figures         other
+    baseline  no       -                            none            Baseline           additive stream
+    hyper     no       -                            none            Hyper-conn.        hyper-connection streams
+    attnres   yes      2L+1 sublayer outputs        one (H = 1)     Single-head        replacement form
+    mhar      yes      2L+1 sublayer outputs        free (H)        MHAR               replacement form
+    mhar_hw   yes      2L+1 sublayer outputs        free (H)        MHAR (head-wise)   attention sites: one full-width
+                                                                                       query per KV group
+    delta     yes      null + block deltas          free (H)        MHAR (delta)       identity-preserving delta form
 
 The head count of a run is recorded as `routing_heads` everywhere (model config, summaries,
-routing datasets); `routing_heads_of` reads it from any record, old names included.
+routing datasets); `routing_heads_of` reads it from any record, old names included. A run is
+named by `run_label`: its method and, where the method's head count is a free choice, its H.
 
 This module is part of the code a saved run carries (`auto_map`): it imports only the
 standard library, and the model files import it as `from .methods import ...`.
@@ -38,6 +39,8 @@ class Method:
     head_wise: bool = False
     #: the residual stream is split into hyper-connection streams (no routing)
     hyper_streams: bool = False
+    #: its name in figures and tables (the paper's wording)
+    display: str = ""
 
     @property
     def routes(self) -> bool:
@@ -65,12 +68,12 @@ class Method:
 
 
 _ALL = (
-    Method("baseline"),
-    Method("hyper", hyper_streams=True),
-    Method("attnres", sources="sublayers", head_count="one"),
-    Method("mhar", sources="sublayers", head_count="free"),
-    Method("mhar_hw", sources="sublayers", head_count="free", head_wise=True),
-    Method("delta", sources="blocks", head_count="free"),
+    Method("baseline", display="Baseline"),
+    Method("hyper", hyper_streams=True, display="Hyper-conn."),
+    Method("attnres", sources="sublayers", head_count="one", display="Single-head"),
+    Method("mhar", sources="sublayers", head_count="free", display="MHAR"),
+    Method("mhar_hw", sources="sublayers", head_count="free", head_wise=True, display="MHAR (head-wise)"),
+    Method("delta", sources="blocks", head_count="free", display="MHAR (delta)"),
 )
 
 #: every method, in the paper's order
@@ -117,3 +120,35 @@ def routing_heads_of(method_name: str | None, *records: Mapping[str, Any],
             if value is not None:
                 return int(value)
     return default
+
+
+LabelStyle = Literal["plain", "display", "compact"]
+
+
+def display_name(method_name: str) -> str:
+    """The method's name in figures and tables ('Single-head'); an unknown method keeps its own name."""
+    found = _BY_NAME.get(method_name)
+    return found.display if found is not None else method_name
+
+
+def run_label(method_name: str, heads: int | None, style: LabelStyle = "plain", *, note: str = "") -> str:
+    """A run's method and head count, the one spelling every table, figure and claim uses.
+
+    H is named iff the method's head count is a free choice (mhar, mhar_hw, delta) and `heads` is
+    given (an unknown method: iff `heads` is given); attnres (H = 1 by definition), baseline and
+    hyper are named by the method alone:
+
+        plain    'mhar H=8'     'attnres'        (claims, statistics)
+        display  'MHAR (H=8)'   'Single-head'    (figures; `note` joins the brackets: 'MHAR (H=8, head mean)')
+        compact  'mhar H8'      'attnres'        (probe columns)
+    """
+    found = _BY_NAME.get(method_name)
+    shown = heads is not None and heads != 0 and (found is None or found.free_heads)
+    if style == "display":
+        name = display_name(method_name)
+        return f"{name} (H={heads}{f', {note}' if note else ''})" if shown else name
+    if style == "compact":
+        return f"{method_name} H{heads}" if shown else method_name
+    if style == "plain":
+        return f"{method_name} H={heads}" if shown else method_name
+    raise ValueError(f"unknown label style {style!r}; choose plain, display or compact")

@@ -21,8 +21,9 @@ from .config import MHARConfig
 from .hf_compat import CACHE_NAME, cache_field, one_cache, refuse_unsupported_outputs
 from .layers import MLP, Attention, RMSNorm, RotaryEmbedding, causal_mask
 from .methods import method
-from .residual import DeltaSite, DeltaSources, RoutingSite, delta_block_of_layer
+from .residual import DeltaSite, DeltaSources, RoutingSite
 from .routing import DEFAULT_BACKEND, get_backend
+from .siteplan import delta_block_of_layer, site_plan_of
 
 
 class DecoderLayer(nn.Module):
@@ -89,19 +90,13 @@ class MHARModel(MHARPreTrainedModel):
 
     @staticmethod
     def _make_sites(config: MHARConfig) -> list[nn.Module]:
-        d, L, eps, H = config.hidden_size, config.num_hidden_layers, config.rms_norm_eps, config.routing_heads
-        props = method(config.residual_method)
-        kinds = [(layer, kind) for layer in range(L) for kind in ("attn", "mlp")] + [(L, "final")]
-        if props.replaces:
-            sites = []
-            for s, (layer, kind) in enumerate(kinds):
-                hw = props.head_wise and kind == "attn"
-                sites.append(RoutingSite(d, H, eps, s, layer, kind, num_sources=s + 1,
-                                         num_queries=config.num_key_value_heads if hw else 1))
-            return sites
-        if props.delta:
-            return [DeltaSite(d, H, eps, s, layer, kind) for s, (layer, kind) in enumerate(kinds)]
-        return []
+        """One module per site of the config's site plan (siteplan.py), in call order."""
+        d, H, eps = config.hidden_size, config.routing_heads, config.rms_norm_eps
+        plan = site_plan_of(config)
+        if method(config.residual_method).delta:
+            return [DeltaSite(d, H, eps, s.index, s.layer, s.kind) for s in plan.sites]
+        return [RoutingSite(d, H, eps, s.index, s.layer, s.kind, num_sources=s.num_sources,
+                            num_queries=s.num_queries) for s in plan.sites]
 
     def get_input_embeddings(self) -> nn.Embedding:
         return self.embed_tokens

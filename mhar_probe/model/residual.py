@@ -10,6 +10,7 @@ A replacement-form site s owns a query q (d,) initialised to zero and a key RMSN
 A head-aligned site (`mhar_hw`, attention only) owns one full-width query per KV group
 ([G, d]) and returns one routed input per group ([G, B, T, d]).
 A delta site additionally owns a scalar gate (zero at init): out = partial + gate * routed.
+Which sites a model has and what each reads is its site plan (siteplan.py).
 
 The backend a site routes with is the run-time setting `routing_backend` (routing.py's
 `set_routing_backend`): a delta site routes itself and reads it at every forward; replacement
@@ -26,10 +27,7 @@ from torch import Tensor, nn
 from .hooks import HookPoint
 from .layers import RMSNorm
 from .routing import DEFAULT_BACKEND, SourceStack, get_backend
-
-
-def site_label(layer: int, kind: str) -> str:
-    return "final" if kind == "final" else f"L{layer}.{kind}"
+from .siteplan import delta_site_plan, delta_sources_read, site_label
 
 
 class RoutingSite(nn.Module):
@@ -110,36 +108,6 @@ class DeltaSite(nn.Module):
         return self.hook_out(out)
 
 
-def delta_block_of_layer(num_layers: int, num_blocks: int) -> list[int]:
-    """Block index of each layer: `num_blocks` contiguous blocks, sizes differing by at most one."""
-    return [layer * num_blocks // num_layers for layer in range(num_layers)]
-
-
-def delta_num_sources(block_of_layer: Sequence[int]) -> list[int]:
-    """Sources each of the 2L+1 delta sites reads, in site order (see `delta_site_plan`)."""
-    return [_sources_read(block, opens) for block, opens in delta_site_plan(block_of_layer)]
-
-
-def _sources_read(block: int, opens: bool) -> int:
-    """A site of block b reads the null source, b completed deltas and, unless it opens b, b's partial."""
-    return 1 + block + (0 if opens else 1)
-
-
-def delta_site_plan(block_of_layer: Sequence[int]) -> list[tuple[int, bool]]:
-    """(block b, opens) for each of the 2L+1 delta sites, in site order (attn, mlp per layer, final).
-
-    The attention site of the first layer of block b *opens* b; the final site opens the
-    virtual block `num_blocks` (every real block is then complete). A site that opens b reads
-    1 + b sources, any other site of block b reads 2 + b (its block's partial delta is non-zero).
-    """
-    num_blocks = block_of_layer[-1] + 1
-    plan: list[tuple[int, bool]] = []
-    for layer, block in enumerate(block_of_layer):
-        opens = layer == 0 or block != block_of_layer[layer - 1]
-        plan += [(block, opens), (block, False)]  # attention site, MLP site
-    return plan + [(num_blocks, True)]
-
-
 class DeltaSources:
     """Block-aggregated source list of the delta form for one forward pass (shared by the
     from-scratch `delta` method and converted pretrained models).
@@ -164,7 +132,7 @@ class DeltaSources:
         self._null: Tensor | None = None  # null expanded to [B, T, d] once per pass
 
     def num_sources(self, site: int) -> int:
-        return _sources_read(*self.plan[site])
+        return delta_sources_read(*self.plan[site])
 
     def __call__(self, site: int, h: Tensor) -> Tensor:  # h [B, T, d] -> [N, B, T, d]
         block, opens = self.plan[site]
