@@ -79,6 +79,17 @@ def epoch_boundaries(runs: Sequence[Run], end_tokens: float) -> list[float]:
     return [k * size for k in range(1, int(end_tokens // size) + 1)]
 
 
+def epoch_jumps(c: Curve, boundaries: Sequence[float]) -> list[tuple[float, float]]:
+    """(boundary, change) for each epoch start inside the curve: the held-out loss at the first
+    evaluation after the boundary minus the last one before it (a rise where the loss jumps)."""
+    out = []
+    for b in boundaries:
+        before, after = np.flatnonzero(c.tokens < b), np.flatnonzero(c.tokens >= b)
+        if before.size and after.size:
+            out.append((float(b), float(c.val_loss[after[0]] - c.val_loss[before[-1]])))
+    return out
+
+
 def loss_curves(runs: Sequence[tuple[Run, str]], title: str, k: int = TAIL_K) -> tuple[plt.Figure, list[Curve]]:
     """Held-out loss vs tokens for `runs` ((run, group) pairs: the group, e.g. "rerun", sets the
     line style), full length on the left (log loss axis) and the last 40% of tokens on the right,

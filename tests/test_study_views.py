@@ -15,7 +15,8 @@ import pytest
 import xarray as xr
 
 from analysis.run import Run
-from figures.study_views import curve_of, deviation_nulls, epoch_boundaries, head_depth_maps, loss_curves
+from figures.study_views import (curve_of, deviation_nulls, epoch_boundaries, epoch_jumps, head_depth_maps,
+                                 loss_curves)
 
 STUDY = Path(__file__).resolve().parents[1] / "results" / "study100m"
 BASELINE = STUDY / "runs" / "100m-baseline-kv4-lr5e-4-s0-n3815"
@@ -53,6 +54,16 @@ def test_loss_curves_draw_one_bar_per_finished_run_and_the_epoch_starts():
     train_tokens = json.loads((BASELINE / "summary.json").read_text())["train_tokens"]
     assert epoch_boundaries([r for r, _ in runs], 250e6) == [k * train_tokens for k in range(1, 6)]
     plt.close(fig)
+
+
+def test_the_change_across_an_epoch_start_is_the_first_evaluation_after_minus_the_last_before():
+    evals = _evals(BASELINE)
+    size = json.loads((BASELINE / "summary.json").read_text())["train_tokens"]
+    jumps = dict(epoch_jumps(curve_of(Run.read(BASELINE), "baseline"), [5 * size, 300e6]))
+    before = max((e for e in evals if e["tokens"] < 5 * size), key=lambda e: e["tokens"])
+    after = min((e for e in evals if e["tokens"] >= 5 * size), key=lambda e: e["tokens"])
+    assert (before["step"], after["step"]) == (3325, 3350)
+    assert jumps == {5 * size: pytest.approx(after["val_loss"] - before["val_loss"])}  # 300M: past the curve
 
 
 def _routing(weights: np.ndarray, sources: list[int]) -> xr.Dataset:
