@@ -5,7 +5,9 @@ Notebooks are committed without outputs; this test also checks that.
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import sys
 from pathlib import Path
 
@@ -32,8 +34,8 @@ def venv_kernel(tmp_path: Path, monkeypatch) -> str:
     return "mhar-venv"
 
 
-def test_there_are_five_notebooks():
-    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_"]
+def test_there_are_six_notebooks():
+    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_", "06_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -54,3 +56,64 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
     assert not errors
     if os.environ.get("MHAR_KEEP_EXECUTED_NOTEBOOKS"):  # for reading the outputs by eye
         nbformat.write(nb, Path(os.environ["MHAR_KEEP_EXECUTED_NOTEBOOKS"]) / path.name)
+
+
+STUDY_NOTEBOOK = NOTEBOOKS[-1]  # 06_study100m: opens results/study100m ($MHAR_STUDY_DIR) from its files alone
+STUDY_DIR = STUDY_NOTEBOOK.parents[1] / "results" / "study100m"
+
+
+def _executed_text(path: Path, study: Path, tmp_path: Path, monkeypatch) -> str:
+    """Run the notebook on the study folder `study`; every printed line and displayed text, joined.
+    No cell may raise."""
+    monkeypatch.setenv("MHAR_STUDY_DIR", str(study))
+    monkeypatch.setenv("MHAR_NOTEBOOK_DIR", str(tmp_path / "work"))
+    nb = nbformat.read(path, as_version=4)
+    # a hang guard per cell, not a speed test: two parts regenerate in one cell (~1 min on two loaded cores)
+    NotebookClient(nb, timeout=3 * BUDGET_S, kernel_name=venv_kernel(tmp_path, monkeypatch),
+                   resources={"metadata": {"path": str(tmp_path)}}).execute()
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    return "\n".join(o.get("text", "") if o.output_type == "stream" else o.get("data", {}).get("text/markdown", "")
+                     for o in outputs)
+
+
+def _files(folder: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def test_the_study_notebook_on_a_study_before_its_first_routed_run(tmp_path, monkeypatch):
+    """The 100M study as it stood with the baseline alone (no MHAR run, no capture, no evaluation):
+    the notebook runs through, draws the loss curve, says in one line each what waits for runs,
+    and writes nothing into the study folder. Its middle/ folder holds a copy of the committed runs,
+    standing in for the middle rung's export (read under its own plan, MIDDLE), so that every
+    section goes over two parts: one whose routed run is in and one whose is not."""
+    study = tmp_path / "study100m"
+    shutil.copytree(STUDY_DIR / "runs", study / "runs", ignore=shutil.ignore_patterns("100m-mhar-*", "evals"))
+    manifest = json.loads((study / "runs" / "manifest.json").read_text())
+    manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
+    (study / "runs" / "manifest.json").write_text(json.dumps(manifest))
+    shutil.copytree(STUDY_DIR / "runs", study / "middle" / "runs")
+    before = _files(study)
+    text = _executed_text(STUDY_NOTEBOOK, study, tmp_path, monkeypatch)
+    assert "middle rung: 2 of 9 planned runs of plan 'middle'" in text
+    assert "middle rung mhar H=8 seed 0: spread 0.105 vs random queries 0.031" in text
+    assert "middle rung: No captured" not in text
+    assert "1 of 13 planned runs of plan 'study100m'" in text
+    assert "tail-mean 2.1969" in text  # the baseline's curve and its tail-mean (summary.json: 2.19688)
+    assert "No captured routed run yet: no depth maps." in text
+    assert "Routed runs of the main seed not in yet: attnres seed 0, mhar H=8 seed 0" in text
+    assert "No captured multi-head MHAR run yet: no per-head deviations (waiting for mhar H=8 seed 0)." in text
+    assert "skipped probe tables: no captured routed run" in text
+    assert "perhead: skipped, no captured routing datasets" in text
+    assert "The committed claims.md differs from the table regenerated from the runs present" in text
+    assert "100M (study100m): pending: runs missing: 15\n" in text  # every claim of the 100M part waits
+    assert _files(study) == before
+
+
+def test_the_study_notebook_on_a_study_with_no_runs_yet(tmp_path, monkeypatch):
+    (tmp_path / "empty").mkdir()
+    text = _executed_text(STUDY_NOTEBOOK, tmp_path / "empty", tmp_path, monkeypatch)
+    assert "No study runs yet (" in text and "middle rung: No study runs yet (" in text
+    assert "No runs with metrics yet: no loss curves." in text
+    assert "No claim table: no runs yet." in text
+    assert "Traceback" not in text

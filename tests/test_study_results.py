@@ -143,3 +143,21 @@ def test_a_partial_study_on_the_tiny_preset_holds_back_the_claims_of_its_missing
     assert "seed 42" not in claims["order"]["note"]
     # the probes read the main seed only (DEMO captures no other): nothing of theirs is missing
     assert all(claims[k]["verdict"] != PENDING_RUNS for k in ("excess", "deviation", "replication"))
+
+
+def test_a_study_with_no_captured_routed_run_regenerates_with_a_note(tmp_path, capsys):
+    """The study as it stood before its first MHAR run (the baseline alone): the report stages run,
+    the probe stage says in one line that nothing is captured (it raised a pandas KeyError on an
+    empty site table), and the routing claims are pending."""
+    out = tmp_path / "study"
+    shutil.copytree(STUDY_DIR / "runs", out / "runs", ignore=shutil.ignore_patterns("100m-mhar-*", "evals"))
+    manifest = json.loads((out / "runs" / "manifest.json").read_text())
+    manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
+    (out / "runs" / "manifest.json").write_text(json.dumps(manifest))
+    assert run_demo(out, plan=STUDY, stages=["probe", "stats", "claims", "figures", "report"]) == 0
+    printed = capsys.readouterr().out
+    assert "skipped probe tables: no captured routed run (attnres, mhar, mhar_hw) at seed 0" in printed
+    assert not (out / "probes").exists()
+    claims = _claims(out)
+    assert claims["spread_mhar H=8"]["verdict"] == PENDING_RUNS and "mhar H=8 seed 0" in claims["spread_mhar H=8"]["note"]
+    assert claims["deviation"]["verdict"] == PENDING_RUNS

@@ -91,8 +91,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     stage("eval", lambda: eval_stage(plan, [r for r in selected if is_eval_run(plan, r)], runs / "evals", overwrite))
     probed = [r for r in main_runs(plan, swept) if r.method in plan.routed_methods and r.seed == plan.main_seed
               and RunFiles(r.path).routing_path.exists()]
-    stage("probe", lambda: _printed(lambda: probe(ProbeOptions(
-        inputs=[str(RunFiles(r.path).routing_path) for r in probed], out=str(out / "probes"), overwrite=True)))[0])
+    stage("probe", lambda: probe_stage(plan, out, probed))
     stage("stats", lambda: stats_stage(plan, out, runs, ladder))
     stage("claims", lambda: claims_stage(plan, out))
     stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads))
@@ -230,6 +229,18 @@ def eval_stage(plan: Plan, run_list: list[SweptRun], evals: Path, overwrite: boo
                          batch_size=plan.eval_batch_size, overwrite=overwrite)
         logs.append(_printed(lambda: eval_one(cfg))[0])
     return "\n".join(logs)
+
+
+def probe_stage(plan: Plan, out: Path, probed: list[SweptRun]) -> str:
+    """The forced-compromise probe tables of the captured routed runs at the main seed; on a partial
+    study with none captured yet, a one-line note instead (the probe tables need one dataset)."""
+    if not probed:
+        line = (f"skipped probe tables: no captured routed run ({', '.join(plan.routed_methods)}) "
+                f"at seed {plan.main_seed}")
+        print(line)
+        return line
+    return _printed(lambda: probe(ProbeOptions(
+        inputs=[str(RunFiles(r.path).routing_path) for r in probed], out=str(out / "probes"), overwrite=True)))[0]
 
 
 def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
