@@ -23,20 +23,20 @@ from typing import Any, Callable, Iterable, Iterator
 
 from mhar_probe.errors import UserError
 from mhar_probe.model.saved import check_config_values
-from mhar_probe.runfiles import (CONFIG, METRICS, SUMMARY, TRAIN_CONFIG, MetricsRow, RunFiles, SummaryDoc,
-                                 TrainConfigDoc, read_metrics)
+from mhar_probe.runfiles import (CONFIG, METRICS, METRICS_GZ, SUMMARY, TRAIN_CONFIG, MetricsRow, RunFiles,
+                                 SummaryDoc, TrainConfigDoc, read_metrics)
 from mhar_probe.model.methods import routing_heads_of
 from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
 
 #: files any one of which makes a directory a run directory
-RUN_MARKERS = (TRAIN_CONFIG, SUMMARY, CONFIG, METRICS)
+RUN_MARKERS = (TRAIN_CONFIG, SUMMARY, CONFIG, METRICS, METRICS_GZ)
 
 
 def is_run_path(path: str | Path) -> bool:
     """Whether `path` is a run: a directory holding any of `RUN_MARKERS`, or a metrics.jsonl."""
     path = Path(path)
     if path.is_file():
-        return path.name == METRICS
+        return path.name in (METRICS, METRICS_GZ)
     return path.is_dir() and any((path / name).exists() for name in RUN_MARKERS)
 
 
@@ -127,7 +127,7 @@ class Run:
         """Read the run at `path` (its directory, or its metrics.jsonl). Missing documents read
         as {}; unreadable ones, and a run with no method recorded, raise `error`."""
         path = Path(path)
-        if path.is_file() and path.name != METRICS:  # e.g. a sweep's manifest.json from `runs/*`
+        if path.is_file() and path.name not in (METRICS, METRICS_GZ):  # e.g. a sweep's manifest.json
             raise error(f"{path} is a file, not a run directory (or a run's {METRICS})")
         run_dir = path.parent if path.is_file() else path
         if not run_dir.exists():

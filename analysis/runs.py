@@ -30,7 +30,7 @@ import numpy as np
 import xarray as xr
 
 from mhar_probe.errors import UserError
-from mhar_probe.runfiles import METRICS
+from mhar_probe.runfiles import METRICS, METRICS_GZ
 from mhar_probe.tail import TAIL_K
 
 from .run import Run
@@ -42,14 +42,14 @@ SCALARS = ("tail_mean", "tail_k", "initial_val_loss", "final_val_loss", "flops",
 
 
 def find_run_dirs(root: str | Path) -> list[Path]:
-    """Directories under `root` (or `root` itself) that hold a metrics.jsonl, sorted."""
+    """Directories under `root` (or `root` itself) that hold a metrics.jsonl (or .jsonl.gz), sorted."""
     root = Path(root)
     if not root.exists():
         raise UserError(f"runs directory {root} does not exist")
-    if (root / METRICS).is_file():
+    if any((root / name).is_file() for name in (METRICS, METRICS_GZ)):
         return [root]
-    found = [p.parent for p in root.rglob(METRICS)
-             if not any(part.startswith(".") or part == "checkpoint" for part in p.relative_to(root).parts[:-1])]
+    found = {p.parent for name in (METRICS, METRICS_GZ) for p in root.rglob(name)
+             if not any(part.startswith(".") or part == "checkpoint" for part in p.relative_to(root).parts[:-1])}
     return sorted(found)
 
 

@@ -50,6 +50,7 @@ TOKENIZER_CONFIG = "tokenizer_config.json"  # (any tokenizer)
 TRAIN_CONFIG = "train_config.json"  # every training option
 CORPUS = "corpus.json"  # name, fingerprint and composition of the corpus
 METRICS = "metrics.jsonl"  # one line per step; val_loss on evaluation steps
+METRICS_GZ = METRICS + ".gz"  # the same gzipped: how results folders commit it (`demo.export`)
 SUMMARY = "summary.json"  # written last: tail-mean, final losses, finished flag
 CHECKPOINT = "checkpoint"  # the latest resumable state (a folder)
 STATE = "state.json"  # in CHECKPOINT/: the step, tokens and FLOPs it holds
@@ -323,7 +324,9 @@ class RunFiles:
 
     @property
     def metrics_path(self) -> Path:
-        return self.path / METRICS
+        """metrics.jsonl, or metrics.jsonl.gz where only that exists (an exported run)."""
+        plain, packed = self.path / METRICS, self.path / METRICS_GZ
+        return packed if packed.exists() and not plain.exists() else plain
 
     @property
     def summary_path(self) -> Path:

@@ -105,7 +105,7 @@ def test_the_study_evaluates_every_run_it_trains():
     """A study call keeps no weights, so each run is evaluated in the call that trains it (issue 33:
     "evaluates ... the runs it finishes"); the ladder evaluates only its main-seed comparison."""
     from mhar_probe.demo.plan import LADDER
-    from mhar_probe.demo.run import is_eval_run
+    from mhar_probe.demo.run import is_eval_run, present_eval_runs
     from mhar_probe.demo.runs import SweptRun
 
     runs = [SweptRun(Path(f"/r/{m}-{h}-{s}"), m, h, s, "finished", kv=4)
@@ -114,3 +114,6 @@ def test_the_study_evaluates_every_run_it_trains():
     for plan in (STUDY, MIDDLE):
         assert all(is_eval_run(plan, r) for r in runs), plan.name
     assert [r.name for r in runs if is_eval_run(LADDER, r)] == ["baseline-None-0"]
+    # the comparison (McNemar, CEG) still reads the main seed's runs alone
+    compared = [r.name for r in present_eval_runs(STUDY, runs)]
+    assert compared == ["baseline-None-0"]

@@ -17,6 +17,7 @@ from scipy import stats
 from mhar_probe.demo import run_demo
 from mhar_probe.demo.claims import PENDING_RUNS, REPLICATED, VERDICTS
 from mhar_probe.demo.plan import STUDY
+from mhar_probe.runfiles import RunFiles
 from results_checks import without_paths
 
 STUDY_DIR = Path(__file__).resolve().parents[1] / "results" / "study100m"
@@ -49,15 +50,16 @@ def test_claims_figures_and_tables_regenerate_as_committed(regenerated):
 
 def test_missing_runs_are_skipped_with_a_note_and_their_claims_pending(regenerated):
     report = (regenerated / "report.md").read_text()
-    # no baseline evaluation and no attnres run yet: both McNemar pairs are skipped, said in one line each
-    assert "skipped McNemar baseline vs mhar: no evaluation of baseline seed 0" in report
-    assert "skipped McNemar attnres vs mhar: no evaluation of attnres seed 0" in report
-    assert not (regenerated / "stats" / "mcnemar").exists()
+    # seed 0's baseline, attnres and MHAR H=8 are evaluated: both McNemar pairs are tested
+    assert "skipped McNemar" not in report
+    assert (regenerated / "stats" / "mcnemar" / "mcnemar.json").exists()
+    assert (regenerated / "stats" / "mcnemar_attnres_mhar" / "mcnemar.json").exists()
     claims = _claims(regenerated)
     assert {c["verdict"] for c in claims.values()} <= set(VERDICTS)
-    order = claims["order"]
+    order = claims["order"]  # seed 2 of attnres and MHAR not trained yet
     assert order["verdict"] == PENDING_RUNS
-    assert "attnres seed 0" in order["note"] and "mhar H=8 seed 2" in order["note"]
+    assert "attnres seed 2" in order["note"] and "mhar H=8 seed 2" in order["note"]
+    assert "baseline seed 2" not in order["note"] and "seed 1" not in order["note"]
     assert claims["delta_hyper"]["verdict"] == PENDING_RUNS and "hyper seed 0" in claims["delta_hyper"]["note"]
 
 
@@ -70,24 +72,27 @@ def test_the_paper_deltas_stand_beside_ours(regenerated):
     assert "-0.061" in paper["mhar"] and "H=8" in paper["mhar"]
     assert "-0.035" in paper["mhar_over"] and "H=16" in paper["mhar_over"]
 
-    def tail(run: str) -> float:
-        vals = [json.loads(l)["val_loss"] for l in (STUDY_DIR / "runs" / run / "metrics.jsonl").read_text().splitlines()
-                if '"val_loss"' in l]
+    def tail(run: str) -> float:  # the last 11 evaluations, read here from the committed metrics
+        vals = [row["val_loss"] for row in RunFiles(STUDY_DIR / "runs" / run).metrics() if "val_loss" in row]
         return sum(vals[-11:]) / 11
 
-    delta = tail("100m-mhar-h8-kv4-lr5e-4-s0-n3815") - tail("100m-baseline-kv4-lr5e-4-s0-n3815")
-    assert claims["delta_mhar"]["ours"] == f"{delta:+.3f} (seed 0; 1 seed, no interval)"
+    deltas = [tail(f"100m-mhar-h8-kv4-lr5e-4-s{s}-n3815") - tail(f"100m-baseline-kv4-lr5e-4-s{s}-n3815")
+              for s in (0, 1)]  # the seeds both arms have
+    mean = sum(deltas) / 2
+    low, high = stats.t.interval(0.95, 1, loc=mean, scale=stats.sem(deltas))
+    assert claims["delta_mhar"]["ours"].startswith(f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] over 2 seeds")
 
 
 def test_the_depth_read_spread_of_each_routed_method(regenerated):
-    """The one captured routed run (MHAR H=8) is read; every other routed arm is pending."""
+    """The captured routed runs (attnres, MHAR H=8) are read; every other routed arm is pending."""
     claims = _claims(regenerated)
     spread = {k: c for k, c in claims.items() if k.startswith("spread_")}
     assert set(spread) == {"spread_attnres", "spread_mhar H=4", "spread_mhar H=8", "spread_mhar H=16",
                            "spread_mhar_hw H=4"}
-    read = spread.pop("spread_mhar H=8")
-    assert read["verdict"] == REPLICATED and "total-variation distance" in read["note"]
-    assert "against uniform 0.040" in read["ours"]  # the final site reads 25 sources
+    for key in ("spread_mhar H=8", "spread_attnres"):
+        read = spread.pop(key)
+        assert read["verdict"] == REPLICATED and "total-variation distance" in read["note"]
+        assert "against uniform 0.040" in read["ours"]  # the final site reads 25 sources
     assert all(c["verdict"] == PENDING_RUNS for c in spread.values())
 
 
@@ -157,6 +162,7 @@ def test_a_study_with_no_captured_routed_run_regenerates_with_a_note(tmp_path, c
     assert run_demo(out, plan=STUDY, stages=["probe", "stats", "claims", "figures", "report"]) == 0
     printed = capsys.readouterr().out
     assert "skipped probe tables: no captured routed run (attnres, mhar, mhar_hw) at seed 0" in printed
+    assert "skipped McNemar baseline vs mhar: no evaluation of" in printed  # said, not raised
     assert not (out / "probes").exists()
     claims = _claims(out)
     assert claims["spread_mhar H=8"]["verdict"] == PENDING_RUNS and "mhar H=8 seed 0" in claims["spread_mhar H=8"]["note"]

@@ -33,18 +33,16 @@ the number of distinct items can be reported next to the test.
 
 from __future__ import annotations
 
-import gzip
 import json
 import re
-import zlib
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, Iterable, Iterator
+from typing import Any, Iterable
 
 import numpy as np
 
-from mhar_probe.jsonl import not_text
+from mhar_probe.jsonl import gzip_lines, not_text, open_bytes
 from mhar_probe.runfiles import RunFileError, read_json
 
 from .errors import StatsError
@@ -208,19 +206,6 @@ def item_key(rec: dict[str, Any]) -> str | None:
     return _canonical(["arguments", sorted(_canonical(r) for r in requests), answer])
 
 
-def _open_samples(path: Path) -> IO[bytes]:
-    """A samples file as bytes: `.jsonl` as written by the harness, `.jsonl.gz` as committed."""
-    return gzip.open(path, "rb") if path.name.endswith(".gz") else path.open("rb")
-
-
-def _lines_of(f: IO[bytes], path: Path) -> Iterator[bytes]:
-    """The lines of `f`; a damaged gzip stream is one clear error naming the file."""
-    try:
-        yield from f
-    except (OSError, EOFError, zlib.error) as exc:
-        raise StatsError(f"{path}: not a readable gzip file ({type(exc).__name__}: {exc})") from None
-
-
 def read_samples(path: str | Path, task: str | None = None,
                  filters: list[str] | None = None) -> TaskSamples:
     """Read one samples file (either format). `filters`: legacy filter order (default ["none"]).
@@ -238,8 +223,8 @@ def read_samples(path: str | Path, task: str | None = None,
     duplicates: Counter = Counter()
     legacy: bool | None = None
     metric_sets: list[frozenset[str]] = []
-    with _open_samples(path) as f:
-        for lineno, data in enumerate(_lines_of(f, path), start=1):
+    with open_bytes(path) as f:
+        for lineno, data in enumerate(gzip_lines(f, path, StatsError), start=1):
             try:
                 raw = data.decode("utf-8")
             except UnicodeDecodeError as exc:

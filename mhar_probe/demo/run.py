@@ -108,12 +108,17 @@ def main_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
     return [r for r in finished(swept) if plan.main_kv is None or r.kv == plan.main_kv]
 
 
-def is_eval_run(plan: Plan, run: SweptRun) -> bool:
-    """Whether the plan evaluates `run` (every run, or its methods at the main seed and KV, MHAR at
-    the plan's H)."""
-    return plan.eval_every_run or (run.method in plan.eval_methods and run.seed == plan.main_seed
+def is_compared_run(plan: Plan, run: SweptRun) -> bool:
+    """Whether `run` is in the plan's evaluated comparison (McNemar, CEG): its eval methods at the
+    main seed and KV, MHAR at the plan's H."""
+    return (run.method in plan.eval_methods and run.seed == plan.main_seed
             and (plan.main_kv is None or run.kv == plan.main_kv)
             and (run.method != "mhar" or run.heads == plan.mhar_heads))
+
+
+def is_eval_run(plan: Plan, run: SweptRun) -> bool:
+    """Whether the eval stage evaluates `run`: every run (`plan.eval_every_run`), or the compared ones."""
+    return plan.eval_every_run or is_compared_run(plan, run)
 
 
 def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
@@ -124,8 +129,8 @@ def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
 
 
 def present_eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
-    """The finished runs among those the plan evaluates (a partial study lacks some)."""
-    return [r for r in finished(swept) if is_eval_run(plan, r)]
+    """The finished runs of the evaluated comparison (a partial study lacks some)."""
+    return [r for r in finished(swept) if is_compared_run(plan, r)]
 
 
 def _clock(seconds: float) -> str:
