@@ -140,9 +140,10 @@ def test_plans_evaluate_often_enough_that_the_tail_is_the_last_quarter():
     from pathlib import Path
 
     from mhar_probe.demo.plan import PLANS, evaluation_steps, tail_covers_last_quarter
+    from mhar_probe.runfiles import RunFiles
 
     run = Path(__file__).resolve().parents[1] / "results/ladder/runs/tiny-baseline-kv4-lr2e-3-s0-n480"
-    logged = [r["step"] for r in map(json.loads, (run / "metrics.jsonl").read_text().splitlines()) if "val_loss" in r]
+    logged = [r["step"] for r in RunFiles(run).metrics() if "val_loss" in r]
     assert logged == evaluation_steps(480, 24) and logged[-11] == 240  # the committed ladder: half
     assert evaluation_steps(20_000, 500)[-11] == 15_000 and tail_covers_last_quarter(20_000, 500)
     assert not tail_covers_last_quarter(480, 24) and tail_covers_last_quarter(480, 12)

@@ -155,7 +155,8 @@ def test_a_study_with_no_captured_routed_run_regenerates_with_a_note(tmp_path, c
     the probe stage says in one line that nothing is captured (it raised a pandas KeyError on an
     empty site table), and the routing claims are pending."""
     out = tmp_path / "study"
-    shutil.copytree(STUDY_DIR / "runs", out / "runs", ignore=shutil.ignore_patterns("100m-mhar-*", "evals"))
+    shutil.copytree(STUDY_DIR / "runs", out / "runs",
+                    ignore=shutil.ignore_patterns("100m-mhar-*", "100m-attnres-*", "evals"))
     manifest = json.loads((out / "runs" / "manifest.json").read_text())
     manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
     (out / "runs" / "manifest.json").write_text(json.dumps(manifest))
