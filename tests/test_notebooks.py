@@ -16,6 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 from mhar_probe.runfiles import RunFiles
+from results_checks import baseline_only_study
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 BUDGET_S = 600  # per cell: catches a hung kernel only, not a slow machine (no wall-clock budget in tests)
@@ -91,18 +92,14 @@ def test_the_study_notebook_on_a_study_before_its_first_routed_run(tmp_path, mon
     standing in for the middle rung's export (read under its own plan, MIDDLE), so that every
     section goes over two parts: one whose routed run is in and one whose is not."""
     study = tmp_path / "study100m"
-    shutil.copytree(STUDY_DIR / "runs", study / "runs",
-                    ignore=shutil.ignore_patterns("100m-mhar-*", "100m-attnres-*", "evals"))
-    manifest = json.loads((study / "runs" / "manifest.json").read_text())
-    manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
-    (study / "runs" / "manifest.json").write_text(json.dumps(manifest))
+    baselines = baseline_only_study(STUDY_DIR, study)
     shutil.copytree(STUDY_DIR / "runs", study / "middle" / "runs")
     before = _files(study)
     text = _executed_text(STUDY_NOTEBOOK, study, tmp_path, monkeypatch)
     assert "middle rung: 7 of 9 planned runs of plan 'middle'" in text
     assert "middle rung mhar H=8 seed 0: spread 0.105 vs random queries 0.031" in text
     assert "middle rung: No captured" not in text
-    assert f"{len(manifest['runs'])} of 13 planned runs of plan 'study100m'" in text  # the baselines alone
+    assert f"{len(baselines)} of 13 planned runs of plan 'study100m'" in text  # the baselines alone
     baseline = RunFiles(STUDY_DIR / "runs" / "100m-baseline-kv4-lr5e-4-s0-n3815").summary()
     assert f"tail-mean {baseline['tail_mean_val_loss']:.4f}" in text  # the baseline's curve and its tail-mean
     assert "No captured routed run yet: no depth maps." in text

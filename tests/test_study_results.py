@@ -18,7 +18,7 @@ from mhar_probe.demo import run_demo
 from mhar_probe.demo.claims import PENDING_RUNS, REPLICATED, VERDICTS
 from mhar_probe.demo.plan import STUDY
 from mhar_probe.runfiles import RunFiles
-from results_checks import without_paths
+from results_checks import baseline_only_study, without_paths
 
 STUDY_DIR = Path(__file__).resolve().parents[1] / "results" / "study100m"
 
@@ -155,11 +155,7 @@ def test_a_study_with_no_captured_routed_run_regenerates_with_a_note(tmp_path, c
     the probe stage says in one line that nothing is captured (it raised a pandas KeyError on an
     empty site table), and the routing claims are pending."""
     out = tmp_path / "study"
-    shutil.copytree(STUDY_DIR / "runs", out / "runs",
-                    ignore=shutil.ignore_patterns("100m-mhar-*", "100m-attnres-*", "evals"))
-    manifest = json.loads((out / "runs" / "manifest.json").read_text())
-    manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
-    (out / "runs" / "manifest.json").write_text(json.dumps(manifest))
+    baseline_only_study(STUDY_DIR, out)
     assert run_demo(out, plan=STUDY, stages=["probe", "stats", "claims", "figures", "report"]) == 0
     printed = capsys.readouterr().out
     assert "skipped probe tables: no captured routed run (attnres, mhar, mhar_hw) at seed 0" in printed
