@@ -124,7 +124,8 @@ def make_depth_map(ctx) -> list[Output]:
         for ax, c, m in zip(axes, chosen, maps):
             im = ax.imshow(np.ma.masked_invalid(m), cmap=cmap, vmin=0, vmax=1, aspect="auto",
                            interpolation="nearest")
-            ax.set_title(f"{run_label(c.method, c.H, 'display', note='head mean')}, {c.scale}", loc="left")
+            # label and scale on two lines: at 25 sites a panel is too narrow for one
+            ax.set_title(f"{run_label(c.method, c.H, 'display', note='head mean')}\n{c.scale}", loc="left")
             _ticks(ax, "y", [str(x) for x in c.ds.site_label.values])
             _ticks(ax, "x", [str(x) for x in c.ds.source_label.values])
             ax.tick_params(axis="x", rotation=60)

@@ -19,25 +19,26 @@ from mhar_probe.model.methods import METHODS, run_label
 #: a run of each method at H = 8, as plain (claims, statistics), display (figures) and compact (probe
 #: columns) labels: H is named where the method lets you choose it, never for attnres (H = 1 by
 #: definition) or the methods without routing heads
-LABELS = {
-    "baseline": ("baseline", "Baseline", "baseline"),
-    "hyper": ("hyper", "Hyper-conn.", "hyper"),
-    "attnres": ("attnres", "Single-head", "attnres"),
-    "mhar": ("mhar H=8", "MHAR (H=8)", "mhar H8"),
-    "mhar_hw": ("mhar_hw H=8", "MHAR (head-wise) (H=8)", "mhar_hw H8"),
-    "delta": ("delta H=8", "MHAR (delta) (H=8)", "delta H8"),
+LABELS = {  # plain, display, compact, and the display name without H
+    "baseline": ("baseline", "Baseline", "baseline", "Baseline"),
+    "hyper": ("hyper", "Hyper-conn.", "hyper", "Hyper-conn."),
+    "attnres": ("attnres", "Single-head", "attnres", "Single-head"),
+    "mhar": ("mhar H=8", "MHAR (H=8)", "mhar H8", "MHAR"),
+    "mhar_hw": ("mhar_hw H=8", "MHAR (head-wise, H=8)", "mhar_hw H8", "MHAR (head-wise)"),
+    "delta": ("delta H=8", "MHAR (delta, H=8)", "delta H8", "MHAR (delta)"),
 }
 
 
 @pytest.mark.parametrize("name", METHODS)
 def test_run_label_of_every_method(name):
     assert set(LABELS) == set(METHODS)  # a new method needs its labels here
-    plain, display, compact = LABELS[name]
-    assert (run_label(name, 8), run_label(name, 8, "display"), run_label(name, 8, "compact")) == LABELS[name]
-    assert run_label(name, None) == name and run_label(name, None, "display") == display.split(" (H=")[0]
+    plain, display, compact, bare = LABELS[name]
+    assert (run_label(name, 8), run_label(name, 8, "display"), run_label(name, 8, "compact")) == (plain, display,
+                                                                                                 compact)
+    assert run_label(name, None) == name and run_label(name, None, "display") == bare
     assert run_label(name, 0) == name  # H = 0: the H coordinate of a run without routing heads
     assert run_label(name, 8, "display", note="head mean") == (
-        f"{display[:-1]}, head mean)" if "(H=" in display else display)
+        f"{display[:-1]}, head mean)" if "H=" in display else display)
 
 
 def test_run_label_of_an_unknown_method_and_style():
@@ -79,4 +80,4 @@ def test_figure_tables_name_mhar_hw_with_its_h(tmp_path):
     rep = build(tmp_path / "runs", tmp_path / "out", only=["table_lr_sweep", "table_seeds"])
     for name in ("table_lr_sweep", "table_seeds"):
         labels = [r.cells[1].text for r in rep.made[name][0].data["table"].rows if r.source == "yours"]
-        assert {"MHAR (H=4)", "MHAR (head-wise) (H=2)"} <= set(labels), (name, labels)
+        assert {"MHAR (H=4)", "MHAR (head-wise, H=2)"} <= set(labels), (name, labels)

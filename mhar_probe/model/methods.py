@@ -139,14 +139,20 @@ def run_label(method_name: str, heads: int | None, style: LabelStyle = "plain", 
     hyper are named by the method alone:
 
         plain    'mhar H=8'     'attnres'        (claims, statistics)
-        display  'MHAR (H=8)'   'Single-head'    (figures; `note` joins the brackets: 'MHAR (H=8, head mean)')
+        display  'MHAR (H=8)'   'Single-head'    (figures; `note` joins the brackets: 'MHAR (H=8, head mean)',
+                                                   and so does H a bracketed name: 'MHAR (head-wise, H=4)')
         compact  'mhar H8'      'attnres'        (probe columns)
     """
     found = _BY_NAME.get(method_name)
     shown = heads is not None and heads != 0 and (found is None or found.free_heads)
     if style == "display":
         name = display_name(method_name)
-        return f"{name} (H={heads}{f', {note}' if note else ''})" if shown else name
+        if not shown:
+            return name
+        inside = f"H={heads}{f', {note}' if note else ''}"
+        if name.endswith(")"):  # a name with its own brackets takes H inside them: 'MHAR (head-wise, H=4)'
+            return f"{name[:-1]}, {inside})"
+        return f"{name} ({inside})"
     if style == "compact":
         return f"{method_name} H{heads}" if shown else method_name
     if style == "plain":
