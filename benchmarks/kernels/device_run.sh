@@ -27,6 +27,9 @@
 #                                                         kernel-table shapes (bf16, H=1) and the training
 #                                                         microbatches (H=8), and pair_e's
 #   KIND=.. JOBS=.. bash benchmarks/kernels/device_run.sh sweepjobs   one kernel's configs over sweep jobs
+#   KINDS=.. BUDGET_S=.. bash benchmarks/kernels/device_run.sh launchsweep   launch_sweep.py: the fold-block
+#                                                         backward's probes (per-kernel split, bf16 douts, the
+#                                                         gather backward), then a card's gather (and fwd) rows
 #   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
 #                                                         replay (carry .whl with its wheel)
 # Sweeps write launch-table files (*_tuned.json, mhar_probe/kernels/launch_tables.py's format);
@@ -164,6 +167,12 @@ case "${1:-tests}" in
       | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6
     sweep_jobs fwd 100M,350M,1B:bfloat16:1:150 100M-train,350M-train,1B-train:mixed:8:170
     sweep_jobs pair_e 100M-train,350M-train,1B-train:mixed:8:130 ;;
+  launchsweep)  # launch_sweep.py: probes (fold, fold with bf16 douts, gather backward: per-kernel split),
+    # then the KINDS rows (default gather) at SHAPES (default the training microbatches), within BUDGET_S
+    timeout ${SWEEP_TIMEOUT:-330} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather} \
+      --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-150} ${NO_PROBES:+--no-probes} \
+      --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
+      | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
     # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
     sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;

@@ -1,0 +1,276 @@
+"""Launch-table sweep for one card, with each backward kernel's time split out, and the probes that
+test why the fold-block backward does not beat the gather backward (benchmarks/kernels/results.md,
+"Why the fold-block backward does not cut time").
+
+Per shape (the training microbatches by default, autocast's layout, H = 8):
+
+1. **Probes** at the built-in launch rows (the H100's): the default (fold-block) backward, the
+   same with bf16 douts (`dout_dtype="storage"`: half the dout bytes everywhere, L2 and DRAM),
+   and the gather backward (`stack_backward="gather"`). The diagnosis predicts that the fold
+   kernel's time per (pair, position) does not move with the dout width (it is bound by each
+   reader iteration's dependent chain of loads and reductions, not by bytes), and that it stays
+   within about 1.3x of the gather backward's gather per pair.
+2. **Sweep** of the `gather` launch rows (which also launch the fold kernel), then of the `fwd`
+   rows: each candidate row laid over the rows chosen so far, one fwd + bwd of the whole chain
+   to compile, then `--repeat` profiled runs (median device time per kernel); a row is judged by
+   the sum of its kind's kernels (gather: stack_gather + stack_fold, the default backward) and
+   must give the built-in row's gradients (max |diff| / max |g| <= `--tol`; bf16 source
+   gradients differ by an ulp where the summation order changes). Candidates are tried in order
+   (the built-in row first) until the kind's share of `--budget-s` is spent.
+
+Writes, after every shape, `--out` (meta: device, date, versions, commit, copy bandwidth; one
+row per probe and candidate with `kernels_ms` and the gather / fold split of
+`fold_split.split_row`) and `--table-out` (the chosen rows in launch_tables.py's format: the
+card's launch table, for `--launch-table` / `KernelConfig(launch_table=...)`).
+
+    PYTHONPATH=. python benchmarks/kernels/launch_sweep.py --commit <sha> --budget-s 240 \\
+        --out $OUT/launch_sweep.json --table-out $OUT/launch_tables_h200.json
+    PYTHONPATH=. TRITON_INTERPRET=1 python benchmarks/kernels/launch_sweep.py --device cpu \\
+        --shapes 32x1x1x16 --heads 2 --repeat 1 --out /tmp/s.json --table-out /tmp/t.json   # logic only
+
+On the CPU (the Triton interpreter) there is no per-kernel device time: a row is judged by the
+wall time of the whole chain, which says nothing about a GPU; that mode checks the script.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+import torch
+
+from mhar_probe.bench.provenance import software
+from mhar_probe.bench.routing import SHAPES, SWEEP_FWD, SWEEP_GATHER, chain_fwd
+from mhar_probe.kernels import KernelConfig, use_kernel_config
+from mhar_probe.kernels.launch_tables import VALUE_COLUMNS, LaunchTables, tables_for
+from mhar_probe.model.routing import get_backend
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from fold_split import split_row  # noqa: E402
+
+#: kernel-name prefixes a kind's rows are judged by (the gather rows also launch the fold kernel)
+JUDGED = {"gather": ("stack_gather", "stack_fold"), "fwd": ("route_fwd",)}
+#: the probes: name -> KernelConfig fields over the default
+PROBES = {"fold": {}, "fold-bf16dout": {"dout_dtype": "storage"}, "gather-backward": {"stack_backward": "gather"}}
+#: gather rows in the order tried: loads-first rows (which won on the H100) first, then the rest
+GATHER_ORDER = sorted(SWEEP_GATHER, key=lambda row: -row[4])
+
+
+def parse_shape(name: str) -> tuple[int, int, int, int]:
+    """(d, L, B, T) of a benchmark shape name (`mhar_probe.bench.routing.SHAPES`) or `DxLxBxT`."""
+    if name in SHAPES:
+        return SHAPES[name]
+    try:
+        d, L, B, T = (int(x) for x in name.split("x"))
+    except ValueError:
+        raise SystemExit(f"shape {name!r}: not one of {', '.join(SHAPES)} nor DxLxBxT") from None
+    return d, L, B, T
+
+
+def chain_inputs(d: int, L: int, B: int, T: int, dtype: str, device: str, seed: int = 0):
+    """The 2L + 1 sources, queries, norm weights and douts of one microbatch. `mixed`: autocast's
+    layout (fp32 embedding, bf16 sublayer outputs, fp32 douts); else every tensor in `dtype`."""
+    S = 2 * L + 1
+    g = torch.Generator(device=device).manual_seed(seed)
+    src = torch.bfloat16 if dtype == "mixed" else getattr(torch, dtype)
+    xs = [torch.randn(B, T, d, device=device, generator=g).to(torch.float32 if i == 0 and dtype == "mixed" else src)
+          .requires_grad_() for i in range(S)]
+    qs = [(0.1 * torch.randn(d, device=device, generator=g)).bfloat16().requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(d, device=device, generator=g)).bfloat16().requires_grad_() for _ in range(S)]
+    douts = [torch.randn(B, T, d, device=device, generator=g).to(torch.float32 if dtype == "mixed" else src)
+             for _ in range(S)]
+    return xs, qs, gs, douts
+
+
+def builtin_row(kind: str, d: int, H: int, width: int) -> tuple[int, ...]:
+    """The row the built-in table (or its heuristic) gives `kind` at (d, H, storage width)."""
+    tables = tables_for(KernelConfig())
+    if kind == "gather":
+        bp, warps, pre, cap, first = tables.gather_config(d, H, H, width)
+        return bp, warps, int(pre), cap or 0, int(first)
+    _, bp, warps, cap, stages = tables.fwd_config(d, H, width)
+    return bp, warps, cap or 0, stages
+
+
+def candidates(kind: str, builtin: tuple[int, ...], given: str | None) -> list[tuple[int, ...]]:
+    """The built-in row, then `given` (a JSON list of rows) or the kind's default order; no repeats."""
+    rows = [tuple(int(x) for x in r) for r in json.loads(given)] if given else \
+        list(GATHER_ORDER if kind == "gather" else SWEEP_FWD)
+    bad = [r for r in rows if len(r) != len(VALUE_COLUMNS[kind])]
+    if bad:
+        raise SystemExit(f"{kind} rows {bad}: expected ({', '.join(VALUE_COLUMNS[kind])})")
+    return list(dict.fromkeys([tuple(builtin), *rows]))
+
+
+def table_key(kind: str, d: int, H: int, width: int) -> tuple[int, ...]:
+    return (d, H, H, width) if kind == "gather" else (d, H, width)
+
+
+def choose(rows: list[dict], tol: float) -> dict | None:
+    """The fastest row whose gradients match the reference's (None if none does)."""
+    ok = [r for r in rows if r["grad_rel_err"] <= tol]
+    return min(ok, key=lambda r: r["judged_ms"]) if ok else None
+
+
+class Runner:
+    """One shape's chain: runs fwd + bwd under a kernel configuration, times it, checks gradients."""
+
+    def __init__(self, dims: tuple[int, int, int, int], H: int, dtype: str, device: str, repeat: int):
+        self.dims, self.H, self.device, self.repeat = dims, H, device, repeat
+        self.xs, self.qs, self.gs, self.douts = chain_inputs(*dims, dtype, device)
+        self.backend = get_backend("triton")
+        self.ref: list[torch.Tensor] | None = None
+
+    def fwdbwd(self) -> None:
+        outs = chain_fwd(self.backend, self.xs, self.qs, self.gs, self.H)
+        torch.autograd.backward(outs, self.douts)
+
+    def grads(self) -> list[torch.Tensor]:
+        leaves = self.xs + self.qs + self.gs
+        for t in leaves:
+            t.grad = None
+        self.fwdbwd()
+        out = [t.grad.detach().float().clone() for t in leaves]
+        for t in leaves:
+            t.grad = None
+        return out
+
+    def step(self) -> None:
+        self.fwdbwd()
+        for t in self.xs + self.qs + self.gs:
+            t.grad = None
+
+    def times(self) -> dict[str, float]:
+        """Median device ms per kernel over `repeat` profiled runs (CUDA), or {"wall": ms} (CPU)."""
+        if self.device != "cuda":
+            walls = []
+            for _ in range(self.repeat):
+                t0 = time.perf_counter()
+                self.step()
+                walls.append((time.perf_counter() - t0) * 1e3)
+            return {"wall": statistics.median(walls)}
+        from mhar_probe.bench.routing import kernel_ms
+
+        runs = [kernel_ms(self.step) for _ in range(self.repeat)]
+        names = {k for run in runs for k in run}
+        return {k: statistics.median(run.get(k, 0.0) for run in runs) for k in names}
+
+    def run(self, config: dict) -> tuple[dict[str, float], float]:
+        """(ms per kernel, gradient error against the reference) under `config` (KernelConfig
+        fields); the first call's gradients are the reference."""
+        with use_kernel_config(**config):
+            g = self.grads()  # compiles this configuration's kernels
+            kernels = self.times()
+        if self.ref is None:
+            self.ref = g
+        err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(g, self.ref))
+        return kernels, err
+
+
+def judged(kind: str, kernels: dict[str, float]) -> float:
+    if "wall" in kernels:
+        return kernels["wall"]
+    return sum(v for k, v in kernels.items() if k.startswith(JUDGED[kind]))
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--shapes", default="1B-train,350M-train,100M-train",
+                    help="benchmark shapes (mhar_probe.bench.routing.SHAPES) or DxLxBxT")
+    ap.add_argument("--dtype", default="mixed", help="mixed (autocast's layout), bfloat16 or float32")
+    ap.add_argument("--heads", type=int, default=8)
+    ap.add_argument("--kinds", default="gather,fwd", help="launch-table kinds to sweep, in order: gather, fwd")
+    ap.add_argument("--rows-gather", default=None, help="JSON list of gather rows to try (default: the sweep list)")
+    ap.add_argument("--rows-fwd", default=None, help="JSON list of fwd rows to try (default: the sweep list)")
+    ap.add_argument("--no-probes", action="store_true")
+    ap.add_argument("--budget-s", type=float, default=240.0, help="seconds for all sweeps (split over shapes x kinds)")
+    ap.add_argument("--repeat", type=int, default=3, help="profiled runs per row (median per kernel)")
+    ap.add_argument("--tol", type=float, default=2e-2, help="largest max|g - g_ref| / max|g_ref| of a row")
+    ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    ap.add_argument("--commit", default=None)
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--table-out", required=True)
+    args = ap.parse_args(argv)
+    kinds = [k for k in args.kinds.split(",") if k]
+    if set(kinds) - set(JUDGED):
+        raise SystemExit(f"--kinds: {', '.join(sorted(set(kinds) - set(JUDGED)))}; choose from gather, fwd")
+    shapes = args.shapes.split(",")
+    dims = {s: parse_shape(s) for s in shapes}
+    width = 4 if args.dtype in ("mixed", "float32") else 2  # bytes per stored dout / forward output
+    cuda = args.device == "cuda"
+    if cuda:
+        from mhar_probe.bench.routing import copy_bandwidth
+
+        copy_gbps = copy_bandwidth()
+    else:
+        copy_gbps = None
+    meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)",
+                date=datetime.date.today().isoformat(), commit=args.commit, **software(), copy_gbps=copy_gbps,
+                dtype=args.dtype, heads=args.heads, budget_s=args.budget_s, repeat=args.repeat, tol=args.tol,
+                command=" ".join(sys.argv if argv is None else ["launch_sweep.py", *argv]))
+    share = args.budget_s / max(1, len(shapes) * len(kinds))
+    chosen = LaunchTables()
+    trials = tempfile.mkdtemp(prefix="mhar_launch_sweep_")
+    rows: list[dict] = []
+
+    def record(shape: str, what: str, kind: str | None, cfg, config: dict, runner: Runner) -> dict:
+        kernels, err = runner.run(config)
+        row = dict(shape=shape, what=what, kind=kind, cfg=list(cfg) if cfg else None, config=config,
+                   kernels_ms=kernels, judged_ms=judged(kind or "gather", kernels), grad_rel_err=err)
+        if cuda and shape in SHAPES:
+            bench_row = dict(shape=shape, H=args.heads, backend="triton", kernels_ms=kernels,
+                             kernel_config={k: v for k, v in config.items() if k != "launch_table"})
+            dout = 2 if config.get("dout_dtype") == "storage" else width
+            row["split"] = [asdict(s) for s in split_row(bench_row, copy_gbps, dout)]
+        rows.append(row)
+        print(f"{shape} {what:16s} {str(cfg or ''):18s} judged {row['judged_ms']:8.3f} ms  err {err:.1e}  "
+              + " ".join(f"{k[:20]} {v:.3f}" for k, v in sorted(kernels.items(), key=lambda kv: -kv[1])[:4]),
+              flush=True)
+        return row
+
+    def dump() -> None:
+        Path(args.out).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
+        chosen.dump(args.table_out)
+
+    for shape in shapes:
+        d, L, B, T = dims[shape]
+        runner = Runner(dims[shape], args.heads, args.dtype, args.device, args.repeat)
+        base = os.path.join(trials, f"{shape}_base.json")
+        chosen.dump(base)  # the rows chosen for earlier shapes (other keys): the reference runs under them
+        if not args.no_probes:
+            for name, fields in PROBES.items():
+                record(shape, f"probe:{name}", None, None, dict(launch_table=base, **fields), runner)
+        else:
+            runner.run(dict(launch_table=base))  # the reference gradients
+        for kind in kinds:
+            key = table_key(kind, d, args.heads, width)
+            tried: list[dict] = []
+            t0 = time.monotonic()
+            given = args.rows_gather if kind == "gather" else args.rows_fwd
+            for i, cfg in enumerate(candidates(kind, builtin_row(kind, d, args.heads, width), given)):
+                if tried and time.monotonic() - t0 > share:
+                    print(f"{shape} {kind}: budget of {share:.0f} s spent after {len(tried)} rows", flush=True)
+                    break
+                trial = LaunchTables(**{**chosen.__dict__, kind: {**getattr(chosen, kind), key: cfg}})
+                path = os.path.join(trials, f"{shape}_{kind}_{i}.json")
+                trial.dump(path)
+                tried.append(record(shape, f"sweep:{kind}", kind, cfg, dict(launch_table=path), runner))
+            best = choose(tried, args.tol)
+            if best is not None:
+                getattr(chosen, kind)[key] = tuple(best["cfg"])
+                print(f"{shape} {kind}: chose {tuple(best['cfg'])} ({best['judged_ms']:.3f} ms; built-in "
+                      f"{tried[0]['judged_ms']:.3f} ms)", flush=True)
+            dump()
+        dump()
+
+
+if __name__ == "__main__":
+    main()
