@@ -169,8 +169,8 @@ case "${1:-tests}" in
     sweep_jobs pair_e 100M-train,350M-train,1B-train:mixed:8:130 ;;
   launchsweep)  # launch_sweep.py: probes (fold, fold with bf16 douts, gather backward: per-kernel split),
     # then the KINDS rows (default gather) at SHAPES (default the training microbatches), within BUDGET_S
-    timeout ${SWEEP_TIMEOUT:-330} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather} \
-      --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-150} ${NO_PROBES:+--no-probes} \
+    timeout ${SWEEP_TIMEOUT:-345} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather} \
+      --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-120} ${NO_PROBES:+--no-probes} \
       --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);

@@ -2,9 +2,9 @@
 test why the fold-block backward does not beat the gather backward (benchmarks/kernels/results.md,
 "Why the fold-block backward does not cut time").
 
-Per shape (the training microbatches by default, autocast's layout, H = 8):
+At the training microbatches by default (autocast's layout, H = 8):
 
-1. **Probes** at the built-in launch rows (the H100's): the default (fold-block) backward, the
+1. **Probes**, every shape first, at the built-in launch rows (the H100's): the default (fold-block) backward, the
    same with bf16 douts (`dout_dtype="storage"`: half the dout bytes everywhere, L2 and DRAM),
    and the gather backward (`stack_backward="gather"`). The diagnosis predicts that the fold
    kernel's time per (pair, position) does not move with the dout width (it is bound by each
@@ -16,15 +16,16 @@ Per shape (the training microbatches by default, autocast's layout, H = 8):
    the sum of its kind's kernels (gather: stack_gather + stack_fold, the default backward) and
    must give the built-in row's gradients (max |diff| / max |g| <= `--tol`; bf16 source
    gradients differ by an ulp where the summation order changes). Candidates are tried in order
-   (the built-in row first) until the kind's share of `--budget-s` is spent.
+   (the built-in row first) until the (shape, kind)'s share of what is left of `--budget-s` is
+   spent; each tries at least its built-in row.
 
-Writes, after every shape, `--out` (meta: device, date, versions, commit, copy bandwidth; one
-row per probe and candidate with `kernels_ms` and the gather / fold split of
+Writes, after every shape's probes and every sweep, `--out` (meta: device, date, versions, commit,
+copy bandwidth; one row per probe and candidate with `kernels_ms` and the gather / fold split of
 `fold_split.split_row`) and `--table-out` (the chosen rows in launch_tables.py's format: the
 card's launch table, for `--launch-table` / `KernelConfig(launch_table=...)`).
 
-    PYTHONPATH=. python benchmarks/kernels/launch_sweep.py --commit <sha> --budget-s 240 \\
-        --out $OUT/launch_sweep.json --table-out $OUT/launch_tables_h200.json
+    PYTHONPATH=. python benchmarks/kernels/launch_sweep.py --commit <sha> --budget-s 120 \\
+        --out $OUT/launch_sweep.json --table-out $OUT/launch_tables_tuned.json
     PYTHONPATH=. TRITON_INTERPRET=1 python benchmarks/kernels/launch_sweep.py --device cpu \\
         --shapes 32x1x1x16 --heads 2 --repeat 1 --out /tmp/s.json --table-out /tmp/t.json   # logic only
 
@@ -191,7 +192,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--rows-gather", default=None, help="JSON list of gather rows to try (default: the sweep list)")
     ap.add_argument("--rows-fwd", default=None, help="JSON list of fwd rows to try (default: the sweep list)")
     ap.add_argument("--no-probes", action="store_true")
-    ap.add_argument("--budget-s", type=float, default=240.0, help="seconds for all sweeps (split over shapes x kinds)")
+    ap.add_argument("--budget-s", type=float, default=120.0,
+                    help="seconds for all sweeps (what is left, shared over the (shape, kind)s left)")
     ap.add_argument("--repeat", type=int, default=3, help="profiled runs per row (median per kernel)")
     ap.add_argument("--tol", type=float, default=2e-2, help="largest max|g - g_ref| / max|g_ref| of a row")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -216,7 +218,6 @@ def main(argv: list[str] | None = None) -> None:
                 date=datetime.date.today().isoformat(), commit=args.commit, **software(), copy_gbps=copy_gbps,
                 dtype=args.dtype, heads=args.heads, budget_s=args.budget_s, repeat=args.repeat, tol=args.tol,
                 command=" ".join(sys.argv if argv is None else ["launch_sweep.py", *argv]))
-    share = args.budget_s / max(1, len(shapes) * len(kinds))
     chosen = LaunchTables()
     trials = tempfile.mkdtemp(prefix="mhar_launch_sweep_")
     rows: list[dict] = []
@@ -240,17 +241,23 @@ def main(argv: list[str] | None = None) -> None:
         Path(args.out).write_text(json.dumps(dict(meta=meta, rows=rows), indent=1) + "\n")
         chosen.dump(args.table_out)
 
-    for shape in shapes:
-        d, L, B, T = dims[shape]
-        runner = Runner(dims[shape], args.heads, args.dtype, args.device, args.repeat)
+    runners = {}
+    for shape in shapes:  # the probes of every shape first: a call cut short keeps the diagnosis
+        runners[shape] = runner = Runner(dims[shape], args.heads, args.dtype, args.device, args.repeat)
         base = os.path.join(trials, f"{shape}_base.json")
-        chosen.dump(base)  # the rows chosen for earlier shapes (other keys): the reference runs under them
+        LaunchTables().dump(base)  # the built-in rows: the reference gradients come from them
         if not args.no_probes:
             for name, fields in PROBES.items():
                 record(shape, f"probe:{name}", None, None, dict(launch_table=base, **fields), runner)
         else:
-            runner.run(dict(launch_table=base))  # the reference gradients
+            runner.run(dict(launch_table=base))
+        dump()
+    t_sweeps, left = time.monotonic(), len(shapes) * len(kinds)
+    for shape in shapes:
+        d, runner = dims[shape][0], runners[shape]
         for kind in kinds:
+            share = max(0.0, args.budget_s - (time.monotonic() - t_sweeps)) / left  # what is left, shared out
+            left -= 1
             key = table_key(kind, d, args.heads, width)
             tried: list[dict] = []
             t0 = time.monotonic()
@@ -269,8 +276,7 @@ def main(argv: list[str] | None = None) -> None:
                 print(f"{shape} {kind}: chose {tuple(best['cfg'])} ({best['judged_ms']:.3f} ms; built-in "
                       f"{tried[0]['judged_ms']:.3f} ms)", flush=True)
             dump()
-        dump()
-
+    dump()
 
 if __name__ == "__main__":
     main()
