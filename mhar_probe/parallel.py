@@ -119,9 +119,22 @@ def sync_replicated_grads(model: nn.Module) -> None:
         p.grad.copy_(g.view_as(p.grad))
 
 
-def wrap_ddp(model: nn.Module, info: DistInfo) -> nn.parallel.DistributedDataParallel:
-    return nn.parallel.DistributedDataParallel(
-        model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+def wrap_ddp(model: nn.Module, info: DistInfo, for_graphs: bool = False,
+             stream: "torch.cuda.Stream | None" = None) -> nn.parallel.DistributedDataParallel:
+    """DDP around `model`. `for_graphs`: as a captured step needs it (`step.GraphStep`) --
+    gradients as views of DDP's buckets (fixed addresses, no copy), no buffer broadcast in
+    forward (a collective per forward; the buffers are the same on every rank anyway), and, with
+    `stream`, built on that stream (the one the step warms up and captures on)."""
+    kwargs: dict[str, Any] = dict(device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    if for_graphs:
+        kwargs.update(gradient_as_bucket_view=True, broadcast_buffers=False)
+    if stream is None:
+        return nn.parallel.DistributedDataParallel(model, **kwargs)
+    stream.wait_stream(torch.cuda.current_stream(stream.device))
+    with torch.cuda.stream(stream):
+        ddp = nn.parallel.DistributedDataParallel(model, **kwargs)
+    torch.cuda.current_stream(stream.device).wait_stream(stream)
+    return ddp
 
 
 def is_fsdp(model: nn.Module) -> bool:
