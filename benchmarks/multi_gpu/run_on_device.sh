@@ -40,7 +40,7 @@ if [[ $what == cpu ]]; then  # what can be checked without GPUs: 2 gloo processe
 fi
 
 if [[ $what == tests || $what == all ]]; then
-  step gpu_tests_distributed 270 python3 -m pytest -v -m gpu tests/gpu/test_distributed_gpu.py -p no:cacheprovider
+  step gpu_tests_distributed 300 python3 -m pytest -v -m gpu tests/gpu/test_distributed_gpu.py -p no:cacheprovider
   grep -E "PASSED|FAILED|ERROR|passed|failed|error" "$OUT/gpu_tests_distributed.log" | tail -12
 fi
 

@@ -77,10 +77,20 @@ def eager_ddp(tmp_path_factory) -> Path:
     return out
 
 
+@pytest.fixture(scope="module")
+def graph_ddp(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("ddp") / "graphs"
+    run(out, cuda_graphs=True, compile_sublayers=False)
+    return out
+
+
 @pytest.mark.parametrize("compiled", [False, True])
-def test_ddp_graph_step_follows_the_eager_ddp_curve(tmp_path, eager_ddp, compiled):
+def test_ddp_graph_step_follows_the_eager_ddp_curve(tmp_path, eager_ddp, graph_ddp, compiled):
     out = tmp_path / "graphs"
-    run(out, cuda_graphs=True, compile_sublayers=compiled)
+    if compiled:
+        run(out, cuda_graphs=True, compile_sublayers=True)
+    else:
+        out = graph_ddp
     s = summary(out)
     assert s["cuda_graphs"] is True and s["world_size"] == 2 and s["compiled_sublayers"] is compiled
     for key in ("loss", "val_loss"):
@@ -92,11 +102,10 @@ def test_ddp_graph_step_follows_the_eager_ddp_curve(tmp_path, eager_ddp, compile
     assert curve(out, "loss")[-1] < curve(out, "loss")[0] - 0.5  # it trains
 
 
-def test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics(tmp_path):
+def test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics(tmp_path, graph_ddp):
     """Saved by 2 GPUs (graph step) after 4 steps, resumed on 1 GPU (graph step, the per-GPU batch
     doubles: 4 micro-batches of 4 rows instead of 2): the uninterrupted 2-GPU run's metrics."""
-    whole, cut = tmp_path / "whole", tmp_path / "cut"
-    run(whole, cuda_graphs=True, compile_sublayers=False)
+    whole, cut = graph_ddp, tmp_path / "cut"
     run(cut, cuda_graphs=True, compile_sublayers=False, stop_after=4)
     run(cut, gpus=1, cuda_graphs=True, compile_sublayers=False, resume=True)
     assert summary(cut)["world_size"] == 1 and summary(cut)["cuda_graphs"] is True
