@@ -7,7 +7,7 @@
 # 2. bench: tokens/s per GPU and peak memory per GPU at 1 GPU (no DDP: the one-GPU trainer's step) and
 #    at 2 GPUs (DDP), baseline and MHAR (H=8), graph step and eager step, arms interleaved
 #    -> $OUT/ddp_<preset>_<N>gpu.json; each prints one line per arm as it finishes. 350m only
-#    while at least BENCH_S_350M (150) seconds of the budget (BUDGET_S, 520) are left.
+#    while at least BENCH_S_350M (150) seconds of the budget (BUDGET_S, 530) are left.
 # 3. the scaling table of every JSON written (efficiency = tokens/s per GPU at N / at 1 GPU), last.
 # Every step has its own `timeout`; a failed or timed-out step leaves the others' results and says so.
 set -uo pipefail
@@ -15,7 +15,7 @@ OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
 what=${1:-all}; presets=${2:-100m 350m}
-budget=${BUDGET_S:-520}
+budget=${BUDGET_S:-530}
 step() {  # step NAME SECONDS CMD...: run CMD under `timeout`, log to $OUT/NAME.log, report how it ended
   local name=$1 secs=$2; shift 2
   local t0=$SECONDS
@@ -40,7 +40,7 @@ if [[ $what == cpu ]]; then  # what can be checked without GPUs: 2 gloo processe
 fi
 
 if [[ $what == tests || $what == all ]]; then
-  step gpu_tests_distributed 300 python3 -m pytest -v -m gpu tests/gpu/test_distributed_gpu.py -p no:cacheprovider
+  step gpu_tests_distributed 240 python3 -m pytest -v -m gpu tests/gpu/test_distributed_gpu.py -p no:cacheprovider
   grep -E "PASSED|FAILED|ERROR|passed|failed|error" "$OUT/gpu_tests_distributed.log" | tail -12
 fi
 
@@ -50,11 +50,11 @@ if [[ $what == bench || $what == all ]]; then
       echo "## skipped $preset: $(left) s of the budget left"; continue
     fi
     # one GPU first (no DDP), then two (DDP); each its own process and timeout
-    secs=$(( $(left) / 2 < 200 ? $(left) / 2 : 200 )); (( secs < 60 )) && secs=60
+    secs=$(( $(left) / 2 < 200 ? $(left) / 2 : 200 )); (( secs < 90 )) && secs=90
     step "bench_${preset}_1gpu" $secs python3 benchmarks/multi_gpu/ddp_throughput.py --presets $preset \
       --out "$OUT/ddp_${preset}_1gpu.json"
     grep "tok/s/GPU\|Error" "$OUT/bench_${preset}_1gpu.log" | tail -4
-    secs=$(( $(left) < 230 ? $(left) : 230 )); (( secs < 60 )) && secs=60
+    secs=$(( $(left) < 240 ? $(left) : 240 )); (( secs < 90 )) && secs=90
     step "bench_${preset}_2gpu" $secs python3 -m torch.distributed.run --nproc_per_node 2 --master_port 29562 \
       benchmarks/multi_gpu/ddp_throughput.py --presets $preset --out "$OUT/ddp_${preset}_2gpu.json"
     grep "tok/s/GPU\|Error" "$OUT/bench_${preset}_2gpu.log" | tail -4

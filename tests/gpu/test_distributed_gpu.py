@@ -29,7 +29,7 @@ if torch.cuda.device_count() < 2:
 
 from mhar_probe.runfiles import read_metrics  # noqa: E402
 
-SMALL = dict(steps=12, method="mhar", heads=2, seq_len=128, batch_size=16, micro_batch=4, eval_every=4,
+SMALL = dict(steps=8, method="mhar", heads=2, seq_len=128, batch_size=16, micro_batch=4, eval_every=4,
              eval_batches=1, vocab_size=512, corpus_max_bytes=400_000, lr=2e-3, progress=False,
              checkpoint_every=100, extra=dict(num_hidden_layers=4))
 SCRIPT = ("import json, sys\nfrom mhar_probe.errors import UserError\nfrom mhar_probe.train import TrainConfig, train\n"
@@ -37,9 +37,12 @@ SCRIPT = ("import json, sys\nfrom mhar_probe.errors import UserError\nfrom mhar_
           "except UserError as exc:\n    print(exc, file=sys.stderr)\n    sys.exit(2)\n")
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mhar-cache"))
+@pytest.fixture(autouse=True, scope="module")
+def _cache(tmp_path_factory):
+    """One corpus / tokenizer cache for every run of the module (set before the module's fixtures run)."""
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("MHAR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mhar-cache"))
+        yield
 
 
 def free_port() -> int:
@@ -95,11 +98,11 @@ def test_ddp_graph_step_follows_the_eager_ddp_curve(tmp_path, eager_ddp, graph_d
     assert s["cuda_graphs"] is True and s["world_size"] == 2 and s["compiled_sublayers"] is compiled
     for key in ("loss", "val_loss"):
         got, want = curve(out, key), curve(eager_ddp, key)
-        assert len(got) == len(want) > 3
+        assert len(got) == len(want) > 2
         assert got[0] == pytest.approx(want[0], abs=0.02), key  # the same start: same model, same batch
         for a, b in zip(got, want):
             assert a == pytest.approx(b, abs=0.05), (key, got, want)
-    assert curve(out, "loss")[-1] < curve(out, "loss")[0] - 0.5  # it trains
+    assert curve(out, "loss")[-1] < curve(out, "loss")[0] - 0.2  # it trains
 
 
 def test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics(tmp_path, graph_ddp):
@@ -110,7 +113,7 @@ def test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics(tmp_path, graph_
     run(cut, gpus=1, cuda_graphs=True, compile_sublayers=False, resume=True)
     assert summary(cut)["world_size"] == 1 and summary(cut)["cuda_graphs"] is True
     one, two = read_metrics(whole / "metrics.jsonl"), read_metrics(cut / "metrics.jsonl")
-    assert [m["step"] for m in one] == [m["step"] for m in two] == list(range(13))
+    assert [m["step"] for m in one] == [m["step"] for m in two] == list(range(9))
     for a, b in zip(one, two):
         assert a["tokens"] == b["tokens"] and a["lr"] == b["lr"]
         for key in ("loss", "val_loss", "grad_norm"):
