@@ -38,7 +38,8 @@ from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .outputs import check_device, refuse_together
 from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles, has_type
-from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
+from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_checkpoint_state,
+                     save_checkpoint, write_metrics)
 
 
 @dataclass
@@ -538,9 +539,13 @@ class Trainer:
 
     def restore(self) -> dict[str, Any]:
         """Load the checkpoint in `self.out` into model, optimizer (and extras); returns its state."""
-        if not (self.full_checkpoints or self.fsdp):
+        # the checkpoint's own format decides how it is read, so a run saved with or without --fsdp
+        # resumes with the other (`RESUME_MAY_CHANGE`), on any number of processes
+        by_names = read_checkpoint_state(self.out, self.cfg.steps).get("optimizer_keys") == "names"
+        if not (self.full_checkpoints or self.fsdp or by_names):
             return load_checkpoint(self.out, self.model, self.optimizer, steps=self.cfg.steps)
-        model_state, optim_state, state, extra = load_full_checkpoint(self.out, steps=self.cfg.steps)
+        model_state, optim_state, state, extra = load_full_checkpoint(self.out, steps=self.cfg.steps,
+                                                                      model=self.model, optimizer=self.optimizer)
         load_full_model_state(self.model, model_state)
         load_full_optimizer_state(self.model, self.optimizer, optim_state)
         self.load_extra_state(extra)

@@ -273,3 +273,45 @@ def test_fsdp_with_compiled_sublayers_matches_uncompiled(tmp_path):
         got[compiled] = torch.load(out)
     assert got[True] == pytest.approx(got[False], rel=1e-5)
     assert got[True][1] != got[True][0]  # it stepped
+
+
+# ---------------------------------------------------------------------------- resume across wrappings
+def test_index_keyed_optimizer_state_renamed_as_torch_names_it():
+    """A plain run's optimizer.state_dict() (keyed by index) re-keyed by name equals what
+    torch.distributed.checkpoint's full-state-dict helper (what FSDP2 runs save) gives."""
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+    from mhar_probe.parallel import names_keyed_optimizer_state
+
+    model = _model().float()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    model(torch.randint(0, 97, (2, 8))).logits.square().mean().backward()
+    opt.step()
+    ours = names_keyed_optimizer_state(opt.state_dict(), model, opt)
+    ref = get_optimizer_state_dict(model, opt, options=StateDictOptions(full_state_dict=True))
+    assert set(ours["state"]) == set(ref["state"]) and len(ours["state"]) == len(list(model.parameters()))
+    for name, st in ref["state"].items():
+        for key, value in st.items():
+            torch.testing.assert_close(ours["state"][name][key], value, rtol=0, atol=0)
+    assert [g["params"] for g in ours["param_groups"]] == [g["params"] for g in ref["param_groups"]]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("first,then", [((1, False), (2, True)), ((2, True), (1, False))])
+def test_resume_between_ddp_and_fsdp(tmp_path, first, then):
+    """A run saved without --fsdp resumes under FSDP2 on 2 processes, and the other way round,
+    with the uninterrupted one-process run's metrics (the checkpoint's format picks the loader).
+    About 90 s on two cores."""
+    (w1, fsdp1), (w2, fsdp2) = first, then
+    small = dict(SMALL, steps=4)
+    train(TrainConfig(out=str(tmp_path / "whole"), **small))
+    cut = str(tmp_path / "cut")
+    _run(TrainConfig(out=cut, fsdp=fsdp1, stop_after=2, **small), w1, tmp_path)
+    _run(TrainConfig(out=cut, fsdp=fsdp2, resume=True, **small), w2, tmp_path)
+    one, two = read_metrics(tmp_path / "whole" / "metrics.jsonl"), read_metrics(Path(cut) / "metrics.jsonl")
+    assert [m["step"] for m in one] == [m["step"] for m in two] == list(range(5))
+    for a, b in zip(one, two):
+        for key in ("loss", "val_loss", "grad_norm"):
+            assert (key in a) == (key in b)
+            if key in a:
+                assert b[key] == pytest.approx(a[key], rel=1e-4, abs=1e-5), (a["step"], key)
