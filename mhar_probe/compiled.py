@@ -53,14 +53,14 @@ def uncompile_sublayers(model: nn.Module) -> nn.Module:
 
 
 def choose_compile_sublayers(requested: bool | None, device: torch.device, world_size: int) -> bool:
-    """Whether a run compiles its sublayers: by default on one CUDA process; asked for elsewhere,
-    a `ValueError` that says why not (the caller turns it into a user error)."""
+    """Whether a run compiles its sublayers: by default on one CUDA process; under DDP or FSDP2
+    when asked for (the compiled regions lie inside the modules DDP wraps and FSDP2 shards: DDP's
+    gradient hooks fire after each compiled backward, FSDP2's all-gather / reduce-scatter hooks
+    run around each sharded unit's call); asked for off CUDA, a `ValueError` that says why not
+    (the caller turns it into a user error)."""
     if requested and device.type != "cuda":
         raise ValueError(f"--compile-sublayers needs a CUDA device (this run trains on {device.type}: "
                          f"inductor's CPU code is slower to build than the step it saves)")
-    if requested and world_size > 1:
-        raise ValueError(f"--compile-sublayers is not supported with DDP or FSDP2 ({world_size} processes): "
-                         f"it was measured and tested on one GPU only; drop the flag")
     return device.type == "cuda" and world_size == 1 if requested is None else requested
 
 

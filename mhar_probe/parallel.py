@@ -119,9 +119,22 @@ def sync_replicated_grads(model: nn.Module) -> None:
         p.grad.copy_(g.view_as(p.grad))
 
 
-def wrap_ddp(model: nn.Module, info: DistInfo) -> nn.parallel.DistributedDataParallel:
-    return nn.parallel.DistributedDataParallel(
-        model, device_ids=[info.device.index] if info.device.type == "cuda" else None)
+def wrap_ddp(model: nn.Module, info: DistInfo, for_graphs: bool = False,
+             stream: "torch.cuda.Stream | None" = None) -> nn.parallel.DistributedDataParallel:
+    """DDP around `model`. `for_graphs`: as a captured step needs it (`step.GraphStep`) --
+    gradients as views of DDP's buckets (fixed addresses, no copy), no buffer broadcast in
+    forward (a collective per forward; the buffers are the same on every rank anyway), and, with
+    `stream`, built on that stream (the one the step warms up and captures on)."""
+    kwargs: dict[str, Any] = dict(device_ids=[info.device.index] if info.device.type == "cuda" else None)
+    if for_graphs:
+        kwargs.update(gradient_as_bucket_view=True, broadcast_buffers=False)
+    if stream is None:
+        return nn.parallel.DistributedDataParallel(model, **kwargs)
+    stream.wait_stream(torch.cuda.current_stream(stream.device))
+    with torch.cuda.stream(stream):
+        ddp = nn.parallel.DistributedDataParallel(model, **kwargs)
+    torch.cuda.current_stream(stream.device).wait_stream(stream)
+    return ddp
 
 
 def is_fsdp(model: nn.Module) -> bool:
@@ -246,18 +259,40 @@ def save_full_checkpoint(out: Path, model_state: dict[str, Tensor], optim_state:
     write_checkpoint(out, fill)
 
 
-def load_full_checkpoint(out: Path, steps: int | None = None) -> tuple[dict[str, Tensor], dict[str, Any],
-                                                                  dict[str, Any], dict[str, dict[str, Tensor]]]:
+def names_keyed_optimizer_state(optim_state: dict[str, Any], model: nn.Module,
+                                optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """An `optimizer.state_dict()` (keyed by parameter index, as `rundir.save_checkpoint` writes it)
+    keyed by parameter name instead, as `full_optimizer_state` writes it: index i is the i-th
+    parameter of `optimizer`'s groups, which the trainer builds in the same order on every
+    world size and wrapping, and its name is the model's (FSDP2 keeps Hugging Face names)."""
+    name_of = {id(p): n for n, p in model.named_parameters()}
+    order = [name_of[id(p)] for group in optimizer.param_groups for p in group["params"]]
+    groups = optim_state["param_groups"]
+    if [len(g["params"]) for g in groups] != [len(g["params"]) for g in optimizer.param_groups]:
+        raise UserError("the checkpoint's optimizer state does not match the model's parameter groups")
+    return {"state": {order[int(i)]: v for i, v in optim_state["state"].items()},
+            "param_groups": [{**g, "params": [order[int(i)] for i in g["params"]]} for g in groups]}
+
+
+def load_full_checkpoint(out: Path, steps: int | None = None, *, model: nn.Module | None = None,
+                         optimizer: torch.optim.Optimizer | None = None
+                         ) -> tuple[dict[str, Tensor], dict[str, Any], dict[str, Any], dict[str, dict[str, Tensor]]]:
     """(model state, optimizer state, trainer state, extras) of RUN/checkpoint/, or UserError;
-    the state's step an integer in [0, steps] (`rundir.read_checkpoint_state`)."""
+    the state's step an integer in [0, steps] (`rundir.read_checkpoint_state`). Given `model` and
+    `optimizer`, a checkpoint whose optimizer state is keyed by index (a DDP or one-process run of
+    the plain trainer) is read too, its state re-keyed by name (`names_keyed_optimizer_state`):
+    so an FSDP2 run resumes a DDP run's checkpoint."""
     ckpt = out / CHECKPOINT
     state = read_checkpoint_state(out, steps)
+    convertible = model is not None and optimizer is not None
     try:
-        if state.get("optimizer_keys") != "names":
+        if state.get("optimizer_keys") != "names" and not convertible:
             raise UserError(f"checkpoint in {ckpt} was written by a different trainer (optimizer state "
                             f"is not keyed by parameter name); use --overwrite to start over")
         model_state = load_file(ckpt / WEIGHTS)
         optim_state = torch.load(ckpt / "optimizer.pt", weights_only=True, map_location="cpu")
+        if state.get("optimizer_keys") != "names":
+            optim_state = names_keyed_optimizer_state(optim_state, model, optimizer)
         extra = {name: load_file(ckpt / f"{name}.safetensors") for name in state.get("extra", [])}
     except UserError:
         raise

@@ -6,8 +6,8 @@ A step over the micro-batches b_1..b_n of one process (gradient accumulation):
     g    <- g * min(1, c / (||g|| + 1e-6))          (global-norm clipping, c = grad_clip)
     theta <- AdamW(theta, g, lr);  g <- 0;  after_step()
 
-`EagerStep` issues every kernel from Python each step; that is the only way under DDP / FSDP2
-and on the CPU. `GraphStep` captures the same step once, in CUDA graphs -- the first
+`EagerStep` issues every kernel from Python each step; that is the only way under FSDP2 and on
+the CPU. `GraphStep` captures the same step once, in CUDA graphs -- the first
 micro-batch's forward and backward (which writes the gradients), the further micro-batches'
 (which add to them, replayed n - 1 times), and the clipping, update and `after_step` -- and
 afterwards launches n + 1 graphs per step instead of thousands of kernels, so the step is bound
@@ -32,6 +32,25 @@ The graph step's contract (what capture needs):
   a capture that frees an older graph (a finished run's step, kept alive by a reference cycle)
   destroys it mid-capture, which CUDA forbids (cudaErrorStreamCaptureInvalidated; pytorch#161037).
   The GPU ladder's first call failed so, in the fifth run of one process.
+
+Under DDP (`GraphStep(ddp=...)`) the gradient all-reduce is captured with the backward that
+triggers it (NCCL >= 2.9.6 allows capture), following PyTorch's recipe for DDP and CUDA graphs:
+- the DDP module is built on the step's side stream (`stream`), the stream its warm-up and
+  capture then use: DDP keeps each parameter's gradient-accumulator node, which runs on the
+  stream that was current when DDP built it, and a capture must see those kernels too;
+- `DDP_WARMUP` (11) eager forward/backward passes with the all-reduce run before capture: DDP
+  rebuilds its buckets after the first ones and times its first iterations with CUDA events
+  (runtime statistics), neither of which a capture may contain. They change no parameter (no
+  optimizer step; the gradients are zeroed after them);
+- the gradients are DDP's bucket views (`gradient_as_bucket_view=True`), allocated once at fixed
+  addresses: every micro-batch graph *adds* to them and the update graph zeroes them last;
+- only the last micro-batch's graph all-reduces (the others are captured under `no_sync`), so
+  up to three graphs are captured: (first, no sync), (further, no sync), (last, sync);
+  `micro_roles` gives each micro-batch its graph;
+- the capture uses CUDA's thread-local capture mode, so the process group's watchdog thread may
+  keep querying its events while this thread captures.
+FSDP2 cannot be captured: it all-gathers and frees parameters from Python hooks with per-step
+allocations on its own streams (`choose_cuda_graphs` refuses it).
 """
 
 from __future__ import annotations
@@ -46,6 +65,16 @@ from torch import Tensor, nn
 
 #: rows [m, T+1] on the device -> (training objective, cross-entropy, extra terms by name)
 Objective = Callable[[Tensor], "tuple[Tensor, Tensor, dict[str, Tensor]]"]
+
+#: eager DDP iterations before capture (PyTorch's notes on DDP under CUDA graphs: at least 11)
+DDP_WARMUP = 11
+
+
+def micro_roles(n: int, ddp: bool) -> list[tuple[bool, bool]]:
+    """The graph each of n micro-batches replays, as (first, sync): `first` copies the loss sums
+    (and, without DDP, writes rather than adds the gradients); `sync` all-reduces the gradients
+    after its backward. Without DDP there is nothing to synchronise (sync is always True)."""
+    return [(i == 0, (i == n - 1) or not ddp) for i in range(n)]
 
 
 @dataclass
@@ -95,7 +124,12 @@ class EagerStep:
 
 
 class GraphStep:
-    """The same step captured once in CUDA graphs and replayed (one CUDA process, AdamW).
+    """The same step captured once in CUDA graphs and replayed (one CUDA process or DDP, AdamW).
+
+    With `ddp` (the DistributedDataParallel wrapper whose forward `objective` calls, built on
+    `stream`) the all-reduce is captured too (see the module notes). `graphs=False` runs the
+    very bodies that would be captured, eagerly and in replay order (any device: how the CPU
+    tests check the DDP schedule; on a GPU it isolates a capture problem).
 
     Capture happens at the first call, from its micro-batches' shape; `pool` lets several steps
     (e.g. the arms of a benchmark, replayed one after another, never concurrently) share one
@@ -104,25 +138,29 @@ class GraphStep:
 
     def __init__(self, *, objective: Objective, params: Sequence[nn.Parameter], optimizer: torch.optim.AdamW,
                  grad_clip: float, device: torch.device, after_step: Callable[[], None] | None = None,
-                 pool: tuple | None = None):
-        if device.type != "cuda":
+                 pool: tuple | None = None, ddp: nn.parallel.DistributedDataParallel | None = None,
+                 stream: "torch.cuda.Stream | None" = None, graphs: bool = True, ddp_warmup: int = DDP_WARMUP):
+        if graphs and device.type != "cuda":
             raise ValueError(f"a CUDA-graph step needs a CUDA device, not {device}")
         if not isinstance(optimizer, torch.optim.AdamW):
             raise TypeError(f"the CUDA-graph step supports AdamW, not {type(optimizer).__name__}")
         self.objective, self.params, self.optimizer = objective, list(params), optimizer
         self.grad_clip, self.device = grad_clip, device
         self.after_step = after_step or (lambda: None)
-        self.pool = pool if pool is not None else torch.cuda.graph_pool_handle()
-        self.lr = torch.zeros((), device=device)  # AdamW reads it on the device at every replay
+        self.ddp, self.stream, self.graphs, self.ddp_warmup = ddp, stream, graphs, ddp_warmup
+        self.pool = pool if pool is not None or not graphs else torch.cuda.graph_pool_handle()
+        # AdamW reads it on the device at every replay (uncaptured: in the parameters' dtype)
+        self.lr = torch.zeros((), device=device, dtype=torch.float32 if graphs else self.params[0].dtype)
         self.rows: Tensor | None = None  # the captured micro-batch's input, [m, T+1]
-        self.micro_graphs: list[torch.cuda.CUDAGraph] = []  # the first micro-batch's, the further ones'
+        self.micro_graphs: dict[tuple[bool, bool], torch.cuda.CUDAGraph] = {}  # by `micro_roles` role
         self.update_graph: torch.cuda.CUDAGraph | None = None
+        self.captured = False
 
     # ------------------------------------------------------------------ capture
     def _prepare_optimizer(self) -> None:
         """Fused, capturable AdamW with the device learning rate; step counters on the device."""
         for group in self.optimizer.param_groups:
-            group.update(lr=self.lr, fused=True, foreach=None, capturable=True)
+            group.update(lr=self.lr, fused=True, foreach=None, capturable=self.graphs)
         for p, state in self.optimizer.state.items():
             if "step" in state and state["step"].device != p.device:
                 state["step"] = state["step"].to(p.device, torch.float32)
@@ -146,19 +184,35 @@ class GraphStep:
         self.n = len(micro_batches)
         self.rows = torch.zeros(micro_batches[0].shape, dtype=torch.long, device=self.device)  # [m, T+1]
         self._prepare_optimizer()
-        side = torch.cuda.Stream(self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
+        with self._on_side_stream():
             self.optimizer.zero_grad(set_to_none=False)
-            objective, ce, extra = self.objective(self.rows)
-            objective.backward()
+            for _ in range(self.ddp_warmup if self.ddp is not None else 1):
+                objective, ce, extra = self.objective(self.rows)
+                objective.backward()
+                names = list(extra)
+                del objective, ce, extra
             self.optimizer.zero_grad(set_to_none=False)
             self._null_update()
             self.loss_sum = torch.zeros((), dtype=torch.float64, device=self.device)
-            self.extra_sums = {k: torch.zeros((), dtype=torch.float64, device=self.device) for k in extra}
+            self.extra_sums = {k: torch.zeros((), dtype=torch.float64, device=self.device) for k in names}
             self.grad_norm = torch.zeros((), dtype=torch.float32, device=self.device)
-            del objective, ce, extra
-        torch.cuda.current_stream(self.device).wait_stream(side)
+        if self.ddp is not None and self.graphs:
+            torch.cuda.synchronize(self.device)  # the warm-up's collectives are done before capture begins
+
+    @contextlib.contextmanager
+    def _on_side_stream(self):
+        """Run the block on the step's side stream (made here if none was given), ordered after
+        and before the current stream's work; a no-op off CUDA."""
+        if self.device.type != "cuda":
+            yield
+            return
+        if self.stream is None:
+            self.stream = torch.cuda.Stream(self.device)
+        current = torch.cuda.current_stream(self.device)
+        self.stream.wait_stream(current)
+        with torch.cuda.stream(self.stream):
+            yield
+        current.wait_stream(self.stream)
 
     def capture(self) -> None:
         """Record the step's graphs (after `warm_up`): the first micro-batch's forward and backward,
@@ -169,43 +223,79 @@ class GraphStep:
             self._capture()
 
     def _capture(self) -> None:
-        n = self.n
-        self.optimizer.zero_grad(set_to_none=True)  # the first backward writes, not adds (no zero fill)
-        self.micro_graphs = []
-        for first in (True, False)[: 2 if n > 1 else 1]:
-            graph = torch.cuda.CUDAGraph()
+        if self.ddp is None:  # the first backward writes, not adds (no zero fill)
+            self.optimizer.zero_grad(set_to_none=True)
+        else:  # DDP's bucket views stay (zeroed by the warm-up, then by every update)
+            self.optimizer.zero_grad(set_to_none=False)
+        self.roles = micro_roles(self.n, self.ddp is not None)
+        self.micro_graphs = {}
+        for role in dict.fromkeys(self.roles):  # distinct roles, in order
+            self.micro_graphs[role] = self._record(lambda role=role: self._micro(*role))
+        self.update_graph = self._record(self._update)
+        self.captured = True
+
+    def _record(self, body: Callable[[], None]) -> torch.cuda.CUDAGraph:
+        """`body` captured in a new graph of the step's pool."""
+        graph = torch.cuda.CUDAGraph()
+        if self.ddp is None:  # (one process: as measured and tested before DDP capture existed)
             with torch.cuda.graph(graph, pool=self.pool):
-                objective, ce, extra = self.objective(self.rows)
-                (objective / n).backward()
-                sums = [(self.loss_sum, ce), *((self.extra_sums[k], v) for k, v in extra.items())]
-                for total, value in sums:
-                    (total.copy_ if first else total.add_)(value.detach().double() / n)
-                del objective, ce, extra, sums
-            self.micro_graphs.append(graph)
-        self.update_graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(self.update_graph, pool=self.pool):
-            norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
-            self.grad_norm.copy_(norm)
-            self.optimizer.step()
-            self.after_step()
-            del norm
+                body()
+        else:
+            with torch.cuda.graph(graph, pool=self.pool, stream=self.stream, capture_error_mode="thread_local"):
+                body()
+        return graph
+
+    def _micro(self, first: bool, sync: bool) -> None:
+        """One micro-batch (in `self.rows`): forward, backward (+ DDP's all-reduce if `sync`),
+        and its share of the loss sums (copied if `first`, else added)."""
+        quiet = self.ddp is not None and not sync
+        with self.ddp.no_sync() if quiet else contextlib.nullcontext():
+            objective, ce, extra = self.objective(self.rows)
+            (objective / self.n).backward()
+        sums = [(self.loss_sum, ce), *((self.extra_sums[k], v) for k, v in extra.items())]
+        for total, value in sums:
+            (total.copy_ if first else total.add_)(value.detach().double() / self.n)
+        del objective, ce, extra, sums
+
+    def _update(self) -> None:
+        """Clip, AdamW, `after_step`; under DDP the gradients are then zeroed in place."""
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip, foreach=True)
+        self.grad_norm.copy_(norm)
+        self.optimizer.step()
+        self.after_step()
+        if self.ddp is not None:
+            torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
+        del norm
 
     # ------------------------------------------------------------------ replay
     def __call__(self, micro_batches: Sequence[Tensor], lr: float) -> StepResult:
         n = len(micro_batches)
-        if self.update_graph is None:  # not captured yet
-            if self.rows is None:
-                self.warm_up(micro_batches)
-            self.capture()
+        if self.rows is None:
+            self.warm_up(micro_batches)
+        if not self.captured:
+            if self.graphs:
+                self.capture()
+            else:
+                self.roles, self.captured = micro_roles(self.n, self.ddp is not None), True
+                if self.ddp is not None:
+                    self.optimizer.zero_grad(set_to_none=False)
         if n != self.n or micro_batches[0].shape != self.rows.shape:
             raise ValueError(f"the CUDA-graph step was captured for {self.n} micro-batches of "
                              f"{tuple(self.rows.shape)}, got {n} of {tuple(micro_batches[0].shape)}")
         self.lr.fill_(lr)
         batch = torch.cat(list(micro_batches)).to(self.device, non_blocking=True)  # [n * m, T+1]
-        for i, rows in enumerate(batch.split(self.rows.shape[0])):
+        for role, rows in zip(self.roles, batch.split(self.rows.shape[0])):
             self.rows.copy_(rows)
-            self.micro_graphs[min(i, 1)].replay()
-        self.update_graph.replay()
+            if self.graphs:
+                self.micro_graphs[role].replay()
+            else:
+                if role[0] and self.ddp is None:
+                    self.optimizer.zero_grad(set_to_none=True)
+                self._micro(*role)
+        if self.graphs:
+            self.update_graph.replay()
+        else:
+            self._update()
         values = torch.stack([self.loss_sum, self.grad_norm.double(), *self.extra_sums.values()]).tolist()
         return StepResult(values[0], values[1], dict(zip(self.extra_sums, values[2:])))
 
@@ -224,14 +314,17 @@ def gc_paused():
             gc.enable()
 
 
-def choose_cuda_graphs(requested: bool | None, device: torch.device, world_size: int) -> bool:
-    """Whether training steps replay CUDA graphs: by default on one CUDA process; asked for
-    elsewhere, a `ValueError` that says why not (the caller turns it into a user error)."""
-    possible = device.type == "cuda" and world_size == 1
+def choose_cuda_graphs(requested: bool | None, device: torch.device, world_size: int, fsdp: bool = False) -> bool:
+    """Whether training steps replay CUDA graphs: by default on one CUDA process; under DDP when
+    asked for (--cuda-graphs); asked for elsewhere, a `ValueError` that says why not (the caller
+    turns it into a user error)."""
     if requested and device.type != "cuda":
         raise ValueError(f"--cuda-graphs needs a CUDA device (this run trains on {device.type})")
-    if requested and world_size > 1:
-        raise ValueError(f"--cuda-graphs does not compose with DDP or FSDP2 ({world_size} processes): "
-                         f"their gradient collectives run outside the graph; drop the flag (multi-process "
-                         f"runs step eagerly)")
-    return possible if requested is None else requested
+    if requested and fsdp:
+        raise ValueError("--cuda-graphs does not compose with --fsdp: FSDP2 all-gathers and frees the parameters "
+                         "from Python hooks, allocating per step on its own streams, which a CUDA graph cannot "
+                         "record; FSDP2 steps eagerly (compiled sublayers still apply), or use DDP (no --fsdp) "
+                         "with --cuda-graphs")
+    if requested is None:
+        return device.type == "cuda" and world_size == 1
+    return requested

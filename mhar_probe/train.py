@@ -38,7 +38,8 @@ from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
 from .outputs import check_device, refuse_together
 from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles, has_type
-from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
+from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_checkpoint_state,
+                     save_checkpoint, write_metrics)
 
 
 @dataclass
@@ -268,7 +269,7 @@ class Trainer:
         self.fsdp = bool(getattr(cfg, "fsdp", False))
         self.setup()  # option errors before any data work
         try:
-            self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size)
+            self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size, self.fsdp)
             self.loss_kernel = choose_loss_kernel(getattr(cfg, "loss_kernel", None), self.device)
             # (mid-training has no such option: its delta model under HF checkpointing is not compiled)
             self.compiled = choose_compile_sublayers(getattr(cfg, "compile_sublayers", False), self.device,
@@ -289,10 +290,12 @@ class Trainer:
         if self.local_batch % self.micro:
             raise UserError(f"per-process batch {self.local_batch} is not a multiple of --micro-batch {self.micro}")
         self.ddp = None
+        # a DDP step captured in graphs warms up and captures on the stream DDP is built on
+        self.capture_stream = torch.cuda.Stream(self.device) if self.cuda_graphs and world > 1 else None
         if self.fsdp:
             self.model = apply_fsdp(self.model, self.info)
         elif world > 1:
-            self.ddp = wrap_ddp(self.model, self.info)
+            self.ddp = wrap_ddp(self.model, self.info, for_graphs=self.cuda_graphs, stream=self.capture_stream)
         self.optimizer = self.build_optimizer()
         if self.compiled:
             compile_sublayers(self.model)
@@ -415,11 +418,13 @@ class Trainer:
         return ce + sum(extra.values()), ce, extra
 
     def build_step(self) -> EagerStep | GraphStep:
-        """The step machinery (`mhar_probe.step`): CUDA graphs on one CUDA process unless opted out."""
+        """The step machinery (`mhar_probe.step`): CUDA graphs on one CUDA process unless opted out,
+        under DDP when asked for (the all-reduce captured with the backward)."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.cuda_graphs:
             return GraphStep(objective=self._objective, params=params, optimizer=self.optimizer,
-                             grad_clip=self.cfg.grad_clip, device=self.device, after_step=self.after_optimizer_step)
+                             grad_clip=self.cfg.grad_clip, device=self.device, after_step=self.after_optimizer_step,
+                             ddp=self.ddp, stream=self.capture_stream)
         for group in self.optimizer.param_groups:  # a checkpoint of a graph-stepped run: plain AdamW again
             if group.get("capturable") or group.get("fused"):
                 group.update(capturable=False, fused=None)
@@ -534,9 +539,13 @@ class Trainer:
 
     def restore(self) -> dict[str, Any]:
         """Load the checkpoint in `self.out` into model, optimizer (and extras); returns its state."""
-        if not (self.full_checkpoints or self.fsdp):
+        # the checkpoint's own format decides how it is read, so a run saved with or without --fsdp
+        # resumes with the other (`RESUME_MAY_CHANGE`), on any number of processes
+        by_names = read_checkpoint_state(self.out, self.cfg.steps).get("optimizer_keys") == "names"
+        if not (self.full_checkpoints or self.fsdp or by_names):
             return load_checkpoint(self.out, self.model, self.optimizer, steps=self.cfg.steps)
-        model_state, optim_state, state, extra = load_full_checkpoint(self.out, steps=self.cfg.steps)
+        model_state, optim_state, state, extra = load_full_checkpoint(self.out, steps=self.cfg.steps,
+                                                                      model=self.model, optimizer=self.optimizer)
         load_full_model_state(self.model, model_state)
         load_full_optimizer_state(self.model, self.optimizer, optim_state)
         self.load_extra_state(extra)
