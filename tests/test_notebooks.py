@@ -96,7 +96,7 @@ def test_the_study_notebook_on_a_study_before_its_first_routed_run(tmp_path, mon
     shutil.copytree(STUDY_DIR / "runs", study / "middle" / "runs")
     before = _files(study)
     text = _executed_text(STUDY_NOTEBOOK, study, tmp_path, monkeypatch)
-    assert "middle rung: 7 of 9 planned runs of plan 'middle'" in text
+    assert "middle rung: 9 of 9 planned runs of plan 'middle'" in text
     assert "middle rung mhar H=8 seed 0: spread 0.105 vs random queries 0.031" in text
     assert "middle rung: No captured" not in text
     assert f"{len(baselines)} of 13 planned runs of plan 'study100m'" in text  # the baselines alone

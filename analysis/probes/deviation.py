@@ -23,6 +23,12 @@ heads give off-diagonal r all near -1/(H-1), heads that share deviations in grou
 RMS of the off-diagonal r about their mean) against the same spread under the matched-norm
 random-query null (heads independent by construction, same sources and constraint; mean and sd
 over draws): `cross_head_spread_z` = (spread - null mean) / null sd. The figure's caption shows it.
+
+Every null statistic is a function of four numbers per draw (`null_deviation_draws`: max |D|, mean |D|,
+cross-head spread, split-half r over the cells of the first `first_sites` sites), computed from the
+capture's null maps or read from the summary form (`analysis.probes.null_summary`), which stores
+those four per draw for `SUMMARY_FIRST_SITES`. The null's own maps (`null_deviation`) come only
+from the draws form.
 """
 
 from __future__ import annotations
@@ -33,6 +39,14 @@ import xarray as xr
 from mhar_probe.capture.errors import CaptureError
 
 from .provenance import require_probes, with_provenance
+
+#: the summary form's per-draw deviation statistics [dev_first_sites, draw], by statistic
+NULL_DEV = {"max_abs": "null_dev_max_abs", "mean_abs": "null_dev_mean_abs",
+            "cross_head_spread": "null_dev_cross_head_spread", "replication_r": "null_dev_replication_r"}
+#: their coordinate: the `first_sites` each row was computed for (-1: every site)
+DEV_SITES = "dev_first_sites"
+#: the `first_sites` a summary keeps: the probes' and claims' default (10) and every site
+SUMMARY_FIRST_SITES: tuple[int | None, ...] = (10, None)
 
 
 def deviation(weights: xr.DataArray) -> xr.DataArray:
@@ -75,6 +89,39 @@ def _null_replication(ds: xr.Dataset, keep: np.ndarray) -> np.ndarray:
     return np.array([_pearson(d[0][keep], d[1][keep]) for d in D])  # d: [half, site, source, head]
 
 
+def _sites_key(first_sites: int | None) -> int:
+    return -1 if first_sites is None else int(first_sites)
+
+
+def null_deviation_draws(ds: xr.Dataset, first_sites: int | None = 10) -> dict[str, np.ndarray]:
+    """Per random-query draw [draw]: max |D| and mean |D| over the statistics' cells, the spread of
+    the cross-head r, and the split-half r; [NaN] where the dataset has no draws (and for the split-half
+    r without the null's halves). From the draws (`null_weight_mean`, `null_weight_mean_half`) or the
+    summary form; a summary without this `first_sites` raises `CaptureError`."""
+    nan = np.array([np.nan])
+    if NULL_DEV["max_abs"] in ds:
+        key, have = _sites_key(first_sites), [int(v) for v in ds[DEV_SITES].values]
+        if key not in have:
+            show = lambda k: "every site" if k == -1 else f"the first {k} sites"  # noqa: E731
+            raise CaptureError(f"this routing dataset keeps the random-query null as per-draw statistics for "
+                               f"{' and '.join(map(show, have))} only, not {show(key)}; read it with one of "
+                               f"those, or capture the run again for the null's maps")
+        out = {k: np.asarray(ds[v].sel({DEV_SITES: key}).values) for k, v in NULL_DEV.items() if v in ds}
+        out.setdefault("replication_r", nan)
+        return {k: v if v.size else nan for k, v in out.items()}
+    keep = _cells(ds, first_sites)
+    common = keep.all(-1)  # [site, source]: the cells every head has
+    H = ds.sizes["head"]
+    maps = deviation(ds.null_weight_mean).values  # [draw, site, source, head]
+    if not len(maps):
+        return dict(max_abs=nan, mean_abs=nan, cross_head_spread=nan, replication_r=nan)
+    return dict(max_abs=np.array([np.abs(d[keep]).max() for d in maps]),
+                mean_abs=np.array([np.abs(d[keep]).mean() for d in maps]),
+                cross_head_spread=np.array([_spread(_corr_matrix(np.stack([d[..., h][common] for h in range(H)])))
+                                            for d in maps]),
+                replication_r=_null_replication(ds, keep))
+
+
 def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Dataset:
     """Deviation maps, null maps and their summary statistics for a multi-head run."""
     if ds.sizes["head"] < 2:
@@ -84,10 +131,11 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
     keep = _cells(ds, first_sites)
     D = deviation(ds.weight_mean)  # [site, source, head]
     D_half = deviation(ds.weight_mean_half)  # [half, site, source, head]
-    D_null = deviation(ds.null_weight_mean)  # [draw, site, source, head]
     Dv = D.values
-    null_max = np.array([np.abs(d[keep]).max() for d in D_null.values]) if D_null.sizes["draw"] else np.array([np.nan])
-    null_mean_abs = np.array([np.abs(d[keep]).mean() for d in D_null.values]) if D_null.sizes["draw"] else np.array([np.nan])
+    draws = int(ds.sizes.get("draw", 0))
+    nd = null_deviation_draws(ds, first_sites)  # each [draw], or [NaN]
+    null_max, null_mean_abs, null_spread, null_rep = (nd["max_abs"], nd["mean_abs"], nd["cross_head_spread"],
+                                                      nd["replication_r"])
     h0, h1 = D_half.values
     H = ds.sizes["head"]
     # cross-head correlation over (site, source) cells every head has
@@ -96,25 +144,23 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
     corr = _corr_matrix(vecs)
     off = corr[~np.eye(H, dtype=bool)]
     spread = _spread(corr)
-    # the same spread for the random-query null's heads (independent by construction)
-    null_spread = np.array([_spread(_corr_matrix(np.stack([d[..., h][common] for h in range(H)])))
-                            for d in D_null.values]) if D_null.sizes["draw"] else np.array([np.nan])
+    # null_spread: the same spread for the random-query null's heads (independent by construction)
     null_sd = float(null_spread.std(ddof=1)) if null_spread.size > 1 else float("nan")
-    null_rep = _null_replication(ds, keep)  # [draw], NaN without the null's halves
     rep = _pearson(h0[keep], h1[keep])
     rep_sd = float(null_rep.std(ddof=1)) if null_rep.size > 1 else float("nan")
+    null_maps = {"null_deviation": deviation(ds.null_weight_mean)} if "null_weight_mean" in ds else {}
     out = xr.Dataset(
         {
             "deviation": D,
-            "null_deviation": D_null,
+            **null_maps,  # [draw, site, source, head]: the draws form only
             "max_abs": float(np.abs(Dv[keep]).max()),
             "mean_abs": float(np.abs(Dv[keep]).mean()),
-            "null_max_abs": ("draw", null_max) if D_null.sizes["draw"] else float("nan"),
+            "null_max_abs": ("draw", null_max) if draws else float("nan"),
             "null_max_abs_mean": float(null_max.mean()),
             "null_max_abs_std": float(null_max.std(ddof=1)) if null_max.size > 1 else float("nan"),
             "null_mean_abs_mean": float(null_mean_abs.mean()),
             "replication_r": rep,
-            "null_replication_r": ("draw", null_rep) if null_rep.size == D_null.sizes["draw"] else float("nan"),
+            "null_replication_r": ("draw", null_rep) if draws and null_rep.size == draws else float("nan"),
             "null_replication_r_mean": float(null_rep.mean()) if null_rep.size else float("nan"),
             "null_replication_r_std": rep_sd,
             "replication_z": (rep - float(null_rep.mean())) / rep_sd if rep_sd > 0 else float("nan"),
@@ -122,7 +168,7 @@ def per_head_deviation(ds: xr.Dataset, first_sites: int | None = 10) -> xr.Datas
             "cross_head_corr_mean": float(off.mean()),
             "cross_head_corr_independent": -1.0 / (H - 1),
             "cross_head_spread": spread,
-            "cross_head_spread_null": ("draw", null_spread) if D_null.sizes["draw"] else float("nan"),
+            "cross_head_spread_null": ("draw", null_spread) if draws else float("nan"),
             "cross_head_spread_null_mean": float(null_spread.mean()),
             "cross_head_spread_null_std": null_sd,
             "cross_head_spread_z": (spread - float(null_spread.mean())) / null_sd if null_sd > 0 else float("nan"),

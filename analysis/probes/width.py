@@ -6,6 +6,10 @@ At site s, head h (H = 1: the whole query), slice j of S:
 The random-query null replaces q by r ||q|| / ||r||, r ~ N(0, I) (per draw); learned excess =
 trained - null mean. Summaries average over sites that read at least two sources (a site with
 one source has KL = 0 by construction and is no routing decision).
+
+The null per draw is KL averaged over heads and slices [draw, slicing, site] (`null_site_kl`):
+computed from the capture's draws (`null_slice_kl`) or read from the summary form
+(`analysis.probes.null_summary`), which stores exactly that array.
 """
 
 from __future__ import annotations
@@ -27,11 +31,22 @@ def interleaved_differs(ds: xr.Dataset) -> bool:
                               equal_nan=True)
 
 
+#: the summary form's variable: the null's KL per draw, averaged over heads and slices [draw, slicing, site]
+NULL_SITE_KL = "null_site_kl"
+
+
+def null_site_kl(ds: xr.Dataset) -> xr.DataArray:
+    """The random-query null's slice-KL per draw, mean over heads and slices [draw, slicing, site]."""
+    if NULL_SITE_KL in ds:
+        return ds[NULL_SITE_KL].transpose("draw", "slicing", "site")
+    return ds.null_slice_kl.mean(("head", "slice"), skipna=True)  # [draw, slicing, site]
+
+
 def width_disagreement(ds: xr.Dataset) -> xr.Dataset:
     """Per-site and summary slice-KL for both slicings; dims [slicing, site] (+ draw for the null)."""
     require_probes(ds, "width-disagreement")
     kl = ds.slice_kl.mean(("head", "slice"), skipna=True)  # [slicing, site]
-    null = ds.null_slice_kl.mean(("head", "slice"), skipna=True)  # [draw, slicing, site]
+    null = null_site_kl(ds)  # [draw, slicing, site]
     routed = ds.site_num_sources >= 2
     null_mean = null.mean("draw")
     out = xr.Dataset({

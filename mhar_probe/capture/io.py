@@ -53,21 +53,24 @@ def write_dataset(ds: xr.Dataset, path: str | os.PathLike, *, overwrite: bool = 
                       into=append_to)
 
 
-#: variables holding the random-query null's draws: a sampling distribution, stored in float32
-NULL_PREFIX = "null_"
+#: the random-query null's maps per draw, as `mhar capture` writes them: a sampling distribution,
+#: stored in float32. A committed study keeps per-draw statistics of them instead
+#: (`analysis.probes.null_summary`), stored as computed.
+NULL_DRAWS = ("null_slice_kl", "null_weight_mean", "null_weight_mean_half")
 
 
 def storage_encoding(ds: xr.Dataset) -> dict[str, dict[str, Any]]:
     """How each data variable is stored: deflate (zlib level 4, byte shuffle) for all, and the
-    null draws (`null_*`, most of the bytes) in float32, whose 7 digits are far below the draws'
-    own spread. Everything measured on the real data stays float64. An 8-head 100M capture with
-    64 draws goes from 8.8 MB to 2.1 MB; reading gives float32 `null_*` arrays."""
+    null's maps (`NULL_DRAWS`, most of the bytes) in float32, whose 7 digits are far below the draws'
+    own spread. Everything measured on the real data, and the null's per-draw statistics of the
+    summary form, keep their dtype. An 8-head 100M capture with 64 draws goes from 8.8 MB to 2.1 MB;
+    reading gives float32 null maps."""
     encoding: dict[str, dict[str, Any]] = {}
     for name, var in ds.data_vars.items():
         if var.dtype.kind not in "biuf" or var.ndim == 0:
             continue
         enc: dict[str, Any] = {"zlib": True, "complevel": 4, "shuffle": True}
-        if name.startswith(NULL_PREFIX) and var.dtype == "float64":
+        if name in NULL_DRAWS and var.dtype == "float64":
             enc["dtype"] = "float32"
         encoding[name] = enc
     return encoding

@@ -488,15 +488,11 @@ def delta_claim(plan: Plan, study: Study, tails: dict[str, Any], method: str, he
 def depth_spread(weights: Any, sources: Any) -> float:
     """Mean over sites with N >= 2 sources and over heads of the total-variation distance of the
     token-averaged depth read from uniform, TV = 1/2 sum_n |w_n - 1/N| (0: the zero-initialised
-    query's read, 1 - 1/N: one source only). weights [..., site, source, head], sources [site]."""
-    import numpy as np
+    query's read, 1 - 1/N: one source only). weights [..., site, source, head], sources [site]
+    (`analysis.probes.spread`)."""
+    from analysis.probes.spread import mean_spread, read_spread
 
-    w = np.asarray(weights, dtype=float)  # [..., S, N_max, H]
-    n = np.asarray(sources, dtype=float)  # [S]
-    keep = n >= 2
-    uniform = (1.0 / n)[:, None, None]  # [S, 1, 1]
-    tv = 0.5 * np.nansum(np.abs(w - uniform), axis=-2)  # [..., S, H]
-    return np.mean(tv[..., keep, :], axis=(-2, -1))
+    return mean_spread(read_spread(weights, sources), sources)
 
 
 def spread_read(path: Path) -> tuple[NullRead, str]:
@@ -504,14 +500,17 @@ def spread_read(path: Path) -> tuple[NullRead, str]:
     and the final site's read: min-max of its token-averaged weights against uniform 1/N."""
     import numpy as np
 
+    from analysis.probes.spread import mean_spread, null_read_spread
+
     from ..capture.io import open_routing_dataset
 
     ds = open_routing_dataset(path)
     try:
         sources = ds["site_num_sources"].values  # [S]
         value = float(depth_spread(ds["weight_mean"].values, sources))
-        if "null_weight_mean" in ds:
-            null = np.asarray(depth_spread(ds["null_weight_mean"].values, sources))  # [draw]
+        tv = null_read_spread(ds)  # [draw, site, head], from the null's maps or its summary form
+        if tv is not None:
+            null = np.asarray(mean_spread(tv, sources))  # [draw]
             read = NullRead(value, float(null.mean()), float(null.std(ddof=1)) if null.size > 1 else math.nan,
                             int(null.size))
         else:

@@ -7,7 +7,8 @@ committed and regenerated on any CPU.
 
 Copied: each sweep's manifest.json (merged: a run's row from the newer export wins), and of
 every run its RUN_FILES (configs, summary, corpus composition, metrics gzipped as
-metrics.jsonl.gz, routing dataset), and
+metrics.jsonl.gz, routing dataset with its random-query null kept as the per-draw statistics the
+probes and claims read, `analysis.probes.null_summary`: 2.1 MB -> ~0.3 MB for 8 heads), and
 every file of the harness outputs under runs/evals/ (samples files gzipped: `.jsonl.gz`). Not
 copied: weights, checkpoints, tokenizers, model code.
 """
@@ -49,6 +50,10 @@ def export_study(out: Path, dest: Path) -> list[Path]:
                         gzip_copy(src / name, dst / METRICS_GZ)
                         written.append(dst / METRICS_GZ)
                         continue
+                    if name == ROUTING:  # ~7x smaller; the probes read either form of the null
+                        summarise_routing(src / name, dst / name)
+                        written.append(dst / name)
+                        continue
                     shutil.copy2(src / name, dst / name)
                     written.append(dst / name)
         write_manifest(target, new["grid"], [rows[k] for k in sorted(rows)])  # type: ignore[index]
@@ -64,6 +69,33 @@ def export_study(out: Path, dest: Path) -> list[Path]:
             shutil.copy2(f, dst)
         written.append(dst)
     return written
+
+
+def summarise_routing(src: Path, dst: Path) -> bool:
+    """Write `src`'s routing dataset to `dst` (may be `src`: converted in place, atomically) with its
+    null maps replaced by their per-draw statistics (`analysis.probes.null_summary.summarise_null`);
+    returns whether it summarised. A dataset already without null maps is copied as it is, and so is
+    a file that is not a routing dataset (the report stage's reader names it)."""
+    from analysis.probes.null_summary import has_null_draws, summarise_null
+
+    from ..capture.errors import CaptureError
+    from ..capture.io import open_routing_dataset, write_dataset
+
+    try:
+        ds = open_routing_dataset(src, load=False)
+    except CaptureError:
+        ds = None
+    try:
+        if ds is None or not has_null_draws(ds) or any("sample" in ds[v].dims for v in ds.data_vars):
+            if src.resolve() != dst.resolve():
+                shutil.copy2(src, dst)
+            return False
+        out = summarise_null(ds.load())
+    finally:
+        if ds is not None:
+            ds.close()
+    write_dataset(out, dst, overwrite=True)
+    return True
 
 
 def gzip_copy(src: Path, dst: Path) -> None:
