@@ -29,6 +29,16 @@ class BuildReport:
             skipped={k: dict(reason=s.reason, needs=s.needs) for k, s in self.skipped.items()},
             failed=self.failed)
 
+    def lines(self) -> list[str]:
+        """What `mhar figures` prints: each output made, each generator skipped (and what it needs),
+        each that failed (the first line of its error), and the index."""
+        out = [f"made     {o.name}: {', '.join(p.name for p in o.paths)}"
+               for outputs in self.made.values() for o in outputs]
+        out += [f"skipped  {name}: {skip.reason}" + (f" -- needs: {'; '.join(skip.needs)}" if skip.needs else "")
+                for name, skip in self.skipped.items()]
+        out += [f"FAILED   {name}: {err.splitlines()[0]}" for name, err in self.failed.items()]
+        return out + [f"index: {self.out / 'index.md'}"]
+
 
 def default_benchmark_dirs(runs_dir: Path | None) -> list[Path]:
     """RUNS_DIR/benchmarks where it exists (the study's own); never the working directory, so

@@ -74,3 +74,9 @@ def load_generators() -> dict[str, Generator]:
         if info.name.startswith(("fig_", "tab_")):
             importlib.import_module(f"figures.{info.name}")
     return dict(sorted(GENERATORS.items()))
+
+
+def generator_lines() -> list[str]:
+    """One line per generator: name, kind, paper reference and what it needs (`mhar figures --list`)."""
+    return [f"{name:22s} {gen.kind:6s} {gen.paper_ref:24s} needs: {gen.needs}"
+            for name, gen in load_generators().items()]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.stats.cli import add_stats_subparser
+from mhar_probe.cli.stats import add_stats_subparser
 from mhar_probe.data import load_corpus
 from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.cli.evaluate import add_eval_subparser

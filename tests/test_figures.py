@@ -14,10 +14,10 @@ import pytest
 
 from analysis.runs import load_runs, select, to_grid
 from figures.build import build
-from figures.cli import add_figures_subparser
 from figures.registry import load_generators
 from figures.synthetic import tail_mean_of, write_run
 from figures.tables import Cell, Table, to_latex, to_markdown
+from mhar_probe.cli.figures import add_figures_subparser
 from mhar_probe.errors import UserError
 
 LM_EVAL = Path(__file__).parent / "data" / "lm_eval" / "new"
@@ -273,6 +273,32 @@ def test_cli_handler(runs, tmp_path, capsys):
     assert args.func(args) == 0
     out = capsys.readouterr().out
     assert "made     table_main" in out and "kv_grid_tiny.png" in out
+
+
+def test_build_returns_what_the_figures_command_writes_and_prints(runs, tmp_path, capsys):
+    """`figures.build.build` is the command's function: the outputs it reports are the files the
+    command made (tables byte for byte), and the command prints the report's `lines()`."""
+    from figures.build import build
+    from figures.registry import generator_lines
+    from mhar_probe.cli import main
+
+    only = ["table_main", "table_seeds", "kv_grid"]
+    assert main(["figures", str(runs), "--out", str(tmp_path / "cli"), "--only", *only]) == 0
+    printed = capsys.readouterr().out
+    report = build(runs, tmp_path / "fn", only=only)
+    assert sorted(report.made) == sorted(n for n in only if n not in report.skipped) and report.made
+    for outputs in report.made.values():
+        for o in outputs:
+            for path in o.paths:
+                assert path.parent == tmp_path / "fn" and (tmp_path / "cli" / path.name).is_file()
+                if path.suffix in (".md", ".csv", ".tex"):
+                    assert path.read_text() == (tmp_path / "cli" / path.name).read_text(), path.name
+    assert json.loads((tmp_path / "cli" / "index.json").read_text()) == report.as_dict()
+    assert printed == "".join(line.replace(str(tmp_path / "fn"), str(tmp_path / "cli")) + "\n"
+                              for line in report.lines())
+    assert main(["figures", str(runs), "--out", str(tmp_path / "x"), "--list"]) == 0
+    assert capsys.readouterr().out.splitlines() == generator_lines() and len(generator_lines()) > 10
+    assert not (tmp_path / "x").exists()
 
 
 def test_head_grid_averages_only_seeds_shared_by_every_cell(tmp_path):

@@ -14,9 +14,10 @@ import xarray as xr
 import mhar_probe  # noqa: F401
 from analysis.probes import (head_alignment, headalign_table, matched_source_count, per_head_deviation,
                              perhead_table, probe_table, source_collinearity, width_disagreement, write_table)
-from analysis.probes.cli import add_probe_subparser
+from analysis.probes.probe import STEMS, pairs_of, probe
 from mhar_probe.capture import CaptureError, capture_routing
 from mhar_probe.cli.capture import add_capture_subparser
+from mhar_probe.cli.probe import add_probe_subparser
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 
 SMALL = dict(vocab_size=97, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
@@ -200,15 +201,13 @@ def test_null_halves_are_the_null_of_each_half_and_give_the_null_replication_r()
 def test_head_alignment_pairs_equal_head_counts_and_refuses_others(runs, capsys):
     """MHAR-HW (H = its KV groups, 2 here) is paired with the MHAR run of the same H, whatever the
     input order; with no such run it is compared with nothing (issue 32: H=4 hw was set against H=16)."""
-    from analysis.probes.cli import _pairs
-
     hw = runs["mhar_hw"]
     h4, h2 = capture(model("mhar", routing_heads=4)), capture(model("mhar", routing_heads=2))
     assert hw.attrs["G"] == 2 and h4.attrs["routing_heads"] == 4 and h2.attrs["routing_heads"] == 2
-    pairs, unmatched = _pairs([h4, hw, h2])
+    pairs, unmatched = pairs_of([h4, hw, h2])
     assert [(mh.attrs["routing_heads"], b.attrs["method"]) for mh, b in pairs] == [(2, "mhar_hw")] and not unmatched
     assert list(headalign_table(pairs).index) == ["d32/L2/kv2 H2"]
-    pairs, unmatched = _pairs([h4, hw])
+    pairs, unmatched = pairs_of([h4, hw])
     assert pairs == [] and unmatched == [hw]
     with pytest.raises(CaptureError, match="equal head count"):
         head_alignment(h4, hw)
@@ -329,3 +328,32 @@ def test_capture_and_probe_cli(run_dir, tmp_path, capsys):
     args = p.parse_args(["probe", str(bad), "--out", str(tmp_path / "t3")])
     with pytest.raises(CaptureError, match="not a netCDF4/HDF5 file"):
         args.func(args)
+
+
+def test_probe_function_returns_the_tables_the_cli_writes(runs, tmp_path, capsys):
+    """`analysis.probes.probe.probe` is the command's function: its DataFrames are the CLI's CSV
+    files, cell for cell, and the CLI prints its `lines()`; an mhar_hw without an mhar partner of its H
+    is named and left out of the head alignment."""
+    from mhar_probe.capture.io import write_dataset
+    from mhar_probe.cli import main
+
+    datasets = {**runs, "mhar_h4": capture(model("mhar", routing_heads=4))}  # runs["mhar"]: H = 2
+    files = []
+    for name, ds in datasets.items():
+        write_dataset(ds, tmp_path / f"{name}.nc")
+        files.append(str(tmp_path / f"{name}.nc"))
+    assert main(["probe", *files, "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    tables = probe(files, tmp_path / "fn")
+    for stem in STEMS:
+        df = getattr(tables, stem)
+        assert df.to_csv() == (tmp_path / "cli" / f"{stem}.csv").read_text(), stem
+        assert (tmp_path / "fn" / f"{stem}.md").read_text() == (tmp_path / "cli" / f"{stem}.md").read_text()
+    assert list(tables.headalign.index) == ["d32/L2/kv2 H2"] and tables.unmatched == []
+    assert printed.splitlines() == [line.replace(str(tmp_path / "fn"), str(tmp_path / "cli")) for line in tables.lines()]
+    alone = probe([files[0], files[2], files[3]], tmp_path / "alone")  # mhar_hw (H = 2) beside mhar at H = 4 only
+    hw = alone.probe.columns[1]
+    assert hw.endswith("mhar_hw H2") and alone.headalign is None and alone.unmatched == [(hw, 2)]
+    assert alone.lines()[0] == (f"head alignment: no mhar run of {hw}'s shape with H = 2 among the inputs; "
+                                f"{hw} is not compared")
+    assert not (tmp_path / "alone" / "headalign.csv").exists()

@@ -10,9 +10,9 @@ import pytest
 import xarray as xr
 
 from analysis.probes.provenance import run_label as probe_column
-from analysis.stats.cli import main as stats_main
 from figures.build import build
 from figures.synthetic import write_run
+from mhar_probe.cli import main as stats_main
 from mhar_probe.demo import claims
 from mhar_probe.model.methods import METHODS, run_label
 

@@ -1,4 +1,6 @@
-"""`stats mcnemar|ceg|tails` handlers on fixture eval files and synthetic run directories."""
+"""`stats mcnemar|ceg|tails` on fixture eval files and synthetic run directories: through the one
+command line (`mhar_probe.cli.main`: its error handler gives exit status 2), and as the library
+functions the commands call, whose returned data are the files the commands write."""
 
 import argparse
 import json
@@ -8,8 +10,12 @@ import numpy as np
 import pytest
 
 from analysis.stats.ceg import ceg
-from analysis.stats.cli import add_stats_subparser, main
 from analysis.stats.errors import StatsError
+from analysis.stats.gain import compute_equivalent_gain
+from analysis.stats.paired_eval import mcnemar_eval_dirs
+from analysis.stats.tails import tails
+from mhar_probe.cli import main
+from mhar_probe.cli.stats import add_stats_subparser
 
 DATA = Path(__file__).parent / "data" / "lm_eval"
 
@@ -117,3 +123,68 @@ def test_a_manifest_given_alone_is_named_as_what_it_is(tmp_path, capsys):
     assert "is a file, not a run directory" in err and "not valid JSON" not in err
     assert main(["stats", "tails", str(tmp_path / "evals"), str(manifest)]) == 2
     assert "does not exist" in capsys.readouterr().err
+
+
+def _json_roundtrip(doc):
+    return json.loads(json.dumps(doc))
+
+
+def test_mcnemar_function_returns_what_the_command_writes_and_prints(tmp_path, capsys):
+    a, b = str(DATA / "new" / "arm_a"), str(DATA / "new" / "arm_b")
+    assert main(["stats", "mcnemar", a, b, "--n-boot", "200", "--seed", "3", "--out", str(tmp_path / "cli")]) == 0
+    printed = capsys.readouterr().out
+    result = mcnemar_eval_dirs(a, b, n_boot=200, seed=3)
+    assert result.written == [] and not (tmp_path / "fn").exists()  # no `out`: nothing written
+    doc = json.loads((tmp_path / "cli" / "mcnemar.json").read_text())
+    rows = [{k: (None if isinstance(v, float) and np.isnan(v) else v) for k, v in r.as_dict().items()}
+            for r in result.comparison.rows]
+    assert doc["rows"] == _json_roundtrip(rows) and doc["notes"] == result.comparison.notes
+    assert {r.task for r in result.comparison.rows} >= {"toy_gen"}
+    written = mcnemar_eval_dirs(a, b, n_boot=200, seed=3, out=tmp_path / "fn").written
+    assert [p.name for p in written] == ["mcnemar.csv", "mcnemar.json", "mcnemar.tex"]
+    assert (tmp_path / "fn" / "mcnemar.csv").read_text() == (tmp_path / "cli" / "mcnemar.csv").read_text()
+    assert printed == "".join(line.replace(str(tmp_path / "fn"), str(tmp_path / "cli")) + "\n"
+                              for line in mcnemar_eval_dirs(a, b, n_boot=200, seed=3, out=tmp_path / "fn",
+                                                            overwrite=True).lines())
+    with pytest.raises(StatsError, match="--n-boot must be positive"):
+        mcnemar_eval_dirs(a, b, n_boot=0)
+
+
+def test_tails_and_ceg_functions_return_what_the_commands_write(tmp_path, capsys):
+    runs = []
+    for preset, scale in (("100m", 1.0), ("350m", 4.0)):
+        for seed in (1, 2):
+            runs.append(_run(tmp_path, f"b_{preset}{seed}", "baseline", preset, seed, 1e-3, scale, 0.01 * seed))
+            runs.append(_run(tmp_path, f"m_{preset}{seed}", "mhar", preset, seed, 1e-3, scale, -0.04 + 0.003 * seed,
+                             extra=0.01))
+    runs.append(_run(tmp_path, "b_lr", "baseline", "100m", 1, 5e-4, 1.0, 0.2))
+    assert main(["stats", "tails", *runs, "--k", "9", "--json", str(tmp_path / "tails.json")]) == 0
+    printed = capsys.readouterr().out
+    t = tails(runs, k=9)
+    doc = json.loads((tmp_path / "tails.json").read_text())
+    assert doc == _json_roundtrip(t.as_dict())
+    assert [r["tail_mean"] for r in doc["runs"]] == [r["tail_mean"] for r in t.runs]
+    assert [r["mean"] for r in doc["seed_deltas"]] == [r.mean for r in t.seed_deltas]
+    assert {r["method"]: r["best_lr"] for r in doc["best_vs_best"]} == {r.method: r.best_lr for r in t.best_vs_best}
+    assert printed == "".join(f"{line}\n" for line in t.lines()) + f"wrote {tmp_path / 'tails.json'}\n"
+
+    assert main(["stats", "ceg", *runs, "--alpha", "0.1", "--json", str(tmp_path / "ceg.json")]) == 0
+    printed = capsys.readouterr().out
+    g = compute_equivalent_gain(runs, alpha=[0.1])
+    doc = json.loads((tmp_path / "ceg.json").read_text())
+    assert doc == _json_roundtrip(g.as_dict())
+    assert doc["fits"]["envelope"]["alpha"] == g.fits["envelope"].alpha == pytest.approx(0.08, rel=0.05)
+    assert [r["ceg"] for r in doc["rows"]] == [r.ceg for r in g.rows] and len(g.rows) == 2
+    assert g.entries[0]["routing_fraction"] == pytest.approx(0.01)
+    assert printed == "".join(f"{line}\n" for line in g.lines()) + f"wrote {tmp_path / 'ceg.json'}\n"
+    with pytest.raises(StatsError, match="no baseline runs"):
+        compute_equivalent_gain(runs, baseline="control")
+
+
+def test_no_statistics_entry_point_besides_mhar():
+    """One error handler: analysis keeps no argparse, no `main`, no `python -m` entry of its own."""
+    root = Path(__file__).resolve().parents[1]
+    for package in ("analysis", "figures"):
+        for path in (root / package).rglob("*.py"):
+            text = path.read_text()
+            assert "argparse" not in text and "__main__" not in text and "def main(" not in text, path

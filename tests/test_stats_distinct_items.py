@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from scipy.stats import binomtest
 
-from analysis.stats.cli import add_stats_subparser
+from mhar_probe.cli.stats import add_stats_subparser
 from analysis.stats.compare import compare_eval_dirs
 from analysis.stats.lm_eval_io import item_key
 from analysis.stats.report import to_csv, to_json, to_latex

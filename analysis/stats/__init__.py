@@ -3,13 +3,17 @@ LR sweep, compute-equivalent gain).
 
 Modules, one job each:
   errors     StatsError, the user-error type
-  atomic     temp-file + rename output
+  output     refuse-to-clobber atomic writes
   mcnemar    exact McNemar / binomial p-values, paired bootstrap, Holm, per-task comparison
   lm_eval_io reader for LM Evaluation Harness `--log_samples` output and pairing of two arms
   report     table / CSV / JSON / LaTeX rendering of comparison rows
   curves     metrics.jsonl reader, tail-means, paired seed deltas, best-vs-best LR
   ceg        power-law fits and compute-equivalent gain
-  cli        `stats mcnemar|ceg|tails` argparse sub-commands
+  text       the printed tables and JSON files of the commands
+  paired_eval  `mhar stats mcnemar`: mcnemar_eval_dirs -> McNemar
+  tails      `mhar stats tails`: tails -> Tails
+  gain       `mhar stats ceg`: compute_equivalent_gain -> Gain
+The command line (`mhar_probe.cli.stats`) parses, calls these and prints their `lines()`.
 """
 
 from .errors import StatsError

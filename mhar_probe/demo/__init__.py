@@ -15,8 +15,8 @@ Stages (each skips work that is already done, so a second run is quick):
 
 Stages 1-3 need the models; 4-8 read only files, so `export.export_study` (no weights) is all a
 report needs. Modules: `plan` (recipes, grids, sizes), `runs` (runs found through the sweep
-manifests), `analysis_steps` (typed calls into analysis / figures), `claims`, `export`, `report`,
-`run` (the stages). Every run shares the recipe and, per seed, the data order (paired comparisons).
+manifests), `claims`, `export`, `report`, `run` (the stages, calling the library functions of
+`analysis` and `figures` that the commands call). Every run shares the recipe and, per seed, the data order (paired comparisons).
 """
 
 from .report import comparison_table, write_report

@@ -20,8 +20,6 @@ from ..errors import UserError
 from ..model.methods import run_label
 from ..runfiles import RunFiles
 from ..tail import TAIL_K
-from .analysis_steps import (CegOptions, FiguresOptions, McNemarOptions, ProbeOptions, TailsOptions,
-                             build_figures, ceg, mcnemar, probe, tails)
 from .plan import DEMO, Plan
 from .report import Stage, comparison_table, write_report
 from .runs import SweptRun, finished, one, swept_runs
@@ -30,6 +28,13 @@ T = TypeVar("T")
 MODEL_STAGES = ("sweep", "capture", "eval")
 FILE_STAGES = ("probe", "stats", "claims", "figures", "report")
 STAGES = MODEL_STAGES + FILE_STAGES
+
+
+def _lines(lines: list[str]) -> str:
+    """Print `lines` (what the command line prints for the same call) and return them as the log."""
+    text = "".join(f"{line}\n" for line in lines)
+    print(text, end="")
+    return text
 
 
 def _printed(fn: Callable[[], T]) -> tuple[str, T]:
@@ -244,14 +249,19 @@ def probe_stage(plan: Plan, out: Path, probed: list[SweptRun]) -> str:
                 f"at seed {plan.main_seed}")
         print(line)
         return line
-    return _printed(lambda: probe(ProbeOptions(
-        inputs=[str(RunFiles(r.path).routing_path) for r in probed], out=str(out / "probes"), overwrite=True)))[0]
+    from analysis.probes.probe import probe
+
+    return _lines(probe([RunFiles(r.path).routing_path for r in probed], out / "probes", overwrite=True).lines())
 
 
 def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
     """McNemar of each pair the plan names, tail-means and seed deltas, and the compute-equivalent gain.
     On a partial study an analysis whose runs (or their evaluations) are missing is skipped with a
     one-line note, and a file an earlier call wrote for it is removed, so no stale table survives."""
+    from analysis.stats.gain import compute_equivalent_gain
+    from analysis.stats.paired_eval import mcnemar_eval_dirs
+    from analysis.stats.tails import tails
+
     stats = out / "stats"
     stats.mkdir(exist_ok=True)
     evals = runs / "evals"
@@ -278,16 +288,14 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
                  stats / name)
             continue
         run_a, run_b = evaluated[a], evaluated[b]
-        logs.append(_printed(lambda: mcnemar(McNemarOptions(
-            dir_a=str(evals / run_a.name), dir_b=str(evals / run_b.name), out=str(stats / name),
-            overwrite=True, n_boot=plan.mcnemar_bootstrap)))[0])
+        logs.append(_lines(mcnemar_eval_dirs(evals / run_a.name, evals / run_b.name, out=stats / name,
+                                             overwrite=True, n_boot=plan.mcnemar_bootstrap).lines()))
     compared = main_runs(plan, swept)
     if not compared:
         skip("tail-means and CEG", "no finished run", stats / "tails.json", stats / "ceg.json")
         return "\n".join(logs)
     k = min(TAIL_K, _evaluations(compared[0].path))
-    logs.append(_printed(lambda: tails(TailsOptions(
-        runs=[str(r.path) for r in compared], k=k, json=str(stats / "tails.json"), overwrite=True)))[0])
+    logs.append(_lines(tails([r.path for r in compared], k=k, json=stats / "tails.json", overwrite=True).lines()))
     ladder_runs = sorted((r for d in plan.ladder_widths for r in finished(swept_runs(ladder / f"d{d}"))),
                          key=lambda r: str(r.path))
     at_main_seed = [r for r in compared if r.seed == plan.main_seed]
@@ -298,9 +306,8 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         skip("compute-equivalent gain", f"no finished {' or '.join(lacking)} at seed {plan.main_seed}",
              stats / "ceg.json")
         return "\n".join(logs)
-    logs.append(_printed(lambda: ceg(CegOptions(
-        runs=[str(r.path) for r in ladder_runs + at_main_seed], k=k, alpha=list(plan.ceg_alphas),
-        json=str(stats / "ceg.json"), overwrite=True)))[0])
+    logs.append(_lines(compute_equivalent_gain([r.path for r in ladder_runs + at_main_seed], k=k,
+                                               alpha=plan.ceg_alphas, json=stats / "ceg.json", overwrite=True).lines()))
     return "\n".join(logs)
 
 
@@ -317,11 +324,14 @@ def figures_stage(runs: Path, figures: Path, mhar_heads: int | None = None) -> s
     """Every paper figure and table these runs allow (benchmark tables only from the study's own
     RUNS/benchmarks, so the report does not depend on the folder it is made from), MHAR at the
     H the plan evaluates, so the tables and the claims compare the same runs."""
-    log, status = _printed(lambda: build_figures(FiguresOptions(
-        runs=str(runs), out=str(figures), overwrite=True, benchmarks=[str(runs / "benchmarks")],
-        mhar_heads=mhar_heads)))
-    if status != 0:
-        raise UserError(f"stage figures: some generators failed (exit {status}); see FAILED above")
+    from figures.build import build
+
+    report = build(runs, figures, overwrite=True, benchmarks=[runs / "benchmarks"], mhar_heads=mhar_heads)
+    log = _lines(report.lines())
+    if report.failed:
+        raise UserError(f"stage figures: some generators failed ({', '.join(report.failed)}); see FAILED above")
+    if not report.made:
+        raise UserError(f"nothing could be made from {runs}; see the skip reasons above")
     return log
 
 

@@ -333,8 +333,8 @@ def main() -> int:
     if not args.subprocess:
         os.environ.update(env)
         import mhar_probe.cli  # noqa: F401  (imported once, before the forks)
-        import analysis.stats.cli  # noqa: F401
-        import figures.cli  # noqa: F401
+        import mhar_probe.cli.stats  # noqa: F401
+        import mhar_probe.cli.figures  # noqa: F401
         import lm_eval.models.huggingface  # noqa: F401
     tally: Counter = Counter()
     rows = []
