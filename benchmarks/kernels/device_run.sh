@@ -10,7 +10,7 @@
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh check   every GPU test, then triton against the VARIANTS at
 #                                                         the training microbatches (routing kernels, H = 8)
 #   VARIANT=.. bash benchmarks/kernels/device_run.sh train   autocast-layout kernel table at the training
-#                                                         microbatches, triton against triton-$VARIANT (default storage-douts)
+#                                                         microbatches, triton against triton-$VARIANT (storage-douts)
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh compare   no tests: kernel table and training
 #                                                         microbatches (triton against VARIANTS)
 # (End-to-end training throughput and its profile: benchmarks/train_throughput/run_on_device.sh.)

@@ -258,7 +258,8 @@ def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str]]:
     for method in args.methods:
         backwards = args.routing_backward if method in REPLACEMENT_METHODS else args.routing_backward[:1]
         for i, backward in enumerate(backwards):
-            kernels = KernelConfig(routing_douts=args.routing_douts, stack_backward=backward, fold_calls=args.fold_calls)
+            kernels = KernelConfig(routing_douts=args.routing_douts, stack_backward=backward,
+                                   fold_calls=args.fold_calls)
             specs.append((method, kernels, method if i == 0 else f"{method}/{backward}"))
     return specs
 
@@ -304,7 +305,8 @@ def main() -> None:
     p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each attention / MLP sublayer (default: on CUDA, as in training)")
     p.add_argument("--routing-douts", choices=ROUTING_DOUTS, default="promoted",
-                   help="the triton backward's upstream-gradient dtype (KernelConfig.routing_douts), as mhar train's flag")
+                   help="the triton backward's upstream-gradient dtype (the dout policy, KernelConfig.routing_douts), "
+                        "as mhar train's flag")
     p.add_argument("--routing-backward", nargs="+", choices=STACK_BACKWARDS, default=["fold"],
                    help="the shared stack's backward (KernelConfig.stack_backward); several: one arm per "
                         "backward for each routed method, timed side by side (e.g. fold gather)")

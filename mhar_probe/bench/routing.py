@@ -39,8 +39,10 @@ SHAPES = {  # name: (d, L, B, T)
 GRAPH = False  # --graph: also time CUDA-graph replays of fwd+bwd
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
 # Triton kernel variants timed beside the default in one process: name -> the KernelConfig
-# fields it changes. storage-douts (`--routing-douts storage`) stores the douts the gather reads in the source buffer's dtype (bf16
-# under autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
+# fields it changes (over the run's base configuration: `--launch-table`). storage-douts (the dout
+# policy `routing_douts="storage"`, `mhar train --routing-douts storage`; called bf16dout before
+# 2026-11-26) stores the douts the gather reads in the source buffer's dtype (bf16 under
+# autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
 # stack's gather backward (every source's gather reads all its readers' douts), the default
 # before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
 # the default 8 (`--backends triton,triton-gather` times the two backwards side by side). The

@@ -29,8 +29,8 @@ STACK_BACKWARDS = ("fold", "gather")
 
 @dataclass(frozen=True)
 class KernelConfig:
-    """routing_douts (the dout policy; `mhar train --routing-douts`): dtype of the upstream gradients the shared stack's backward stores and its
-    gather reads. "promoted" (default): each call's output dtype, the promoted dtype of its
+    """routing_douts (the dout policy; `mhar train --routing-douts`): dtype of the upstream
+    gradients the shared stack's backward stores and its gather reads. "promoted" (default): each call's output dtype, the promoted dtype of its
     sources (fp32 under bf16 autocast), so the gradients are the reference's up to fp32
     rounding. "storage": the source buffer's dtype (bf16 under autocast): 2 bytes less per
     pair-element in the gather, with the value path of every source gradient rounded through

@@ -162,7 +162,8 @@ class MHARModel(MHARPreTrainedModel):
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
         params = [(site.query, site.key_norm.weight) for site in self.sites]  # in call order
-        stack = get_backend(self.routing_backend, self.routing_kernels).new_stack(self.config.num_sources, params=params)
+        backend = get_backend(self.routing_backend, self.routing_kernels)  # with the model's kernel config
+        stack = backend.new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1
