@@ -11,7 +11,6 @@ epoch), so every method sees the same data in the same order.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import json
 import math
@@ -27,6 +26,7 @@ from tqdm.auto import tqdm
 from . import __version__, atomic
 from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
 from .errors import UserError
+from .kernels.config import ROUTING_DOUTS
 from .model import MHARConfig, MHARForCausalLM, methods
 from .model.routing import choose_backend, set_routing_backend
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
@@ -108,8 +108,8 @@ class TrainConfig:
             raise UserError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
         if self.loss_kernel is not None and self.loss_kernel not in LOSS_KERNELS:
             raise UserError(f"--loss-kernel must be one of {', '.join(LOSS_KERNELS)}, got {self.loss_kernel!r}")
-        if self.routing_douts not in ("promoted", "storage"):
-            raise UserError(f"--routing-douts must be 'promoted' or 'storage', got {self.routing_douts!r}")
+        if self.routing_douts not in ROUTING_DOUTS:
+            raise UserError(f"--routing-douts must be one of {', '.join(ROUTING_DOUTS)}, got {self.routing_douts!r}")
         if not 0 <= self.min_lr_ratio <= 1:
             raise UserError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
 
@@ -223,7 +223,7 @@ def check_backend_runs_on(backend: str, device: torch.device) -> None:
     if backend != "triton" or device.type == "cuda":
         return
     from .kernels.launch import is_interpreted
-    from .kernels.route_fwd import route_fwd_kernel
+    from .kernels.route.fwd import route_fwd_kernel
 
     if not is_interpreted(route_fwd_kernel):
         raise UserError(f"--routing-backend triton needs a CUDA device (on {device.type} only under Triton's "
@@ -344,7 +344,8 @@ class Trainer:
     def build_model(self) -> torch.nn.Module:
         """The model to train, on `self.device` (seeded with cfg.seed just before)."""
         self.model_config = build_model_config(self.cfg, len(self.tokenizer), self.tokenizer.eos_token_id)
-        return set_routing_backend(MHARForCausalLM(self.model_config), self.cfg.routing_backend).to(self.device)
+        return set_routing_backend(MHARForCausalLM(self.model_config), self.cfg.routing_backend,
+                                   self.kernels).to(self.device)
 
     def param_groups(self) -> list[dict[str, Any]] | Any:
         """What AdamW optimizes: every parameter with `cfg.weight_decay`."""
@@ -472,18 +473,20 @@ class Trainer:
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
         try:
-            with self.kernel_config():
-                return self._run()
+            return self._run()
         finally:
             self.close()
 
-    def kernel_config(self):
-        """The triton kernels' configuration for this run (`mhar_probe.kernels.KernelConfig`)."""
+    @property
+    def kernels(self) -> Any:
+        """The triton kernels' configuration for this run (a `mhar_probe.kernels.KernelConfig`;
+        None for another backend): passed to the model with its backend (`build_model`) and
+        recorded in summary.json, never set process-wide."""
         if self.cfg.routing_backend != "triton":
-            return contextlib.nullcontext()
-        from .kernels import use_kernel_config
+            return None
+        from .kernels import KernelConfig
 
-        return use_kernel_config(dout_dtype=getattr(self.cfg, "routing_douts", "promoted"))
+        return KernelConfig(routing_douts=getattr(self.cfg, "routing_douts", "promoted"))
 
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
@@ -599,7 +602,7 @@ class Trainer:
             return {}
         from mhar_probe.kernels import kernel_settings
 
-        return {"routing_kernels": kernel_settings()}
+        return {"routing_kernels": kernel_settings(self.kernels)}
 
     def save_final(self) -> None:
         """The trained model in Hugging Face format in the run directory (rank 0 writes)."""

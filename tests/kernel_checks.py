@@ -1,10 +1,15 @@
 """Shared by the kernel tests (CPU and GPU): the device they run on, the error measure they use,
-and a stack wrapper that appends strided sources."""
+the poisoned kernel configuration they pass to every stack and call, and a stack wrapper that
+appends strided sources."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
+
+from mhar_probe.kernels.config import KernelConfig
 
 DEV = "cuda" if torch.cuda.is_available() else "cpu"  # CPU: Triton's interpreter (conftest.py)
 EPS = 1e-6
@@ -37,12 +42,34 @@ class StridedAppendStack:
 
 
 @pytest.fixture(autouse=True)
-def poison_and_split_e(monkeypatch):
-    """Kernel outputs poisoned before every launch, and the E reduction split every 2 positions so
-    that tiny shapes still exercise it (import it into a test module to apply it there)."""
-    import mhar_probe.kernels.route_bwd_collect as rbc
-    from mhar_probe.kernels import use_kernel_config
+def split_e(monkeypatch):
+    """The E reduction split every 2 positions so that tiny shapes still exercise it (import it
+    into a test module to apply it there)."""
+    import mhar_probe.kernels.route.bwd_collect as rbc
 
     monkeypatch.setattr(rbc, "E_CHUNK", 2)
-    with use_kernel_config(poison=True):
-        yield
+
+
+#: what the kernel tests run: every kernel output NaN-filled before the kernel writes it, so an
+#: element a kernel fails to write fails any comparison (passed to each stack and call, never set
+#: process-wide)
+POISON = KernelConfig(poison=True)
+
+
+def poisoned(**changes: object) -> KernelConfig:
+    """POISON with `changes` (KernelConfig fields)."""
+    return dataclasses.replace(POISON, **changes)
+
+
+def poisoned_stack(capacity: int, params=None, config: KernelConfig = POISON, **changes: object):
+    """A TritonSourceStack that runs `config` (default POISON) with `changes`."""
+    from mhar_probe.kernels import TritonSourceStack
+
+    return TritonSourceStack(capacity, params, config=dataclasses.replace(config, **changes))
+
+
+def poisoned_route(*args, config: KernelConfig = POISON, **kwargs):
+    """`route_triton` with `config` (default POISON)."""
+    from mhar_probe.kernels import route_triton
+
+    return route_triton(*args, config=config, **kwargs)

@@ -12,19 +12,12 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import mhar_probe.kernels.autograd as kad  # noqa: E402
-from mhar_probe.kernels import TritonSourceStack, route_triton, use_kernel_config  # noqa: E402
+import mhar_probe.kernels.route.autograd as kad  # noqa: E402
 from mhar_probe.kernels.launch_tables import LaunchTables  # noqa: E402
-from mhar_probe.kernels.naive import route_bwd_reference, route_reference_f64  # noqa: E402
+from mhar_probe.kernels.route.naive import route_bwd_reference, route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, get_backend, route_reference  # noqa: E402
 
-from kernel_checks import DEV, EPS, StridedAppendStack, rel  # noqa: E402
-
-
-@pytest.fixture(autouse=True)
-def _poison():
-    with use_kernel_config(poison=True):
-        yield
+from kernel_checks import POISON, DEV, EPS, StridedAppendStack, poisoned_route, poisoned_stack, rel  # noqa: E402
 
 
 def route64(*args, **kwargs):
@@ -44,7 +37,7 @@ def make(N, B, T, D, dtype, seed=0):
                                           (4, 16, 4, torch.float16), (3, 24, 8, torch.float32)])
 def test_forward_matches_reference(N, D, H, dtype):
     src, q, w, _ = make(N, 1, 3, D, dtype)
-    out, W = route_triton(src, q, w, H, EPS)
+    out, W = poisoned_route(src, q, w, H, EPS)
     ref_out, ref_W = route64(src, q, w, H, round_to=dtype)
     same_dtype_out, _ = route_reference(src, q, w, H, EPS)
     tol = 1e-6 if dtype == torch.float32 else 2e-3
@@ -55,7 +48,7 @@ def test_forward_matches_reference(N, D, H, dtype):
 
 
 def test_head_split_rule():
-    from mhar_probe.kernels.route_fwd import head_split
+    from mhar_probe.kernels.route.fwd import head_split
 
     assert head_split(160) == (128, 32, 32) and head_split(1280) == (1024, 256, 256)  # 1B: H=8, H=1
     assert head_split(12) == (8, 4, 4) and head_split(3) == (2, 1, 1)
@@ -76,7 +69,7 @@ def test_split_head_forward_matches_float64(monkeypatch, D, H, dtype, delta):
     """Head widths that are not powers of two run as two exact tiles (route_fwd_split_kernel),
     powers of two as one tile: outputs and weights match the float64 truth, and the two-tile
     kernel ran exactly where the head width splits (6 = 4 + 2, 10, 3 = 2 + 1, 12 = 8 + 4)."""
-    from mhar_probe.kernels import route_fwd
+    from mhar_probe.kernels.route import fwd as route_fwd
 
     N = 5
     src, q, w, _ = make(N, 1, 3, D, dtype, seed=4)
@@ -85,7 +78,7 @@ def test_split_head_forward_matches_float64(monkeypatch, D, H, dtype, delta):
     used = []
     real = route_fwd._FWD_SPLIT
     monkeypatch.setattr(route_fwd, "_FWD_SPLIT", lambda *a: (used.append(1), real(*a)))
-    out, W = route_triton(src, q, w, H, EPS, partial=partial, gate=gate)
+    out, W = poisoned_route(src, q, w, H, EPS, partial=partial, gate=gate)
     ref_out, ref_W = route64(src, q, w, H, partial=partial, gate=gate, round_to=dtype)
     tol = 1e-6 if dtype == torch.float32 else 2e-3
     assert rel(W, ref_W) < tol * 10 and rel(out, ref_out) < tol
@@ -100,7 +93,7 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
     source orders where every row raises the max (rising), only the first does (falling), or
     mixed. Three layouts: fp32 (no fold: the reference's product order), fp16 (the key is
     rounded: no fold) and autocast's (fp32 row 0 and output, 16-bit buffer: the fold applies)."""
-    from mhar_probe.kernels import route_fwd
+    from mhar_probe.kernels.route import fwd as route_fwd
 
     N, T = 7, 5
     g = torch.Generator().manual_seed(11)
@@ -142,7 +135,7 @@ def test_forward_fold_and_lazy_rescale_match_float64(monkeypatch, order, D, H):
 def test_forward_bad_heads():
     src, q, w, _ = make(2, 1, 1, 12, torch.float32)
     with pytest.raises(ValueError, match="divisible"):
-        route_triton(src, q, w, 5, EPS)
+        poisoned_route(src, q, w, 5, EPS)
 
 
 @pytest.mark.parametrize("delta", [False, True])
@@ -153,7 +146,7 @@ def test_per_call_backward(N, D, H, delta):
     gate = torch.tensor(0.7, device=DEV) if delta else None
     leaves = [t.clone().requires_grad_() for t in (src, q, w)]
     extra = [t.clone().requires_grad_() for t in (partial, gate)] if delta else [None, None]
-    out, W = route_triton(*leaves, H, EPS, partial=extra[0], gate=extra[1])
+    out, W = poisoned_route(*leaves, H, EPS, partial=extra[0], gate=extra[1])
     grads = torch.autograd.grad(out, leaves + [e for e in extra if e is not None], dout)
     ref_leaves = [t.double().requires_grad_() for t in (src, q, w)]
     ref_extra = [t.double().requires_grad_() for t in (partial, gate)] if delta else [None, None]
@@ -167,7 +160,7 @@ def test_per_call_backward(N, D, H, delta):
 
 @pytest.mark.parametrize("rows", [7, 600])  # both block shapes of the fixed-order reduction
 def test_dqdg_reduction(rows):
-    from mhar_probe.kernels.route_bwd import launch_dqdg
+    from mhar_probe.kernels.route.bwd import launch_dqdg
 
     gen = torch.Generator().manual_seed(rows)
     epart = torch.randn(rows, 40, generator=gen).to(DEV)
@@ -227,7 +220,7 @@ def test_shared_stack_chain(monkeypatch, hw, D, head_cycle):
     d = 12 with H in (1, 2, 4): head widths 12, 6, 3 run as two exact tiles (8+4, 4+2, 2+1);
     d = 40 with H = 8 splits 5 = 4+1 (narrowest second tile, as d/H = 40 at H = 32 of d1280);
     d = 16 has power-of-two heads only (one tile)."""
-    from mhar_probe.kernels import route_bwd
+    from mhar_probe.kernels.route import bwd as route_bwd
 
     used = []
     real = kad.STACK_BWD_SPLIT
@@ -242,7 +235,7 @@ def test_shared_stack_chain(monkeypatch, hw, D, head_cycle):
                            leaves[2 * S + 1:], heads, hw)
         return loss, torch.autograd.grad(loss, leaves), wts
 
-    loss, grads, wts = run(torch.float32, TritonSourceStack(S))
+    loss, grads, wts = run(torch.float32, poisoned_stack(S))
     ref_loss, ref_grads, ref_wts = run(torch.float64, ListSourceStack(
         S, lambda *a, **k: route64(*a, **k)))
     assert abs(loss.item() - ref_loss.item()) <= 1e-5 * abs(ref_loss.item())
@@ -276,7 +269,7 @@ def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, D, H, 
     does; its siblings read the stored row). The buffer is NaN-poisoned, so a row the kernel
     failed to store fails the comparison. Both kernels (6 = 4 + 2 two-tile heads and one tile),
     fp32 and fp16 sources beside an fp32 source 0 (autocast's layout)."""
-    from mhar_probe.kernels import route_fwd
+    from mhar_probe.kernels.route import fwd as route_fwd
 
     S = 2 * 2 + 1
     x0, qs, gs, Ms = _chain_params(D, S, seed=5)
@@ -287,7 +280,7 @@ def test_append_stored_by_the_next_call_is_the_copied_append(monkeypatch, D, H, 
         for launcher in (route_fwd._FWD, route_fwd._FWD_SPLIT):
             monkeypatch.setattr(launcher, "fn", _AppendSpy(launcher.fn, seen))
         leaves = [t.to(DEV).requires_grad_() for t in [x0] + qs + gs + Ms]
-        inner = TritonSourceStack(S)
+        inner = poisoned_stack(S)
         stack = StridedAppendStack(inner) if copy else inner
         if mixed:  # an fp32 source 0 and half-precision sublayer outputs, as bf16 under autocast
             stack.append(leaves[0])
@@ -325,7 +318,7 @@ def test_append_then_other_reads_store_the_row_first():
     gen = torch.Generator().manual_seed(7)
     src = torch.randn(4, 2, 3, 8, generator=gen).to(DEV)
     q, g = torch.randn(8, generator=gen).to(DEV), torch.ones(8, device=DEV)
-    stack = TritonSourceStack(4)
+    stack = poisoned_stack(4)
     stack.append(src[0])
     stack.append(src[1].clone())
     assert torch.equal(stack.stacked(2), src[:2])  # read before any call stored row 1
@@ -340,7 +333,7 @@ def test_append_then_other_reads_store_the_row_first():
     assert rel(out, ref_out) < 1e-6 and rel(w, ref_w) < 1e-5
     assert torch.equal(stack.stacked(), src)
 
-    stack = TritonSourceStack(3)
+    stack = poisoned_stack(3)
     stack.append(src[0])
     x = src[1].clone()
     stack.append(x)
@@ -358,7 +351,7 @@ def test_kernel_config_refuses_bad_values(tmp_path):
     from mhar_probe.kernels.launch_tables import load_tables, tables_for
 
     with pytest.raises(ValueError, match="choose from promoted, storage"):
-        KernelConfig(dout_dtype="bf16")
+        KernelConfig(routing_douts="bf16")
     for body, message in (('{"fwd": [[512, 8, 0, 1, 1, 0]]}', "expected 7 integers"),
                           ('{"fwd": [[512, 8, 0, 1, 1, 0, 0]]}', "has 0 stages"),
                           ('{"gather": [[512, 8, 8, 0, 1, 1, 0, 0]]}', "expected 9 integers"),
@@ -376,7 +369,7 @@ def test_kernel_config_refuses_bad_values(tmp_path):
 
 def test_no_grad_path_saves_nothing_and_matches():
     src, q, w, _ = make(4, 1, 3, 12, torch.float32)
-    stack = get_backend("triton").new_stack(4)
+    stack = get_backend("triton", POISON).new_stack(4)  # the backend carries the configuration
     with torch.no_grad():
         for i in range(4):
             stack.append(src[i])
@@ -391,14 +384,14 @@ def test_double_backward_refused():
     src, q, w, dout = make(3, 1, 2, 8, torch.float32)
     src.requires_grad_()
     q.requires_grad_()
-    out, _ = route_triton(src, q, w, 2, EPS)
+    out, _ = poisoned_route(src, q, w, 2, EPS)
     (g,) = torch.autograd.grad((out * q).sum(), src, create_graph=True)
     with pytest.raises(RuntimeError, match="twice"):
         g.sum().backward()
 
 
 def test_interrupted_backward_then_reuse_fails_loudly():
-    stack = TritonSourceStack(4)
+    stack = poisoned_stack(4)
     x0 = torch.randn(1, 2, 8, device=DEV).requires_grad_()
     q = torch.randn(8, device=DEV).requires_grad_()
     g = torch.ones(8, device=DEV)
@@ -419,7 +412,7 @@ def test_interrupted_backward_then_reuse_fails_loudly():
 def test_checkpoint_recompute_refused():
     from torch.utils.checkpoint import checkpoint
 
-    stack = TritonSourceStack(3)
+    stack = poisoned_stack(3)
     x0 = torch.randn(1, 2, 8, device=DEV).requires_grad_()
     q = torch.randn(8, device=DEV).requires_grad_()
     g = torch.ones(8, device=DEV)
@@ -443,7 +436,7 @@ def test_delta_path_under_checkpoint():
     leaves = [t.clone().requires_grad_() for t in (src, q, w, partial, gate)]
 
     def f(s, qq, ww, p, gt):
-        return route_triton(s, qq, ww, 2, EPS, partial=p, gate=gt)[0]
+        return poisoned_route(s, qq, ww, 2, EPS, partial=p, gate=gt)[0]
 
     grads = torch.autograd.grad((checkpoint(f, *leaves, use_reentrant=False) * dout).sum(), leaves)
     ref = torch.autograd.grad((f(*leaves) * dout).sum(), leaves)
@@ -472,7 +465,7 @@ def test_stack_pending_sources_gathered_once():
             loss = loss + (out.float() * torch.arange(1, D + 1, device=DEV)).sin().sum()
         return torch.autograd.grad(loss, leaves)
 
-    got = run(torch.float32, TritonSourceStack(4))
+    got = run(torch.float32, poisoned_stack(4))
     ref = run(torch.float64, ListSourceStack(4, lambda *a, **k: route64(*a, **k)))
     for a, b in zip(got, ref):
         assert rel(a, b) < 2e-5
@@ -511,10 +504,10 @@ def test_mixed_dtype_stack_is_the_promoted_function(first_k):
         return outs, wts, torch.autograd.grad(loss, leaves)
 
     cap = S + first_k - 1
-    split_stack = TritonSourceStack(cap)
+    split_stack = poisoned_stack(cap)
     split = run(split_stack)
     assert split_stack.row0.dtype == torch.float32 and split_stack.buffer.dtype == torch.float16
-    promoted_stack = TritonSourceStack(cap)
+    promoted_stack = poisoned_stack(cap)
     promoted = run(promoted_stack, widen=True)
     assert promoted_stack.buffer.dtype == torch.float32
     for a, b in zip(split[0] + split[1] + list(split[2]), promoted[0] + promoted[1] + list(promoted[2])):
@@ -527,10 +520,9 @@ def test_mixed_dtype_stack_is_the_promoted_function(first_k):
         assert rel(a, b) < 3e-3           # gradient to half, the kernel rounds their fp32 sum
     # the opt-in approximation (douts stored in the buffer's half precision): the forward is
     # untouched, the gradients move by about half-precision rounding, and they do move
-    with use_kernel_config(dout_dtype="storage"):
-        approx_stack = TritonSourceStack(cap)
-    approx = run(approx_stack)  # the stack keeps the configuration it was built with
-    assert approx_stack._dout_buf is None and approx_stack.config.dout_dtype == "storage"
+    approx_stack = poisoned_stack(cap, routing_douts="storage")
+    approx = run(approx_stack)
+    assert approx_stack._dout_buf is None and approx_stack.config.routing_douts == "storage"
     assert all(torch.equal(a, b) for a, b in zip(approx[0] + approx[1], split[0] + split[1]))
     assert any(not torch.equal(a, b) for a, b in zip(approx[2], split[2]))
     for a, b in zip(approx[2], split[2]):
@@ -614,8 +606,8 @@ def test_launch_table_file_reaches_the_launch(monkeypatch, tmp_path):
     """Rows of a launch-table file (KernelConfig.launch_table) reach Triton's launch: the
     forward's warps, register cap (`maxnreg`) and pipeliner stages, the stack kernel's warps and
     cap. They leave the function unchanged (the interpreter ignores caps and stages: the values
-    are checked against float64). A stack built before the file was set keeps the built-in rows."""
-    from mhar_probe.kernels import route_bwd, route_fwd
+    are checked against float64). A stack built without the file runs the built-in rows."""
+    from mhar_probe.kernels.route import bwd as route_bwd, fwd as route_fwd
 
     D, H = 16, 4
     table = tmp_path / "tuned.json"
@@ -626,8 +618,7 @@ def test_launch_table_file_reaches_the_launch(monkeypatch, tmp_path):
     monkeypatch.setattr(route_bwd.STACK_BWD, "fn", _RecordingKernel(route_bwd.STACK_BWD.fn, seen_b))
     src, q, w, dout = make(3, 1, 3, D, torch.float32)
     leaves = [t.clone().requires_grad_() for t in (src, q, w)]
-    with use_kernel_config(launch_table=table):
-        stack = TritonSourceStack(3)
+    stack = poisoned_stack(3, launch_table=table)
     for i in range(3):
         stack.append(leaves[0][i])
     out, _ = stack.route(leaves[1], leaves[2], H, EPS, 3)
@@ -640,7 +631,7 @@ def test_launch_table_file_reaches_the_launch(monkeypatch, tmp_path):
     assert seen_f == [{"num_warps": 1, "maxnreg": 64, "STAGES": 4}]
     assert seen_b == [{"num_warps": 1, "maxnreg": 96}]
     seen_f.clear()
-    plain = TritonSourceStack(1)  # built outside: the built-in rows (the heuristic here)
+    plain = poisoned_stack(1)  # no file: the built-in rows (the heuristic here)
     plain.append(leaves[0][0])
     plain.route(leaves[1], leaves[2], H, EPS, 1)
     assert seen_f == [{"num_warps": 1, "maxnreg": None, "STAGES": 3}]

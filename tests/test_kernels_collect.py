@@ -1,4 +1,4 @@
-"""The 4-bytes/pair shared-stack backward (route_bwd_collect.py) on the CPU interpreter.
+"""The 4-bytes/pair shared-stack backward (kernels/route/bwd_collect.py) on the CPU interpreter.
 
 Every kernel output is poisoned (NaN) before the kernels write it. The truth is the float64
 reference routed over a Python list of sources (autograd through eq. mh); the decomposition the
@@ -11,28 +11,29 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import mhar_probe.kernels.autograd as kad  # noqa: E402
-from mhar_probe.kernels import TritonSourceStack, route_fwd, use_kernel_config  # noqa: E402
-import mhar_probe.kernels.route_bwd_collect as rbc  # noqa: E402
+import mhar_probe.kernels.route.autograd as kad  # noqa: E402
+from mhar_probe.kernels.route import fwd as route_fwd  # noqa: E402
+import mhar_probe.kernels.route.bwd_collect as rbc  # noqa: E402
 from mhar_probe.kernels.launch_tables import LaunchTables  # noqa: E402
-from mhar_probe.kernels.naive import collect_reference, route_reference_f64  # noqa: E402
-from mhar_probe.kernels.route_bwd_collect import e_block_k, tile_split  # noqa: E402
+from mhar_probe.kernels.route.naive import collect_reference, route_reference_f64  # noqa: E402
+from mhar_probe.kernels.route.bwd_collect import e_block_k, tile_split  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
-from kernel_checks import DEV, EPS, poison_and_split_e, rel  # noqa: E402,F401 (the fixture applies here)
+from kernel_checks import DEV, EPS, POISON, poisoned, poisoned_stack, rel  # noqa: E402
+from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
 
 
 
 
 def launch_table(path, D, heads, hw=0, gather=None, pair_e=None):
-    """Current inside the block: a launch-table file whose gather rows (any storage width) give
+    """The poisoned KernelConfig of a launch-table file whose gather rows (any storage width) give
     `gather` to every call of `_chain` over `heads` (with `hw`, the head-aligned sites' reads
     have H = 1), and `pair_e` to its pair_e launches."""
     hs = {1 if hw and s % 2 == 0 else h for s, h in enumerate(heads)}
     hm = max(hs)
     LaunchTables(gather={(D, h, hm, 0): gather for h in hs} if gather else {},
                  pair_e={(D, hm): pair_e} if pair_e else {}).dump(path)
-    return use_kernel_config(launch_table=path)
+    return poisoned(launch_table=path)
 
 
 def f64_stack(cap: int, params=None) -> ListSourceStack:
@@ -122,11 +123,11 @@ def test_collect_chain_matches_float64(tmp_path, hw, D, head_cycle, config, e_co
     stack_used = []
 
     def triton_stack(cap, params):
-        stack_used.append(TritonSourceStack(cap, params=params))
+        cfg = launch_table(tmp_path / "t.json", D, heads, hw, config, e_config)
+        stack_used.append(poisoned_stack(cap, params, cfg))
         return stack_used[-1]
 
-    with launch_table(tmp_path / "t.json", D, heads, hw, config, e_config):
-        loss, outs, wts = _chain(triton_stack, leaves, S, heads)
+    loss, outs, wts = _chain(triton_stack, leaves, S, heads)
     grads = torch.autograd.grad(loss, leaves)
     assert stack_used[0].collect
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
@@ -146,7 +147,7 @@ def test_collect_half_chain_no_worse_than_eager():
     S, D = 5, 16
     heads = [2, 4, 1, 4, 2]
     leaves = _leaves(D, S, heads, 0, 4, torch.float16)
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
     grads = torch.autograd.grad(loss, leaves)
     eager_loss, _, _ = _chain(lambda cap, p: ListSourceStack(cap, route_reference), leaves, S, heads)
     eager = torch.autograd.grad(eager_loss, leaves)
@@ -171,7 +172,7 @@ def test_collect_half_sources_match_the_stack_bwd_backward():
     leaves = [x0] + leaves[1:2 * S + 1] + Ms
 
     def run(collect):
-        loss, outs, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p if collect else None),
+        loss, outs, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p if collect else None),
                                leaves, S, heads)
         assert outs[-1].dtype == torch.float16
         return torch.autograd.grad(loss, leaves)
@@ -193,7 +194,7 @@ def test_collect_autocast_layout_matches_the_stack_bwd_backward():
         stacks = []
 
         def make(cap, p):
-            stacks.append(TritonSourceStack(cap, params=p if collect else None))
+            stacks.append(poisoned_stack(cap, params=p if collect else None))
             return stacks[-1]
 
         loss, _, _ = _chain(make, leaves, S, heads, half_sources=True)
@@ -226,7 +227,7 @@ def test_collect_partial_backward_and_unused_sites():
                 stack.append(torch.tanh(out @ Ms[s]))
         return (outs[1].double() * torch.arange(D, device=out.device)).sin().sum()
 
-    loss = run(lambda cap, p: TritonSourceStack(cap, params=p), leaves)
+    loss = run(lambda cap, p: poisoned_stack(cap, params=p), leaves)
     grads = torch.autograd.grad(loss, [x0, *qs, *gs], allow_unused=True)
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     ref = torch.autograd.grad(run(f64_stack, ref_leaves), [ref_leaves[0], *ref_leaves[1:2 * S + 3]],
@@ -243,7 +244,7 @@ def test_collect_partial_backward_and_unused_sites():
 def test_collect_refuses_a_query_it_was_not_built_with():
     D = 8
     q, g = torch.randn(D, device=DEV, requires_grad=True), torch.ones(D, device=DEV, requires_grad=True)
-    stack = TritonSourceStack(3, params=[(q, g)])
+    stack = poisoned_stack(3, params=[(q, g)])
     stack.append(torch.randn(1, 2, D, device=DEV, requires_grad=True))
     with pytest.raises(ValueError, match="other than site 0"):
         stack.route(q.clone(), g, 2, EPS)
@@ -259,16 +260,16 @@ def test_collect_is_bitwise_repeatable():
     leaves = _leaves(D, S, heads, 0, 8, torch.float32)
     runs = []
     for _ in range(2):
-        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
         runs.append(torch.autograd.grad(loss, leaves))
     assert all(torch.equal(a, b) for a, b in zip(*runs))
 
 
-def _spied_grads(leaves, S, heads, half, seen, expect):
-    """Gradients of `_chain` over a stack built with its parameters (the collect backward); every
-    gather launch the spy recorded into `seen` carried `expect`."""
+def _spied_grads(leaves, S, heads, half, seen, expect, config=POISON):
+    """Gradients of `_chain` over a stack built with its parameters (the collect backward) and
+    `config`; every gather launch the spy recorded into `seen` carried `expect`."""
     seen.clear()
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads, half_sources=half)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, config), leaves, S, heads, half_sources=half)
     grads = torch.autograd.grad(loss, leaves)
     assert set(seen) == {expect}
     return grads
@@ -288,8 +289,8 @@ def test_gather_loads_first_is_the_same_sum(monkeypatch, tmp_path, half, prefetc
     monkeypatch.setattr(rbc.STACK_GATHER, "fn", _LaunchSpy(rbc.STACK_GATHER.fn, seen, ("LOADS_FIRST",)))
 
     def run(first):
-        with launch_table(tmp_path / f"t{first}.json", D, heads, 2, (2, 1, int(prefetch), 0, int(first))):
-            return _spied_grads(leaves, S, heads, half, seen, (first,))
+        cfg = launch_table(tmp_path / f"t{first}.json", D, heads, 2, (2, 1, int(prefetch), 0, int(first)))
+        return _spied_grads(leaves, S, heads, half, seen, (first,), cfg)
 
     plain, first = run(False), run(True)
     assert all(torch.isfinite(a).all() for a in first)
@@ -313,8 +314,8 @@ def test_same_h_gather_is_the_general_gather(monkeypatch, tmp_path, half):
     def run(force_general, hs=heads):
         monkeypatch.setattr(kad, "_uniform_heads", (lambda calls: False) if force_general else uniform)
         seen.clear()
-        with launch_table(tmp_path / "t.json", D, hs, 0, (2, 1, 1, 0, 0)):
-            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, hs, half_sources=half)
+        cfg = launch_table(tmp_path / "t.json", D, hs, 0, (2, 1, 1, 0, 0))
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg), leaves, S, hs, half_sources=half)
         grads = torch.autograd.grad(loss, leaves)
         return grads, set(seen)
 
@@ -380,7 +381,7 @@ def test_pair_e_block_writes_only_its_columns(monkeypatch):
         launches.append((grid, args, consts, num_warps))
 
     monkeypatch.setattr(rbc, "PAIR_E", record)
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
     torch.autograd.grad(loss, leaves)
     assert launches and all(c["K_STEP"] < c["BLOCK_K"] for _, _, c, _ in launches)
     full = launches[0][1][10].clone()  # every launch writes its own pairs' rows of one buffer
@@ -447,7 +448,7 @@ def test_collect_retained_graph_runs_backward_twice():
     S, D = 4, 8
     heads = [2, 1, 2, 4]
     leaves = _leaves(D, S, heads, 0, 9, torch.float16)
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
     first = torch.autograd.grad(loss, leaves, retain_graph=True)
     second = torch.autograd.grad(loss, leaves)
     assert all(torch.equal(a, b) for a, b in zip(first, second))
@@ -462,12 +463,12 @@ def test_collect_skips_the_query_pass_when_no_parameter_needs_it(monkeypatch):
     launched = []
     real = kad.launch_pair_e
     monkeypatch.setattr(kad, "launch_pair_e", lambda *a: (launched.append(1), real(*a)))
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
     full = torch.autograd.grad(loss, leaves)
     assert launched
     launched.clear()
     frozen = [t.detach() if 1 <= i <= 2 * S else t for i, t in enumerate(leaves)]  # queries, norms
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), frozen, S, heads)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), frozen, S, heads)
     others = [t for i, t in enumerate(frozen) if not 1 <= i <= 2 * S]
     part = torch.autograd.grad(loss, others)
     assert not launched
@@ -489,7 +490,7 @@ def test_collect_readers_with_different_key_rounding():
     leaves = [x0, x1, *qs, *gs]
 
     def run(collect):
-        stack = TritonSourceStack(S + 1, params=list(zip(qs, gs)) if collect else None)
+        stack = poisoned_stack(S + 1, params=list(zip(qs, gs)) if collect else None)
         stack.append(x0)
         stack.append(x1)
         loss = 0.0
@@ -524,7 +525,7 @@ def test_launch_configs_keyed_by_storage_width(monkeypatch, tmp_path, dtype, wid
     """A launch-table row that names a storage width (bytes per output / stored dout element)
     wins over the row for any width for chains of that width only; a chain of another width
     takes the row for any width. The chain still matches float64 under each choice."""
-    from mhar_probe.kernels import route_fwd
+    from mhar_probe.kernels.route import fwd as route_fwd
 
     S, D, H = 4, 16, 2
     other = 6 - width
@@ -545,8 +546,7 @@ def test_launch_configs_keyed_by_storage_width(monkeypatch, tmp_path, dtype, wid
                      fwd={(D, H, b): cfg_fwd[b] for b in widths}).dump(path)
         seen_g.clear()
         seen_f.clear()
-        with use_kernel_config(launch_table=path):
-            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, launch_table=path), leaves, S, heads)
         grads = torch.autograd.grad(loss, leaves)
         bp, nw, pre, _, first = cfg_gather[pick]
         assert seen_g and set(seen_g) == {(bp, nw, bool(pre), bool(first))}, (pick, seen_g)
@@ -572,7 +572,7 @@ def test_backward_tables_built_once_per_layout(monkeypatch):
     def run(seed):
         seen.clear()
         leaves = _leaves(D, S, heads, 0, seed, torch.float32)
-        loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
         grads = torch.autograd.grad(loss, leaves)
         return grads, [t.data_ptr() for t in seen]
 
@@ -589,7 +589,7 @@ def test_backward_tables_built_once_per_layout(monkeypatch):
     assert all(torch.equal(a, b) for a, b in zip(first, fresh))
     seen.clear()
     leaves = _leaves(D, S + 1, heads + [2], 0, 33, torch.float32)
-    loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S + 1, heads + [2])
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S + 1, heads + [2])
     torch.autograd.grad(loss, leaves)
     assert len(kad._DEVICE_INTS) == 4
 
@@ -603,7 +603,7 @@ def test_call_outputs_take_one_row_per_call(S, hw):
     heads = [2] * S
     leaves = _leaves(D, S, heads, hw, 41, torch.float32)
     x0, qs, gs, Ms = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
-    stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+    stack = poisoned_stack(S, params=list(zip(qs, gs)))
     ref = f64_stack(S)
     stack.append(x0)
     ref.append(x0.detach().double())

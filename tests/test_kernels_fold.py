@@ -1,4 +1,4 @@
-"""The fold-block backward (route_bwd_fold.py) on the CPU interpreter.
+"""The fold-block backward (kernels/route/bwd_fold.py) on the CPU interpreter.
 
 Every kernel output is poisoned (NaN) before the kernels write it. The truth is the float64
 reference routed over a Python list of sources (autograd through eq. mh); the fold's own
@@ -13,13 +13,14 @@ import torch
 
 triton = pytest.importorskip("triton")
 
-import mhar_probe.kernels.autograd as kad  # noqa: E402
-import mhar_probe.kernels.route_bwd_collect as rbc  # noqa: E402
-from mhar_probe.kernels import KernelConfig, TritonSourceStack, use_kernel_config  # noqa: E402
-from mhar_probe.kernels.naive import collect_reference, fold_reference  # noqa: E402
-from mhar_probe.kernels.route_bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes  # noqa: E402
+import mhar_probe.kernels.route.autograd as kad  # noqa: E402
+import mhar_probe.kernels.route.bwd_collect as rbc  # noqa: E402
+from mhar_probe.kernels import KernelConfig  # noqa: E402
+from mhar_probe.kernels.route.naive import collect_reference, fold_reference  # noqa: E402
+from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes  # noqa: E402
 
-from kernel_checks import DEV, EPS, poison_and_split_e, rel  # noqa: E402,F401 (the fixture applies here)
+from kernel_checks import DEV, EPS, POISON, poisoned_stack, rel  # noqa: E402
+from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
 from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
 
 
@@ -105,11 +106,11 @@ def test_fold_chain_matches_float64(tmp_path, launches, hw, D, head_cycle, fold_
     stacks = []
 
     def make(cap, params):
-        stacks.append(TritonSourceStack(cap, params=params))
+        cfg = launch_table(tmp_path / "t.json", D, heads, hw, gather_row)
+        stacks.append(poisoned_stack(cap, params, cfg, **_config(fold_calls)))
         return stacks[-1]
 
-    with launch_table(tmp_path / "t.json", D, heads, hw, gather_row), use_kernel_config(**_config(fold_calls)):
-        loss, _, _ = _chain(make, leaves, S, heads)
+    loss, _, _ = _chain(make, leaves, S, heads)
     grads = torch.autograd.grad(loss, leaves)
     _check_plan(launches, stacks[0], fold_calls)
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
@@ -149,9 +150,8 @@ def test_fold_wide_stack_of_129_sources(launches, fold_calls):
     gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in groups]
     leaves = [t.to(DEV).requires_grad_() for t in xs + qs + gs]
     n = len(xs)
-    with use_kernel_config(fold_calls=fold_calls):
-        loss, stack = _wide(lambda cap, p: TritonSourceStack(cap, params=p), leaves[:n],
-                            leaves[n:n + 6], leaves[n + 6:], heads, groups)
+    loss, stack = _wide(lambda cap, p: poisoned_stack(cap, p, fold_calls=fold_calls), leaves[:n],
+                        leaves[n:n + 6], leaves[n + 6:], heads, groups)
     grads = torch.autograd.grad(loss, leaves)
     assert stack._calls[-1].n == 129
     _check_plan(launches, stack, fold_calls)
@@ -162,8 +162,8 @@ def test_fold_wide_stack_of_129_sources(launches, fold_calls):
         assert rel(a, b) < 2e-5, i
 
 
-@pytest.mark.parametrize("dout_dtype", ["promoted", pytest.param("storage", marks=pytest.mark.slow)])
-def test_fold_autocast_layout_matches_the_gather_backward(dout_dtype):
+@pytest.mark.parametrize("routing_douts", ["promoted", pytest.param("storage", marks=pytest.mark.slow)])
+def test_fold_autocast_layout_matches_the_gather_backward(routing_douts):
     """Autocast's layout (fp32 source 0 beside fp16 sublayer outputs, fp32 routed outputs) with
     fp32 or, opted into, fp16 stored douts: the fold gives the gather backward's gradients up to
     fp32 rounding (both round the same values through the same douts)."""
@@ -175,11 +175,10 @@ def test_fold_autocast_layout_matches_the_gather_backward(dout_dtype):
         stacks = []
 
         def make(cap, p):
-            stacks.append(TritonSourceStack(cap, params=p))
+            stacks.append(poisoned_stack(cap, p, routing_douts=routing_douts, **cfg))
             return stacks[-1]
 
-        with use_kernel_config(dout_dtype=dout_dtype, **cfg):
-            loss, _, _ = _chain(make, leaves, S, heads, half_sources=True)
+        loss, _, _ = _chain(make, leaves, S, heads, half_sources=True)
         assert stacks[0].buffer.dtype == torch.float16
         return torch.autograd.grad(loss, leaves)
 
@@ -196,8 +195,7 @@ def test_fold_half_chain_matches_the_gather_backward():
     leaves = _leaves(D, S, heads, 0, 4, torch.float16)
 
     def run(cfg):
-        with use_kernel_config(**cfg):
-            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, **cfg), leaves, S, heads)
         return torch.autograd.grad(loss, leaves)
 
     fold, gather = run(_config(2)), run(_config(0))
@@ -215,8 +213,7 @@ def test_fold_is_bitwise_repeatable():
 
     def run(seed, twice=False):
         leaves = _leaves(D, S, heads, 0, seed, torch.float32)
-        with use_kernel_config(poison=False, fold_calls=2):
-            loss, _, _ = _chain(lambda cap, p: TritonSourceStack(cap, params=p), leaves, S, heads)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, poison=False, fold_calls=2), leaves, S, heads)
         grads = torch.autograd.grad(loss, leaves, retain_graph=twice)
         return (grads, torch.autograd.grad(loss, leaves)) if twice else grads
 
@@ -259,17 +256,18 @@ def test_kernel_config_refuses_unknown_backwards():
 
 def test_bench_variants_select_the_backward():
     """`mhar bench routing --backends triton,triton-gather,triton-fold12` times the backwards side
-    by side in one process: each variant runs under its own KernelConfig, the default (`triton`)
-    under the fold-block backward at blocks of 8."""
-    from mhar_probe.bench.routing import BACKENDS, kernel_variant
-    from mhar_probe.kernels import current_kernel_config
+    by side in one process: each variant's backend carries its own KernelConfig (the variant's
+    fields over the run's base configuration), the default (`triton`) the fold-block backward at
+    blocks of 8; the old name of the storage-douts variant still reads."""
+    from mhar_probe.bench.routing import BACKENDS, variant_backend
 
     seen = {}
     for name in ("triton", "triton-gather", "triton-fold4", "triton-fold12", "triton-fold16"):
         assert name in BACKENDS
-        with kernel_variant(name):
-            cfg = current_kernel_config()
-            seen[name] = (cfg.stack_backward, cfg.fold_calls, cfg.poison)
+        cfg = variant_backend(name, POISON).options
+        seen[name] = (cfg.stack_backward, cfg.fold_calls, cfg.poison)
     assert seen == {"triton": ("fold", 8, True), "triton-gather": ("gather", 8, True),
                     "triton-fold4": ("fold", 4, True), "triton-fold12": ("fold", 12, True),
                     "triton-fold16": ("fold", 16, True)}
+    storage = variant_backend("triton-storage-douts", POISON).options
+    assert storage.routing_douts == "storage" and variant_backend("triton-bf16dout", POISON).options == storage

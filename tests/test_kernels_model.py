@@ -28,7 +28,7 @@ STACKED = ("attnres", "mhar", "mhar_hw")  # the shared-stack methods (the delta 
 def gathers(monkeypatch):
     """Counts the 4-bytes/pair backward's gather launches: the model builds its stack with the
     sites' parameters, so every shared-stack method must run it (and the delta form must not)."""
-    import mhar_probe.kernels.autograd as kad
+    import mhar_probe.kernels.route.autograd as kad
 
     calls: list[int] = []
     real = kad.STACK_GATHER
@@ -36,9 +36,10 @@ def gathers(monkeypatch):
     return calls
 
 
-def _loss_and_grads(config: MHARConfig, state: dict, ids: torch.Tensor, backend: str, device: str):
+def _loss_and_grads(config: MHARConfig, state: dict, ids: torch.Tensor, backend: str, device: str,
+                    kernels=None):
     torch.manual_seed(0)
-    model = set_routing_backend(MHARForCausalLM(config), backend)
+    model = set_routing_backend(MHARForCausalLM(config), backend, kernels)
     model.load_state_dict(state)
     model.to(device)
     loss = model(input_ids=ids.to(device), labels=ids.to(device)).loss
@@ -47,7 +48,7 @@ def _loss_and_grads(config: MHARConfig, state: dict, ids: torch.Tensor, backend:
                                  if p.grad is not None}
 
 
-def _check(config: MHARConfig, device: str, T: int, tol: float) -> None:
+def _check(config: MHARConfig, device: str, T: int, tol: float, kernels=None) -> None:
     torch.manual_seed(0)
     model = MHARForCausalLM(config)
     with torch.no_grad():  # leave init (zero queries, zero gates) so routing is not uniform
@@ -56,7 +57,7 @@ def _check(config: MHARConfig, device: str, T: int, tol: float) -> None:
     state = {k: v.clone() for k, v in model.state_dict().items()}
     ids = torch.randint(0, config.vocab_size, (2, T))
     l_e, g_e = _loss_and_grads(config, state, ids, "eager", device)
-    l_t, g_t = _loss_and_grads(config, state, ids, "triton", device)
+    l_t, g_t = _loss_and_grads(config, state, ids, "triton", device, kernels)
     assert abs(l_t.item() - l_e.item()) <= tol * abs(l_e.item())
     assert g_e.keys() == g_t.keys() and len(g_e) > 0
     errs = {n: ((g_t[n] - g_e[n]).abs().max() / g_e[n].abs().max().clamp_min(1e-30)).item()
@@ -79,8 +80,8 @@ def test_model_triton_matches_eager_cpu(method, gathers):
 
 @pytest.fixture
 def folds(monkeypatch):
-    """Counts the fold-block backward's fold launches (route_bwd_fold.py)."""
-    import mhar_probe.kernels.autograd as kad
+    """Counts the fold-block backward's fold launches (kernels/route/bwd_fold.py)."""
+    import mhar_probe.kernels.route.autograd as kad
 
     calls: list[int] = []
     real = kad.STACK_FOLD
@@ -94,14 +95,72 @@ def test_model_fold_backward_matches_eager_cpu(method, folds):
     that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager."""
     if torch.cuda.is_available():
         pytest.skip("the GPU variants run the tiny preset (9+ calls: folds at the default 8)")
-    from mhar_probe.kernels import use_kernel_config
+    from mhar_probe.kernels import KernelConfig
 
     config = MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32,
                                     num_hidden_layers=2, num_attention_heads=4,
                                     num_key_value_heads=2, intermediate_size=48, vocab_size=61)
-    with use_kernel_config(fold_calls=2):
-        _check(config, "cpu", T=3, tol=2e-5)
+    _check(config, "cpu", T=3, tol=2e-5, kernels=KernelConfig(fold_calls=2))
     assert len(folds) >= 2
+
+
+def _small(method: str = "mhar") -> MHARConfig:
+    return MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32, num_hidden_layers=2,
+                                  num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                                  vocab_size=61)
+
+
+def test_two_models_with_different_kernel_configs_each_use_their_own(monkeypatch):
+    """The kernel configuration travels with the model (`set_routing_backend(model, "triton",
+    kernels=...)`), not through a process-wide setting: two models set up one after the other
+    and run interleaved each build their stacks with their own KernelConfig (the second one set
+    up does not change the first), the default backend stays at the defaults, and the triton
+    backend a model asks for carries the configuration."""
+    import mhar_probe.kernels.route.autograd as kad
+    from mhar_probe.kernels import KernelConfig
+    from mhar_probe.model.routing import get_backend, routing_backend, routing_kernels_of
+
+    built: list[KernelConfig] = []
+    real = kad._StackState.__init__
+
+    def spy(self, capacity, params=None, config=KernelConfig()):
+        built.append(config)
+        real(self, capacity, params, config)
+
+    monkeypatch.setattr(kad._StackState, "__init__", spy)
+    fold2, gather = KernelConfig(fold_calls=2), KernelConfig(stack_backward="gather", routing_douts="storage")
+    torch.manual_seed(0)
+    a = set_routing_backend(MHARForCausalLM(_small()), "triton", fold2)
+    b = set_routing_backend(MHARForCausalLM(_small()), "triton", gather)
+    plain = set_routing_backend(MHARForCausalLM(_small()), "triton")
+    ids = torch.randint(0, 61, (1, 3))
+    for model, want in ((a, fold2), (b, gather), (a, fold2), (plain, KernelConfig()), (b, gather)):
+        built.clear()
+        model(input_ids=ids, labels=ids).loss.backward()
+        assert built == [want]
+    assert routing_kernels_of(a) == fold2 and routing_kernels_of(plain) is None
+    with routing_backend(b, "eager"):  # a backend switch keeps the model's kernel options
+        assert routing_kernels_of(b) == gather
+    assert routing_kernels_of(b) == gather
+    assert get_backend("triton", gather).options is gather and get_backend("triton").options == KernelConfig()
+    with pytest.raises(TypeError, match="KernelConfig"):
+        set_routing_backend(MHARForCausalLM(_small()), "triton", {"fold_calls": 2})
+
+
+def test_no_kernel_module_keeps_a_process_wide_configuration():
+    """Nothing under mhar_probe/kernels/ rebinds module state (`global`), and the package offers no
+    way to make a configuration current: the KernelConfig is passed to every stack and call."""
+    import ast
+    from pathlib import Path
+
+    import mhar_probe.kernels as kernels
+
+    root = Path(kernels.__file__).parent
+    rebinding = [f"{path.relative_to(root)}:{node.lineno}" for path in sorted(root.rglob("*.py"))
+                 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Global)]
+    assert not rebinding, f"module state rebound at {rebinding}"
+    for name in ("set_kernel_config", "use_kernel_config", "current_kernel_config"):
+        assert not hasattr(kernels, name) and not hasattr(kernels.config, name), name
 
 
 @pytest.mark.gpu

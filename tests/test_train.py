@@ -67,20 +67,30 @@ def test_run_directory_contents_and_learning(tmp_path):
     assert "routing_kernels" not in summary  # eager routing (the CPU default)
 
 
-def test_summary_records_the_triton_kernels(tmp_path):
+def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
     """A triton run records the KernelConfig its kernels ran with (the opt-in douts move the
-    gradients): the run's --routing-douts over the configuration current around it."""
+    gradients): the one its --routing-douts makes, which the run passes to its model (built with
+    it) and sets nowhere else; the record reads back as that configuration."""
     pytest.importorskip("triton")
-    from mhar_probe.kernels import current_kernel_config, use_kernel_config
+    import mhar_probe.kernels.route.autograd as kad
+    from mhar_probe.kernels import KernelConfig, kernel_config_from_dict
 
-    with use_kernel_config(poison=True):  # what the run does not set is kept
-        summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
-                              batch_size=1, eval_every=100, routing_douts="storage"))
+    built = []
+    real = kad._StackState.__init__
+
+    def spy(self, capacity, params=None, config=KernelConfig()):
+        built.append(config)
+        real(self, capacity, params, config)
+
+    monkeypatch.setattr(kad._StackState, "__init__", spy)
+    summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
+                          batch_size=1, eval_every=100, routing_douts="storage"))
     kernels = summary["routing_kernels"]
-    assert {k: kernels[k] for k in ("dout_dtype", "poison", "launch_table")} == \
-        dict(dout_dtype="storage", poison=True, launch_table=None)
+    assert {k: kernels[k] for k in ("routing_douts", "poison", "launch_table")} == \
+        dict(routing_douts="storage", poison=False, launch_table=None)
     assert json.loads((tmp_path / "run" / "summary.json").read_text())["routing_kernels"] == kernels
-    assert current_kernel_config().dout_dtype == "promoted"  # set for the run only
+    assert built and set(built) == {KernelConfig(routing_douts="storage")}  # every stack of the run
+    assert kernel_config_from_dict(kernels) == KernelConfig(routing_douts="storage")
 
 
 def test_resume_reproduces_uninterrupted_curve(tmp_path):

@@ -59,23 +59,29 @@ def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
 
 def test_routed_arms_once_per_stack_backward(tt, monkeypatch):
     """--routing-backward fold gather: the routed methods get one arm per backward (mhar,
-    mhar/gather), the others one; every step of an arm runs under that arm's KernelConfig."""
-    from mhar_probe.kernels import current_kernel_config
+    mhar/gather), the others one; every step of an arm runs its own model, which carries that
+    arm's KernelConfig (no process-wide setting is left behind)."""
+    from mhar_probe.model.routing import routing_kernels_of
 
-    seen = {}
-    real = tt.EagerStep.__call__
+    models, seen = {}, {}
+    real_set, real = tt.set_routing_backend, tt.EagerStep.__call__
+
+    def set_spy(model, name, kernels=None):
+        models[id(next(model.parameters()))] = model
+        return real_set(model, name, kernels)
 
     def spy(self, micro_batches, lr):
-        seen.setdefault(id(self), set()).add((current_kernel_config().stack_backward, current_kernel_config().fold_calls))
+        k = routing_kernels_of(models[id(self.params[0])])
+        seen.setdefault(id(self), set()).add(k and (k.stack_backward, k.fold_calls))
         return real(self, micro_batches, lr)
 
+    monkeypatch.setattr(tt, "set_routing_backend", set_spy)
     monkeypatch.setattr(tt.EagerStep, "__call__", spy)
     rows = tt.bench_preset("tiny", _args(routing_backward=["fold", "gather"], fold_calls=3, rounds=1),
                            torch.device("cpu"))
     assert [(r["arm"], r["method"], r["routing_backward"]) for r in rows] == [
         ("baseline", "baseline", "fold"), ("mhar", "mhar", "fold"), ("mhar/gather", "mhar", "gather")]
-    assert sorted(map(sorted, seen.values())) == [[("fold", 3)], [("fold", 3)], [("gather", 3)]]
-    assert current_kernel_config().stack_backward == "fold" and current_kernel_config().fold_calls == 8
+    assert list(seen.values()) == [{None}, {("fold", 3)}, {("gather", 3)}]  # baseline: nothing routes
 
 
 def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):

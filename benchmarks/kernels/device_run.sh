@@ -10,7 +10,7 @@
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh check   every GPU test, then triton against the VARIANTS at
 #                                                         the training microbatches (routing kernels, H = 8)
 #   VARIANT=.. bash benchmarks/kernels/device_run.sh train   autocast-layout kernel table at the training
-#                                                         microbatches, triton against triton-$VARIANT (default bf16dout)
+#                                                         microbatches, triton against triton-$VARIANT (storage-douts)
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh compare   no tests: kernel table and training
 #                                                         microbatches (triton against VARIANTS)
 # (End-to-end training throughput and its profile: benchmarks/train_throughput/run_on_device.sh.)
@@ -111,15 +111,15 @@ case "${1:-tests}" in
     timeout 220 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${VARIANTS:+,$VARIANTS} --repeat 5 \
       2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -14 ;;
-  train)  # PRESETS (default: all three) as preset:batch:seq; VARIANT (default bf16dout)
-    V=${VARIANT:-bf16dout}
+  train)  # PRESETS (default: all three) as preset:batch:seq; VARIANT (default storage-douts)
+    V=${VARIANT:-storage-douts}
     timeout 150 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-$V \
       --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
   compare)  # no tests: the kernel table (bf16, graph replay) and the training microbatches (autocast,
-    # H = 8), triton against the VARIANTS (default triton-bf16dout), then the interleaved end-to-end
-    # table for METHODS (default baseline, mhar and mhar/bf16dout)
-    V=${VARIANTS-triton-bf16dout}
+    # H = 8), triton against the VARIANTS (default triton-storage-douts), then the interleaved end-to-end
+    # table for METHODS (default baseline, mhar and mhar/storage-douts)
+    V=${VARIANTS-triton-storage-douts}
     timeout ${TABLE_TIMEOUT:-160} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 8,1 --backends triton${V:+,$V} --repeat 5 --graph 2>&1 \
       | grep -v -i warn | tee "$OUT/bench_table.log" | tail -14

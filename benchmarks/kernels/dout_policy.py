@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from mhar_probe.kernels.config import ROUTING_DOUTS
 from mhar_probe.runfiles import RunFiles
 from mhar_probe.train import TrainConfig, train
 
@@ -40,7 +41,7 @@ def main() -> None:
         raise SystemExit("the dout policy is a property of the triton kernels: run this on a CUDA GPU")
     runs = {}
     with tempfile.TemporaryDirectory() as tmp:
-        for policy in ("promoted", "storage"):
+        for policy in ROUTING_DOUTS:
             out = Path(tmp) / policy
             summary = train(TrainConfig(
                 out=str(out), preset=args.preset, method="mhar", steps=args.steps, lr=args.lr,

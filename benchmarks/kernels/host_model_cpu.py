@@ -27,7 +27,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")  # CPU tensors pass the device ch
 
 import torch  # noqa: E402
 
-import mhar_probe.kernels.autograd as kad  # noqa: E402
+import mhar_probe.kernels.route.autograd as kad  # noqa: E402
 from mhar_probe.kernels import launch  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.config import ROUTED_METHODS  # noqa: E402

@@ -74,8 +74,9 @@ def main() -> None:
         for t in leaves:
             t.grad = None
 
-    from mhar_probe.kernels import launch, route_bwd, route_bwd_collect, route_fwd
-    from mhar_probe.kernels.route_fwd import launch_route_fwd
+    from mhar_probe.kernels import launch
+    from mhar_probe.kernels.route import bwd as route_bwd, bwd_collect as route_bwd_collect, fwd as route_fwd
+    from mhar_probe.kernels.route.fwd import launch_route_fwd
 
     launchers = [k for mod in (route_fwd, route_bwd, route_bwd_collect) for k in vars(mod).values()
                  if isinstance(k, launch.Launcher)]

@@ -29,15 +29,13 @@ def run_chain(shape: str, heads: int, dtype: str, launch_table: str | None = Non
     import torch
 
     import mhar_probe.bench.routing as bench
-    from mhar_probe.kernels import KernelConfig, set_kernel_config
+    from mhar_probe.kernels import KernelConfig
     from mhar_probe.model.routing import get_backend
-
-    set_kernel_config(KernelConfig(launch_table=launch_table))
 
     bench.DTYPE = {"mixed": "mixed", "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]
     d, L, B, T = bench.SHAPES[shape]
     xs, qs, gs, douts = bench.make_inputs(d, L, B, T)
-    be = get_backend("triton")
+    be = get_backend("triton", KernelConfig(launch_table=launch_table))
     for i in range(3):
         if i == 2:
             torch.cuda.synchronize()

@@ -33,12 +33,12 @@ from triton.backends.compiler import GPUTarget
 from triton.compiler import ASTSource
 
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
-from mhar_probe.kernels.route_bwd import stack_bwd_kernel, stack_bwd_split_kernel
+from mhar_probe.kernels.route.bwd import stack_bwd_kernel, stack_bwd_split_kernel
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
-from mhar_probe.kernels.route_bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
-from mhar_probe.kernels.route_bwd_fold import stack_fold_kernel
-from mhar_probe.kernels.route_fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
+from mhar_probe.kernels.route.bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels.route.bwd_fold import stack_fold_kernel
+from mhar_probe.kernels.route.fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
@@ -144,7 +144,7 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 
 
 def fold_job(d: int, cfg: tuple) -> tuple:
-    """stack_fold_kernel (route_bwd_fold.py) at a gather launch-table row."""
+    """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,

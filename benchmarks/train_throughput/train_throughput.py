@@ -48,8 +48,8 @@ from mhar_probe import __version__
 from mhar_probe.bench.provenance import git_commit, software
 from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
-from mhar_probe.kernels import KernelConfig, use_kernel_config
-from mhar_probe.kernels.config import DOUT_DTYPES, STACK_BACKWARDS
+from mhar_probe.kernels import KernelConfig
+from mhar_probe.kernels.config import ROUTING_DOUTS, STACK_BACKWARDS
 from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
@@ -91,7 +91,7 @@ class Arm:
         self.label = label or method
         self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
                                              max_position_embeddings=max(2 * args.seq_len, 256))
-        self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend).to(device)
+        self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend, self.kernels).to(device)
         if args.compile_sublayers:
             compile_sublayers(self.model)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
@@ -195,23 +195,20 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
             torch.cuda.synchronize()
             before = torch.cuda.memory_allocated()
             torch.cuda.reset_peak_memory_stats()
-        with use_kernel_config(kernels):  # stacks take it when built, at every forward
-            arm = Arm(method, preset, args, device, pool, kernels, label)
-            if isinstance(arm.step, GraphStep):
-                arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
-            else:
-                arm.step([batch], lr=1e-4)
+        arm = Arm(method, preset, args, device, pool, kernels, label)  # its model carries `kernels`
+        if isinstance(arm.step, GraphStep):
+            arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
+        else:
+            arm.step([batch], lr=1e-4)
         if cuda:
             arm.peak_growth = torch.cuda.max_memory_allocated() - before
         arms.append(arm)
     for arm in arms:
         if isinstance(arm.step, GraphStep):
-            with use_kernel_config(arm.kernels):
-                arm.step.capture()
+            arm.step.capture()
     for r in range(args.warmup + args.rounds):
         for arm in arms:
-            with use_kernel_config(arm.kernels):
-                dt = timed_step(arm, batch, cuda)
+            dt = timed_step(arm, batch, cuda)
             if r >= args.warmup:
                 arm.times.append(dt)
     name = torch.cuda.get_device_name() if cuda else ""
@@ -240,8 +237,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                 row["memory_vs_baseline"] = row["peak_memory_gb"] / ((base.resident_bytes() + base.peak_growth) / 1e9)
         if cuda and args.profile:
             trace = args.trace and f"{args.trace}_{preset}_{arm.method}.json"
-            with use_kernel_config(arm.kernels):
-                row["profile"] = profile_step(arm, batch, trace)
+            row["profile"] = profile_step(arm, batch, trace)
             # the profiled step's kernel time over the unprofiled median step (the profiler's own start
             # and stop lengthen the profiled step's wall by 1-5 ms, outside its kernels)
             row["busy_fraction_of_step"] = row["profile"]["busy_ms"] / (median * 1e3)
@@ -262,7 +258,8 @@ def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str]]:
     for method in args.methods:
         backwards = args.routing_backward if method in REPLACEMENT_METHODS else args.routing_backward[:1]
         for i, backward in enumerate(backwards):
-            kernels = KernelConfig(dout_dtype=args.routing_douts, stack_backward=backward, fold_calls=args.fold_calls)
+            kernels = KernelConfig(routing_douts=args.routing_douts, stack_backward=backward,
+                                   fold_calls=args.fold_calls)
             specs.append((method, kernels, method if i == 0 else f"{method}/{backward}"))
     return specs
 
@@ -307,8 +304,9 @@ def main() -> None:
     p.add_argument("--loss-kernel", default=None, choices=LOSS_KERNELS, help="default: fused on CUDA, torch on CPU")
     p.add_argument("--compile-sublayers", action=argparse.BooleanOptionalAction, default=None,
                    help="torch.compile each attention / MLP sublayer (default: on CUDA, as in training)")
-    p.add_argument("--routing-douts", choices=DOUT_DTYPES, default="promoted",
-                   help="the triton backward's upstream-gradient dtype (KernelConfig.dout_dtype), as mhar train's flag")
+    p.add_argument("--routing-douts", choices=ROUTING_DOUTS, default="promoted",
+                   help="the triton backward's upstream-gradient dtype (the dout policy, KernelConfig.routing_douts), "
+                        "as mhar train's flag")
     p.add_argument("--routing-backward", nargs="+", choices=STACK_BACKWARDS, default=["fold"],
                    help="the shared stack's backward (KernelConfig.stack_backward); several: one arm per "
                         "backward for each routed method, timed side by side (e.g. fold gather)")

@@ -14,12 +14,13 @@ derivation is mhar_probe/kernels/README.md, "Design".
 from __future__ import annotations
 
 import argparse
-import contextlib
+import dataclasses
 import datetime
 import json
 import os
 import statistics
 import time
+from typing import Any
 
 import torch
 
@@ -38,31 +39,34 @@ SHAPES = {  # name: (d, L, B, T)
 GRAPH = False  # --graph: also time CUDA-graph replays of fwd+bwd
 DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 source 0, bf16 rest
 # Triton kernel variants timed beside the default in one process: name -> the KernelConfig
-# fields it changes. bf16dout stores the douts the gather reads in the source buffer's dtype (bf16
-# under autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
+# fields it changes (over the run's base configuration: `--launch-table`). storage-douts (the dout
+# policy `routing_douts="storage"`, `mhar train --routing-douts storage`; called bf16dout before
+# 2026-11-26) stores the douts the gather reads in the source buffer's dtype (bf16 under
+# autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
 # stack's gather backward (every source's gather reads all its readers' douts), the default
 # before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
 # the default 8 (`--backends triton,triton-gather` times the two backwards side by side). The
 # variants that lost against today's kernels are gone (mhar_probe/kernels/README.md says which
 # commit last had each).
 VARIANTS: dict[str, dict[str, object]] = {
-    "triton-bf16dout": dict(dout_dtype="storage"),
+    "triton-storage-douts": dict(routing_douts="storage"),
     "triton-gather": dict(stack_backward="gather"),
     "triton-fold4": dict(fold_calls=4),
     "triton-fold12": dict(fold_calls=12),
     "triton-fold16": dict(fold_calls=16),
 }
+#: old names of a variant (in saved benchmark files and notes) -> today's
+OLD_VARIANTS = {"triton-bf16dout": "triton-storage-douts"}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
 
 
-@contextlib.contextmanager
-def kernel_variant(name: str):
-    """Run the triton kernels with backend `name`'s KernelConfig inside the block ("triton" and
-    the non-triton backends: the current one)."""
-    from mhar_probe.kernels import use_kernel_config
-
-    with use_kernel_config(**VARIANTS.get(name, {})):
-        yield
+def variant_backend(name: str, base: Any):
+    """Backend `name` ("triton", a triton variant, "compile", "eager"), the triton ones with `base`
+    (a KernelConfig) and the variant's changes bound (`get_backend`'s options, not a global)."""
+    name = OLD_VARIANTS.get(name, name)
+    if not name.startswith("triton"):
+        return get_backend(name)
+    return get_backend("triton", dataclasses.replace(base, **VARIANTS.get(name, {})))
 
 
 def cuda_time(fn, warmup: int, repeat: int) -> float:
@@ -175,7 +179,7 @@ def chain_fwd(backend, xs, qs, gs, H, params: bool = True):
     return outs
 
 
-def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
+def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True):
     xs, qs, gs, douts = make_inputs(d, L, B, T)
     S = 2 * L + 1
     pairs = S * (S + 1) // 2
@@ -188,7 +192,7 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
         if bname == "fla" and H != 1:
             continue
         try:
-            be = fla_backend() if bname == "fla" else get_backend(bname.split("-")[0])
+            be = fla_backend() if bname == "fla" else variant_backend(bname, kernels)
         except ImportError as exc:
             print(f"{name:5s} H={H:<2d} {bname:8s} skipped: {exc}", flush=True)
             continue
@@ -203,37 +207,36 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
             for t in leaves:
                 t.grad = None
 
-        with kernel_variant(bname):
+        try:
+            t0 = time.time()
+            fwdbwd()  # compile / autotune outside the timings
+            torch.cuda.synchronize()
+            first = time.time() - t0
+            rep = repeat if bname.startswith("triton") else max(3, repeat // 3)
+            ms_f = cuda_time(fwd, 2, rep)
+            torch.cuda.reset_peak_memory_stats()
+            base = torch.cuda.memory_allocated()
+            ms_fb = cuda_time(fwdbwd, 2, rep)
+            peak = (torch.cuda.max_memory_allocated() - base) / 2**30
+        except torch.OutOfMemoryError:
+            rows.append(dict(shape=name, H=H, backend=bname, oom=True))
+            torch.cuda.empty_cache()
+            continue
+        with torch.no_grad():
+            last = fwd()[-1].float()
+        prof = kernel_ms(fwdbwd) if bname.startswith("triton") and profile else {}
+        graph = None
+        if GRAPH:
             try:
-                t0 = time.time()
-                fwdbwd()  # compile / autotune outside the timings
-                torch.cuda.synchronize()
-                first = time.time() - t0
-                rep = repeat if bname.startswith("triton") else max(3, repeat // 3)
-                ms_f = cuda_time(fwd, 2, rep)
-                torch.cuda.reset_peak_memory_stats()
-                base = torch.cuda.memory_allocated()
-                ms_fb = cuda_time(fwdbwd, 2, rep)
-                peak = (torch.cuda.max_memory_allocated() - base) / 2**30
-            except torch.OutOfMemoryError:
-                rows.append(dict(shape=name, H=H, backend=bname, oom=True))
+                graph = graph_ms(fwdbwd, rep)
+            except Exception as exc:  # noqa: BLE001 - recorded, the wall-clock row stands
+                print(f"{name:5s} H={H:<2d} {bname:8s} graph capture failed: "
+                      f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
                 torch.cuda.empty_cache()
-                continue
-            with torch.no_grad():
-                last = fwd()[-1].float()
-            prof = kernel_ms(fwdbwd) if bname.startswith("triton") and profile else {}
-            graph = None
-            if GRAPH:
-                try:
-                    graph = graph_ms(fwdbwd, rep)
-                except Exception as exc:  # noqa: BLE001 - recorded, the wall-clock row stands
-                    print(f"{name:5s} H={H:<2d} {bname:8s} graph capture failed: "
-                          f"{type(exc).__name__}: {str(exc)[:200]}", flush=True)
-                    torch.cuda.empty_cache()
         floor_ms = floor_bytes / (bw * 1e6)
         err = ((last - ref).abs().max() / ref.abs().max()).item()
         rows.append(dict(kernels_ms=prof, kernels_total_ms=sum(prof.values()), shape=name, d=d, L=L, B=B, T=T, H=H,
-                         backend=bname, kernel_config=VARIANTS.get(bname, {}) if bname.startswith("triton") else None,
+                         backend=bname, kernel_config=be.options.as_dict() if bname.startswith("triton") else None,
                          pairs=pairs,
                          fwd_ms=ms_f, bwd_ms=ms_fb - ms_f, fwdbwd_ms=ms_fb, peak_extra_gib=peak,
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
@@ -248,7 +251,7 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, profile=True):
     return rows
 
 
-def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
+def bench_delta(backends, bw, repeat, kernels, d=4096, H=8, N=9, B=2, T=4096, L=32):
     """8B delta form: one self-contained call (null + block deltas, partial, gate) fwd+bwd."""
     g = torch.Generator(device="cuda").manual_seed(1)
     src = torch.randn(N, B, T, d, device="cuda", generator=g).bfloat16().requires_grad_()
@@ -261,16 +264,15 @@ def bench_delta(backends, bw, repeat, d=4096, H=8, N=9, B=2, T=4096, L=32):
     for bname in backends:
         if bname == "fla":  # FLA has no delta form (partial stream + gate)
             continue
-        be = get_backend(bname.split("-")[0])
+        be = variant_backend(bname, kernels)
 
         def fb():
             out, _ = be.route(src, q, w, H, 1e-6, partial=part, gate=gate)
             torch.autograd.backward(out, dout)
 
         try:
-            with kernel_variant(bname):
-                fb()
-                ms = cuda_time(fb, 2, repeat)
+            fb()
+            ms = cuda_time(fb, 2, repeat)
         except torch.OutOfMemoryError:
             rows.append(dict(shape="8B-delta", backend=bname, oom=True))
             continue
@@ -328,7 +330,7 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
     built without the sites' parameters (the only one that runs the stack_bwd kernels)."""
     import tempfile
 
-    from mhar_probe.kernels import use_kernel_config
+    from mhar_probe.kernels import KernelConfig
     from mhar_probe.kernels.launch_tables import LaunchTables
 
     lists = {k: sweep_candidates(k, os.environ.get(f"MHAR_SWEEP_{k.upper()}")) for k in kernels}
@@ -339,14 +341,13 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
         d, L, B, T = SHAPES[name]
         xs, qs, gs, douts = make_inputs(d, L, B, T)
         for H in heads:
-            be = get_backend("triton")
             # the forward's and the gather's rows name the storage width they were swept at
             # (bytes per output / stored dout element: 2 in a 16-bit chain, 4 under autocast)
             eb = 2 if DTYPE in (torch.bfloat16, torch.float16) else 4
             keys = {"fwd": (d, H, eb), "stack": (d, H, H), "gather": (d, H, H, eb), "pair_e": (d, H)}
             for kind in kernels:
 
-                def fb(params=kind != "stack"):
+                def fb(be, params=kind != "stack"):
                     outs = chain_fwd(be, xs, qs, gs, H, params=params)
                     torch.autograd.backward(outs, douts)
                     for t in xs + qs + gs:
@@ -356,9 +357,9 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
                     trial = LaunchTables(**{**chosen.__dict__, kind: {**getattr(chosen, kind), keys[kind]: cfg}})
                     path = os.path.join(trials, f"{name}_h{H}_{kind}_{i}.json")
                     trial.dump(path)
-                    with use_kernel_config(launch_table=path):
-                        fb()  # compiles
-                        ms = sum(v for k, v in kernel_ms(fb).items() if k.startswith(SWEEP_PREFIX[kind]))
+                    be = get_backend("triton", KernelConfig(launch_table=path))
+                    fb(be)  # compiles
+                    ms = sum(v for k, v in kernel_ms(lambda: fb(be)).items() if k.startswith(SWEEP_PREFIX[kind]))
                     rows.append(dict(sweep=kind, shape=name, H=H, cfg=cfg, gpu_ms=ms))
                 mine = [r for r in rows if r["sweep"] == kind and r["shape"] == name and r["H"] == H]
                 best = min(mine, key=lambda r: r["gpu_ms"])["cfg"]
@@ -369,14 +370,14 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
     return rows
 
 
-def host_profile(name: str, H: int, iters: int = 20) -> None:
+def host_profile(name: str, H: int, base: Any, iters: int = 20) -> None:
     """Where the host's time goes in the triton chain (Python functions by own time)."""
     import cProfile
     import pstats
 
     d, L, B, T = SHAPES[name]
     xs, qs, gs, douts = make_inputs(d, L, B, T)
-    be = get_backend("triton")
+    be = get_backend("triton", base)
 
     def fb():
         outs = chain_fwd(be, xs, qs, gs, H)
@@ -401,7 +402,7 @@ def host_profile(name: str, H: int, iters: int = 20) -> None:
 
 def check_arguments(args: argparse.Namespace) -> None:
     """One clear message for input the user can fix (the CLI turns it into exit status 2)."""
-    unknown = [b for b in args.backends.split(",") if b not in BACKENDS]
+    unknown = [b for b in args.backends.split(",") if OLD_VARIANTS.get(b, b) not in BACKENDS]
     if unknown:
         raise UserError(f"unknown backend(s) {', '.join(unknown)}; choose from {', '.join(BACKENDS)}")
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
@@ -418,12 +419,11 @@ def run(args: argparse.Namespace) -> None:
     """Run the benchmark with parsed options (`mhar bench routing`: mhar_probe.cli.bench parses them)."""
     check_arguments(args)
     from mhar_probe.bench.provenance import git_commit, software
-    from mhar_probe.kernels import KernelConfig, kernel_settings, set_kernel_config
+    from mhar_probe.kernels import KernelConfig, kernel_settings
     from mhar_probe.model.routing import register_triton_backend
 
     register_triton_backend()
-    if args.launch_table:
-        set_kernel_config(KernelConfig(launch_table=args.launch_table))
+    base = KernelConfig(launch_table=args.launch_table or None)  # every triton backend's, variants on top
 
     global DTYPE, GRAPH
     GRAPH = args.graph
@@ -433,11 +433,11 @@ def run(args: argparse.Namespace) -> None:
     bw = copy_bandwidth()
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
                 commit=args.commit or git_commit(), **software(), copy_gbps=bw, dtype=args.dtype,
-                kernels=kernel_settings())
+                kernels=kernel_settings(base))
     print(json.dumps(meta), flush=True)
     rows = []
     if args.host_profile:
-        host_profile(args.shapes.split(",")[0], int(args.heads.split(",")[0]))
+        host_profile(args.shapes.split(",")[0], int(args.heads.split(",")[0]), base)
     if args.sweep:
         rows += sweep(bw, args.repeat, args.sweep.split(","), list(map(int, args.heads.split(","))),
                       args.out.replace(".json", "_tuned.json"), tuple(args.sweep_kernels.split(",")))
@@ -446,10 +446,10 @@ def run(args: argparse.Namespace) -> None:
             return
     for name in args.shapes.split(","):
         for H in map(int, args.heads.split(",")):
-            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat)
+            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat, base)
             json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
     if not args.no_delta:
-        rows += bench_delta(backends, bw, max(5, args.repeat // 2))
+        rows += bench_delta(backends, bw, max(5, args.repeat // 2), base)
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
     print("\nshape  H  backend        fwd+bwd ms  vs triton  floor frac | graph ms  vs triton  floor frac")
     tri = {(r["shape"], r.get("H")): r for r in rows if r["backend"] == "triton" and "fwdbwd_ms" in r}

@@ -84,6 +84,7 @@ def train_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGrou
 def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
     """The options of one training run (`mhar train`; `mhar sweep` replaces the axes), in the
     groups of `TRAIN_GROUPS`; returns the groups so a command adds its own options to them."""
+    from ..kernels.config import ROUTING_DOUTS
     from ..loss import LOSS_KERNELS
     from ..model.config import PRESETS
     from ..model.methods import METHODS
@@ -131,7 +132,7 @@ def add_train_arguments(p: argparse.ArgumentParser) -> dict[str, argparse._Argum
                      help="routing implementation: fused Triton kernels, torch.compile or the eager "
                           "reference (default: triton on CUDA, eager on CPU)")
     gpu.add_argument("--fsdp", action="store_true", help="FSDP2 full sharding under torchrun (default: DDP)")
-    gpu.add_argument("--routing-douts", choices=("promoted", "storage"), default="promoted",
+    gpu.add_argument("--routing-douts", choices=ROUTING_DOUTS, default="promoted",
                      help="upstream gradients the triton backward reads: 'promoted' (fp32 under autocast, "
                           "the reference's gradients) or 'storage' (bf16 under autocast: fewer bytes, rounded)")
     gpu.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,

@@ -72,9 +72,9 @@ def load_base_of_converted(src: Path, config: Any) -> nn.Module:
     return base
 
 
-def load_cpt_model(src: Path, control: bool, routing_backend: str | None) -> nn.Module:
+def load_cpt_model(src: Path, control: bool, routing_backend: str | None, kernels: object = None) -> nn.Module:
     """The model to continue-training, in float32 on CPU, in train mode (see module doc); a
-    converted model routes with `routing_backend`."""
+    converted model routes with `routing_backend` and its options `kernels` (triton: a KernelConfig)."""
     config = read_config(src)
     if is_converted(config):
         if control:
@@ -82,7 +82,7 @@ def load_cpt_model(src: Path, control: bool, routing_backend: str | None) -> nn.
         else:
             model = saved.load_model(src, "converted model", config=config, dtype=torch.float32,
                                      local_files_only=True)
-            set_routing_backend(model, routing_backend)
+            set_routing_backend(model, routing_backend, kernels)
     elif control:
         model = saved.load_model(src, "model", config=config, dtype=torch.float32, local_files_only=True)
     else:

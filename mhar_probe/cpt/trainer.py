@@ -82,7 +82,7 @@ class CPTTrainer(Trainer):
 
     def build_model(self) -> torch.nn.Module:
         cfg = self.cfg
-        model = load_cpt_model(self.src, cfg.control, cfg.routing_backend)
+        model = load_cpt_model(self.src, cfg.control, cfg.routing_backend, self.kernels)
         self.model_class = type(model)  # before any FSDP wrapping renames it
         if cfg.checkpointing:
             enable_checkpointing(model)

@@ -70,6 +70,7 @@ class MHARModel(MHARPreTrainedModel):
         props = method(self.method)
         if props.replaces:  # the source stack's backend; routing.set_routing_backend sets it
             self.routing_backend = DEFAULT_BACKEND
+            self.routing_kernels: object = None  # the backend's options (triton: a KernelConfig)
         self.embed_tokens = nn.Embedding(config.vocab_size, d)
         self.layers = nn.ModuleList(DecoderLayer(config, i) for i in range(L))
         self.norm = RMSNorm(d, config.rms_norm_eps)
@@ -161,7 +162,8 @@ class MHARModel(MHARPreTrainedModel):
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:
         params = [(site.query, site.key_norm.weight) for site in self.sites]  # in call order
-        stack = get_backend(self.routing_backend).new_stack(self.config.num_sources, params=params)
+        backend = get_backend(self.routing_backend, self.routing_kernels)  # with the model's kernel config
+        stack = backend.new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
         for i, layer in enumerate(self.layers):
             stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1

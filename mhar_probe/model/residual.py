@@ -82,6 +82,7 @@ class DeltaSite(nn.Module):
         self.index, self.layer, self.kind = index, layer, kind
         self.num_heads, self.eps = num_heads, eps
         self.routing_backend = DEFAULT_BACKEND  # run-time setting: routing.set_routing_backend
+        self.routing_kernels: object = None  # with its options (triton: a KernelConfig; None: defaults)
         self.query = nn.Parameter(torch.zeros(d))
         self.key_norm = RMSNorm(d, eps)
         self.gate = nn.Parameter(torch.zeros(()))
@@ -101,7 +102,7 @@ class DeltaSite(nn.Module):
     def forward(self, h: Tensor, sources: Tensor) -> Tensor:  # h [B, T, d]; sources [N, B, T, d]
         if self.hook_sources.active:
             self.hook_sources(sources)
-        out, weights = get_backend(self.routing_backend).route(
+        out, weights = get_backend(self.routing_backend, self.routing_kernels).route(
             sources, self.query, self.key_norm.weight, self.num_heads, self.eps, partial=h, gate=self.gate)
         if self.hook_weights.active:
             self.hook_weights(weights)

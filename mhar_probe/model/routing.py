@@ -22,15 +22,23 @@ Backends share one interface so that model code never changes:
 first time it is asked for.
 
 Which backend a model routes with is a run-time setting, not part of its config:
-`set_routing_backend(model, name)` (or `routing_backend(model, name)` for a `with` block)
-checks that the backend can route the model's reads (the triton kernels' limits on H) and
+`set_routing_backend(model, name, kernels=None)` (or `routing_backend(model, name)` for a `with`
+block) checks that the backend can route the model's reads (the triton kernels' limits on H) and
 sets it on every module that routes; `choose_backend(device, requested)` is the default
 every entry point uses (triton on CUDA, eager elsewhere).
+
+A backend may take options (triton: a `mhar_probe.kernels.KernelConfig`). They travel with the
+model, never through a global: `set_routing_backend(model, "triton", kernels=cfg)` stores `cfg`
+on every routing module beside the backend's name, and each forward asks
+`get_backend(name, kernels)` for the backend with them bound (`RoutingBackend.configure`), so two
+models with different kernel configurations run side by side in one process. Backends without
+options (eager, compile) ignore them.
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import warnings
 from dataclasses import dataclass
 from collections.abc import Iterable, Iterator, Sequence
@@ -127,9 +135,14 @@ class RoutingBackend:
     new_stack: Callable[..., SourceStack]  # (capacity, params=None)
     #: (d, H) -> None, or ValueError for a read of width d in H heads the backend cannot route
     check_heads: Callable[[int, int], None] | None = None
+    #: options -> this backend with them bound into `route` and `new_stack` (None: it takes none)
+    configure: Callable[[object], "RoutingBackend"] | None = None
+    #: the options bound into this one (None: the backend's defaults)
+    options: object = None
 
 
 _BACKENDS: dict[str, RoutingBackend] = {}
+_CONFIGURED: dict[tuple[str, object], RoutingBackend] = {}  # (name, options) -> backend, built once
 
 
 def register_backend(backend: RoutingBackend) -> None:
@@ -161,15 +174,35 @@ def register_triton_backend() -> RoutingBackend:
     saved run's own copy of this module (loaded by `trust_remote_code`) registers into its own
     registry, from the installed package. Raises ImportError where the package or Triton is
     missing."""
-    from mhar_probe.kernels import TritonSourceStack, check_heads, route_triton
+    from mhar_probe.kernels import KernelConfig, TritonSourceStack, check_heads, route_triton
 
-    backend = RoutingBackend("triton", route_triton, TritonSourceStack, check_heads)
+    def configure(config: object) -> RoutingBackend:
+        if not isinstance(config, KernelConfig):
+            raise TypeError(f"routing backend 'triton' takes a KernelConfig, got {type(config).__name__}")
+        return RoutingBackend("triton", functools.partial(route_triton, config=config),
+                              functools.partial(TritonSourceStack, config=config), check_heads, configure, config)
+
+    backend = configure(KernelConfig())
     register_backend(backend)
     return backend
 
 
-def get_backend(name: str) -> RoutingBackend:
-    """Look up a routing backend; `triton` is registered on first use (`register_triton_backend`)."""
+def get_backend(name: str, options: object = None) -> RoutingBackend:
+    """Look up a routing backend, with `options` bound where the backend takes any (triton: a
+    KernelConfig; None: its defaults); `triton` is registered on first use
+    (`register_triton_backend`)."""
+    if options is not None:
+        try:
+            key = (name, options)
+            backend = _CONFIGURED.get(key)
+        except TypeError:  # unhashable: not a configuration object
+            raise TypeError(f"routing backend {name!r}: options must be a frozen configuration (triton: a "
+                            f"KernelConfig), got {type(options).__name__}") from None
+        if backend is None:
+            base = get_backend(name)
+            backend = base.configure(options) if base.configure is not None else base
+            _CONFIGURED[key] = backend
+        return backend
     if name == "triton" and name not in _BACKENDS:
         try:
             register_triton_backend()
@@ -247,12 +280,15 @@ def check_backend(name: str, reads: Iterable[tuple[int, int]] = ()) -> None:
 
 
 def _routing_modules(model: nn.Module) -> list[nn.Module]:
-    """The modules that route (they hold a `routing_backend` name and read it at every forward)."""
+    """The modules that route (they hold a `routing_backend` name and their `routing_kernels`
+    options, and read both at every forward)."""
     return [m for m in model.modules() if isinstance(getattr(m, "routing_backend", None), str)]
 
 
-def set_routing_backend(model: nn.Module, name: str) -> nn.Module:
-    """Route `model` with backend `name` from its next forward on; returns `model`.
+def set_routing_backend(model: nn.Module, name: str, kernels: object = None) -> nn.Module:
+    """Route `model` with backend `name`, its options `kernels` (triton: a
+    `mhar_probe.kernels.KernelConfig`; None: the backend's defaults), from its next forward on;
+    returns `model`.
 
     Checked first (`check_backend`) against every read of the model's routing sites (each site
     names its own as `routing_reads`), so a limit of the backend is refused here, in one line, not at
@@ -263,9 +299,24 @@ def set_routing_backend(model: nn.Module, name: str) -> nn.Module:
         _check_name(name)
         return model
     check_backend(name, [r for m in model.modules() for r in getattr(m, "routing_reads", ())])
+    get_backend(name, kernels)  # options the backend refuses are refused here
     for m in modules:
-        m.routing_backend = name
+        m.routing_backend, m.routing_kernels = name, kernels
     return model
+
+
+def routing_kernels_of(model: nn.Module) -> object:
+    """The backend options `model` routes with (None: the defaults, and for a model without
+    routing sites)."""
+    options: list[object] = []
+    for m in _routing_modules(model):
+        kernels = getattr(m, "routing_kernels", None)  # (a saved run's older code has none)
+        if kernels not in options:
+            options.append(kernels)
+    if len(options) > 1:
+        raise RuntimeError("the model's routing modules disagree on the kernel options; set them with "
+                           "set_routing_backend")
+    return options[0] if options else None
 
 
 def routing_backend_of(model: nn.Module) -> str:
@@ -279,12 +330,13 @@ def routing_backend_of(model: nn.Module) -> str:
 
 @contextlib.contextmanager
 def routing_backend(model: nn.Module, name: str | None) -> Iterator[str]:
-    """Route `model` with `name` inside the block (None: as it is); yields the backend in use."""
+    """Route `model` with `name` inside the block (None: as it is), keeping its kernel options;
+    yields the backend in use."""
     old = routing_backend_of(model)
     if name is None:
         yield old
         return
-    set_routing_backend(model, name)
+    set_routing_backend(model, name, routing_kernels_of(model))
     try:
         yield name
     finally:

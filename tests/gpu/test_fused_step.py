@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 
 from mhar_probe.compiled import compile_sublayers  # noqa: E402
 from mhar_probe.kernels.cross_entropy import fused_cross_entropy  # noqa: E402
-from mhar_probe.kernels.naive import cross_entropy_reference_f64  # noqa: E402
+from mhar_probe.kernels.cross_entropy.naive import cross_entropy_reference_f64  # noqa: E402
 from mhar_probe.loss import next_token_cross_entropy  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.methods import METHODS  # noqa: E402

@@ -9,6 +9,7 @@ Each test appends its measured numbers to $MHAR_GPU_RESULTS (JSON lines) when se
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 
@@ -19,9 +20,9 @@ pytestmark = pytest.mark.gpu
 if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
-from mhar_probe.kernels import KernelConfig, TritonSourceStack, route_triton, use_kernel_config  # noqa: E402
+from mhar_probe.kernels import KernelConfig, TritonSourceStack, route_triton  # noqa: E402
 from mhar_probe.kernels.launch_tables import LaunchTables, tables_for  # noqa: E402
-from mhar_probe.kernels.naive import route_reference_f64  # noqa: E402
+from mhar_probe.kernels.route.naive import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
 from kernel_checks import StridedAppendStack  # noqa: E402
@@ -164,10 +165,10 @@ def _f64_stack_rounded(S, params=None):  # float64, with the normalised key roun
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_fp32_shared_stack_chain(hw, collect):
+def test_fp32_shared_stack_chain(hw, collect, triton_stack):
     """Chained sites amplify fp32 rounding, so the yardstick is fp32 itself: triton's error
     against float64 must stay within 1.5x of the eager fp32 path's (plus the raw gap recorded)."""
-    t = run_chain(TritonSourceStack, torch.float32, hw=hw, collect=collect)
+    t = run_chain(triton_stack, torch.float32, hw=hw, collect=collect)
     r = run_chain(_eager_stack, torch.float32, hw=hw, collect=collect)
     truth = run_chain(_f64_stack, torch.float64, hw=hw, collect=collect)
     errs = [rel(a, b) for a, b in zip(t, r)]
@@ -213,18 +214,31 @@ def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, c
 
 
 @pytest.fixture(params=["stack_bwd", "fold", "fold3", "gather"], ids=["", "collect", "fold3", "gather"])
-def collect(request):
+def stack_kind(request) -> str:
     """Each stack test with a stack built without the sites' parameters (the stack_bwd kernels)
     and once more built with them (the model's), under each backward of such a stack: the
-    fold-block backward (route_bwd_fold.py, the default: blocks of 8 calls, one fold in a
-    13-call chain; fold3: blocks of 3, four folds) and the gather backward (route_bwd_collect.py
+    fold-block backward (kernels/route/bwd_fold.py, the default: blocks of 8 calls, one fold in a
+    13-call chain; fold3: blocks of 3, four folds) and the gather backward (kernels/route/bwd_collect.py
     alone, stack_backward="gather")."""
-    if request.param == "stack_bwd":
-        yield False
-        return
-    changes = dict(fold3=dict(fold_calls=3), gather=dict(stack_backward="gather")).get(request.param, {})
-    with use_kernel_config(**changes):
-        yield True
+    return request.param
+
+
+@pytest.fixture
+def collect(stack_kind) -> bool:
+    """Whether the stack is built with the sites' parameters."""
+    return stack_kind != "stack_bwd"
+
+
+@pytest.fixture
+def triton_stack(stack_kind):
+    """TritonSourceStack with the KernelConfig of `stack_kind` (passed to each stack it builds)."""
+    changes = dict(fold3=dict(fold_calls=3), gather=dict(stack_backward="gather")).get(stack_kind, {})
+    return functools.partial(TritonSourceStack, config=KernelConfig(**changes))
+
+
+def configured(**changes) -> functools.partial:
+    """A TritonSourceStack factory that builds stacks with KernelConfig(**changes)."""
+    return functools.partial(TritonSourceStack, config=KernelConfig(**changes))
 
 
 def table_file(tmp_path, name: str, **rows) -> str:
@@ -240,7 +254,7 @@ def _strided_append_stack(capacity, params=None):
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_bf16_stack_no_worse_than_eager(hw, collect):
+def test_bf16_stack_no_worse_than_eager(hw, collect, triton_stack):
     """The bf16 claim, isolated: on every routing weight and every gradient, triton's error
     against the float64 truth is no larger than eager bf16's, or within what bf16 itself costs
     (the reference function in float64 with its bf16 key rounding, result stored in bf16).
@@ -252,7 +266,7 @@ def test_bf16_stack_no_worse_than_eager(hw, collect):
     for seed in range(2):
         kw = dict(hw=hw, seed=seed, collect=collect)
         truth = stack_reads(_f64_stack, torch.float64, **kw)
-        t = stack_reads(TritonSourceStack, torch.bfloat16, **kw)
+        t = stack_reads(triton_stack, torch.bfloat16, **kw)
         e = stack_reads(_eager_stack, torch.bfloat16, **kw)
         keyround = stack_reads(_f64_stack_rounded, torch.float64, **kw)
         n_w = len(truth) - 3 * 13  # routing weights first, then the 3S gradients
@@ -266,7 +280,7 @@ def test_bf16_stack_no_worse_than_eager(hw, collect):
 
 
 @pytest.mark.parametrize("hw", [0, 4])
-def test_bf16_chain_no_worse_than_eager(hw, collect):
+def test_bf16_chain_no_worse_than_eager(hw, collect, triton_stack):
     """bf16 chain through a model-like stack of tanh(x @ M) sublayers: triton's worst gradient
     errors against a float64 truth are no larger than eager bf16's. Both paths share every bf16
     op outside routing, so per-gradient ratios scatter by +-20-40% from rounding flips the chain
@@ -277,7 +291,7 @@ def test_bf16_chain_no_worse_than_eager(hw, collect):
     for seed in range(4):
         kw = dict(hw=hw, seed=seed, collect=collect)
         truth = run_chain(_f64_stack, torch.float64, **kw)
-        t = run_chain(TritonSourceStack, torch.bfloat16, **kw)
+        t = run_chain(triton_stack, torch.bfloat16, **kw)
         e = run_chain(_eager_stack, torch.bfloat16, **kw)
         et = [rel(a, b) for a, b in zip(t, truth)]
         ee = [rel(a, b) for a, b in zip(e, truth)]
@@ -310,9 +324,9 @@ def test_bf16_per_call_no_worse_than_eager(N, D, H):
         assert a <= b * 1.01, (et, ee)  # so equal-to-5-digits errors are common: 1% slack)
 
 
-def test_bitwise_repeatable(collect):
-    a = run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3, collect=collect)
-    b = run_chain(TritonSourceStack, torch.bfloat16, hw=4, seed=3, collect=collect)
+def test_bitwise_repeatable(collect, triton_stack):
+    a = run_chain(triton_stack, torch.bfloat16, hw=4, seed=3, collect=collect)
+    b = run_chain(triton_stack, torch.bfloat16, hw=4, seed=3, collect=collect)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
     src, q, w, dout = inputs(9, 2, 37, 4096, seed=1)
     leaves = [src.bfloat16(), q, w, torch.randn(2, 37, 4096, device="cuda").bfloat16(),
@@ -330,10 +344,9 @@ def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
     every gradient given: the fold-block backward's error against float64 is within 1.5x of the
     gather backward's (plus 1e-7), and its weights and gradients within 1e-5 of the gather's."""
     truth = stack_reads(_f64_stack, torch.float64, L=L, D=D, heads=heads, hw=0, collect=True)
-    with use_kernel_config(fold_calls=fold_calls):
-        fold = stack_reads(TritonSourceStack, torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
-    with use_kernel_config(stack_backward="gather"):
-        gather = stack_reads(TritonSourceStack, torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
+    fold = stack_reads(configured(fold_calls=fold_calls), torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
+    gather = stack_reads(configured(stack_backward="gather"), torch.float32, L=L, D=D, heads=heads, hw=0,
+                         collect=True)
     ef = [rel(a, b) for a, b in zip(fold, truth)]
     eg = [rel(a, b) for a, b in zip(gather, truth)]
     between = [rel(a, b) for a, b in zip(fold, gather)]
@@ -348,8 +361,8 @@ def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     the chain and the delta call give bitwise the same outputs and gradients through both paths,
     and the direct path is really taken (the launch counters of each kernel family move; the
     chain's d = 1280 runs the two-tile kernels, the delta call's d = 4096 the single-tile ones)."""
-    from mhar_probe.kernels.route_bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT
-    from mhar_probe.kernels.route_fwd import _FWD, _FWD_SPLIT
+    from mhar_probe.kernels.route.bwd import _DQDG, ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT
+    from mhar_probe.kernels.route.fwd import _FWD, _FWD_SPLIT
 
     families = [(_FWD,), (_FWD_SPLIT,), (STACK_BWD_SPLIT,), (_DQDG,), (ROUTE_BWD_LOCAL,)]
     launchers = [_FWD, _FWD_SPLIT, STACK_BWD, STACK_BWD_SPLIT, _DQDG, ROUTE_BWD_LOCAL]
@@ -391,8 +404,7 @@ def test_register_cap_is_bitwise_neutral(tmp_path, D):
     sbp, snw, per_sm, _ = tables.stack_config(D, 8, 8)
     path = table_file(tmp_path, "capped", fwd={(D, 8, 2): (bp, nw, 64, stages)},
                       stack={(D, 8, 8): (sbp, snw, per_sm, 96)})
-    with use_kernel_config(launch_table=path):
-        capped = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
+    capped = run_chain(configured(launch_table=path), torch.bfloat16, D=D, heads=(8,), seed=5)
     assert all(torch.equal(a, b) for a, b in zip(base, capped))
     record(test="register_cap", D=D, ok=True)
 
@@ -408,8 +420,8 @@ def test_gather_loads_first_matches_program_order(tmp_path, D, H):
         for first in (False, True):
             row = (1, warps, int(prefetch), 0, int(first))
             path = table_file(tmp_path, f"g{warps}{first}", gather={(D, H, H, b): row for b in (0, 4)})
-            with use_kernel_config(launch_table=path):
-                runs[first] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(H,), seed=31, collect=True)
+            runs[first] = run_chain(configured(launch_table=path), torch.float32, D=D, heads=(H,), seed=31,
+                                    collect=True)
         err = max(rel(a, b) for a, b in zip(runs[True], runs[False]))
         record(test="gather_loads_first", D=D, H=H, warps=warps, prefetch=prefetch, max_rel_vs_program_order=err,
                bitwise=all(torch.equal(a, b) for a, b in zip(runs[True], runs[False])))
@@ -426,7 +438,7 @@ def test_gather_aligned_tiles_match_compiler_layout(monkeypatch, tmp_path):
     config in use (two warps, loads first) and at two warps in program order; the launches took
     the aligned path (VEC_B > 0) unless forced. One warp with aligned tiles (the 1B bf16 entry)
     is judged against float64 by the bf16 chain tests above."""
-    import mhar_probe.kernels.autograd as kad
+    import mhar_probe.kernels.route.autograd as kad
 
     S, D = 13, 1280
     g = torch.Generator(device="cuda").manual_seed(29)
@@ -436,8 +448,8 @@ def test_gather_aligned_tiles_match_compiler_layout(monkeypatch, tmp_path):
     gs = [(1 + 0.2 * torch.randn(D, device="cuda", generator=g)).requires_grad_() for _ in range(S)]
     rs = [torch.randn(2, 37, D, device="cuda", generator=g) for _ in range(S)]
 
-    def grads() -> list[torch.Tensor]:
-        stack = TritonSourceStack(S, params=list(zip(qs, gs)))
+    def grads(path) -> list[torch.Tensor]:
+        stack = TritonSourceStack(S, params=list(zip(qs, gs)), config=KernelConfig(launch_table=path))
         loss = torch.zeros((), device="cuda")
         for s in range(S):
             stack.append(xs[s])
@@ -452,8 +464,7 @@ def test_gather_aligned_tiles_match_compiler_layout(monkeypatch, tmp_path):
         for align in (False, True):
             monkeypatch.setattr(kad, "narrow_tile_vec", rule if align else (lambda *a: 0))
             kad._GATHER_PLANS.clear()
-            with use_kernel_config(launch_table=path):
-                runs[(cfg, align)] = grads()
+            runs[(cfg, align)] = grads(path)
             vecs = {plan[1]["VEC_B"] for plan in kad._GATHER_PLANS.values()}
             assert (min(vecs) > 0) if align else vecs == {0}, (cfg, align, vecs)
     for cfg in (None, (1, 2, 0, 0, 0)):
@@ -475,8 +486,7 @@ def test_forward_pipeline_depth_is_neutral(tmp_path, D):
     runs = {}
     for stages in (2, 3, 4):
         path = table_file(tmp_path, f"s{stages}", fwd={(D, 8, b): (1, 1, 0, stages) for b in (0, 4)})
-        with use_kernel_config(launch_table=path):
-            runs[stages] = run_chain(TritonSourceStack, torch.float32, D=D, heads=(8,), seed=11)
+        runs[stages] = run_chain(configured(launch_table=path), torch.float32, D=D, heads=(8,), seed=11)
     for stages in (2, 4):
         err = max(rel(a, b) for a, b in zip(runs[stages], runs[3]))
         record(test="fwd_pipeline_depth", D=D, stages=stages, max_rel_vs_3=err,
@@ -490,7 +500,7 @@ def test_gather_same_h_matches_general_path(monkeypatch, D):
     the same order as the general path that reads each reader's head count from the call table
     (what a stack with mixed head counts runs; forced here): over an fp32 chain every output and
     gradient agrees within fp32 rounding (whether bitwise is recorded)."""
-    import mhar_probe.kernels.autograd as kad
+    import mhar_probe.kernels.route.autograd as kad
 
     uniform = kad._uniform_heads
     runs = {}
@@ -526,7 +536,7 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     with its IEEE fp32 dot (forced here) to fp32 rounding (they differ only in dl's bits below
     2^-22 and the order of the sums); the source gradients do not go through pair_e and stay
     bitwise equal."""
-    import mhar_probe.kernels.autograd as kad
+    import mhar_probe.kernels.route.autograd as kad
 
     S = 13
     g = torch.Generator(device="cuda").manual_seed(17)
@@ -569,11 +579,10 @@ def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     the sites' parameters under each backward: the fold-block one (7 calls: no fold at the
     default 8, three at fold2, whose accumulators and dout slots the graph's pool holds) and the
     gather backward."""
-    with use_kernel_config(**changes):
-        _replay_check(collect)
+    _replay_check(collect, KernelConfig(**changes))
 
 
-def _replay_check(collect: bool) -> None:
+def _replay_check(collect: bool, config: KernelConfig) -> None:
     S, D = 7, 1280
     g = torch.Generator(device="cuda").manual_seed(41)
     x0 = torch.randn(2, 37, D, device="cuda", generator=g).requires_grad_()
@@ -583,7 +592,7 @@ def _replay_check(collect: bool) -> None:
     leaves = [x0, *qs, *gs]
 
     def step():
-        stack = TritonSourceStack(S, params=list(zip(qs, gs)) if collect else None)
+        stack = TritonSourceStack(S, params=list(zip(qs, gs)) if collect else None, config=config)
         loss, ws = chain(stack, x0, qs, gs, Ms, [8, 1, 4] * 3)
         return [loss.detach(), *(w.detach() for w in ws), *torch.autograd.grad(loss, leaves)]
 

@@ -22,7 +22,7 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mhar_probe.kernels.config import current_kernel_config
+from mhar_probe.kernels.config import DEFAULT
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
 
@@ -333,7 +333,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
     dst, its row of V, by the same kernel (the stack's append folded into the call that first
     reads the source), and folded into the softmax right after row 0.
-    `tables`: the launch tables (default: the current KernelConfig's).
+    `tables`: the launch tables (default: the built-in ones, `KernelConfig()`'s).
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
@@ -341,7 +341,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     if tables is None:
-        tables = tables_for(current_kernel_config())
+        tables = tables_for(DEFAULT)
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
                 append is not None)

@@ -26,23 +26,23 @@ import torch
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mhar_probe.kernels.config import KernelConfig, current_kernel_config
+from mhar_probe.kernels.config import DEFAULT, KernelConfig
 from mhar_probe.kernels.launch import cdiv, is_interpreted, next_pow2
 from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
-from mhar_probe.kernels.route_bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg
-from mhar_probe.kernels.route_bwd_collect import (
+from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg
+from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route_bwd_fold import STACK_FOLD, fold_due
-from mhar_probe.kernels.route_fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
+from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, fold_due
+from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
-def kernel_settings(config: KernelConfig | None = None) -> dict[str, object]:
+def kernel_settings(config: KernelConfig = DEFAULT) -> dict[str, object]:
     """What a training run records of its kernels (`routing_kernels` in summary.json): the
-    KernelConfig's fields (default: the current one) and Triton's version."""
+    fields of the KernelConfig it ran with and Triton's version."""
     import triton
 
-    return dict((config or current_kernel_config()).as_dict(), triton=triton.__version__)
+    return dict(config.as_dict(), triton=triton.__version__)
 
 
 def _new(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, poison: bool) -> Tensor:
@@ -151,9 +151,10 @@ _route_local_apply = _fast_apply(_RouteLocal)
 
 
 def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads: int,
-                 eps: float = 1e-6, partial: Tensor | None = None, gate: Tensor | None = None
-                 ) -> tuple[Tensor, Tensor]:
-    """Fused eq. (mh) on a stacked [N, B, T, d] tensor: (out [B, T, d], weights [N, B, T, H])."""
+                 eps: float = 1e-6, partial: Tensor | None = None, gate: Tensor | None = None,
+                 config: KernelConfig = DEFAULT) -> tuple[Tensor, Tensor]:
+    """Fused eq. (mh) on a stacked [N, B, T, d] tensor: (out [B, T, d], weights [N, B, T, H]),
+    forward and backward with the kernels of `config`."""
     _check_device(sources)
     N, B, T, D = sources.shape
     check_heads(D, num_heads)
@@ -164,7 +165,9 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
         partial = partial.to(sources.dtype)
     if gate is not None and partial is None:
         gate = None  # as the reference: the gate only scales the routed term of the delta form
-    cfg = current_kernel_config()
+    if not isinstance(config, KernelConfig):
+        raise TypeError(f"config: expected a KernelConfig, got {type(config).__name__}")
+    cfg = config
     tensors = [t for t in (sources, query, norm_weight, partial, gate) if t is not None]
     if not (torch.is_grad_enabled() and any(t.requires_grad for t in tensors)):
         return _route_local_fwd(sources, query, norm_weight, num_heads, eps, partial, gate, cfg)
@@ -285,18 +288,21 @@ class _StackState:
     every call computes in the promoted dtype of the rows it reads, as torch.stack of them
     would.
 
-    The stack runs with the KernelConfig current when it was built (`config`), backward too.
+    The stack runs with the KernelConfig it was built with (`config`), backward too.
     Built with `params` (every site's query and key-norm weight, as the model passes them) it
-    runs the fold-block backward (`route_bwd_fold.py`; config `stack_backward="fold"`, the
-    default) or the 4-bytes/pair gather backward (`route_bwd_collect.py`, "gather"); without, the
-    stack_bwd kernels (`route_bwd.py`), which re-read each call's sources (same gradients up to
+    runs the fold-block backward (`bwd_fold.py`; config `stack_backward="fold"`, the
+    default) or the 4-bytes/pair gather backward (`bwd_collect.py`, "gather"); without, the
+    stack_bwd kernels (`bwd.py`), which re-read each call's sources (same gradients up to
     fp32 rounding)."""
 
     _OUT_CHUNK = 8  # call outputs are carved from [chunk, B*T, d] buffers (fewer allocations)
 
-    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
+    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None,
+                 config: KernelConfig = DEFAULT) -> None:
+        if not isinstance(config, KernelConfig):
+            raise TypeError(f"config: expected a KernelConfig, got {type(config).__name__}")
         self.capacity = capacity
-        self.config = current_kernel_config()
+        self.config = config
         self.launch_tables: LaunchTables = tables_for(self.config)
         self._poison = self.config.poison
         # collect mode: every routing call's (query, key-norm weight) is known up front, one
@@ -502,7 +508,7 @@ class _StackState:
         poison = self._poison
         # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's;
         # the fold-block backward keeps only the unfolded calls' (fold_calls slots: `_dout_slots`)
-        storage = self.config.dout_dtype == "storage" and self.buffer is not None
+        storage = self.config.routing_douts == "storage" and self.buffer is not None
         fold = self.config.fold_calls if self.collect and self.config.stack_backward == "fold" else 0
         self._fold, self._frontier, self._acc = fold, top + 1, None
         slots = min(fold, top + 1) if fold else top + 1
@@ -635,10 +641,10 @@ class _StackState:
         return dq, dg, dx
 
     def _backward_call_collect(self, call: int, rec: _Call, dout: Tensor, out: Tensor, dx: Tensor) -> None:
-        """The kernels of `_backward_call` in the 4-bytes/pair design (route_bwd_collect.py): the
+        """The kernels of `_backward_call` in the 4-bytes/pair design (bwd_collect.py): the
         call's own part is O(1) rows (dout, shift, S'), then the gather into `dx`; the query
         gradients of all calls are formed by the first call's node (`_param_grads`). The
-        fold-block backward (route_bwd_fold.py) gathers from the readers below the fold frontier
+        fold-block backward (bwd_fold.py) gathers from the readers below the fold frontier
         plus the sources' accumulators, then folds a full block of calls."""
         P, D = self.row0.shape
         dev = out.device
@@ -749,10 +755,12 @@ class TritonSourceStack:
     """Shared source buffer [capacity, B*T, d] for one forward pass (see module docstring).
 
     This object holds the token that chains the calls' autograd nodes and the sources not yet
-    handed to a call; the buffers live in its `_StackState`, which the nodes keep."""
+    handed to a call; the buffers live in its `_StackState`, which the nodes keep. `config`: the
+    kernels it runs (forward and backward)."""
 
-    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None) -> None:
-        self._state = _StackState(capacity, params)
+    def __init__(self, capacity: int, params: Sequence[tuple[Tensor, Tensor]] | None = None,
+                 config: KernelConfig = DEFAULT) -> None:
+        self._state = _StackState(capacity, params, config)
         self._pending: list[tuple[int, Tensor]] = []  # sources appended since the last call
         self._token: Tensor | None = None
 

@@ -1,6 +1,6 @@
 """Shared-stack backward at 4 bytes per pair-element: no call re-reads its sources.
 
-Notation as `route_bwd.py` (call c, source j, per head h of call c; khat0_j = round(v_j r_j)):
+Notation as `bwd.py` (call c, source j, per head h of call c; khat0_j = round(v_j r_j)):
 
     shift_c   = <dout_c, out_c>                          (per head; O(1) rows per call)
     S'_c      = <dout_c, mix_c - out_c>                  (0 for an fp32 output; else the forward's
@@ -38,11 +38,11 @@ import triton
 import triton.language as tl
 from torch import Tensor
 
-from mhar_probe.kernels.config import current_kernel_config
+from mhar_probe.kernels.config import DEFAULT
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
-from mhar_probe.kernels.route_bwd import source_grad_split
-from mhar_probe.kernels.route_fwd import block_rows, head_split, rsqrt_acc
+from mhar_probe.kernels.route.bwd import source_grad_split
+from mhar_probe.kernels.route.fwd import block_rows, head_split, rsqrt_acc
 
 
 @triton.jit
@@ -121,7 +121,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     one slot per call; the fold-block backward: slot F - 1 - c of a few, dbase = (F - 1) * P * d
     and a negative stride, still linear in c, so no index arithmetic per reader).
 
-    FOLD (the fold-block backward, `route_bwd_fold.py`): the readers are the calls [call, top1)
+    FOLD (the fold-block backward, `bwd_fold.py`): the readers are the calls [call, top1)
     only, top1 possibly below the stack's top (the later ones are folded into accumulators), so
     the prefetch past the last reader is masked off (that slot may lie outside the buffer).
 
@@ -226,7 +226,7 @@ def stack_gather_kernel(
 ):
     """Call `call`'s part (store dout, shift, S') and, after a block barrier, the gradients of
     the sources [j0, j1) it reads first, from the readers [call, top1) (`_gather_collect`).
-    FOLD (the fold-block backward, `route_bwd_fold.py`): douts in slots counted down from the
+    FOLD (the fold-block backward, `bwd_fold.py`): douts in slots counted down from the
     fold frontier top1 (dbase, a negative stride_dc); HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
     dx_j = ACC_j + gather_j."""
     pid = tl.program_id(0)
@@ -420,7 +420,7 @@ COLLECT_DQDG = Launcher(collect_dqdg_kernel)
 
 def tile_split(KM: int) -> tuple[int, int, int, int]:
     """(KA, BLOCK_KA, KB, BLOCK_KB) of a sub-head of width KM: two exact tiles where that saves
-    lanes (160 = 128 + 32; `route_fwd.head_split`), else one tile padded to a power of two."""
+    lanes (160 = 128 + 32; `fwd.head_split`), else one tile padded to a power of two."""
     split = head_split(KM)
     if split is None:
         return KM, next_pow2(KM), 0, 1
@@ -467,7 +467,7 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
                 tables: LaunchTables | None = None) -> tuple[int, dict, int]:
     """(BLOCK_C, constexprs, num_warps) of every pair_e_kernel launch of one backward; BLOCK_C is
     also the reader-block step of its work items (`_StackState._build_items`); `tables`: the
-    launch tables (default: the current KernelConfig's).
+    launch tables (default: the built-in ones, `KernelConfig()`'s).
 
     tl.dot needs 16 rows, columns and reduction steps on a GPU. Column blocks narrower than 16
     (d/H = 40 at H = 32, d = 1280) and readers that round their keys differently take the
@@ -481,7 +481,7 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     to dl's bits below 2^-22 and the order of the fp32 sums, on tensor cores instead of FMAs
     (within 2.9e-7 of the IEEE dot on an H100). Unrounded fp32 keys keep the IEEE dot."""
     if tables is None:
-        tables = tables_for(current_kernel_config())
+        tables = tables_for(DEFAULT)
     block_c, block_p, num_warps = tables.pair_e_config(d, max_heads)
     block_k, k_step = e_blocks(d, max_heads)
     mixed = len(modes) > 1 or (cuda and block_k < 16)

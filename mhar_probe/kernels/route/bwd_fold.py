@@ -1,7 +1,7 @@
 """The fold-block backward of the shared stack: each stored dout read about once per block of
 calls instead of once per (call, source) pair.
 
-Notation of `route_bwd_collect.py` (call c, source j, u_c = q_c * g_c, khat0_j = round(v_j r_j)).
+Notation of `bwd_collect.py` (call c, source j, u_c = q_c * g_c, khat0_j = round(v_j r_j)).
 Source j's gradient is a sum over its readers c of terms linear in (dout_c, dl_{c,j}):
 
     dv_j    = sum_c T_{c,j}
@@ -45,8 +45,8 @@ import triton
 import triton.language as tl
 
 from mhar_probe.kernels.launch import Launcher
-from mhar_probe.kernels.route_bwd_collect import _gather_collect, _tile_cols
-from mhar_probe.kernels.route_fwd import block_rows
+from mhar_probe.kernels.route.bwd_collect import _gather_collect, _tile_cols
+from mhar_probe.kernels.route.fwd import block_rows
 
 
 @triton.jit

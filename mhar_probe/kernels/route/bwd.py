@@ -26,9 +26,9 @@ Two kernels for the two ways of organising that sum:
   in a fixed order (no atomics: bitwise repeatable).
   Bytes per pair-element: fwd 2 (read v) + bwd 2 (read v in the call kernel) + 2 (read dout in
   the gather) = 6 (bf16; 8 under autocast, where the routed outputs and so the stored douts are
-  fp32), against the 4 of route_bwd_collect.py (README.md here, "Design") and the paper's ~14. 4 needs the call's query
+  fp32), against the 4 of bwd_collect.py (kernels/README.md, "Design") and the paper's ~14. 4 needs the call's query
   gradient formed after the gathers, i.e. every site's parameters up front: the backward of
-  route_bwd_collect.py, which the model runs; this one serves stacks built without them. Source
+  bwd_collect.py, which the model runs; this one serves stacks built without them. Source
   0 is read through its own pointer V0: under autocast it is the fp32 embedding beside a bf16
   buffer.
 No atomics anywhere: dq/dg/dgate leave as per-program partials summed on the host.
@@ -42,7 +42,7 @@ import triton.language as tl
 from torch import Tensor
 
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
-from mhar_probe.kernels.route_fwd import block_rows, rsqrt_acc, split_cols
+from mhar_probe.kernels.route.fwd import block_rows, rsqrt_acc, split_cols
 
 
 @triton.jit

@@ -11,7 +11,7 @@ about 30 bytes per logit against this kernel pair's 6 (2 to read in the forward,
 backward). At the 100M microbatch (16,384 x 151,936 logits) that is the largest single cost of
 the training step after the matrix multiplies (benchmarks/train_throughput/results.md).
 
-Reference: `naive.cross_entropy_reference_f64`. Targets must lie in [0, V) or equal the
+Reference: `naive.cross_entropy_reference_f64` (beside this file). Targets must lie in [0, V) or equal the
 ignore index (as for `F.cross_entropy`; out-of-range targets read a clamped column instead of
 raising). Every launch is asynchronous and capturable: the reduction's count and the upstream
 gradient stay on the device.
@@ -25,7 +25,6 @@ import triton.language as tl
 from torch import Tensor
 from torch.autograd.function import once_differentiable
 
-from mhar_probe.kernels.config import current_kernel_config
 from mhar_probe.kernels.launch import cdiv, is_interpreted
 
 FWD_BLOCK_V = 4096  # columns per iteration of a row's online log-sum-exp (one program per row)
@@ -76,8 +75,9 @@ def ce_bwd_kernel(logits_ptr, targets_ptr, lse_ptr, grad_ptr, count_ptr, dlogits
     tl.store(dlogits_ptr + row * stride_drow + idx, d.to(dlogits_ptr.dtype.element_ty), mask=inside)
 
 
-def _output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device) -> Tensor:
-    if current_kernel_config().poison:
+def _output(shape: tuple[int, ...], dtype: torch.dtype, device: torch.device, poison: bool) -> Tensor:
+    """A kernel output: uninitialised, or NaN-filled where `poison` (a test aid)."""
+    if poison:
         return torch.full(shape, float("nan"), dtype=dtype, device=device)
     return torch.empty(shape, dtype=dtype, device=device)
 
@@ -86,34 +86,35 @@ class FusedCrossEntropy(torch.autograd.Function):
     """Mean cross-entropy of logits [N, V] (any float dtype) against targets [N]; fp32 scalar."""
 
     @staticmethod
-    def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int) -> Tensor:
+    def forward(ctx, logits: Tensor, targets: Tensor, ignore_index: int, poison: bool) -> Tensor:
         N, V = logits.shape
-        lse = _output((N,), torch.float32, logits.device)  # [N]
-        rows = _output((N,), torch.float32, logits.device)  # [N] per-row loss (0 where ignored)
+        lse = _output((N,), torch.float32, logits.device, poison)  # [N]
+        rows = _output((N,), torch.float32, logits.device, poison)  # [N] per-row loss (0 where ignored)
         if N:
             ce_fwd_kernel[(N,)](logits, targets, lse, rows, V, logits.stride(0), ignore_index,
                                 BLOCK_V=FWD_BLOCK_V, num_warps=NUM_WARPS)
         count = (targets != ignore_index).sum()  # [] int64, on the device
         ctx.save_for_backward(logits, targets, lse, count)
-        ctx.ignore_index = ignore_index
+        ctx.ignore_index, ctx.poison = ignore_index, poison
         return rows.sum() / count  # 0 / 0 = nan when every target is ignored, as F.cross_entropy
 
     @staticmethod
     @once_differentiable
-    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None]:
+    def backward(ctx, grad: Tensor) -> tuple[Tensor, None, None, None]:
         logits, targets, lse, count = ctx.saved_tensors
         N, V = logits.shape
-        dlogits = _output((N, V), logits.dtype, logits.device)  # [N, V]
+        dlogits = _output((N, V), logits.dtype, logits.device, ctx.poison)  # [N, V]
         if N:
             ce_bwd_kernel[(N, cdiv(V, BWD_BLOCK_V))](
                 logits, targets, lse, grad.contiguous(), count, dlogits, V, logits.stride(0),
                 dlogits.stride(0), ctx.ignore_index, BLOCK_V=BWD_BLOCK_V, num_warps=NUM_WARPS)
-        return dlogits, None, None
+        return dlogits, None, None, None
 
 
-def fused_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100) -> Tensor:
+def fused_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -100, poison: bool = False) -> Tensor:
     """`F.cross_entropy(logits.float(), targets, ignore_index=...)` (mean) without the fp32 copy:
-    logits [..., V] on CUDA (or the Triton interpreter), targets [...] integer."""
+    logits [..., V] on CUDA (or the Triton interpreter), targets [...] integer. `poison`: every
+    kernel output NaN-filled before the kernel writes it (`KernelConfig.poison`; the tests')."""
     if not logits.is_cuda and not is_interpreted(ce_fwd_kernel):
         raise RuntimeError("the fused cross-entropy needs CUDA tensors (or TRITON_INTERPRET=1 set "
                            "before triton is imported); use the torch loss on the CPU")
@@ -122,4 +123,5 @@ def fused_cross_entropy(logits: Tensor, targets: Tensor, ignore_index: int = -10
     flat = logits.reshape(-1, logits.shape[-1])  # [N, V] (a view when the rows are contiguous)
     if flat.stride(-1) != 1:
         flat = flat.contiguous()
-    return FusedCrossEntropy.apply(flat, targets.reshape(-1).long().contiguous(), int(ignore_index))
+    return FusedCrossEntropy.apply(flat, targets.reshape(-1).long().contiguous(), int(ignore_index),
+                                    bool(poison))

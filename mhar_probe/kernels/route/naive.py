@@ -1,16 +1,15 @@
-"""Plain torch references of what each kernel computes: the ground truth the kernels are tested on.
+"""Plain torch references of what each routing kernel computes: the ground truth the kernels are tested on.
 
 Nothing here is fast and nothing here imports the model: these are eq. (mh) and its gradients
 written out in float64 (or in the caller's dtype, where a test wants a rounding emulated), so
 that a kernel can be compared with an independent reading of the same equations.
 
-  route_reference_f64  -- the forward (`route_fwd.py`), float64 throughout
-  route_bwd_reference  -- the closed-form backward of one call (`route_bwd.py`)
+  route_reference_f64  -- the forward (`fwd.py`), float64 throughout
+  route_bwd_reference  -- the closed-form backward of one call (`bwd.py`)
   collect_reference    -- the 4-bytes/pair decomposition of a shared stack's backward
-                          (`route_bwd_collect.py`), float64
+                          (`bwd_collect.py`), float64
   fold_reference       -- the same gradients summed as the fold-block backward sums them
-                          (`route_bwd_fold.py`: per-source accumulators of blocks of calls), float64
-  cross_entropy_reference_f64 -- the fused cross-entropy's loss and gradient (`cross_entropy.py`)
+                          (`bwd_fold.py`: per-source accumulators of blocks of calls), float64
 """
 
 from __future__ import annotations
@@ -76,7 +75,7 @@ def collect_reference(sources: list[Tensor], calls: list[tuple[int, Tensor, Tens
                       weights: list[Tensor], douts: list[Tensor], outs: list[Tensor],
                       residuals: list[Tensor | None], eps: float, round_to: list[torch.dtype | None]
                       ) -> tuple[list[Tensor], list[Tensor], list[Tensor]]:
-    """The shared stack's backward as `route_bwd_collect.py` decomposes it, in float64:
+    """The shared stack's backward as `bwd_collect.py` decomposes it, in float64:
     (dv_j [P, d] per source, dq_c, dg_c [d] per call).
 
         shift_c  = <dout_c, out_c>,   S'_c = <dout_c, res_c> (0 where res_c is None)
@@ -169,22 +168,3 @@ def fold_reference(sources: list[Tensor], calls: list[tuple[int, int, int, Tenso
             folds.append((c, frontier, j0))
             frontier = c
     return dv, folds
-
-
-def cross_entropy_reference_f64(logits: Tensor, targets: Tensor, ignore_index: int = -100
-                                ) -> tuple[Tensor, Tensor]:
-    """(mean loss, d loss / d logits) in float64 for logits [N, V], targets [N]
-    (`cross_entropy.py`), written out rather than through `F.cross_entropy`:
-
-        loss = sum_{i valid} (log sum_v exp x_iv - x_{i t_i}) / #valid
-        dx_iv = (softmax(x_i)_v - [v == t_i]) / #valid   (0 for ignored rows)"""
-    x = logits.double()
-    valid = targets != ignore_index  # [N]
-    lse = x.max(-1, keepdim=True).values + (x - x.max(-1, keepdim=True).values).exp().sum(-1, keepdim=True).log()
-    safe = torch.where(valid, targets, torch.zeros_like(targets))
-    picked = x.gather(-1, safe[:, None])  # [N, 1]
-    count = valid.sum().double()
-    loss = ((lse - picked)[:, 0] * valid).sum() / count
-    onehot = torch.zeros_like(x).scatter_(-1, safe[:, None], 1.0)
-    grad = ((x - lse).exp() - onehot) * valid[:, None] / count.clamp_min(1.0)
-    return loss, grad

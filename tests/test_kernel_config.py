@@ -1,0 +1,63 @@
+"""The kernels' configuration (issue 34, item 5): the dout policy has one name (`routing_douts`,
+the `--routing-douts` flag) and one tuple of choices that every parser and check uses; a saved
+record with the old spelling (`dout_dtype` in a run's summary.json) reads back mapped."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+
+from mhar_probe.errors import UserError
+from mhar_probe.kernels.config import LEGACY_FIELDS, ROUTING_DOUTS, KernelConfig, kernel_config_from_dict
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _choices(parser: argparse.ArgumentParser, flag: str) -> tuple:
+    return next(tuple(a.choices) for a in parser._actions if flag in a.option_strings)
+
+
+def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    return sub.choices[name]
+
+
+def test_the_dout_policy_has_one_name_and_one_tuple_of_choices(tmp_path):
+    from mhar_probe.cli import build_parser
+    from mhar_probe.train import TrainConfig
+
+    parser = build_parser()
+    for command in ("train", "sweep"):
+        assert _choices(_subcommand(parser, command), "--routing-douts") == ROUTING_DOUTS, command
+    spec = importlib.util.spec_from_file_location("train_throughput",
+                                                  ROOT / "benchmarks/train_throughput/train_throughput.py")
+    tt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(tt)
+    assert tt.ROUTING_DOUTS is ROUTING_DOUTS  # the benchmark's flag takes the same tuple
+    assert "routing_douts" in {f.name for f in fields(KernelConfig)} and "dout_dtype" not in LEGACY_FIELDS.values()
+    for policy in ROUTING_DOUTS:
+        assert KernelConfig(routing_douts=policy).routing_douts == policy
+    with pytest.raises(ValueError, match="routing_douts='bf16': choose from promoted, storage"):
+        KernelConfig(routing_douts="bf16")
+    with pytest.raises(UserError, match="--routing-douts must be one of promoted, storage"):
+        TrainConfig(out=str(tmp_path / "run"), routing_douts="bf16")
+
+
+def test_saved_kernel_records_read_back_with_old_spellings_mapped():
+    """Every committed run's `routing_kernels` (summary.json; written as `dout_dtype` before the
+    rename) reads back as a KernelConfig with its dout policy; today's record round-trips."""
+    records = [json.loads(p.read_text())["routing_kernels"] for p in sorted(ROOT.glob("results/**/summary.json"))
+               if "routing_kernels" in json.loads(p.read_text())]
+    old = dict(dout_dtype="storage", poison=False, launch_table=None, stack_backward="fold", fold_calls=8,
+               triton="3.6.0")  # a record as runs before the rename wrote it
+    assert kernel_config_from_dict(old) == KernelConfig(routing_douts="storage")
+    for record in records:
+        want = record.get("routing_douts", record.get("dout_dtype"))
+        assert kernel_config_from_dict(record).routing_douts == want
+    cfg = KernelConfig(routing_douts="storage", fold_calls=4)
+    assert kernel_config_from_dict(dict(cfg.as_dict(), triton="3.6.0")) == cfg
