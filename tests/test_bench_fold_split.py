@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from mhar_probe.kernels.route_bwd_fold import backward_plan, model_layout, plan_bytes
+from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout, plan_bytes
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -24,7 +24,7 @@ import json
 from dataclasses import asdict, dataclass
 
 from mhar_probe.bench.routing import SHAPES
-from mhar_probe.kernels.route_bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes
+from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes
 
 KERNELS = {"gather": "stack_gather_kernel", "fold": "stack_fold_kernel"}
 FWD_KERNELS = ("route_fwd_kernel", "route_fwd_split_kernel")

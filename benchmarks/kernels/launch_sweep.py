@@ -50,7 +50,7 @@ import torch
 
 from mhar_probe.bench.provenance import software
 from mhar_probe.bench.routing import SHAPES, SWEEP_FWD, SWEEP_GATHER, chain_fwd
-from mhar_probe.kernels import KernelConfig, use_kernel_config
+from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import VALUE_COLUMNS, LaunchTables, tables_for
 from mhar_probe.model.routing import get_backend
 
@@ -60,7 +60,7 @@ from fold_split import split_row  # noqa: E402
 #: kernel-name prefixes a kind's rows are judged by (the gather rows also launch the fold kernel)
 JUDGED = {"gather": ("stack_gather", "stack_fold"), "fwd": ("route_fwd",)}
 #: the probes: name -> KernelConfig fields over the default
-PROBES = {"fold": {}, "fold-bf16dout": {"dout_dtype": "storage"}, "gather-backward": {"stack_backward": "gather"}}
+PROBES = {"fold": {}, "fold-storage-douts": {"routing_douts": "storage"}, "gather-backward": {"stack_backward": "gather"}}
 #: gather rows in the order tried: loads-first rows (which won on the H100) first, then the rest
 GATHER_ORDER = sorted(SWEEP_GATHER, key=lambda row: -row[4])
 
@@ -167,9 +167,9 @@ class Runner:
     def run(self, config: dict) -> tuple[dict[str, float], float]:
         """(ms per kernel, gradient error against the reference) under `config` (KernelConfig
         fields); the first call's gradients are the reference."""
-        with use_kernel_config(**config):
-            g = self.grads()  # compiles this configuration's kernels
-            kernels = self.times()
+        self.backend = get_backend("triton", KernelConfig(**config))  # the configuration travels with it
+        g = self.grads()  # compiles this configuration's kernels
+        kernels = self.times()
         if self.ref is None:
             self.ref = g
         err = max(((a - b).abs().max() / b.abs().max().clamp_min(1e-30)).item() for a, b in zip(g, self.ref))
