@@ -4,7 +4,7 @@ flag, and everything else is read off the field.
     steps: int = option(300, "optimizer steps", check=at_least(1), group="basics")
 
 `check_options(obj, what)` checks every field of an options dataclass (its declared type, then
-its check) and raises `UserError("--steps must be at least 1, got 0")`; `mhar_probe.cli.flags`
+its check) and raises `UserError("--steps 0 is too small; it must be at least 1")`; `mhar_probe.cli.flags`
 makes the argparse flags from the same fields (the check becomes the flag's argparse type, so
 the command line refuses what the dataclass would). The run configurations
 (`mhar_probe.runoptions`) are written with it.
@@ -60,7 +60,7 @@ def flag_of(f: dataclasses.Field) -> str | None:
 def at_least(low: int) -> Check:
     """An integer >= `low`."""
     def check(value: Any) -> str | None:
-        return None if value >= low else f"must be at least {low}"
+        return None if value >= low else f"is too small; it must be at least {low}"
     check.__name__ = f"integer >= {low}"
     return check
 
@@ -116,7 +116,7 @@ def check_options(options: Any, what: str) -> None:
             raise UserError(f"{what} option {f.name} = {value!r} is not of type {kind}")
         problem = problem_of(f, value)
         if problem is not None:
-            raise UserError(problem if problem.startswith("unknown") else f"{flag_of(f) or f.name} {problem}, got {value!r}")
+            raise UserError(problem if problem.startswith("unknown") else f"{flag_of(f) or f.name} {value!r} {problem}")
 
 
 def options_from_dict(cls: Any, values: dict[str, Any], what: str) -> Any:

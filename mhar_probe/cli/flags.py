@@ -62,7 +62,7 @@ def value_type(f: Field, hint: Any) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"{text!r} is not {'an integer' if kind is int else 'a number'}") from None
         problem = problem_of(f, value)
         if problem is not None:
-            raise argparse.ArgumentTypeError(problem if problem.startswith("unknown") else f"{value} {problem}")
+            raise argparse.ArgumentTypeError(problem if problem.startswith("unknown") else f"{text} {problem}")
         return value
     check = f.metadata.get("check")
     parse.__name__ = getattr(check, "__name__", kind.__name__) if check is not None else kind.__name__
