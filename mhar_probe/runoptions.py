@@ -148,9 +148,14 @@ RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_ba
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
 
 
+def jsonable(obj: Any) -> Any:
+    """`obj` as JSON reads it back (tuples as lists; anything else JSON lacks as its str)."""
+    return json.loads(json.dumps(obj, default=str))
+
+
 def saved_settings(cfg: RunOptions) -> dict[str, Any]:
     """The options `cfg` as train_config.json records them."""
-    return json.loads(json.dumps({k: v for k, v in asdict(cfg).items() if k != "explicit"}, default=str))
+    return jsonable({k: v for k, v in asdict(cfg).items() if k != "explicit"})
 
 
 def settings_for_resume(cfg: RunOptions) -> RunOptions:

@@ -7,13 +7,14 @@ batches; the reported number is the tail-mean of the last 11 evaluations.
 
 Pairing: row order comes from `seed` alone (a permutation of the packed training rows per
 epoch), so every method sees the same data in the same order.
+
+The options (`TrainConfig`, and `RunOptions` that mid-training shares) live in `runoptions`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import functools
-import json
 import math
 import time
 from pathlib import Path
@@ -32,11 +33,13 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .tail import tail_mean
 from .compiled import choose_compile_sublayers, compile_sublayers
-from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
+from .loss import choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
-from .outputs import check_device, refuse_together
+from .outputs import check_device
 from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles
-from .runoptions import NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, saved_settings, settings_for_resume
+from .runoptions import (NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, jsonable, saved_settings,  # noqa: F401
+                         settings_for_resume)
+#   (TrainConfig and its resume rules are declared in `runoptions`; imported from here too)
 from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
 
 
@@ -342,7 +345,7 @@ class Trainer:
                 name=self.corpus.name, fingerprint=self.corpus.fingerprint,
                 tokenizer_fingerprint=tokenizer_fingerprint(self.tokenizer), vocab_size=len(self.tokenizer),
                 train_tokens=self.train_tokens_available(),
-                composition=comp.to_rows(), meta=_jsonable(comp.meta)))
+                composition=comp.to_rows(), meta=jsonable(comp.meta)))
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
@@ -453,10 +456,6 @@ class Trainer:
         if self.info.is_main:
             save_hf_dir(self.out, self.model.config, state, MHARForCausalLM,
                         getattr(self.model, "generation_config", None))
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:

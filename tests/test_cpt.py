@@ -219,7 +219,10 @@ def test_cli_errors_one_line_exit_2(models, tmp_path, capsys):
     assert rc == 2 and "--overwrite" in capsys.readouterr().err and (out / "precious.txt").exists()
     for bad, needle in ((["--ema", "1.5"], "--ema"), (["--seq-len", "4096"], "position limit"),
                         (["--min-lr", "1"], "--min-lr")):
-        rc = cpt_main([str(models["qwen3-delta"]), "--out", str(tmp_path / "x"), *ARGS, *bad])
+        try:  # (a flag's own check is argparse's refusal: it exits)
+            rc = cpt_main([str(models["qwen3-delta"]), "--out", str(tmp_path / "x"), *ARGS, *bad])
+        except SystemExit as exc:
+            rc = exc.code
         err = capsys.readouterr().err.strip()
         assert rc == 2 and needle in err and len(err.splitlines()) == 1, err
     assert cpt_main([str(tmp_path / "nope"), "--out", str(tmp_path / "y"), *ARGS]) == 2
@@ -240,7 +243,8 @@ def test_compile_sublayers_reaches_the_cpt_trainer(models, tmp_path, capsys):
 
 
 @pytest.mark.parametrize("kind,backend", [
-    ("qwen3-delta", "aot_eager"), ("llama", "aot_eager"),
+    ("qwen3-delta", "aot_eager"),
+    pytest.param("llama", "aot_eager", marks=pytest.mark.slow),  # the plain control (~10 s more)
     pytest.param("qwen3-delta", "inductor", marks=pytest.mark.slow),  # 1-4 minutes of CPU code generation
     pytest.param("llama", "inductor", marks=pytest.mark.slow),
 ])
@@ -259,7 +263,7 @@ def test_a_compiled_sublayer_cpt_run_gives_the_eager_losses(models, tmp_path, mo
     for compiled in (False, True):
         out = tmp_path / f"compiled-{compiled}"
         cfg = CPTConfig(src=str(models[kind]), out=str(out), control=kind == "llama", compile_sublayers=compiled,
-                        **{**RUN, "steps": 2, "eval_every": 1})
+                        **{**RUN, "steps": 2})
         trainers[compiled] = CPTTrainer(cfg)
         summary = trainers[compiled].run()
         assert summary["compiled_sublayers"] is compiled

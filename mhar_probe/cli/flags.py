@@ -34,11 +34,14 @@ TRAIN_GROUPS = {
 }
 
 
-def train_groups(p: argparse.ArgumentParser) -> dict[str, argparse._ArgumentGroup]:
-    """The `TRAIN_GROUPS` of parser `p`, made on first use (so a command can add to them)."""
+def train_groups(p: argparse.ArgumentParser, titles: Iterable[str] | None = None
+                 ) -> dict[str, argparse._ArgumentGroup]:
+    """The `TRAIN_GROUPS` of parser `p` (those in `titles`, default all), made on first use (so a
+    command can add to them), in `TRAIN_GROUPS` order."""
     have = {g.title: g for g in p._action_groups}
+    wanted = set(TRAIN_GROUPS if titles is None else titles)
     return {title: have.get(title) or p.add_argument_group(title, description)
-            for title, description in TRAIN_GROUPS.items()}
+            for title, description in TRAIN_GROUPS.items() if title in wanted}
 
 
 def _default(f: Field) -> Any:
@@ -79,9 +82,10 @@ def add_option_flags(p: argparse.ArgumentParser, cls: type, exclude: Iterable[st
                      ) -> dict[str, argparse._ArgumentGroup]:
     """One flag per field of `cls` (see the module doc), in the `TRAIN_GROUPS` of `p`; returns
     the groups, so a command adds its own flags to them."""
-    groups = train_groups(p)
+    flagged = flag_fields(cls, exclude)
+    groups = train_groups(p, {f.metadata["group"] for f in flagged if f.metadata.get("group")})
     hints = typing.get_type_hints(cls)
-    for f in flag_fields(cls, exclude):
+    for f in flagged:
         where = groups[f.metadata["group"]] if f.metadata.get("group") else p
         meta, flag, default = f.metadata, flag_of(f), _default(f)
         if meta.get("entries"):
