@@ -9,8 +9,10 @@ makes the argparse flags from the same fields (the check becomes the flag's argp
 the command line refuses what the dataclass would). The run configurations
 (`mhar_probe.runoptions`) are written with it.
 
-A check is a function value -> problem (None when the value is fine); None values skip the
-check (an optional option left at its default).
+A check is a function value -> problem (None when the value is fine), a phrase that follows the
+value ("0 is too small; it must be at least 1"); a value outside a field's choices is its own
+sentence ("unknown loss kernel 'x'; choose one of fused, torch"). None values skip the check
+(an optional option left at its default).
 """
 
 from __future__ import annotations
