@@ -82,7 +82,8 @@ def add_option_flags(p: argparse.ArgumentParser, cls: type, exclude: Iterable[st
                      ) -> dict[str, argparse._ArgumentGroup]:
     """One flag per field of `cls` (see the module doc), in the `TRAIN_GROUPS` of `p`; returns
     the groups, so a command adds its own flags to them."""
-    flagged = flag_fields(cls, exclude)
+    own = set(vars(cls).get("__annotations__", {}))  # a command's own options first in each group
+    flagged = sorted(flag_fields(cls, exclude), key=lambda f: f.name not in own)
     groups = train_groups(p, {f.metadata["group"] for f in flagged if f.metadata.get("group")})
     hints = typing.get_type_hints(cls)
     for f in flagged:
