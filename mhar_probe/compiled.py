@@ -10,6 +10,12 @@ same and the parameters are graph inputs), so the compile cost does not grow wit
 The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn`;
 `uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
 compiles once more (evaluation batches, the last short batch).
+
+What `mhar cpt` trains is a Hugging Face Llama / Qwen3-family model (the plain control, or the
+base inside a converted delta model): there each layer's attention module (`self_attn`: Q/K/V,
+q/k norms, RoPE, SDPA, output projection) and MLP module (`mlp`: SwiGLU) is compiled in place
+(`nn.Module.compile`, so parameter names and checkpoints are unchanged), and the pre-sublayer
+RMSNorms stay eager: a converted model routes through their forward pre-hooks.
 """
 
 from __future__ import annotations
@@ -18,15 +24,27 @@ import torch
 from torch import nn
 
 COMPILED_METHODS = ("attn", "ffn")
+#: the sublayer modules of a Hugging Face decoder layer (Llama / Qwen3 family)
+HF_SUBLAYERS = ("self_attn", "mlp")
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
-    """The decoder layers of an `MHARForCausalLM` (or of its inner `MHARModel`)."""
+    """The decoder layers of an `MHARForCausalLM` (or of its inner `MHARModel`), of a Hugging Face
+    causal LM, or of a converted delta model's base (`get_decoder()`)."""
     inner = getattr(model, "model", model)
     layers = getattr(inner, "layers", None)
+    get = getattr(model, "get_decoder", None)
+    if not isinstance(layers, nn.ModuleList) and callable(get):
+        layers = getattr(get(), "layers", None)
     if not isinstance(layers, nn.ModuleList):
         raise TypeError(f"{type(model).__name__} has no decoder layers to compile")
     return layers
+
+
+def _is_hf_layer(layer: nn.Module) -> bool:
+    """A Hugging Face decoder layer (sublayer modules), not this package's `DecoderLayer` (methods)."""
+    return not all(callable(getattr(type(layer), name, None)) for name in COMPILED_METHODS) and all(
+        isinstance(getattr(layer, name, None), nn.Module) for name in HF_SUBLAYERS)
 
 
 def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
@@ -38,6 +56,12 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
     # it falls back to running them uncompiled
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     for layer in decoder_layers(model):
+        if _is_hf_layer(layer):
+            for name in HF_SUBLAYERS:
+                module = getattr(layer, name)
+                if module._compiled_call_impl is None:
+                    module.compile(backend=backend, dynamic=False)
+            continue
         for name in COMPILED_METHODS:
             if name not in vars(layer):
                 setattr(layer, name, torch.compile(getattr(layer, name), backend=backend, dynamic=False))
@@ -47,6 +71,10 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
 def uncompile_sublayers(model: nn.Module) -> nn.Module:
     """Undo `compile_sublayers` (in place); returns the model."""
     for layer in decoder_layers(model):
+        if _is_hf_layer(layer):
+            for name in HF_SUBLAYERS:
+                getattr(layer, name)._compiled_call_impl = None
+            continue
         for name in COMPILED_METHODS:
             vars(layer).pop(name, None)
     return model
@@ -66,4 +94,8 @@ def choose_compile_sublayers(requested: bool | None, device: torch.device, world
 
 def sublayers_compiled(model: nn.Module) -> bool:
     """Whether `compile_sublayers` has been applied (to every layer)."""
-    return all(all(name in vars(layer) for name in COMPILED_METHODS) for layer in decoder_layers(model))
+    def compiled(layer: nn.Module) -> bool:
+        if _is_hf_layer(layer):
+            return all(getattr(layer, name)._compiled_call_impl is not None for name in HF_SUBLAYERS)
+        return all(name in vars(layer) for name in COMPILED_METHODS)
+    return all(compiled(layer) for layer in decoder_layers(model))

@@ -7,16 +7,15 @@ batches; the reported number is the tail-mean of the last 11 evaluations.
 
 Pairing: row order comes from `seed` alone (a permutation of the packed training rows per
 epoch), so every method sees the same data in the same order.
+
+The options (`TrainConfig`, and `RunOptions` that mid-training shares) live in `runoptions`.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import math
 import time
-import typing
-from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,160 +33,14 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
 from .tail import tail_mean
 from .compiled import choose_compile_sublayers, compile_sublayers
-from .loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
+from .loss import choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
-from .outputs import check_device, refuse_together
-from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles, has_type
-from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_checkpoint_state,
-                     save_checkpoint, write_metrics)
-
-
-@dataclass
-class TrainConfig:
-    """Every option of a training run (saved as train_config.json)."""
-
-    out: str = "runs/tiny-mhar"
-    preset: str = "tiny"
-    method: str = "mhar"
-    heads: int | None = None  # routing heads H (default: number of KV heads)
-    kv_heads: int | None = None
-    steps: int = 300
-    lr: float = 5e-4
-    warmup: int | None = None  # default: 5% of steps (the paper: 1000 of 20K)
-    min_lr_ratio: float = 0.1
-    weight_decay: float = 0.1
-    betas: tuple[float, float] = (0.9, 0.95)
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0
-    batch_size: int = 16  # global batch in sequences
-    micro_batch: int | None = None  # per-process micro-batch (default: global / world)
-    seq_len: int | None = None  # default: the preset's T (tiny: 128)
-    eval_every: int = 25
-    eval_batches: int = 4
-    checkpoint_every: int = 100
-    seed: int = 42
-    corpus: str | None = None  # None: the embedded corpus; or a file / directory
-    corpus_max_bytes: int | None = 4_000_000
-    tokenizer: str | None = None  # a tokenizer saved in Hugging Face format
-    vocab_size: int = 4096
-    routing_backend: str | None = None  # default: triton on CUDA, eager on CPU
-    device: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-    stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
-    extra: dict[str, Any] = field(default_factory=dict)  # extra MHARConfig overrides
-    fsdp: bool = False  # FSDP2 full sharding under torchrun instead of DDP (mhar_probe.parallel)
-    cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
-    # the triton kernels' upstream gradients: "promoted" (each call's output dtype, fp32 under
-    # autocast) or "storage" (the sources' dtype, bf16 under autocast: fewer bytes, rounded)
-    routing_douts: str = "promoted"
-    # the training cross-entropy: "fused" (the Triton kernel) or "torch" (default: fused on CUDA)
-    loss_kernel: str | None = None
-    compile_sublayers: bool | None = None  # torch.compile each attention / MLP sublayer (default: on for one CUDA process)
-    # the options the user set on the command line; on --resume only these are checked against
-    # the saved run (None: every option is); not a setting, not saved
-    explicit: tuple[str, ...] | None = None
-
-    def __post_init__(self) -> None:
-        check_option_types(self, "training")
-        refuse_together(resume=self.resume, overwrite=self.overwrite)
-        positive = ("steps", "batch_size", "micro_batch", "seq_len", "eval_every", "eval_batches",
-                    "checkpoint_every", "heads", "kv_heads")
-        for name in positive:
-            value = getattr(self, name)
-            if value is not None and value < 1:
-                raise UserError(f"--{name.replace('_', '-')} must be at least 1, got {value}")
-        for name in ("warmup", "corpus_max_bytes"):
-            value = getattr(self, name)
-            if value is not None and value < 0:
-                raise UserError(f"--{name.replace('_', '-')} must not be negative, got {value}")
-        if not (math.isfinite(self.lr) and self.lr > 0):
-            raise UserError(f"--lr must be a finite number above 0, got {self.lr}")
-        if self.vocab_size < 257:
-            raise UserError(f"--vocab-size must be at least 257 (256 bytes + <|endoftext|>), got {self.vocab_size}")
-        if self.loss_kernel is not None and self.loss_kernel not in LOSS_KERNELS:
-            raise UserError(f"--loss-kernel must be one of {', '.join(LOSS_KERNELS)}, got {self.loss_kernel!r}")
-        if self.routing_douts not in ROUTING_DOUTS:
-            raise UserError(f"--routing-douts must be one of {', '.join(ROUTING_DOUTS)}, got {self.routing_douts!r}")
-        if not 0 <= self.min_lr_ratio <= 1:
-            raise UserError(f"min_lr_ratio must lie in [0, 1], got {self.min_lr_ratio}")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "TrainConfig":
-        return options_from_dict(cls, values, "training")
-
-
-def check_option_types(options: Any, what: str) -> None:
-    """Every field of an options dataclass holds a value of its declared type (values read from
-    JSON or a sweep grid carry no type guarantee); `UserError` names the first that does not."""
-    hints = typing.get_type_hints(type(options))
-    for f in fields(options):
-        value = getattr(options, f.name)
-        if not has_type(value, hints[f.name]):
-            hint = hints[f.name]
-            kind = hint.__name__ if isinstance(hint, type) else str(hint).replace("typing.", "")
-            raise UserError(f"{what} option {f.name} = {value!r} is not of type {kind}")
-
-
-#: what a resumed run may do differently: more steps, another machine or display
-RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs",
-                     "loss_kernel", "compile_sublayers")
-#: bookkeeping fields of a training config, not settings of the run
-NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
-
-
-def saved_settings(cfg) -> dict[str, Any]:
-    """The options dataclass `cfg` as train_config.json records it."""
-    return _jsonable({k: v for k, v in asdict(cfg).items() if k != "explicit"})
-
-
-def settings_for_resume(cfg):
-    """`cfg` (a TrainConfig or CPTConfig with resume=True) with every setting taken from the
-    run's saved train_config.json. An option the user set that contradicts the saved run is
-    refused; of `RESUME_MAY_CHANGE` the user's values win, and --steps may only grow."""
-    path = RunFiles(Path(cfg.out)).train_config_path  # read whole: every option, checked by `from_dict`
-    if not (cfg.resume and path.exists()):
-        return cfg
-    try:
-        raw = json.loads(path.read_text())
-        if not isinstance(raw, dict):
-            raise ValueError("not a JSON object")
-        saved = type(cfg).from_dict({k: v for k, v in raw.items() if k not in NOT_SETTINGS})
-    except (OSError, ValueError, TypeError) as exc:
-        raise UserError(f"cannot resume: {path} is unreadable ({exc}); use --overwrite to start over") from exc
-    names = {f.name for f in fields(cfg)}
-    explicit = getattr(cfg, "explicit", None)
-    given = set(explicit) if explicit is not None else names
-    clashes = []
-    for name in sorted(given & names - set(NOT_SETTINGS) - set(RESUME_MAY_CHANGE)):
-        mine, theirs = getattr(cfg, name), getattr(saved, name)
-        if name == "extra":  # model overrides: only the ones given
-            mine, theirs = mine, {k: theirs.get(k) for k in mine}
-        if mine != theirs:
-            clashes.append(f"--{name.replace('_', '-')} {mine} (the run has {theirs})")
-    if clashes:
-        raise UserError(f"--resume continues {cfg.out} with its saved settings, and these options contradict "
-                        f"them: {'; '.join(clashes)}. Drop them, or start a new run (another --out, or --overwrite)")
-    changes = {n: getattr(cfg, n) for n in RESUME_MAY_CHANGE if n in names and n in given}
-    if "steps" in changes and changes["steps"] < saved.steps:
-        raise UserError(f"--steps {changes['steps']} is fewer than the run's {saved.steps}; a resumed run "
-                        f"can only be extended")
-    bookkeeping = {k: v for k, v in dict(out=cfg.out, resume=True, overwrite=False, stop_after=cfg.stop_after,
-                                         explicit=None).items() if k in names}
-    return replace(saved, **changes, **bookkeeping)
-
-
-def options_from_dict(cls, values: dict[str, Any], what: str):
-    """Build an options dataclass from JSON-like values; unknown keys are a UserError."""
-    unknown = set(values) - {f.name for f in fields(cls)}
-    if unknown:
-        raise UserError(f"unknown {what} options: {', '.join(sorted(unknown))}")
-    if isinstance(values.get("betas"), list):
-        values = {**values, "betas": tuple(values["betas"])}
-    options = cls(**values)
-    check_option_types(options, what)  # (TrainConfig checks in __post_init__ too; CPTConfig here)
-    return options
+from .outputs import check_device
+from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles
+from .runoptions import (NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, jsonable, saved_settings,  # noqa: F401
+                         settings_for_resume)
+#   (TrainConfig and its resume rules are declared in `runoptions`; imported from here too)
+from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -266,14 +119,12 @@ class Trainer:
         """Check every input, then (and only then) empty or recover the run directory."""
         self.cfg = cfg
         self.device = self.info.device
-        self.fsdp = bool(getattr(cfg, "fsdp", False))
+        self.fsdp = cfg.fsdp
         self.setup()  # option errors before any data work
         try:
             self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size, self.fsdp)
-            self.loss_kernel = choose_loss_kernel(getattr(cfg, "loss_kernel", None), self.device)
-            # (mid-training has no such option: its delta model under HF checkpointing is not compiled)
-            self.compiled = choose_compile_sublayers(getattr(cfg, "compile_sublayers", False), self.device,
-                                                     self.info.world_size)
+            self.loss_kernel = choose_loss_kernel(cfg.loss_kernel, self.device)
+            self.compiled = choose_compile_sublayers(cfg.compile_sublayers, self.device, self.info.world_size)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         inputs = self.inputs()
@@ -486,7 +337,7 @@ class Trainer:
             return None
         from .kernels import KernelConfig
 
-        return KernelConfig(routing_douts=getattr(self.cfg, "routing_douts", "promoted"))
+        return KernelConfig(routing_douts=self.cfg.routing_douts)
 
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
@@ -501,7 +352,7 @@ class Trainer:
                 name=self.corpus.name, fingerprint=self.corpus.fingerprint,
                 tokenizer_fingerprint=tokenizer_fingerprint(self.tokenizer), vocab_size=len(self.tokenizer),
                 train_tokens=self.train_tokens_available(),
-                composition=comp.to_rows(), meta=_jsonable(comp.meta)))
+                composition=comp.to_rows(), meta=jsonable(comp.meta)))
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
@@ -616,10 +467,6 @@ class Trainer:
         if self.info.is_main:
             save_hf_dir(self.out, self.model.config, state, MHARForCausalLM,
                         getattr(self.model, "generation_config", None))
-
-
-def _jsonable(obj: Any) -> Any:
-    return json.loads(json.dumps(obj, default=str))
 
 
 def train(cfg: TrainConfig) -> dict[str, Any]:

@@ -219,7 +219,59 @@ def test_cli_errors_one_line_exit_2(models, tmp_path, capsys):
     assert rc == 2 and "--overwrite" in capsys.readouterr().err and (out / "precious.txt").exists()
     for bad, needle in ((["--ema", "1.5"], "--ema"), (["--seq-len", "4096"], "position limit"),
                         (["--min-lr", "1"], "--min-lr")):
-        rc = cpt_main([str(models["qwen3-delta"]), "--out", str(tmp_path / "x"), *ARGS, *bad])
+        try:  # (a flag's own check is argparse's refusal: it exits)
+            rc = cpt_main([str(models["qwen3-delta"]), "--out", str(tmp_path / "x"), *ARGS, *bad])
+        except SystemExit as exc:
+            rc = exc.code
         err = capsys.readouterr().err.strip()
         assert rc == 2 and needle in err and len(err.splitlines()) == 1, err
     assert cpt_main([str(tmp_path / "nope"), "--out", str(tmp_path / "y"), *ARGS]) == 2
+
+
+# ---------------------------------------------------------------------------- compiled sublayers
+def test_compile_sublayers_reaches_the_cpt_trainer(models, tmp_path, capsys):
+    """`mhar cpt` takes `mhar train`'s --compile-sublayers: forced on a CPU, the trainer refuses it
+    in one line (inductor's CPU code is not what the flag is for); off, the run records it."""
+    src = str(models["qwen3-delta"])
+    rc = cpt_main([src, "--out", str(tmp_path / "on"), *ARGS, "--compile-sublayers"])
+    err = capsys.readouterr().err.strip()
+    assert rc == 2 and "--compile-sublayers needs a CUDA device" in err and len(err.splitlines()) == 1, err
+    assert not (tmp_path / "on").exists()
+    assert cpt_main([src, "--out", str(tmp_path / "off"), *ARGS, "--no-compile-sublayers"]) == 0
+    assert json.loads((tmp_path / "off" / "train_config.json").read_text())["compile_sublayers"] is False
+    assert json.loads((tmp_path / "off" / "summary.json").read_text())["compiled_sublayers"] is False
+
+
+@pytest.mark.parametrize("kind,backend", [
+    ("qwen3-delta", "aot_eager"),
+    pytest.param("llama", "aot_eager", marks=pytest.mark.slow),  # the plain control (~10 s more)
+    pytest.param("qwen3-delta", "inductor", marks=pytest.mark.slow),  # 1-4 minutes of CPU code generation
+    pytest.param("llama", "inductor", marks=pytest.mark.slow),
+])
+def test_a_compiled_sublayer_cpt_run_gives_the_eager_losses(models, tmp_path, monkeypatch, kind, backend):
+    """The CPT trainer with compiled sublayers trains the converted model and the plain control
+    to the same losses as eager; every layer's attention and MLP module is compiled, the routing
+    norms are not. On the CPU the device check is lifted for the test; "aot_eager" traces and
+    splits autograd as inductor does, without generating code (inductor's own CPU code: slow)."""
+    import mhar_probe.train as train_module
+    from mhar_probe.compiled import compile_sublayers, decoder_layers, sublayers_compiled
+
+    monkeypatch.setattr(train_module, "choose_compile_sublayers", lambda requested, device, world: bool(requested))
+    monkeypatch.setattr(train_module, "compile_sublayers", lambda model: compile_sublayers(model, backend=backend))
+    torch._dynamo.reset()
+    curves, trainers = {}, {}
+    for compiled in (False, True):
+        out = tmp_path / f"compiled-{compiled}"
+        cfg = CPTConfig(src=str(models[kind]), out=str(out), control=kind == "llama", compile_sublayers=compiled,
+                        **{**RUN, "steps": 2})
+        trainers[compiled] = CPTTrainer(cfg)
+        summary = trainers[compiled].run()
+        assert summary["compiled_sublayers"] is compiled
+        curves[compiled] = curve(out)
+    model = trainers[True].model
+    assert sublayers_compiled(model) and not sublayers_compiled(trainers[False].model)
+    assert all(layer.input_layernorm._compiled_call_impl is None for layer in decoder_layers(model))
+    assert [c[0] for c in curves[True]] == [c[0] for c in curves[False]] == [0, 1, 2]
+    for mine, ref in zip(curves[True], curves[False]):
+        for a, b in zip(mine[1:], ref[1:]):
+            assert (a is None) == (b is None) and (a is None or a == pytest.approx(b, rel=1e-5)), (mine, ref)

@@ -8,13 +8,13 @@ import hashlib
 import json
 import os
 import shutil
-from dataclasses import fields
 from pathlib import Path
 
 import pytest
 
 from cli_checks import TINY_TRAIN as TINY, cli
-from mhar_probe.cli.args import _FIELD_OF_DEST, add_train_arguments
+from mhar_probe.cli.args import add_train_arguments
+from mhar_probe.cli.flags import field_of_dest
 from mhar_probe.cli.sweep import _defaults, add_sweep_subparser, grid_from_args
 from mhar_probe.rundir import LOCK_FILE, RunLock
 from mhar_probe.train import TrainConfig
@@ -22,66 +22,101 @@ from mhar_probe.train import TrainConfig
 #: the axes a sweep spells as lists; every other train option is shared by its runs
 AXIS_DESTS = {"preset", "method", "heads", "kv_heads", "lr", "seed", "steps"}
 
+#: for every option a sweep shares: command-line words that set it to something other than its
+#: default, and the value train_config.json then records. The test below fails when a new
+#: `mhar train` flag is missing here, so each one is checked to reach the swept runs.
+NON_DEFAULT = {
+    "corpus": (["--corpus", "installed"], "installed"),
+    "corpus_max_bytes": (["--corpus-max-bytes", "0"], None),
+    "seq_len": (["--seq-len", "16"], 16),
+    "warmup": (["--warmup", "1"], 1),
+    "weight_decay": (["--weight-decay", "0.125"], 0.125),
+    "grad_clip": (["--grad-clip", "0.5"], 0.5),
+    "batch_size": (["--batch-size", "2"], 2),
+    "micro_batch": (["--micro-batch", "1"], 1),
+    "eval_every": (["--eval-every", "1"], 1),
+    "eval_batches": (["--eval-batches", "1"], 1),
+    "checkpoint_every": (["--checkpoint-every", "1"], 1),
+    "device": (["--device", "cpu"], "cpu"),
+    "routing_backend": (["--routing-backend", "eager"], "eager"),
+    "fsdp": (["--fsdp"], True),
+    "routing_douts": (["--routing-douts", "storage"], "storage"),
+    "cuda_graphs": (["--no-cuda-graphs"], False),
+    "loss_kernel": (["--loss-kernel", "torch"], "torch"),
+    "compile_sublayers": (["--no-compile-sublayers"], False),
+    "progress": (["--no-progress"], False),
+    "extra": (["--layers", "1", "--hidden-size", "32", "--attn-heads", "2", "--ffn", "64"],
+              dict(num_hidden_layers=1, hidden_size=32, num_attention_heads=2, intermediate_size=64)),
+    "tokenizer": (["--tokenizer", "TOKENIZER"], "TOKENIZER"),
+    "vocab_size": (["--vocab-size", "300"], 300),
+}
+#: what a CPU process cannot train with (FSDP2 needs torchrun): checked at the config only
+NOT_ON_ONE_CPU = {"fsdp"}
+
 
 @pytest.fixture(autouse=True)
 def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "cache"))
 
 
-def _non_default(action: argparse.Action) -> list[str]:
-    """Command-line words that set `action` to something other than its default."""
-    flag = action.option_strings[0]
-    if action.nargs == 0:  # store_true, or --x / --no-x
-        return [flag] if action.default in (None, False) else [f"--no-{flag[2:]}"]
-    if action.choices:
-        return [flag, next(str(c) for c in action.choices if c != action.default)]
-    if action.type is not None and getattr(action.type, "__name__", "").startswith(("integer", "int")):
-        return [flag, str((action.default or 0) + 3 if action.dest != "vocab_size" else 300)]
-    if action.type is float or getattr(action.type, "__name__", "") == "positive_float":
-        return [flag, "0.125"]
-    return [flag, "cpu" if action.dest == "device" else f"some-{action.dest}"]
-
-
-def test_every_train_option_reaches_each_swept_run(tmp_path):
-    """By construction: each option of `mhar train` but the axes, given to `mhar sweep` with a
-    value other than its default, is in the TrainConfig of every run of the grid."""
+def test_every_train_option_is_shared_by_a_sweep():
+    """By construction: the options a sweep passes on are every `mhar train` flag's field but the
+    axes and the run directory's, and this test has a value for each."""
     from mhar_probe.cli.sweep import common_options
 
     train = argparse.ArgumentParser(add_help=False)
     add_train_arguments(train)
-    shared = [a for a in train._actions if a.dest not in AXIS_DESTS and a.option_strings]
-    assert {a.dest for a in shared} - set(_FIELD_OF_DEST) == set(common_options())
-    assert set(common_options()) <= {f.name for f in fields(TrainConfig)}
-    words = [w for a in shared if a.dest not in _FIELD_OF_DEST for w in _non_default(a)]
+    shared = {field_of_dest(TrainConfig).get(a.dest, a.dest) for a in train._actions
+              if a.dest not in AXIS_DESTS and a.option_strings}
+    assert shared == set(common_options()) == set(NON_DEFAULT)
+    assert all(_defaults()[name] != value for name, (_, value) in NON_DEFAULT.items() if name != "tokenizer")
+
+
+def _sweep_args(out: Path, *words: str) -> argparse.Namespace:
     sub = argparse.ArgumentParser().add_subparsers(dest="command")
     add_sweep_subparser(sub)
-    args = sub.choices["sweep"].parse_args(["--out", str(tmp_path / "s"), "--methods", "baseline", "mhar",
-                                            "--seeds", "1", "2", *words])
+    return sub.choices["sweep"].parse_args(["--out", str(out), "--methods", "baseline", "mhar", *words])
+
+
+def test_every_train_option_reaches_each_swept_runs_config(tmp_path):
+    """Each option of `mhar train` but the axes, given to `mhar sweep` with a value other than its
+    default, is in the TrainConfig of every run of the grid (the CUDA-only ones too)."""
+    words = [w for name, (argv, _) in NON_DEFAULT.items() for w in argv]
+    args = _sweep_args(tmp_path / "s", "--seeds", "1", "2", *words)
     grid = grid_from_args(args, _defaults())
     specs = grid.expand()
     assert len(specs) == 4
     for spec in specs:
         cfg = spec.train_config(str(tmp_path / "s" / spec.name), grid.common)
-        for name in common_options():
-            given = getattr(args, name)
-            assert getattr(cfg, name) == given and given != train.get_default(name), name
+        for name, (_, value) in NON_DEFAULT.items():
+            assert getattr(cfg, name) == value, name
 
 
-STEP_FLAGS = ["--routing-douts", "storage", "--no-cuda-graphs", "--loss-kernel", "torch", "--no-compile-sublayers"]
-
-
-def test_the_step_flags_reach_every_runs_train_config(tmp_path):
-    """The four flags issue 34 found dropped, on a real tiny sweep (values a CPU can train with;
-    their CUDA-only values are refused on a CPU, so the test above checks those at the config)."""
+def test_every_train_option_reaches_each_runs_train_config(tmp_path):
+    """On a real tiny sweep: every option a CPU can train with (the step flags issue 34 found
+    dropped among them: --routing-douts, --no-cuda-graphs, --loss-kernel, --no-compile-sublayers)
+    is in each run's train_config.json."""
     out = tmp_path / "sweep"
-    assert cli("sweep", "--out", str(out), *TINY, "--methods", "baseline", "mhar", "--steps", "2",
-               "--eval-every", "1", *STEP_FLAGS) == 0
+    tokenizer = tmp_path / "tokenizer"
+    assert cli("train", "--out", str(tmp_path / "first"), *TINY, "--steps", "1") == 0  # a tokenizer to pass on
+    shutil.copytree(tmp_path / "first", tokenizer, ignore=shutil.ignore_patterns("*.safetensors", "*.pt"))
+    words = [str(tokenizer) if w == "TOKENIZER" else w for name, (argv, _) in NON_DEFAULT.items()
+             if name not in NOT_ON_ONE_CPU for w in argv]
+    # the corpus: a small file, so the run stays fast (--corpus-max-bytes 0 takes all of it)
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_text("".join(json.dumps({"text": f"document {i}: the quick brown fox jumps over the lazy dog "
+                                                  f"{i * i} times. " * 8}) + "\n" for i in range(200)))
+    words[words.index("installed")] = str(corpus)
+    assert cli("sweep", "--out", str(out), *words, "--methods", "baseline", "mhar", "--steps", "2") == 0
     runs = [p for p in out.iterdir() if p.is_dir()]
     assert len(runs) == 2
     for run in runs:
         saved = json.loads((run / "train_config.json").read_text())
-        assert (saved["routing_douts"], saved["cuda_graphs"], saved["loss_kernel"], saved["compile_sublayers"]) == (
-            "storage", False, "torch", False), run.name
+        for name, (_, value) in NON_DEFAULT.items():
+            if name in NOT_ON_ONE_CPU:
+                continue
+            want = {"corpus": str(corpus), "tokenizer": str(tokenizer)}.get(name, value)
+            assert saved[name] == want, (run.name, name, saved[name])
 
 
 def snapshot(root: Path) -> dict[str, str]:

@@ -155,7 +155,11 @@ def test_ddp_two_processes_matches_one(tmp_path):
 
 
 def cli(*args: str) -> int:
-    return main(list(args))
+    """`mhar ARGS` in-process; its exit status (argparse's refusals exit, the others return)."""
+    try:
+        return main(list(args))
+    except SystemExit as exc:
+        return int(exc.code)
 
 
 @pytest.mark.parametrize("args,needle", [

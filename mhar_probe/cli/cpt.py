@@ -12,48 +12,13 @@ import argparse
 import sys
 from typing import Sequence
 
-from ..loss import LOSS_KERNELS
-from ..model.routing import ROUTING_BACKENDS
-
 
 def add_cpt_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("src", metavar="SRC", help="converted model directory (`mhar convert`), or with --control "
-                                              "a plain Llama/Qwen3 directory or a converted one (its base)")
-    p.add_argument("--out", required=True, help="run directory")
-    p.add_argument("--control", action="store_true",
-                   help="train the plain base model: the schedule-matched control (same seed, data, schedule)")
-    p.add_argument("--steps", type=int, default=1000)
-    p.add_argument("--lr", type=float, default=4e-4, help="peak learning rate (default 4e-4)")
-    p.add_argument("--min-lr", type=float, default=None, help="floor of the decay (default lr/100)")
-    p.add_argument("--warmup", type=int, default=None, help="linear re-warm-up steps from 0 (default 5%% of steps)")
-    p.add_argument("--decay", default="linear", choices=("linear", "cosine"), help="decay shape after warm-up")
-    p.add_argument("--batch-size", type=int, default=16, help="global batch in sequences")
-    p.add_argument("--micro-batch", type=int, default=None, help="per-process micro-batch (accumulates)")
-    p.add_argument("--seq-len", type=int, default=None, help="sequence length (default min(1024, model limit))")
-    p.add_argument("--corpus", default=None, help="text/jsonl/parquet file or directory, or 'installed' (the text of every installed package; default: embedded, the standard library)")
-    p.add_argument("--corpus-max-bytes", type=int, default=4_000_000, help="cap on the corpus size (0: no cap)")
-    p.add_argument("--seed", type=int, default=42, help="fixes the data order (pair a run with its control)")
-    p.add_argument("--ema", type=float, default=0.999, help="weight EMA beta (0: off)")
-    p.add_argument("--z-loss", type=float, default=1e-4, help="coefficient of mean(logsumexp(logits)^2)")
-    p.add_argument("--weight-decay", type=float, default=0.05,
-                   help="AdamW decay of matrices (not embeddings, norms, biases or routing parameters)")
-    p.add_argument("--grad-clip", type=float, default=1.0)
-    p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--eval-batches", type=int, default=4)
-    p.add_argument("--checkpoint-every", type=int, default=100)
-    p.add_argument("--checkpointing", action="store_true", help="activation checkpointing per decoder layer")
-    p.add_argument("--fsdp", action="store_true", help="FSDP2 full sharding under torchrun (default: DDP)")
-    p.add_argument("--cuda-graphs", action=argparse.BooleanOptionalAction, default=None,
-                   help="replay each training step from CUDA graphs (default: on for one CUDA process; "
-                        "--no-cuda-graphs steps eagerly)")
-    p.add_argument("--loss-kernel", choices=LOSS_KERNELS, default=None,
-                   help="the training cross-entropy: 'fused' (Triton; default on CUDA) or 'torch' (fp32 softmax)")
-    p.add_argument("--routing-backend", default=None, choices=ROUTING_BACKENDS,
-                   help="delta routing backend (default: triton on CUDA, eager on CPU)")
-    p.add_argument("--device", default=None)
-    p.add_argument("--resume", action="store_true", help="continue the run in --out from its checkpoint")
-    p.add_argument("--overwrite", action="store_true", help="replace an existing --out")
-    p.add_argument("--no-progress", action="store_true")
+    """A flag per `CPTConfig` field (`cli.flags`), in the run commands' help groups."""
+    from ..cpt.config import CPTConfig
+    from .flags import add_option_flags
+
+    add_option_flags(p, CPTConfig)
 
 
 def add_cpt_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -69,18 +34,11 @@ def add_cpt_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argume
 
 
 def config_from_args(args: argparse.Namespace):
+    """The CPTConfig the parsed `mhar cpt` options describe."""
     from ..cpt.config import CPTConfig
+    from .flags import options_from_args
 
-    return CPTConfig(
-        src=args.src, out=args.out, control=args.control, steps=args.steps, lr=args.lr, min_lr=args.min_lr,
-        warmup=args.warmup, decay=args.decay, batch_size=args.batch_size, micro_batch=args.micro_batch,
-        seq_len=args.seq_len, corpus=args.corpus, corpus_max_bytes=args.corpus_max_bytes or None,
-        seed=args.seed, ema=args.ema, z_loss=args.z_loss, weight_decay=args.weight_decay,
-        grad_clip=args.grad_clip, eval_every=args.eval_every, eval_batches=args.eval_batches,
-        checkpoint_every=args.checkpoint_every, checkpointing=args.checkpointing, fsdp=args.fsdp, cuda_graphs=args.cuda_graphs,
-        loss_kernel=args.loss_kernel,
-        routing_backend=args.routing_backend, device=args.device, resume=args.resume,
-        overwrite=args.overwrite, progress=not args.no_progress, explicit=getattr(args, "explicit", None))
+    return options_from_args(CPTConfig, args)
 
 
 def cmd_cpt(args: argparse.Namespace) -> int:

@@ -16,29 +16,22 @@ from typing import Any
 
 from ..errors import UserError
 from ..sweep.grid import AXES, SweepGrid
-from .args import _FIELD_OF_DEST, add_train_arguments, check_corpus, model_overrides
+from .args import add_train_arguments, check_corpus
+from .flags import flag_fields, option_values
 
-#: `mhar train` options that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
-#: --seeds, --presets, --steps)
+#: `TrainConfig` fields that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
+#: --seeds, --presets, --steps), and those of the run directory (the sweep's own --out, --overwrite)
 _AXIS_DESTS = ("preset", "method", "heads", "kv_heads", "lr", "seed", "steps")
-
-
-def _train_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(add_help=False)
-    add_train_arguments(p)
-    return p
+_NOT_SHARED = (*_AXIS_DESTS, "out", "resume", "overwrite")
 
 
 def common_options() -> tuple[str, ...]:
-    """Every `mhar train` option a sweep passes to each of its runs, read off the parser itself
-    (so a new training flag reaches swept runs without being listed here): all but the axes and
-    the options stored under another TrainConfig field (the model overrides go to `extra`,
-    --no-progress to `progress`)."""
-    return tuple(a.dest for a in _train_parser()._actions
-                 if a.dest not in _AXIS_DESTS and a.dest not in _FIELD_OF_DEST)
+    """Every `TrainConfig` field with a `mhar train` flag that a sweep passes to each of its runs:
+    all but the axes and the run directory's (so a new training option reaches swept runs by
+    construction: its flag and this list are both made from its field)."""
+    from ..runoptions import TrainConfig
 
-
-_COMMON = common_options()
+    return tuple(f.name for f in flag_fields(TrainConfig, exclude=_NOT_SHARED))
 
 
 def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -92,17 +85,16 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
                 heads=_opt_ints(args.heads, "heads", "kv") if args.heads else None,
                 kv_heads=_opt_ints(args.kv_heads, "kv-heads", "preset") if args.kv_heads else None)
     values.update({k: v for k, v in axes.items() if v is not None})
+    from ..runoptions import TrainConfig
+
     common = dict(values.get("common") or {})
-    for name in _COMMON:
-        value = getattr(args, name)
-        if value != parser_defaults.get(name) or name not in common:
+    for name, value in option_values(TrainConfig, args, exclude=_NOT_SHARED).items():
+        if name == "extra":  # the model overrides given add to the grid file's
+            value = {**(common.get("extra") or {}), **value}
+            if value:
+                common["extra"] = value
+        elif value != parser_defaults.get(name) or name not in common:
             common[name] = value
-    if common.get("corpus_max_bytes") == 0:
-        common["corpus_max_bytes"] = None
-    extra = {**(common.get("extra") or {}), **model_overrides(args)}
-    if extra:
-        common["extra"] = extra
-    common["progress"] = not args.no_progress
     values["common"] = common
     return SweepGrid.from_dict(values)
 
@@ -116,7 +108,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     def report(spec, action: str) -> None:
         print(f"{action:8s} {spec.name}", flush=True)
 
-    result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=not args.no_progress,
+    result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=args.progress,
                        dry_run=args.dry_run, on_run=None if args.dry_run else report)
     if args.dry_run:
         for spec in result.runs:
@@ -129,6 +121,8 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
 
 def _defaults() -> dict[str, Any]:
-    """Defaults of the shared options, as `mhar train` declares them."""
-    p = _train_parser()
-    return {name: p.get_default(name) for name in _COMMON}
+    """Defaults of the shared options, as `TrainConfig` declares them."""
+    from ..runoptions import TrainConfig
+
+    defaults = TrainConfig()
+    return {name: getattr(defaults, name) for name in common_options()}

@@ -16,59 +16,57 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from ..errors import UserError
+from ..options import non_negative, option
+from ..runoptions import RunOptions
 
 DECAYS = ("linear", "cosine")
 
 
+def _ema(value: float) -> str | None:
+    return None if 0 <= value < 1 else "must lie in [0, 1) (0 disables the weight EMA)"
+
+
+_like = RunOptions.default_of
+
+
 @dataclass
-class CPTConfig:
-    """Every option of a mid-training run (saved as train_config.json)."""
+class CPTConfig(RunOptions):
+    """Every option of a mid-training run (saved as train_config.json): the shared `RunOptions`
+    with mid-training's defaults, and its own source, control, schedule, z-loss, EMA and
+    activation checkpointing."""
 
-    src: str = ""  # converted model (`mhar convert`), or a plain base with control=True
-    out: str = "runs/cpt"
-    control: bool = False  # train the plain base model (the schedule-matched control)
-    steps: int = 1000
-    lr: float = 4e-4  # peak
-    min_lr: float | None = None  # floor; default lr / 100 (the paper: 4e-4 -> 4e-6)
-    warmup: int | None = None  # re-warm-up steps from 0; default 5% of steps
-    decay: str = "linear"
-    weight_decay: float = 0.05  # not on embeddings, norms, biases or routing parameters
-    z_loss: float = 1e-4  # coefficient of mean(logsumexp(logits)^2)
-    ema: float = 0.999  # weight EMA beta; 0 disables
-    betas: tuple[float, float] = (0.9, 0.95)
-    adam_eps: float = 1e-8
-    grad_clip: float = 1.0
-    batch_size: int = 16  # global batch in sequences
-    micro_batch: int | None = None  # per-process micro-batch (default: global / world)
-    seq_len: int | None = None  # default min(1024, the model's position limit)
-    eval_every: int = 50
-    eval_batches: int = 4
-    checkpoint_every: int = 100
-    seed: int = 42  # data order (identical for the converted run and its control)
-    corpus: str | None = None  # None: the embedded corpus; or a file / directory
-    corpus_max_bytes: int | None = 4_000_000
-    routing_backend: str | None = None  # delta runs: default triton on CUDA, eager on CPU
-    checkpointing: bool = False  # activation checkpointing per decoder layer
-    fsdp: bool = False  # FSDP2 full sharding (torchrun) instead of DDP
-    cuda_graphs: bool | None = None  # steps replayed from CUDA graphs (default: on for one CUDA process)
-    loss_kernel: str | None = None  # the cross-entropy: "fused" (Triton; default on CUDA) or "torch"
-    device: str | None = None
-    resume: bool = False
-    overwrite: bool = False
-    progress: bool = True
-    stop_after: int | None = None  # testing aid: stop (as if killed) after this many steps
-    # the options set on the command line; on --resume only these are checked against the saved
-    # run (None: every option is); not a setting, not saved
-    explicit: tuple[str, ...] | None = None
+    src: str = option("", "converted model directory (`mhar convert`), or with --control a plain Llama/Qwen3 "
+                          "directory or a converted one (its base)", flag="SRC")
+    out: str = _like("out", "runs/cpt")
+    control: bool = option(False, "train the plain base model: the schedule-matched control (same seed, data, "
+                                  "schedule)", group="basics")
+    steps: int = _like("steps", 1000)
+    seed: int = _like("seed", 42, "fixes the data order (pair a run with its control)")
+    seq_len: int | None = _like("seq_len", None, "sequence length (default min(1024, the model's position limit))")
+    lr: float = _like("lr", 4e-4)
+    min_lr: float | None = option(None, "floor of the decay (default lr/100; the paper: 4e-4 -> 4e-6)",
+                                  check=non_negative, group="schedule")
+    warmup: int | None = _like("warmup", None, "linear re-warm-up steps from 0 (default 5%% of steps)")
+    decay: str = option("linear", "decay shape after warm-up", choices=DECAYS, group="schedule")
+    weight_decay: float = _like("weight_decay", 0.05, "AdamW decay of matrices (not embeddings, norms, biases or "
+                                                      "routing parameters)")
+    z_loss: float = option(1e-4, "coefficient of mean(logsumexp(logits)^2)", check=non_negative, group="schedule")
+    ema: float = option(0.999, "weight EMA beta (0: off)", check=_ema, group="schedule")
+    eval_every: int = _like("eval_every", 50)
+    routing_backend: str | None = _like("routing_backend", None, "delta routing backend (default: triton on "
+                                                                 "CUDA, eager on CPU)")
+    checkpointing: bool = option(False, "activation checkpointing per decoder layer", group="GPU step")
 
-    @classmethod
-    def from_dict(cls, values: dict[str, Any]) -> "CPTConfig":
-        from ..train import options_from_dict
+    WHAT = "mid-training"
 
-        return options_from_dict(cls, values, "mid-training")
+    def check(self) -> None:
+        """The floor lies in [0, peak], the warm-up within the run."""
+        if not 0 <= self.floor <= self.lr:
+            raise UserError(f"--min-lr {self.floor} must lie in [0, --lr {self.lr}]")
+        if not 0 <= self.warmup_steps <= self.steps:
+            raise UserError(f"--warmup {self.warmup_steps} must lie in [0, --steps {self.steps}]")
 
     @property
     def floor(self) -> float:
@@ -77,25 +75,6 @@ class CPTConfig:
     @property
     def warmup_steps(self) -> int:
         return self.warmup if self.warmup is not None else max(1, self.steps // 20)
-
-    def validate(self) -> None:
-        """Raise `UserError` naming the option to fix."""
-        if self.steps < 1:
-            raise UserError(f"--steps must be at least 1, got {self.steps}")
-        if not self.lr > 0:
-            raise UserError(f"--lr must be positive, got {self.lr}")
-        if not 0 <= self.floor <= self.lr:
-            raise UserError(f"--min-lr {self.floor} must lie in [0, --lr {self.lr}]")
-        if not 0 <= self.warmup_steps <= self.steps:
-            raise UserError(f"--warmup {self.warmup_steps} must lie in [0, --steps {self.steps}]")
-        if self.decay not in DECAYS:
-            raise UserError(f"unknown --decay {self.decay!r}; choose one of {', '.join(DECAYS)}")
-        if not 0 <= self.ema < 1:
-            raise UserError(f"--ema {self.ema} must lie in [0, 1) (0 disables the weight EMA)")
-        if self.z_loss < 0 or self.weight_decay < 0:
-            raise UserError("--z-loss and --weight-decay must be non-negative")
-        if self.batch_size < 1 or (self.micro_batch is not None and self.micro_batch < 1):
-            raise UserError("--batch-size and --micro-batch must be positive")
 
 
 def cpt_lr_at(step: int, cfg: CPTConfig) -> float:

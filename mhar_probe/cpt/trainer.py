@@ -9,7 +9,9 @@ accumulation, global-norm clipping, evaluation, resumable checkpoints, metrics) 
     objective   CE + z-loss (1e-4 * mean z^2); metrics log `loss` (= CE) and `z_loss`
     EMA         theta_ema <- 0.999 theta_ema + 0.001 theta after every step, checkpointed,
                 saved as RUN/ema/ (a Hugging Face model) and evaluated at the end
-    systems     bf16 autocast on GPU, activation checkpointing, DDP or FSDP2 (torchrun)
+    systems     bf16 autocast on GPU, activation checkpointing, DDP or FSDP2 (torchrun); on one
+                CUDA process CUDA graphs, the fused loss and compiled sublayers (each layer's
+                attention and MLP module, `mhar_probe.compiled`), as in `mhar train`
 
 A converted model and its control run with the same seed, batch and schedule see the same
 rows in the same order; with every gate at 0 their step-0 losses are identical.
@@ -47,7 +49,6 @@ class CPTTrainer(Trainer):
 
     def setup(self) -> None:
         cfg: CPTConfig = self.cfg  # type: ignore[assignment]
-        cfg.validate()
         self.src = Path(cfg.src)
         if not self.src.is_dir():
             raise UserError(f"source model {self.src} does not exist")
@@ -146,6 +147,7 @@ class CPTTrainer(Trainer):
             parameters=sum(p.numel() for _, p in decay + keep),
             routing_backend=None if cfg.control else cfg.routing_backend,
             checkpointing=cfg.checkpointing, fsdp=cfg.fsdp, world_size=self.info.world_size,
+            cuda_graphs=self.cuda_graphs, loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,
             package_version=__version__)
 
     def save_final(self) -> None:
