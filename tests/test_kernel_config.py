@@ -18,8 +18,8 @@ from mhar_probe.kernels.config import LEGACY_FIELDS, ROUTING_DOUTS, KernelConfig
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _choices(parser: argparse.ArgumentParser, flag: str) -> tuple:
-    return next(tuple(a.choices) for a in parser._actions if flag in a.option_strings)
+def _action(parser: argparse.ArgumentParser, flag: str) -> argparse.Action:
+    return next(a for a in parser._actions if flag in a.option_strings)
 
 
 def _subcommand(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
@@ -32,8 +32,14 @@ def test_the_dout_policy_has_one_name_and_one_tuple_of_choices(tmp_path):
     from mhar_probe.train import TrainConfig
 
     parser = build_parser()
-    for command in ("train", "sweep"):
-        assert _choices(_subcommand(parser, command), "--routing-douts") == ROUTING_DOUTS, command
+    assert next(f for f in fields(TrainConfig) if f.name == "routing_douts").metadata["choices"] is ROUTING_DOUTS
+    for command in ("train", "sweep"):  # the flags are made from the field: its choices, its check
+        sub = _subcommand(parser, command)
+        assert _action(sub, "--routing-douts").metavar == "{" + ",".join(ROUTING_DOUTS) + "}", command
+        for policy in ROUTING_DOUTS:
+            assert sub.parse_known_args(["--out", "x", "--routing-douts", policy])[0].routing_douts == policy
+        with pytest.raises(SystemExit):
+            sub.parse_known_args(["--out", "x", "--routing-douts", "bf16"])
     spec = importlib.util.spec_from_file_location("train_throughput",
                                                   ROOT / "benchmarks/train_throughput/train_throughput.py")
     tt = importlib.util.module_from_spec(spec)
@@ -44,7 +50,7 @@ def test_the_dout_policy_has_one_name_and_one_tuple_of_choices(tmp_path):
         assert KernelConfig(routing_douts=policy).routing_douts == policy
     with pytest.raises(ValueError, match="routing_douts='bf16': choose from promoted, storage"):
         KernelConfig(routing_douts="bf16")
-    with pytest.raises(UserError, match="--routing-douts must be one of promoted, storage"):
+    with pytest.raises(UserError, match="routing.douts"):
         TrainConfig(out=str(tmp_path / "run"), routing_douts="bf16")
 
 
