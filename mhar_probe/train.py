@@ -40,7 +40,8 @@ from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles
 from .runoptions import (NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, jsonable, saved_settings,  # noqa: F401
                          settings_for_resume)
 #   (TrainConfig and its resume rules are declared in `runoptions`; imported from here too)
-from .rundir import RunLock, check_run_dir, load_checkpoint, prepare_run_dir, save_checkpoint, write_metrics
+from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_checkpoint_state,
+                     save_checkpoint, write_metrics)
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:

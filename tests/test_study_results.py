@@ -89,12 +89,12 @@ def test_the_paper_deltas_stand_beside_ours(regenerated):
 
 
 def test_the_depth_read_spread_of_each_routed_method(regenerated):
-    """The captured routed runs (attnres, MHAR H=8) are read; every other routed arm is pending."""
+    """The captured routed runs (attnres, MHAR H=8, MHAR head-wise) are read; every other routed arm is pending."""
     claims = _claims(regenerated)
     spread = {k: c for k, c in claims.items() if k.startswith("spread_")}
     assert set(spread) == {"spread_attnres", "spread_mhar H=4", "spread_mhar H=8", "spread_mhar H=16",
                            "spread_mhar_hw H=4"}
-    for key in ("spread_mhar H=8", "spread_attnres"):
+    for key in ("spread_mhar H=8", "spread_attnres", "spread_mhar_hw H=4"):
         read = spread.pop(key)
         assert read["verdict"] == REPLICATED and "total-variation distance" in read["note"]
         assert "against uniform 0.040" in read["ours"]  # the final site reads 25 sources

@@ -27,7 +27,7 @@ from .alignment import heads_of
 from .provenance import run_label
 from .tables import headalign_table, perhead_table, probe_table, site_table, write_table
 
-#: the tables `probe` writes, each as STEM.md, STEM.tex and STEM.csv
+#: the tables `probe` writes, each under its stem as Markdown, LaTeX and CSV (.md, .tex, .csv)
 STEMS = ("probe", "sites", "perhead", "headalign")
 #: query slices and random-query draws when a run is captured in memory
 DEFAULT_SLICES, DEFAULT_DRAWS = 4, 8
