@@ -26,6 +26,7 @@ Measured per arm (rank 0 reports; the step time is the slowest rank's, all-reduc
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -37,6 +38,7 @@ import torch
 import torch.distributed as dist
 
 from mhar_probe import __version__
+from mhar_probe.bench.arms import warm_up_arms
 from mhar_probe.bench.provenance import git_commit, software
 from mhar_probe.compiled import compile_sublayers
 from mhar_probe.distributed import init_distributed, shutdown
@@ -113,24 +115,8 @@ def bench_preset(preset: str, args: argparse.Namespace, info) -> list[dict]:
     pool = torch.cuda.graph_pool_handle() if cuda else None
     stream = torch.cuda.Stream(info.device) if cuda else None
     steps = [s for s in args.steps if cuda or s == "eager"]
-    arms = []
-    for method in args.methods:
-        for step in steps:
-            if cuda:
-                torch.cuda.synchronize()
-                before = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            arm = Arm(method, step, preset, args, info, pool, stream)
-            if isinstance(arm.step, GraphStep):
-                arm.step.warm_up([batch])
-            else:
-                arm.step([batch], lr=1e-4)
-            if cuda:
-                arm.peak_growth = torch.cuda.max_memory_allocated() - before
-            arms.append(arm)
-    for arm in arms:
-        if isinstance(arm.step, GraphStep):
-            arm.step.capture()
+    arms = warm_up_arms((functools.partial(Arm, method, step, preset, args, info, pool, stream)
+                         for method in args.methods for step in steps), batch, cuda)
     for r in range(args.warmup + args.rounds):
         for arm in arms:
             if cuda:

@@ -33,6 +33,7 @@ Measured per arm:
 from __future__ import annotations
 
 import argparse
+import functools
 import gc
 import json
 import platform
@@ -45,6 +46,7 @@ from pathlib import Path
 import torch
 
 from mhar_probe import __version__
+from mhar_probe.bench.arms import warm_up_arms
 from mhar_probe.bench.provenance import git_commit, software
 from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
@@ -189,23 +191,9 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
     g = torch.Generator().manual_seed(1)
     batch = torch.randint(0, args.vocab, (B, T + 1), generator=g)  # [B, T+1] on the host, as in training
     pool = torch.cuda.graph_pool_handle() if cuda and args.step == "graph" else None
-    arms = []
-    for method, kernels, label in arm_specs(args):  # every arm warms up before any captures (see GraphStep.warm_up)
-        if cuda:
-            torch.cuda.synchronize()
-            before = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-        arm = Arm(method, preset, args, device, pool, kernels, label)  # its model carries `kernels`
-        if isinstance(arm.step, GraphStep):
-            arm.step.warm_up([batch])  # an eager forward and backward: the step's activation peak
-        else:
-            arm.step([batch], lr=1e-4)
-        if cuda:
-            arm.peak_growth = torch.cuda.max_memory_allocated() - before
-        arms.append(arm)
-    for arm in arms:
-        if isinstance(arm.step, GraphStep):
-            arm.step.capture()
+    # every arm warms up before any captures (see GraphStep.warm_up); its model carries `kernels`
+    arms = warm_up_arms((functools.partial(Arm, method, preset, args, device, pool, kernels, label)
+                         for method, kernels, label in arm_specs(args)), batch, cuda)
     for r in range(args.warmup + args.rounds):
         for arm in arms:
             dt = timed_step(arm, batch, cuda)
