@@ -16,7 +16,15 @@ PAPER_SCALES = {"100m": "100M", "124m": "124M", "350m": "350M", "1b": "1B"}
 MAIN_METHODS = ("baseline", "hyper", "attnres", "mhar")
 
 
-def scale_label(preset: str) -> str:
+def scale_label(preset: str, hidden_size: Any = None, layers: Any = None) -> str:
+    """The paper's name of a preset ("100M"); a run whose width or depth overrides the preset's (the
+    study's middle rung trains d=256, L=8 from the 100m preset) is named by its shape instead."""
+    from mhar_probe.model.config import PRESETS
+
+    shape = PRESETS.get(preset, {})
+    d, L = shape.get("hidden_size"), shape.get("num_hidden_layers")
+    if hidden_size is not None and layers is not None and d is not None and (int(hidden_size), int(layers)) != (d, L):
+        return f"d={int(hidden_size)}, L={int(layers)}"
     return PAPER_SCALES.get(preset, preset)
 
 

@@ -89,7 +89,7 @@ def make(ctx) -> list[Output]:
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
             ax.set_xlabel("step")
             ax.set_ylabel("training loss (EMA)")
-            ax.set_title(f"{scale_label(preset)}, {key['corpus']}, lr {key['lr']:g}, seed {key['seed']}")
+            ax.set_title(f"{scale_label(preset, key['hidden_size'], key['layers'])}, {key['corpus']}, lr {key['lr']:g}, seed {key['seed']}")
             ax.legend(loc="upper right", fontsize=6.5, frameon=False)
             name = f"training_curves_{preset}"
             paths = ctx.save_figure(fig, name)

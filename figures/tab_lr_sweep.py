@@ -57,7 +57,7 @@ def make(ctx) -> list[Output]:
         H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
         sub, dropped = _paired_lr_cells(sub)
         if dropped:
-            t.notes.append(f"{scale_label(key['preset'])}, {key['corpus']}: each method's learning rates "
+            t.notes.append(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}: each method's learning rates "
                            f"compared on the seeds all its LR cells share (left out: {'; '.join(dropped)}).")
         rows = [r for r in best_vs_best(ctx.records(sub)) if r.method != "mhar" or r.H == H]
         base_row = min((r for r in rows if r.method == "baseline"), key=lambda r: r.tail_mean)
@@ -68,7 +68,7 @@ def make(ctx) -> list[Output]:
         for r in rows:
             tried = ", ".join(f"{float(lr):g}: {v:.3f}" for lr, v in sorted(r.by_lr.items(), key=lambda kv: float(kv[0])))
             label = run_label(r.method, r.H, "display")
-            t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, {key['steps']} steps", key["preset"]),
+            t.add([Cell(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}, {key['steps']} steps", key["preset"]),
                    Cell(label, r.method), Cell(tried, tried), Cell(f"{float(r.best_lr):g}", float(r.best_lr)),
                    Cell.num(r.tail_mean, bold=r.tail_mean == min(x.tail_mean for x in rows)),
                    Cell.num(None if r.method == "baseline" else r.delta, "{:+.3f}")], rule_before=first and bool(t.rows))

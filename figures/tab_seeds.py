@@ -30,7 +30,7 @@ def make(ctx) -> list[Output]:
         rows.sort(key=lambda r: (METHOD_ORDER.index(r.method) if r.method in METHOD_ORDER else 99, r.H or 0))
         for i, r in enumerate(rows):
             label = run_label(r.method, r.H, "display")
-            t.add([Cell(f"{scale_label(key['preset'])}, {key['corpus']}, lr {r.lr:g}", key["preset"]),
+            t.add([Cell(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}, lr {r.lr:g}", key["preset"]),
                    Cell(label, r.method), Cell(str(r.n), r.n), Cell(f"{r.mean:+.3f} ± {r.sd:.3f}", r.mean),
                    Cell.num(r.se, "{:.4f}"), Cell.num(r.abs_over_se, "{:.1f}"), Cell.num(r.p_value, "{:.3g}")],
                   rule_before=i == 0 and bool(t.rows))

@@ -101,15 +101,18 @@ def test_excess_claim_is_a_t_interval_over_seeds():
     assert claims.excess_claim(LADDER, {0: 0.05}).verdict == claims.INCONCLUSIVE  # one seed: no interval
 
 
-def test_optimum_claim_needs_two_kv_values_and_a_margin():
+def test_optimum_claim_reads_each_kv_value_against_a_margin():
     tails = _tails([4.0] * 3, [3.9] * 3, [3.80, 3.81, 3.79])  # seed sd 0.01: margin 0.028
     clear = [dict(method="mhar", H=h, kv=kv, seed=0, tail_mean=3.7 + 0.1 * abs(h - 4) / 4)
              for kv in (2, 4) for h in (2, 4, 8, 16)]
     assert claims.optimum_claim(LADDER, clear, tails).verdict == claims.REPLICATED  # H=4 best by 0.05+
     off = [dict(r, tail_mean=3.7 + 0.05 * r["H"]) for r in clear]  # H=2 best at both KV by 0.1
     assert claims.optimum_claim(LADDER, off, tails).verdict == claims.NOT_REPLICATED
-    one_kv = [r for r in clear if r["kv"] == 4]
-    assert claims.optimum_claim(LADDER, one_kv, tails).verdict == claims.INCONCLUSIVE
+    one_kv = claims.optimum_claim(LADDER, [r for r in clear if r["kv"] == 4], tails)  # read, and said so
+    assert one_kv.verdict == claims.REPLICATED and "one KV value only" in one_kv.note
+    assert "KV=4: best H=4" in one_kv.ours and "KV=2" not in one_kv.ours
+    two_h = [r for r in clear if r["kv"] == 4 and r["H"] in (4, 8)]  # fewer than 3 H: no grid to read
+    assert claims.optimum_claim(LADDER, two_h, tails).verdict == claims.INCONCLUSIVE
 
 
 def test_optimum_includes_h1_and_takes_the_margin_from_paired_deltas():
@@ -196,3 +199,36 @@ def test_a_claim_with_missing_runs_is_held_back_and_names_them():
     assert held.note == "runs missing: attnres seed 0, mhar H=8 seed 1. When in: rule"
     assert claims.held_back(c, [], ["attnres seed 2"]).verdict == claims.PENDING  # finished, not captured
     assert claims.held_back(c, []) is c
+
+
+def test_width_claim_fits_the_paired_deltas_against_log2_of_the_head_width():
+    """MHAR - attnres per seed at 16 / 32 / 64-channel routing heads: the slope per doubling and its
+    interval against a float64 least-squares fit written out here (slope, residual variance, t)."""
+    rungs = [claims.WidthRung("ladder", 16, {0: 0.30, 1: 0.25, 2: 0.50}, []),
+             claims.WidthRung("middle", 32, {0: 0.10, 1: 0.05}, []),
+             claims.WidthRung("study100m", 64, {0: 0.016, 1: 0.009, 2: 0.0005}, [])]
+    x = np.array([4.0] * 3 + [5.0] * 2 + [6.0] * 3)
+    y = np.array([0.30, 0.25, 0.50, 0.10, 0.05, 0.016, 0.009, 0.0005])
+    sxx = ((x - x.mean()) ** 2).sum()
+    slope = ((x - x.mean()) * (y - y.mean())).sum() / sxx
+    resid = y - (y.mean() + slope * (x - x.mean()))
+    se = math.sqrt((resid ** 2).sum() / (len(x) - 2) / sxx)
+    t = stats.t.ppf(0.975, len(x) - 2)
+    c = claims.width_claim(rungs)
+    assert f"slope per doubling {slope:+.3f} [{slope - t * se:+.3f}, {slope + t * se:+.3f}]" in c.ours
+    assert c.verdict == claims.REPLICATED and slope + t * se < 0
+    assert "16-ch ladder" in c.ours and "32-ch middle" in c.ours and "(2 seeds)" in c.ours
+    flat = [claims.WidthRung(r.name, r.width, {s: 0.1 + 0.01 * s for s in r.deltas}, []) for r in rungs]
+    assert claims.width_claim(flat).verdict == claims.INCONCLUSIVE  # slope 0 within noise
+
+
+def test_width_claim_is_pending_while_a_rung_misses_runs_and_needs_two_widths():
+    present = claims.WidthRung("ladder", 16, {0: 0.3, 1: 0.25, 2: 0.5}, [])
+    empty = claims.WidthRung("middle", 32, {}, ["attnres seed 0", "mhar H=8 seed 1"])
+    wide = claims.WidthRung("study100m", 64, {0: 0.016, 1: 0.009, 2: 0.0005}, [])
+    c = claims.width_claim([present, empty, wide])
+    assert c.verdict == claims.PENDING_RUNS
+    assert "middle: attnres seed 0" in c.note and "32-ch middle: no seed has both arms yet" in c.ours
+    assert "slope per doubling" in c.ours  # what the rungs present give, shown while pending
+    one = claims.width_claim([present, claims.WidthRung("middle", 32, {}, [])])
+    assert one.verdict == claims.INCONCLUSIVE and "fewer than two widths" in one.ours

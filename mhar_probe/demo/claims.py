@@ -154,8 +154,8 @@ def optimum_claim(plan: Plan, runs: list[dict[str, Any]], tails: dict[str, Any])
         if r["seed"] == plan.main_seed and r["method"] in ("mhar", "attnres"):
             grid.setdefault(r["kv"], {})[1 if r["method"] == "attnres" else r["H"]] = r["tail_mean"]
     grid = {kv: hs for kv, hs in grid.items() if len(hs) >= 3}
-    if len(grid) < 2:
-        return Claim("optimum", f"kv x H grid has {len(grid)} KV value(s) with >= 3 H", INCONCLUSIVE)
+    if not grid:
+        return Claim("optimum", "no KV value has >= 3 H (H = 1 is attnres) at the main seed", INCONCLUSIVE)
     margin, deltas = optimum_margin(plan, tails)
     parts, verdicts = [], []
     for kv in sorted(grid):
@@ -179,7 +179,8 @@ def optimum_claim(plan: Plan, runs: list[dict[str, Any]], tails: dict[str, Any])
     verdict = (NOT_REPLICATED if all(v == NOT_REPLICATED for v in verdicts)
                else REPLICATED if all(v == REPLICATED for v in verdicts) else INCONCLUSIVE)
     spread = ", ".join(f"{d:+.3f}" for d in deltas)
-    note = (f"seed {plan.main_seed}; a gap counts when it exceeds the margin {margin:.3f} = "
+    one_kv = "; one KV value only (the paper's figure has several)" if len(grid) == 1 else ""
+    note = (f"seed {plan.main_seed}{one_kv}; a gap counts when it exceeds the margin {margin:.3f} = "
             f"t(0.975, {len(deltas) - 1}) x "
             f"sd of the paired seed deltas {run_label('mhar', plan.mhar_heads)} - attnres ({spread})")
     return Claim("optimum", "; ".join(parts), verdict, note)
@@ -437,7 +438,77 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
                for method, heads, key in plan.paper_deltas]
     if plan.spread_claims:
         claims += spread_claims(plan, study)
+    if plan.width_rungs:
+        claims.append(width_claim([WidthRung.read(name, out / folder) for name, folder in plan.width_rungs]))
     return claims
+
+
+@dataclass
+class WidthRung:
+    """One plan's paired per-seed deltas, tail-mean loss of mhar at its H minus attnres at its KV,
+    with the width of its routing heads (d / H) and the planned runs not finished yet."""
+
+    name: str
+    width: int | None  # channels per routing head; None: no finished run to read it from
+    deltas: dict[int, float]  # seed -> mhar - attnres
+    missing: list[str]
+
+    @classmethod
+    def read(cls, name: str, out: Path) -> "WidthRung":
+        from .plan import PLANS
+
+        plan = PLANS[name]
+        if not (out / "runs" / "manifest.json").is_file():
+            return cls(name, None, {}, [f"no runs under {out}"])
+        study = Study.read(plan, out / "runs")
+        h, kv = plan.mhar_heads, plan.main_kv
+        tails = {(r["method"], r["seed"]): r["tail_mean"] for r in _grid_runs(out / "runs")
+                 if r["kv"] == kv and (r["method"] == "attnres" or (r["method"] == "mhar" and r["H"] == h))}
+        seeds = sorted({s for m, s in tails if m == "attnres"} & {s for m, s in tails if m == "mhar"})
+        width = None
+        for key, path in study.present.items():
+            config = json.loads((path / "config.json").read_text())
+            width = config["hidden_size"] // h
+            break
+        return cls(name, width, {s: tails["mhar", s] - tails["attnres", s] for s in seeds},
+                   study.missing("attnres") + study.missing("mhar", h))
+
+
+def width_claim(rungs: list[WidthRung]) -> Claim:
+    """MHAR - attnres (paired per seed) at each routing-head width, and the slope of those deltas
+    over log2(width): ordinary least squares over every (rung, seed) point, a Student t interval
+    with n - 2 degrees of freedom. The paper trains 64-channel heads only; the hypothesis read here
+    (issue 33, from the ladder's 16-channel heads) is that narrow heads cost MHAR, i.e. slope < 0.
+    Pending while a rung's planned runs are missing; the rungs present are shown."""
+    from scipy import stats
+
+    paper = ("(not the paper's: issue 33's reading of the ladder) MHAR's loss against single-head falls as "
+             "routing heads widen, 16 -> 32 -> 64 channels (the paper trains 64)")
+    parts = []
+    for r in rungs:
+        where = f"{r.width}-ch {r.name}" if r.width else r.name
+        if r.deltas:
+            mean, low, high = _t_interval(list(r.deltas.values()))
+            parts.append(f"{where} {_fmt_interval(mean, low, high)} ({len(r.deltas)} seeds)")
+        else:
+            parts.append(f"{where}: no seed has both arms yet")
+    x = [math.log2(r.width) for r in rungs if r.width for _ in r.deltas]
+    y = [d for r in rungs if r.width for d in r.deltas.values()]
+    rule = ("slope of the paired deltas over log2(width), OLS over every (rung, seed) point, t interval "
+            "n - 2 df; replicated: below 0 (wider heads favour MHAR); not replicated: above 0. The rungs differ in "
+            "more than head width (model width and depth, tokens per parameter, corpus, step): read the slope as "
+            "across these three studies, not as head width alone")
+    if len(set(x)) >= 2 and len(x) >= 3:
+        fit = stats.linregress(x, y)
+        t = stats.t.ppf(0.5 + LEVEL / 2, len(x) - 2)
+        low, high = fit.slope - t * fit.stderr, fit.slope + t * fit.stderr
+        parts.append(f"slope per doubling {fit.slope:+.3f} [{low:+.3f}, {high:+.3f}]")
+        verdict = side(low, high, 0.0)
+    else:
+        parts.append("slope: fewer than two widths with pairs")
+        verdict = INCONCLUSIVE
+    missing = [f"{r.name}: {m}" for r in rungs for m in r.missing]
+    return held_back(Claim("width", "; ".join(parts), verdict, rule, paper), missing)
 
 
 def _paper_deltas(scale: str) -> dict[str, Any]:

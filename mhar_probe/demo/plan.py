@@ -72,6 +72,9 @@ class Plan:
     paper_deltas: tuple[tuple[str, int | None, str], ...] = ()
     paper_scale: str | None = None  # the paper_values.json scale those deltas are read at
     spread_claims: bool = False  # a row per routed method: did its queries leave their (uniform) initialisation
+    # a row reading MHAR - attnres against the routing heads' width d/H over plans trained elsewhere:
+    # (plan name in PLANS, its results folder relative to this plan's OUT), this plan included as "."
+    width_rungs: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -219,6 +222,8 @@ STUDY = Plan(
     paper_deltas=(("hyper", None, "hyper"), ("attnres", None, "attnres"), ("mhar", 8, "mhar"),
                   ("mhar", 16, "mhar_over")),
     paper_scale="100m",
+    # MHAR H=8 - attnres at 16 / 32 / 64-channel routing heads: the GPU ladder, the middle rung, the study
+    width_rungs=(("ladder", "../ladder"), ("middle", "middle"), ("study100m", ".")),
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
