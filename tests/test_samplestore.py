@@ -250,3 +250,35 @@ def test_mcnemar_on_the_committed_study_equals_statsmodels():
         ref = sm_mcnemar(table, exact=True)
         assert (row.n, row.b, row.c) == (len(ids), table[0][1], table[1][0])
         assert row.p_value == pytest.approx(ref.pvalue)
+
+
+# ----------------------------------------------------------------------------- export
+def test_export_writes_the_compact_form_and_adds_prompt_sets_beside_committed_ones(tmp_path):
+    """export_study compacts a call's harness files into the results folder; a later call asked other
+    prompts adds its set beside the committed one (which it never changes), re-exporting an export
+    copies its sets checked, and a committed set damaged under the same name is refused."""
+    from mhar_probe.demo.export import export_study
+
+    dest = tmp_path / "results"
+    first, second = tmp_path / "call1", tmp_path / "call2"
+    _samples(first / "runs" / "evals", "r1", TINY)
+    changed = [dict(r, doc=dict(r["doc"], question="other")) if r["doc_id"] == 0 else r for r in TINY]
+    _samples(second / "runs" / "evals", "r2", changed)
+    written = export_study(first, dest)
+    (shard1,) = (dest / "runs" / "evals" / "prompts").iterdir()
+    packed1 = dest / "runs" / "evals" / "r1" / "r1" / f"samples_toy_{DATE}{COMPACT_SUFFIX}"
+    assert set(written) == {packed1, shard1}
+    committed = shard1.read_bytes()
+    export_study(second, dest)
+    export_study(first, dest)  # the same call again: the same set, nothing changes
+    assert len(list((dest / "runs" / "evals" / "prompts").iterdir())) == 2 and shard1.read_bytes() == committed
+    packed2 = dest / "runs" / "evals" / "r2" / "r2" / packed1.name
+    assert [r for _, r in read_compact(packed1)] == TINY and [r for _, r in read_compact(packed2)] == changed
+    again = tmp_path / "again"
+    export_study(dest, again)
+    assert [r for _, r in read_compact(again / packed2.relative_to(dest))] == changed
+    text = gzip.decompress(committed).decode().replace("Käse", "Brot")
+    shard1.write_bytes(gzip.compress(text.encode()))
+    with pytest.raises(SampleStoreError, match="prompt conflict"):
+        export_study(first, dest)
+    assert gzip.decompress(shard1.read_bytes()).decode() == text and packed1.is_file()  # nothing lost

@@ -20,11 +20,12 @@ items of each of two tasks). Not copied: weights, checkpoints, tokenizers, model
 from __future__ import annotations
 
 import gzip
+import os
 import shutil
 from pathlib import Path
 
 from ..runfiles import CONFIG, CORPUS, METRICS, METRICS_GZ, ROUTING, SUMMARY, TRAIN_CONFIG
-from ..samplestore import PROMPTS_DIR, compact, compact_name, is_harness_samples
+from ..samplestore import PROMPTS_DIR, compact, compact_name, is_harness_samples, read_shard, write_shard
 from ..sweep.manifest import read_manifest, write_manifest
 
 RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, CORPUS, METRICS, ROUTING)
@@ -70,10 +71,15 @@ def export_study(out: Path, dest: Path) -> list[Path]:
         dst.parent.mkdir(parents=True, exist_ok=True)
         if is_harness_samples(f):  # ~9x smaller; analysis.stats.lm_eval_io reads it as the harness's file
             dst = dst.with_name(compact_name(f))
-            dst.unlink(missing_ok=True)  # a re-export of the same run replaces its compact file
-            done = compact(f, prompts, dst)
-            shutil.copystat(f, dst)
+            tmp = dst.with_name(f".tmp.{dst.name}")  # a re-export replaces the file only once the new one reads back
+            tmp.unlink(missing_ok=True)
+            done = compact(f, prompts, tmp)
+            shutil.copystat(f, tmp)
+            os.replace(tmp, dst)
             written += [dst] + ([done.shard] if done.shard not in written else [])
+        elif f.parent.name == PROMPTS_DIR and f.parent.parent == evals:  # a prompt set (exporting an export)
+            shard, _ = write_shard(read_shard(f), dst.parent)  # checked; one already there must be the same
+            written += [shard] if shard not in written else []
         else:
             shutil.copy2(f, dst)
             written.append(dst)
