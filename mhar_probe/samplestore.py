@@ -212,8 +212,6 @@ def split(task: str, records: list[dict[str, Any]]) -> tuple[Shard, list[dict[st
     prompts: dict[tuple[str, str], dict[str, Any]] = {}
     keys = []
     for rec in records:
-        if REF in rec:
-            raise SampleStoreError(f"a samples line already has a field {REF!r}; it cannot be stored compactly")
         item = {"doc_id": rec.get("doc_id"), **{k: rec[k] for k in rec if k in PROMPT_FIELDS}}
         key = (_exact(item["doc_id"]), _exact(item))
         prompts.setdefault(key, item)
@@ -253,6 +251,8 @@ def compact(samples: str | Path, prompts_dir: str | Path, out: str | Path | None
     for lineno, rec in _records(samples):
         if not isinstance(rec, dict):
             raise SampleStoreError(f"{samples}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        if REF in rec:
+            raise SampleStoreError(f"{samples}:{lineno}: already has a field {REF!r}; it cannot be stored compactly")
         records.append(rec)
     if not records:
         raise SampleStoreError(f"{samples}: no samples (empty file)")
