@@ -12,6 +12,7 @@ from mhar_probe.demo.plan import DEMO, LADDER
 from mhar_probe.demo.run import check_stages
 from mhar_probe.errors import UserError
 from mhar_probe.runfiles import METRICS, METRICS_GZ, TRAIN_CONFIG, RunFileError, RunFiles
+from mhar_probe.samplestore import expand
 from mhar_probe.sweep.manifest import read_manifest, write_manifest
 
 
@@ -62,8 +63,9 @@ def test_export_merges_calls_and_leaves_weights(tmp_path):
 
 
 def test_exported_metrics_and_samples_read_as_the_originals(tmp_path):
-    """Export gzips metrics.jsonl and the harness's samples_<task>_<date>.jsonl; the run reader and the
-    McNemar reader give the same rows from either form, and a damaged gzip is one line naming it."""
+    """Export gzips metrics.jsonl and stores the harness's samples_<task>_<date>.jsonl compactly (its
+    prompts once in runs/evals/prompts/); the run reader and the McNemar reader give the same rows
+    from either form, and a damaged file is one line naming it."""
     from analysis.run import Run
     from analysis.runs import find_run_dirs
     from analysis.stats.errors import StatsError
@@ -88,10 +90,12 @@ def test_exported_metrics_and_samples_read_as_the_originals(tmp_path):
     assert RunFiles(run).metrics() == RunFiles(src / "runs" / "r1").metrics() == rows
     assert find_run_dirs(dest / "runs") == [run]
     assert [r.get("val_loss") for r in Run.read(run).metrics] == [5.5, 5.25]
-    packed = dest / "runs" / "evals" / "r1" / "r1" / (samples.name + ".gz")
-    assert not packed.with_suffix("").exists()
-    assert ([(x.doc_id, x.scores, x.item_key) for x in read_samples(packed).samples]
-            == [(x.doc_id, x.scores, x.item_key) for x in read_samples(samples).samples])
+    packed = dest / "runs" / "evals" / "r1" / "r1" / "samples_toy_2026-11-26T01-02-03.123456.compact.jsonl.gz"
+    assert sorted(p.name for p in packed.parent.iterdir()) == [packed.name]  # no copy of the harness's file
+    (shard,) = (dest / "runs" / "evals" / "prompts").iterdir()
+    assert shard.name.startswith("toy.") and expand(packed) == samples.read_bytes()
+    assert ([(x.doc_id, x.scores, x.hashes, x.item_key) for x in read_samples(packed).samples]
+            == [(x.doc_id, x.scores, x.hashes, x.item_key) for x in read_samples(samples).samples])
     packed.write_bytes(packed.read_bytes()[:30])  # cut off mid-stream
     with pytest.raises(StatsError, match="not a readable gzip file") as err:
         read_samples(packed)

@@ -5,7 +5,9 @@ A harness run writes, under `<output_path>/<model_name_sanitized>/` (lm_eval
 
 * `results_<date>.json`: aggregated metrics plus `configs[task]` (`output_type`,
   `filter_list`, `metric_list`) and `task_hashes`;
-* `samples_<task>_<date>.jsonl` (or `.jsonl.gz`, the form study exports commit): one JSON
+* `samples_<task>_<date>.jsonl` (or `.jsonl.gz`, gzipped, or `.compact.jsonl.gz`, the form study
+  exports commit: each run's per-item results with the prompts stored once per prompt set in
+  `prompts/`, `mhar_probe.samplestore`, read back as the same records): one JSON
   object per (document, filter) built in `lm_eval/evaluator.py`: `doc_id`, `doc`, `target`, `arguments`, `resps`, `filtered_resps`,
   `doc_hash`, `prompt_hash`, `target_hash` (since 0.4.3), `filter` and `metrics` (the
   list of metric names; both since 0.4.7), then one key per metric with the item's value.
@@ -38,17 +40,19 @@ import re
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 import numpy as np
 
 from mhar_probe.jsonl import gzip_lines, not_text, open_bytes
 from mhar_probe.runfiles import RunFileError, read_json
+from mhar_probe.samplestore import COMPACT_SUFFIX, SampleStoreError, is_compact, read_compact
 
 from .errors import StatsError
 
 DATE = r"\d{4}-\d{2}-\d{2}T\d{2}-\d{2}-\d{2}(?:\.\d+)?"
-SAMPLES_RE = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{DATE})\.jsonl(?:\.gz)?$")  # gzip: committed results
+#: the harness's file, gzipped as exports wrote it before, or the compact form results folders commit
+SAMPLES_RE = re.compile(rf"^samples_(?P<task>.+)_(?P<date>{DATE})(?:\.jsonl(?:\.gz)?|{re.escape(COMPACT_SUFFIX)})$")
 RESULTS_RE = re.compile(rf"^results_(?P<date>{DATE})\.json$")
 HASH_FIELDS = ("doc_hash", "prompt_hash", "target_hash")
 #: keys of a sample line that are not per-item metric values
@@ -223,60 +227,49 @@ def read_samples(path: str | Path, task: str | None = None,
     duplicates: Counter = Counter()
     legacy: bool | None = None
     metric_sets: list[frozenset[str]] = []
-    with open_bytes(path) as f:
-        for lineno, data in enumerate(gzip_lines(f, path, StatsError), start=1):
-            try:
-                raw = data.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise StatsError(not_text(path, exc, lineno)) from None
-            if not raw.strip():
-                continue
-            where = f"{path}:{lineno}"
-            try:
-                rec = json.loads(raw)
-            except json.JSONDecodeError as e:
-                raise StatsError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(rec, dict):
-                raise StatsError(f"{where}: expected a JSON object, got {type(rec).__name__}")
-            if "doc_id" not in rec:
-                raise StatsError(f"{where}: missing field 'doc_id'")
-            doc_id = rec["doc_id"]
-            if not isinstance(doc_id, (int, str)) or isinstance(doc_id, bool):
-                raise StatsError(f"{where}: 'doc_id' must be an integer or string, got {doc_id!r}")
-            this_legacy = "filter" not in rec
-            if legacy is None:
-                legacy = this_legacy
-            elif legacy != this_legacy:
-                raise StatsError(f"{where}: mixes lines with and without a 'filter' field "
-                                 "(files from different harness versions?)")
-            if this_legacy:
-                k = seen[doc_id]
-                seen[doc_id] += 1
-                flt = legacy_order[k] if k < len(legacy_order) else legacy_order[-1]
-                names = [key for key in rec if key not in NON_METRIC_KEYS]
-            else:
-                flt = rec["filter"]
-                if not isinstance(flt, str):
-                    raise StatsError(f"{where}: 'filter' must be a string, got {flt!r}")
-                names = rec["metrics"] if "metrics" in rec else _unlisted_metrics(rec, where)
-                if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
-                    raise StatsError(f"{where}: 'metrics' must be a list of metric names, got {names!r}")
-                missing = [n for n in names if n not in rec]
-                if missing:
-                    raise StatsError(f"{where}: metric(s) {', '.join(missing)} listed in 'metrics' but absent")
-            if not names:
-                raise StatsError(f"{where}: no per-item metric values on this line")
-            hashes = {h: rec[h] for h in HASH_FIELDS if h in rec}
-            for h, v in hashes.items():
-                if not isinstance(v, str):
-                    raise StatsError(f"{where}: '{h}' must be a string, got {v!r}")
-            key = (doc_id, flt)
-            if keys[key]:
-                duplicates[key] += 1
-            keys[key] += 1
-            metric_sets.append(frozenset(names))
-            samples.append(Sample(doc_id=doc_id, filter=flt, scores={n: rec[n] for n in names},
-                                  hashes=hashes, path=path, line=lineno, item_key=item_key(rec)))
+    for lineno, rec in _sample_lines(path):
+        where = f"{path}:{lineno}"
+        if not isinstance(rec, dict):
+            raise StatsError(f"{where}: expected a JSON object, got {type(rec).__name__}")
+        if "doc_id" not in rec:
+            raise StatsError(f"{where}: missing field 'doc_id'")
+        doc_id = rec["doc_id"]
+        if not isinstance(doc_id, (int, str)) or isinstance(doc_id, bool):
+            raise StatsError(f"{where}: 'doc_id' must be an integer or string, got {doc_id!r}")
+        this_legacy = "filter" not in rec
+        if legacy is None:
+            legacy = this_legacy
+        elif legacy != this_legacy:
+            raise StatsError(f"{where}: mixes lines with and without a 'filter' field "
+                             "(files from different harness versions?)")
+        if this_legacy:
+            k = seen[doc_id]
+            seen[doc_id] += 1
+            flt = legacy_order[k] if k < len(legacy_order) else legacy_order[-1]
+            names = [key for key in rec if key not in NON_METRIC_KEYS]
+        else:
+            flt = rec["filter"]
+            if not isinstance(flt, str):
+                raise StatsError(f"{where}: 'filter' must be a string, got {flt!r}")
+            names = rec["metrics"] if "metrics" in rec else _unlisted_metrics(rec, where)
+            if not isinstance(names, list) or not all(isinstance(n, str) for n in names):
+                raise StatsError(f"{where}: 'metrics' must be a list of metric names, got {names!r}")
+            missing = [n for n in names if n not in rec]
+            if missing:
+                raise StatsError(f"{where}: metric(s) {', '.join(missing)} listed in 'metrics' but absent")
+        if not names:
+            raise StatsError(f"{where}: no per-item metric values on this line")
+        hashes = {h: rec[h] for h in HASH_FIELDS if h in rec}
+        for h, v in hashes.items():
+            if not isinstance(v, str):
+                raise StatsError(f"{where}: '{h}' must be a string, got {v!r}")
+        key = (doc_id, flt)
+        if keys[key]:
+            duplicates[key] += 1
+        keys[key] += 1
+        metric_sets.append(frozenset(names))
+        samples.append(Sample(doc_id=doc_id, filter=flt, scores={n: rec[n] for n in names},
+                              hashes=hashes, path=path, line=lineno, item_key=item_key(rec)))
     if not samples:
         raise StatsError(f"{path}: no samples (empty file)")
     metrics = sorted(frozenset.intersection(*metric_sets))
@@ -286,6 +279,30 @@ def read_samples(path: str | Path, task: str | None = None,
     filters_seen = list(dict.fromkeys(s.filter for s in samples))
     return TaskSamples(task=task, path=path, legacy=bool(legacy), samples=samples,
                        filters=filters_seen, metrics=metrics, duplicates=duplicates)
+
+
+def _sample_lines(path: Path) -> Iterator[tuple[int, Any]]:
+    """(line number, parsed record) of each non-blank line of a harness samples file, or each
+    sample of a compact one re-joined with its prompt (`mhar_probe.samplestore`: the same records)."""
+    if is_compact(path):
+        try:
+            yield from read_compact(path)
+        except SampleStoreError as exc:
+            raise StatsError(str(exc)) from None
+        return
+    with open_bytes(path) as f:
+        for lineno, data in enumerate(gzip_lines(f, path, StatsError), start=1):
+            try:
+                raw = data.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise StatsError(not_text(path, exc, lineno)) from None
+            if not raw.strip():
+                continue
+            try:
+                rec = json.loads(raw)
+            except json.JSONDecodeError as e:
+                raise StatsError(f"{path}:{lineno}: not valid JSON ({e.msg} at column {e.colno})") from None
+            yield lineno, rec
 
 
 def load_eval_run(root: str | Path, tasks: Iterable[str] | None = None,
