@@ -125,7 +125,7 @@ def test_two_sources_over_a_stack_of_129(tmp_path, launches):
     counts) two at a time with the next reader's rows prefetched: every gradient against float64."""
     seen, consts = launches
     D = 24
-    groups = [100, 4, 4, 4, 5, 7]
+    groups = [100, 4, 5, 4, 4, 7]  # folds at calls 4 and 2: over 116 and 105 sources
     heads = [8, 2, 8, 2, 8, 8]
     path = tmp_path / "t.json"
     LaunchTables(fold={(D, h, 8, 0): (1, 1, 2, 0, 1, 2) for h in (2, 8)}).dump(path)
