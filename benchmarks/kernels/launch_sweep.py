@@ -36,6 +36,9 @@ card's launch table, for `--launch-table` / `KernelConfig(launch_table=...)`).
         --out $OUT/launch_sweep.json --table-out $OUT/launch_tables_tuned.json
     PYTHONPATH=. TRITON_INTERPRET=1 python benchmarks/kernels/launch_sweep.py --device cpu \\
         --shapes 32x1x1x16 --heads 2 --repeat 1 --out /tmp/s.json --table-out /tmp/t.json   # logic only
+    PYTHONPATH=. python benchmarks/kernels/launch_sweep.py --kinds fold --probes fold,gather-backward \\
+        --deadline-s 235 --out $OUT/fold_sweep.json --table-out $OUT/launch_tables_fold.json  # the fold's rows
+    PYTHONPATH=. python benchmarks/kernels/launch_sweep.py --summarise $OUT/fold_sweep.json   # its table again
 
 On the CPU (the Triton interpreter) there is no per-kernel device time: a row is judged by the
 wall time of the whole chain, which says nothing about a GPU; that mode checks the script.
@@ -282,9 +285,17 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--tol", type=float, default=2e-2, help="largest max|g - g_ref| / max|g_ref| of a row")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     ap.add_argument("--commit", default=None)
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--table-out", required=True)
+    ap.add_argument("--out")
+    ap.add_argument("--table-out")
+    ap.add_argument("--summarise", metavar="JSON", default=None,
+                    help="only print the closing table of a sweep's --out file (one a time limit cut short)")
     args = ap.parse_args(argv)
+    if args.summarise:
+        doc = json.loads(Path(args.summarise).read_text())
+        print_summary(summary(doc["rows"], doc["meta"]["tol"]), doc["meta"]["copy_gbps"] is not None)
+        return
+    if not args.out or not args.table_out:
+        ap.error("--out and --table-out are required (unless --summarise)")
     t_start = time.monotonic()
     kinds = [k for k in args.kinds.split(",") if k]
     if set(kinds) - set(JUDGED):

@@ -99,14 +99,14 @@ def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H
 
 
 @triton.jit
-def _fold_collect(VSRC, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                   cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U, CALL_N,
                   CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
                   BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                   PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
                   TWO: tl.constexpr):
-    """`_gather_collect` over the fold's readers [call, top1) for source j and, where TWO, source
-    j + 1 (live2: whether it is one of the fold's sources) in the same reader loop: each reader's
+    """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
+    where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
     dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
     per reader. Source j's terms are summed as `_gather_collect` sums them (the same order per
     source). PREFETCH 1: the next reader's dout is loaded one iteration ahead; 2: its w (both
@@ -115,7 +115,7 @@ def _fold_collect(VSRC, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola,
     va1, vb1, r1 = _fold_source(VSRC, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
     va2, vb2, r2 = va1, vb1, r1
     if TWO:
-        va2, vb2, r2 = _fold_source(VSRC + P * D, V0, j + 1, live2, rowa, rowb, maska, maskb, eps, D, False)
+        va2, vb2, r2 = _fold_source(VSRC + stride_vn, V0, j + 1, live2, rowa, rowb, maska, maskb, eps, D, False)
     acc_va1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
     acc_vb1 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     acc_ka1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
@@ -260,7 +260,7 @@ def stack_fold_kernel(
         for j in range(0, jf, SOURCES):
             live2 = tl.where(j + 1 < jf, 1, 0)
             dxa, dxb, dxa2, dxb2 = _fold_collect(
-                V + j * stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
+                V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
                 maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
                 PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
