@@ -96,6 +96,8 @@ def test_fold_candidates_start_at_the_builtin_row_then_its_two_source_and_prefet
     rows = ls.candidates("fold", (1, 2, 0, 0, 1, 1), None)
     assert rows[:4] == [(1, 2, 0, 0, 1, 1), (1, 2, 0, 0, 1, 2), (1, 2, 2, 0, 1, 1), (1, 2, 2, 0, 1, 2)]
     assert len(rows) == len(set(rows)) and set(ls.FOLD_ORDER) <= set(rows)
+    one_warp = ls.candidates("fold", (1, 1, 0, 0, 1, 1), None)  # two sources at two warps second (no spill)
+    assert one_warp[:4] == [(1, 1, 0, 0, 1, 1), (1, 1, 0, 0, 1, 2), (1, 2, 0, 0, 1, 2), (1, 1, 2, 0, 1, 1)]
     assert all(r[5] in (1, 2) and r[2] in (0, 1, 2) for r in rows)
     with pytest.raises(SystemExit, match="sources"):
         ls.candidates("fold", (1, 2, 0, 0, 1, 1), "[[1, 2, 0, 0, 1]]")
