@@ -185,14 +185,14 @@ case "${1:-tests}" in
     # backward / today's fold / the tuned fold, stack_gather + stack_fold ms) is printed last, also from the
     # JSON if the time limit cut the sweep. Files: fold_sweep.json (rows, summary), launch_tables_fold.json.
     # SWEEP_ARGS: more launch_sweep.py arguments (on the CPU: --fold-calls 2 --heads 2 --repeat 1 --dtype float32)
-    timeout ${SWEEP_TIMEOUT:-265} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds fold \
+    timeout ${SWEEP_TIMEOUT:-255} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds fold \
       --probes fold,gather-backward --shapes ${SHAPES:-1B-train,350M-train,100M-train} \
-      --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-230} $SWEEP_ARGS \
+      --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-220} $SWEEP_ARGS \
       --out "$OUT/fold_sweep.json" --table-out "$OUT/launch_tables_fold.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/fold_sweep.log" | grep -E "probe|sweep:|chose|budget|deadline|Error|^TABLE"
     if ! grep -q "^TABLE" "$OUT/fold_sweep.log" && [ -f "$OUT/fold_sweep.json" ]; then
       echo "(cut short: the table of what ran)"
-      timeout 25 python benchmarks/kernels/launch_sweep.py --summarise "$OUT/fold_sweep.json"
+      timeout 20 python benchmarks/kernels/launch_sweep.py --summarise "$OUT/fold_sweep.json"
     fi ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
     # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
