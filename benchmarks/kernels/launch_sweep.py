@@ -84,9 +84,9 @@ FOLD_ORDER = [(1, w, pre, 0, lf, src) for w in (1, 2) for src in (2, 1) for pre 
 def fold_variants(builtin: tuple[int, ...]) -> list[tuple[int, ...]]:
     """The built-in fold row's variants, tried first: two sources per iteration (at the row's warps,
     then at two warps at least), the next reader's rows prefetched (prefetch 2), both. Compiled
-    offline (sm_90, Triton 3.9; `regs_offline.py --kernels fold_rows`), two sources fit without
-    spilling at two warps (121 / 214 / 234 registers at 100M / 350M / 1B) and spill at one warp at
-    350M and 1B, hence the two-warp row second."""
+    offline (sm_90; `regs_offline.py --kernels fold_rows`), two sources fit without spilling at two
+    warps (125 / 168 / 255 registers at 100M / 350M / 1B with Triton 3.6, the GPU machine's;
+    121 / 214 / 234 with 3.9) and spill at one warp at 350M and 1B, hence the two-warp row second."""
     bp, warps, pre, cap, lf, _ = builtin
     w2 = max(warps, 2)
     return list(dict.fromkeys([(bp, warps, pre, cap, lf, 2), (bp, w2, pre, cap, lf, 2), (bp, warps, 2, cap, lf, 1),
