@@ -13,8 +13,8 @@ At the training microbatches by default (autocast's layout, H = 8):
 2. **Sweep** of the `gather` launch rows (which also launch the fold kernel, where the table has
    no `fold` row), of the fold kernel's own rows (`fold`: the gather's values plus `sources` per
    reader iteration, 1 or 2, and prefetch 2, the next reader's w, shift and S' with its dout;
-   judged by the fold kernel alone), then of the `fwd` rows: each candidate row laid over the rows chosen so far, one fwd + bwd of the whole chain
-   to compile, then `--repeat` profiled runs (median device time per kernel); a row is judged by
+   judged by the fold kernel alone), then of the `fwd` rows: each candidate row laid over the
+   rows chosen so far, one fwd + bwd of the whole chain to compile, then `--repeat` profiled runs (median device time per kernel); a row is judged by
    the sum of its kind's kernels (gather: stack_gather + stack_fold, the default backward) and
    must give the built-in row's gradients (max |diff| / max |g| <= `--tol`; bf16 source
    gradients differ by an ulp where the summation order changes). Candidates are tried in order
@@ -27,7 +27,7 @@ the closing table. The table, printed last (lines starting `TABLE`) and stored a
 `summary`: per shape the backward's dout-reading kernels under the gather backward, today's
 fold (built-in rows) and the fold at its best swept row.
 
-Writes, after every shape's probes and every sweep, `--out` (meta: device, date, versions, commit,
+Writes, after every row (probe or candidate), `--out` (meta: device, date, versions, commit,
 copy bandwidth; one row per probe and candidate with `kernels_ms` and the gather / fold split of
 `fold_split.split_row`) and `--table-out` (the chosen rows in launch_tables.py's format: the
 card's launch table, for `--launch-table` / `KernelConfig(launch_table=...)`).
