@@ -3,11 +3,13 @@ memory, per preset and routing backend, from benchmarks/train_throughput/train_t
 
 A file may run methods several times (`--methods baseline mhar baseline mhar`) and kernel variants
 (`mhar/padded`): each row is compared with the nearest baseline run before it (pairwise), and a
-variant is labelled with its kernels."""
+variant is labelled with its kernels. A method over the shared source stack is labelled with the
+stack backward it ran (the row's `routing_backward`, files since 2026-11-26: `--routing-backward
+fold gather` times both in one file, whose rows share the method's name and differ by arm)."""
 
 from __future__ import annotations
 
-from mhar_probe.model.methods import ROUTED_METHODS
+from mhar_probe.model.methods import REPLACEMENT_METHODS, ROUTED_METHODS
 
 from .benchfiles import throughput_files
 from .common import scale_label
@@ -19,6 +21,15 @@ NEEDS = ("a throughput file: python benchmarks/train_throughput/train_throughput
          "--out benchmarks/train_throughput/DEVICE.json (read from train_throughput/ and the top of "
          "RUNS_DIR/benchmarks, or of the folders given with --benchmarks, e.g. the repository's benchmarks/)")
 COLUMNS = ["Preset", "Method", "Routing backend", "Tokens/s", "vs baseline", "Peak mem. (GB)", "Device", "File"]
+
+
+def backward_label(r: dict, method: str) -> str | None:
+    """"fold backward, Cb 8" / "gather backward" for a row of a method over the shared source
+    stack whose file records the backward; None otherwise (other methods, older files)."""
+    backward = r.get("routing_backward")
+    if method not in REPLACEMENT_METHODS or not backward:
+        return None
+    return f"{backward} backward" + (f", Cb {r['fold_calls']}" if backward == "fold" and r.get("fold_calls") else "")
 
 
 def _nearest_baseline(results: list[dict], i: int) -> float | None:
@@ -65,14 +76,20 @@ def make(ctx) -> list[Output]:
             if variant:
                 backend = f"{backend}-{variant}"
             label = method_label(method) + (f" ({variant} kernels)" if variant else "")
+            stack_backward = backward_label(r, method)
+            if stack_backward:
+                label = f"{label} ({stack_backward})"
+            arm = str(r.get("arm") or r["method"])  # "mhar/gather": a second arm of one method
             t.add([Cell(scale_label(preset), preset),
-                   Cell(label, r["method"]), Cell(backend, backend),
+                   Cell(label, arm), Cell(backend, backend),
                    Cell.num(r["tokens_per_s"], "{:,.0f}"), Cell.num(ratio, "{:.2f}", suffix="x"),
                    Cell.num(r.get("peak_memory_gb"), "{:.2f}"), Cell(str(meta.get("device", "?")), meta.get("device")),
                    Cell(path.name, path.name)], rule_before=i == 0 and bool(t.rows))
             k = seen[r["method"]] = seen.get(r["method"], -1) + 1
             ratios[(path.name, r["method"], k)] = ratio
             ratios.setdefault((path.name, r["method"]), ratio)  # the first run of each method
+            if arm != r["method"]:
+                ratios.setdefault((path.name, arm), ratio)
         kind = str(r.get("peak_memory_kind", "cuda"))
         if "interleaved" in kind:
             t.notes.append(f"{path.name}: arms interleaved round by round; ratio = median of per-round "

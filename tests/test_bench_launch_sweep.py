@@ -85,3 +85,88 @@ def test_sweep_on_the_interpreter_writes_a_launch_table_the_kernels_take(tmp_pat
     runner.backend = ls.get_backend("triton", KernelConfig(launch_table=str(table)))
     got = runner.grads()
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, ref))
+
+
+def test_fold_candidates_start_at_the_builtin_row_then_its_two_source_and_prefetch_variants():
+    """The fold kind's built-in row is the gather's with one source per iteration (no fold rows
+    in the built-in table); its candidates try two sources and prefetch 2 on that row first."""
+    ls = _load()
+    assert ls.builtin_row("fold", 1280, 8, 4) == (*ls.builtin_row("gather", 1280, 8, 4), 1)
+    assert ls.table_key("fold", 1280, 8, 4) == (1280, 8, 8, 4)
+    rows = ls.candidates("fold", (1, 2, 0, 0, 1, 1), None)
+    assert rows[:4] == [(1, 2, 0, 0, 1, 1), (1, 2, 0, 0, 1, 2), (1, 2, 2, 0, 1, 1), (1, 2, 2, 0, 1, 2)]
+    assert len(rows) == len(set(rows)) and set(ls.FOLD_ORDER) <= set(rows)
+    one_warp = ls.candidates("fold", (1, 1, 0, 0, 1, 1), None)  # two sources at two warps second (no spill)
+    assert one_warp[:4] == [(1, 1, 0, 0, 1, 1), (1, 1, 0, 0, 1, 2), (1, 2, 0, 0, 1, 2), (1, 1, 2, 0, 1, 1)]
+    assert all(r[5] in (1, 2) and r[2] in (0, 1, 2) for r in rows)
+    with pytest.raises(SystemExit, match="sources"):
+        ls.candidates("fold", (1, 2, 0, 0, 1, 1), "[[1, 2, 0, 0, 1]]")
+
+
+def test_summary_sets_the_tuned_fold_against_today_and_the_gather_backward(capsys):
+    """The closing table sums stack_gather + stack_fold per run, takes the fastest fold row whose
+    gradients match, and prints one TABLE line per shape."""
+    ls = _load()
+
+    def row(what, gather, fold, cfg=None, err=0.0, shape="1B-train"):
+        k = {"stack_gather_kernel": gather, "route_fwd_kernel": 9.0}
+        if fold is not None:
+            k["stack_fold_kernel"] = fold
+        return dict(shape=shape, what=what, cfg=cfg, kernels_ms=k, grad_rel_err=err,
+                    judged_ms=ls.judged("fold", k) if what.startswith("sweep") else 0.0)
+
+    rows = [row("probe:fold", 2.0, 9.0), row("probe:gather-backward", 12.0, None),
+            row("sweep:fold", 2.0, 9.0, [1, 2, 0, 0, 1, 1]), row("sweep:fold", 2.0, 5.0, [1, 2, 0, 0, 1, 2]),
+            row("sweep:fold", 2.0, 1.0, [1, 1, 2, 0, 1, 2], err=0.5), row("probe:fold", 1.0, 1.0, shape="100M-train")]
+    table = ls.summary(rows, 2e-2)
+    assert [t["shape"] for t in table] == ["1B-train", "100M-train"]
+    t = table[0]
+    assert (t["gather_backward_ms"], t["fold_today_ms"], t["fold_tuned_ms"]) == (12.0, 11.0, 7.0)
+    assert t["fold_row"] == [1, 2, 0, 0, 1, 2] and t["fold_rows_tried"] == 3  # the 1.0 ms row is wrong
+    assert t["fold_tuned_over_fold_today"] == pytest.approx(7 / 11) and t["fold_kernel_tuned_ms"] == 5.0
+    assert table[1]["fold_tuned_ms"] is None and table[1]["gather_backward_ms"] is None
+    ls.print_summary(table, True)
+    lines = [x for x in capsys.readouterr().out.splitlines() if x.startswith("TABLE")]
+    assert len(lines) == 4 and "[1, 2, 0, 0, 1, 2] (3)" in lines[2] and "0.636" in lines[2]
+
+
+@pytest.mark.slow
+def test_fold_sweep_on_the_interpreter_writes_fold_rows_the_kernels_take(tmp_path, monkeypatch, capsys):
+    """The device call's sweep at a tiny chain (d 16, 3 calls, blocks of 2 so a fold happens):
+    the two probes, the fold kind's built-in row and the given two-source row, the fastest with the
+    reference gradients written as a fold row, and that row drives the fold kernel (SOURCES 2)."""
+    import torch
+
+    import mhar_probe.kernels.route.autograd as kad
+    from mhar_probe.kernels import KernelConfig
+    from mhar_probe.kernels.launch_tables import load_tables
+
+    ls = _load()
+    out, table = tmp_path / "sweep.json", tmp_path / "table.json"
+    ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "float32",
+             "--kinds", "fold", "--probes", "fold,gather-backward", "--fold-calls", "2", "--deadline-s", "1e6",
+             "--rows-fold", "[[2, 1, 2, 0, 0, 2]]", "--out", str(out), "--table-out", str(table)])
+    doc = json.loads(out.read_text())
+    assert [r["what"] for r in doc["rows"]] == ["probe:fold", "probe:gather-backward", "sweep:fold", "sweep:fold"]
+    assert all(r["config"]["fold_calls"] == 2 and r["grad_rel_err"] < 1e-5 for r in doc["rows"])
+    tried = doc["rows"][2:]
+    assert tried[0]["cfg"] == list(ls.builtin_row("fold", 16, 2, 4)) and tried[1]["cfg"] == [2, 1, 2, 0, 0, 2]
+    assert list(load_tables(table).fold[(16, 2, 2, 4)]) == min(tried, key=lambda r: r["judged_ms"])["cfg"]
+    assert doc["summary"][0]["fold_rows_tried"] == 2
+    assert sum(x.startswith("TABLE") for x in capsys.readouterr().out.splitlines()) == 3
+    (tmp_path / "two.json").write_text(json.dumps({"fold": [[16, 2, 2, 4, 2, 1, 2, 0, 0, 2]]}))
+    seen = []
+    fold = kad.STACK_FOLD
+
+    def spy(grid, args, consts, *rest):
+        seen.append(consts["SOURCES"])
+        fold(grid, args, consts, *rest)
+
+    monkeypatch.setattr(kad, "STACK_FOLD", spy)
+    runner = ls.Runner((16, 1, 1, 4), 2, "float32", "cpu", 1)
+    runner.backend = ls.get_backend("triton", KernelConfig(fold_calls=2))
+    ref = runner.grads()
+    runner.backend = ls.get_backend("triton", KernelConfig(fold_calls=2, launch_table=str(tmp_path / "two.json")))
+    got = runner.grads()
+    assert seen == [1, 2]
+    assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, ref))

@@ -30,6 +30,11 @@
 #   KINDS=.. BUDGET_S=.. bash benchmarks/kernels/device_run.sh launchsweep   launch_sweep.py: the fold-block
 #                                                         backward's probes (per-kernel split, bf16 douts, the
 #                                                         gather backward), then a card's gather (and fwd) rows
+#   bash benchmarks/kernels/device_run.sh foldsweep       ONE call (<= 300 s on an H100): at the training
+#                                                         microbatches the gather backward, today's fold and the
+#                                                         fold kernel's own rows swept (two sources per reader
+#                                                         iteration, prefetch 2), a TABLE last; the fold rows in
+#                                                         $OUT/launch_tables_fold.json
 #   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
 #                                                         replay (carry .whl with its wheel)
 # Sweeps write launch-table files (*_tuned.json, mhar_probe/kernels/launch_tables.py's format);
@@ -173,6 +178,22 @@ case "${1:-tests}" in
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-120} ${NO_PROBES:+--no-probes} \
       --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
+  foldsweep)  # launch_sweep.py --kinds fold: per shape (default the training microbatches, 1B first) the
+    # probes fold (built-in rows: today's fold) and gather-backward, then the fold kind's rows (the built-in
+    # row, then two sources, prefetch 2, both, the other warp count, ...) judged by stack_fold's device time
+    # and checked against today's gradients; no row starts after DEADLINE_S; the closing TABLE (gather
+    # backward / today's fold / the tuned fold, stack_gather + stack_fold ms) is printed last, also from the
+    # JSON if the time limit cut the sweep. Files: fold_sweep.json (rows, summary), launch_tables_fold.json.
+    # SWEEP_ARGS: more launch_sweep.py arguments (on the CPU: --fold-calls 2 --heads 2 --repeat 1 --dtype float32)
+    timeout ${SWEEP_TIMEOUT:-255} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds fold \
+      --probes fold,gather-backward --shapes ${SHAPES:-1B-train,350M-train,100M-train} \
+      --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-220} $SWEEP_ARGS \
+      --out "$OUT/fold_sweep.json" --table-out "$OUT/launch_tables_fold.json" 2>&1 | grep -v -i warn \
+      | tee "$OUT/fold_sweep.log" | grep -E "probe|sweep:|chose|budget|deadline|Error|^TABLE"
+    if ! grep -q "^TABLE" "$OUT/fold_sweep.log" && [ -f "$OUT/fold_sweep.json" ]; then
+      echo "(cut short: the table of what ran)"
+      timeout 20 python benchmarks/kernels/launch_sweep.py --summarise "$OUT/fold_sweep.json"
+    fi ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
     # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
     sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;

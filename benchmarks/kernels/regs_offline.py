@@ -25,6 +25,7 @@ import json
 import os
 import re
 import subprocess
+import sys
 import tempfile
 import warnings
 
@@ -39,6 +40,9 @@ from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route.bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
 from mhar_probe.kernels.route.bwd_fold import stack_fold_kernel
 from mhar_probe.kernels.route.fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from launch_sweep import fold_variants  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
 F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
@@ -144,7 +148,8 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 
 
 def fold_job(d: int, cfg: tuple) -> tuple:
-    """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row."""
+    """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row, or at a fold row
+    (six values: its prefetch 0-2 and sources per iteration last)."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
@@ -152,9 +157,9 @@ def fold_job(d: int, cfg: tuple) -> tuple:
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                          BLOCK_P=cfg[0], PREFETCH=bool(cfg[2]), SAME_H=True,
+                                          BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                          LOADS_FIRST=bool(cfg[4]))
+                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1)
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -170,7 +175,9 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--kernels", default="fwd,stack,gather,pair_e",
                     help="comma-separated, of fwd, stack, gather, gather_fold (the fold-block backward's "
-                         "gather), fold (its fold kernel), pair_e")
+                         "gather), fold (its fold kernel at the gather rows), fold_rows (the fold kernel at each "
+                         "shape's built-in fold row and the variants launch_sweep.py tries first: two sources "
+                         "per iteration, prefetch 2), pair_e")
     ap.add_argument("--loops", action="store_true",
                     help="also count instructions, shared-memory traffic and barriers per loop iteration")
     ap.add_argument("--out", default="")
@@ -182,7 +189,8 @@ def main() -> None:
     # configs are launch-table rows (launch_tables.py)
     jobs = {"fwd": (fwd_job, SWEEP_FWD, 2, 1), "stack": (stack_job, SWEEP_STACK, 3, 1),
             "gather": (gather_job, SWEEP_GATHER, 3, 1), "gather_fold": (gather_fold_job, SWEEP_GATHER, 3, 1),
-            "fold": (fold_job, SWEEP_GATHER, 3, 1), "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
+            "fold": (fold_job, SWEEP_GATHER, 3, 1), "fold_rows": (fold_job, [], 3, 1),
+            "pair_e": (pair_e_job, SWEEP_PAIR_E, None, 2)}
     unknown = [k for k in args.kernels.split(",") if k not in jobs]
     if unknown:
         raise SystemExit(f"unknown kernel(s) {', '.join(unknown)}; choose from {', '.join(jobs)}")
@@ -196,6 +204,9 @@ def main() -> None:
             extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] \
                 if kind in ("gather", "gather_fold", "fold") else \
                 [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
+            if kind == "fold_rows":
+                builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
+                extra = [builtin, *fold_variants(builtin)]
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps = cfg[warps_at]

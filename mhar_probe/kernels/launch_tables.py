@@ -7,7 +7,15 @@ A table file holds one list of rows per kernel, each row its key columns then it
     stack   d, H, HM         -> block_p, num_warps, programs_per_sm, maxnreg   (stack_bwd kernels)
     gather  d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first
                                                                            (stack_gather_kernel)
+    fold    d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first, sources
+                                                                           (stack_fold_kernel)
     pair_e  d, HM            -> block_c, block_p, num_warps                (pair_e_kernel)
+
+The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
+and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
+loop, sharing each dout load). Where a shape has no fold row (tables written before the kind
+existed among them) the fold runs under the gather's row with one source per iteration, as it
+did before it had a kind of its own.
 
 `bytes` is the storage width a row was swept for (bytes per forward output / stored dout
 element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no
@@ -28,12 +36,13 @@ from mhar_probe.kernels.config import KernelConfig
 from mhar_probe.kernels.launch import next_pow2
 
 BUILTIN = Path(__file__).with_name("launch_tables.json")
-KINDS = ("fwd", "stack", "gather", "pair_e")
+KINDS = ("fwd", "stack", "gather", "fold", "pair_e")
 KEY_COLUMNS = {"fwd": ("d", "H", "bytes"), "stack": ("d", "H", "HM"), "gather": ("d", "H", "HM", "bytes"),
-               "pair_e": ("d", "HM")}
+               "fold": ("d", "H", "HM", "bytes"), "pair_e": ("d", "HM")}
 VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages"),
                  "stack": ("block_p", "num_warps", "programs_per_sm", "maxnreg"),
                  "gather": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first"),
+                 "fold": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first", "sources"),
                  "pair_e": ("block_c", "block_p", "num_warps")}
 SCHEMA = "mhar-probe kernel launch tables, version 1"
 
@@ -45,6 +54,7 @@ class LaunchTables:
     fwd: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     stack: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     gather: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    fold: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     pair_e: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
 
     def over(self, other: "LaunchTables") -> "LaunchTables":
@@ -95,6 +105,17 @@ class LaunchTables:
         warps = 1 << max(0, (d // 256).bit_length() - 1)  # one warp per 256 columns, at most 8
         return 1, min(warps, 8), True, None, False
 
+    def fold_config(self, d: int, num_heads: int, max_heads: int, dout_bytes: int = 0
+                    ) -> tuple[int, int, int, int | None, bool, int]:
+        """(BLOCK_P, num_warps, prefetch 0-2, maxnreg, loads_first, sources per iteration) of
+        stack_fold_kernel: its own row (one naming `dout_bytes` first), else the gather's row
+        (`gather_config`) with one source per iteration."""
+        hit = self.fold.get((d, num_heads, max_heads, dout_bytes)) or self.fold.get((d, num_heads, max_heads, 0))
+        if hit is not None:
+            return hit[0], hit[1], hit[2], hit[3] or None, bool(hit[4]), hit[5]
+        block_p, warps, prefetch, maxnreg, loads_first = self.gather_config(d, num_heads, max_heads, dout_bytes)
+        return block_p, warps, int(prefetch), maxnreg, loads_first, 1
+
     def pair_e_config(self, d: int, max_heads: int) -> tuple[int, int, int]:
         """(BLOCK_C readers, BLOCK_P positions per dot step, num_warps) of pair_e_kernel."""
         hit = self.pair_e.get((d, max_heads))
@@ -121,6 +142,9 @@ def load_tables(path: str | Path) -> LaunchTables:
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
+            if kind == "fold" and (val[5] not in (1, 2) or val[2] not in (0, 1, 2)):
+                raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 1 or 2")
             rows[key] = val
         tables[kind] = rows
     return LaunchTables(**tables)

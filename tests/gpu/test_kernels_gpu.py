@@ -356,6 +356,30 @@ def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
     assert max(between) < 1e-5, max(between)
 
 
+# fold rows (block_p, num_warps, prefetch, maxnreg, loads_first, sources): two sources per reader
+# iteration and / or the next reader's w, shift and S' prefetched (launch_tables.py, `fold`)
+@pytest.mark.parametrize("L,D,heads,row", [(12, 512, (8,), (1, 1, 1, 0, 1, 2)), (12, 1280, (8, 1, 4), (1, 2, 2, 0, 1, 2)),
+                                           (24, 1024, (8,), (1, 2, 0, 0, 1, 2)), (36, 1280, (32, 8), (1, 1, 2, 0, 0, 1))])
+def test_fold_rows_at_model_depth(tmp_path, L, D, heads, row):
+    """The fold kernel under a fold row of its own (compiled, fp32, 2L+1 calls): every weight and
+    gradient within 1e-5 of today's fold (the gather's row, one source per iteration), its error
+    against float64 within 1.5x of today's (plus 1e-7), and bitwise repeatable."""
+    path = table_file(tmp_path, "fold", fold={(D, h, max(heads), 0): row for h in set(heads)})
+    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
+    truth = stack_reads(_f64_stack, torch.float64, **kw)
+    today = stack_reads(configured(), torch.float32, **kw)
+    var = stack_reads(configured(launch_table=path), torch.float32, **kw)
+    again = stack_reads(configured(launch_table=path), torch.float32, **kw)
+    ev = [rel(a, b) for a, b in zip(var, truth)]
+    et = [rel(a, b) for a, b in zip(today, truth)]
+    between = [rel(a, b) for a, b in zip(var, today)]
+    record(test="fold_rows_at_depth", L=L, D=D, heads=list(heads), row=list(row), rows_vs_f64_max=max(ev),
+           today_vs_f64_max=max(et), rows_vs_today_max=max(between))
+    assert all(torch.equal(x, y) for x, y in zip(var, again))
+    assert max(ev) <= 1.5 * max(et) + 1e-7, (max(ev), max(et))
+    assert max(between) < 1e-5, max(between)
+
+
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     """The direct launch (`kernels/launch.py`) must pick the very kernel Triton's own lookup picks:
     the chain and the delta call give bitwise the same outputs and gradients through both paths,

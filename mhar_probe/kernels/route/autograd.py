@@ -668,7 +668,8 @@ class _StackState:
                 rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         if fold_due(call, self._frontier, fold, rec.j0):
-            self._fold_block(call, rec, config)
+            self._fold_block(call, rec, self.launch_tables.fold_config(D, rec.H, self._hmax,
+                                                                       self._dout_buf.element_size()))
         self._dq_all = self._dg_all = None
         if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
@@ -701,18 +702,19 @@ class _StackState:
     def _fold_block(self, call: int, rec: _Call, config: tuple) -> None:
         """Fold the readers [call, frontier) into the accumulators of the sources [0, j0) not yet
         gathered (`stack_fold_kernel`); the first fold allocates them ([j0, P, d] fp32) and writes
-        without reading. Launch config: the gather's row (the same loop over readers)."""
+        without reading. Launch config: the fold's row (`LaunchTables.fold_config`; the gather's
+        row where the table has none)."""
         P, D = self.row0.shape
         first = self._frontier == self._bwd_top + 1
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
-        block_p, num_warps, prefetch, maxnreg, loads_first = config
+        block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first)
+                      LOADS_FIRST=loads_first, SOURCES=sources)
         t = self._tables
         dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (

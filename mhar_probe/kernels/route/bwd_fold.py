@@ -45,8 +45,178 @@ import triton
 import triton.language as tl
 
 from mhar_probe.kernels.launch import Launcher
-from mhar_probe.kernels.route.bwd_collect import _gather_collect, _tile_cols
-from mhar_probe.kernels.route.fwd import block_rows
+from mhar_probe.kernels.route.bwd import source_grad_split
+from mhar_probe.kernels.route.bwd_collect import _gather_collect, _head_sum, _reader_index, _tile_cols
+from mhar_probe.kernels.route.fwd import block_rows, rsqrt_acc
+
+
+@triton.jit
+def _fold_source(VSRC, V0, j, live, rowa, rowb, maska, maskb, eps, D: tl.constexpr, PICK0: tl.constexpr):
+    """Source j's two row tiles (fp32) and r_j for one position block; `live` masks the source
+    off (the second source of an odd last pair). PICK0: source 0 is read at V0 (`_gather_collect`)."""
+    la = maska & ((rowa * 0 + live) != 0)
+    lb = maskb & ((rowb * 0 + live) != 0)
+    if PICK0:
+        is0a = (rowa * 0 + j) == 0
+        is0b = (rowb * 0 + j) == 0
+        vga = tl.where(is0a, tl.load(V0 + rowa, mask=la & is0a, other=0.0).to(tl.float32),
+                       tl.load(VSRC + rowa, mask=la & ~is0a, other=0.0).to(tl.float32))
+        vgb = tl.where(is0b, tl.load(V0 + rowb, mask=lb & is0b, other=0.0).to(tl.float32),
+                       tl.load(VSRC + rowb, mask=lb & ~is0b, other=0.0).to(tl.float32))
+    else:
+        vga = tl.load(VSRC + rowa, mask=la, other=0.0).to(tl.float32)
+        vgb = tl.load(VSRC + rowb, mask=lb, other=0.0).to(tl.float32)
+    ss = tl.sum(tl.sum(vga * vga, axis=2), axis=1) + tl.sum(tl.sum(vgb * vgb, axis=2), axis=1)
+    return vga, vgb, rsqrt_acc(ss / D + eps)
+
+
+@triton.jit
+def _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM: tl.constexpr,
+                  SAME_H: tl.constexpr):
+    """Reader c's head count, the offsets of w_{c,j} / dl_{c,j} and of shift_c / S'_c, and the
+    (position, head of c) index [BP, HM] of its per-head rows (`_reader_index`)."""
+    hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
+    return hc, tl.load(CALL_WOFF + c) + j * P * hc, tl.load(CALL_SOFF + c), pidx
+
+
+@triton.jit
+def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H, CALL_WOFF,
+               CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr):
+    """Reader c's per-head rows [BP, HM] for sources j (and j + 1 where TWO): w_{c,j}
+    (w_{c,j+1}), shift_c, S'_c; 0 where the reader does not read the source (rd1, rd2 [HM])."""
+    hc, wo, so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
+    m1 = pmask[:, None] & rd1[None, :]
+    mr = m1
+    wg1 = tl.load(WALL + wo + pidx, mask=m1, other=0.0)
+    wg2 = wg1
+    if TWO:
+        m2 = pmask[:, None] & rd2[None, :]
+        mr = m1 | m2
+        wg2 = tl.load(WALL + wo + P * hc + pidx, mask=m2, other=0.0)
+    sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
+    sr = tl.load(SALL + so + pidx, mask=mr, other=0.0)
+    return wg1, wg2, sh, sr
+
+
+@triton.jit
+def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                  cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U, CALL_N,
+                  CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
+                  BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
+                  PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
+                  TWO: tl.constexpr):
+    """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
+    where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
+    dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
+    per reader. Source j's terms are summed as `_gather_collect` sums them (the same order per
+    source). PREFETCH 1: the next reader's dout is loaded one iteration ahead; 2: its w (both
+    sources), shift and S' as well (all written by earlier launches, so no store of this loop
+    precedes them). Returns (dv_j tiles, dv_{j+1} tiles; the latter dv_j's where not TWO)."""
+    va1, vb1, r1 = _fold_source(VSRC, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
+    va2, vb2, r2 = va1, vb1, r1
+    if TWO:
+        va2, vb2, r2 = _fold_source(VSRC + stride_vn, V0, j + 1, live2, rowa, rowb, maska, maskb, eps, D, False)
+    acc_va1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+    acc_vb1 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    acc_ka1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+    acc_kb1 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    if TWO:
+        acc_va2 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+        acc_vb2 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+        acc_ka2 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
+        acc_kb2 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
+    zero_h = tl.zeros([HM], tl.int64)
+    ncur = zero_h + tl.load(CALL_N + call)
+    rd1 = ncur > j  # [HM]: does the reader read source j (j + 1)
+    rd2 = (ncur > j + 1) & ((zero_h + live2) != 0)
+    if PREFETCH >= 1:
+        dslot = dbase + call * stride_dc
+        rdd = rd1 | rd2
+        dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
+        dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
+    if PREFETCH == 2:
+        wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
+                                        CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
+    for c in range(call, top1):
+        cur1 = rd1  # this reader's; rd1, rd2 move on to the next reader below
+        cur2 = rd2
+        m1 = pmask[:, None] & cur1[None, :]  # [BP, HM]
+        m2 = pmask[:, None] & cur2[None, :]
+        if PREFETCH >= 1:
+            doga = dna.to(tl.float32)
+            dogb = dnb.to(tl.float32)
+            if PREFETCH == 2:
+                wg1 = wn1
+                wg2 = wn2
+                sh = shn
+                sr = srn
+            nnext = zero_h + tl.load(CALL_N + c + 1)  # the sentinel after the last call
+            ok = (zero_h + c + 1) < top1  # the next reader may be folded already, or not stored
+            rd1 = (nnext > j) & ok
+            rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
+            rdd = rd1 | rd2
+            dslot = dbase + (c + 1) * stride_dc
+            dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
+            dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
+            if PREFETCH == 2:
+                wn1, wn2, shn, srn = _fold_meta(c + 1, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL,
+                                                SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
+        else:
+            rdd = rd1 | rd2
+            dslot = dbase + c * stride_dc
+            doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0).to(tl.float32)
+            dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0).to(tl.float32)
+            nnext = zero_h + tl.load(CALL_N + c + 1)
+            rd1 = nnext > j
+            rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
+        if LOADS_FIRST:  # before the dl stores below, which they may not pass
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        nc = tl.load(CALL_N + c)
+        if PREFETCH < 2:
+            wg1, wg2, sh, sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
+                                          CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
+        hc, wo, _so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
+        one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
+        ds1 = tl.sum(doga * va1, axis=2) + tl.sum(dogb * vb1, axis=2)  # [BP, HM] per sub-head
+        if TWO:
+            ds2 = tl.sum(doga * va2, axis=2) + tl.sum(dogb * vb2, axis=2)
+        if not SAME_H:
+            if hc != HM:
+                ds1 = _head_sum(ds1, hc, HM)
+                if TWO:
+                    ds2 = _head_sum(ds2, hc, HM)
+        dl1 = tl.where(one_way, wg1 * ((ds1 - sh) - sr), 0.0)
+        tl.store(DALL + wo + pidx, dl1, mask=m1)
+        if TWO:
+            dl2 = tl.where(one_way, wg2 * ((ds2 - sh) - sr), 0.0)
+            tl.store(DALL + wo + P * hc + pidx, dl2, mask=m2)
+        if not LOADS_FIRST:
+            ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        acc_va1 += wg1[:, :, None] * doga
+        acc_vb1 += wg1[:, :, None] * dogb
+        acc_ka1 += dl1[:, :, None] * ua
+        acc_kb1 += dl1[:, :, None] * ub
+        if TWO:
+            acc_va2 += wg2[:, :, None] * doga
+            acc_vb2 += wg2[:, :, None] * dogb
+            acc_ka2 += dl2[:, :, None] * ua
+            acc_kb2 += dl2[:, :, None] * ub
+    dxa1, dxb1 = source_grad_split(acc_va1, acc_vb1, acc_ka1, acc_kb1, va1, vb1, r1, D)
+    dxa2, dxb2 = dxa1, dxb1
+    if TWO:
+        dxa2, dxb2 = source_grad_split(acc_va2, acc_vb2, acc_ka2, acc_kb2, va2, vb2, r2, D)
+    return dxa1, dxb1, dxa2, dxb2
+
+
+@triton.jit
+def _acc_add(ACC, aoff, rowa, rowb, maska, maskb, reada, readb, dxa, dxb):
+    """ACC_j (at ACC + aoff) = [ACC_j +] dx_j, over one position block's two tiles."""
+    dxa = tl.load(ACC + aoff + rowa, mask=reada, other=0.0) + dxa
+    dxb = tl.load(ACC + aoff + rowb, mask=readb, other=0.0) + dxb
+    tl.store(ACC + aoff + rowa, dxa, mask=maska)
+    tl.store(ACC + aoff + rowb, dxb, mask=maskb)
 
 
 @triton.jit
@@ -61,28 +231,44 @@ def stack_fold_kernel(
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
+    SOURCES: tl.constexpr = 1,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
     0 included (`_gather_collect`'s PICK0), and `first` a runtime flag: offline (sm_90, 1B) a
-    second copy of the loop for source 0, or a constexpr FIRST, each cost 40 registers per thread."""
+    second copy of the loop for source 0, or a constexpr FIRST, each cost 40 registers per thread.
+
+    The launch row's variants (`launch_tables.fold_config`): SOURCES 2 takes the sources two at
+    a time, each reader's dout loaded once for both (`_fold_collect`); PREFETCH 2 loads the next
+    reader's w, shift and S' with its dout. SOURCES 1 with PREFETCH 0 / 1 is the loop over
+    `_gather_collect` the fold was built with (bitwise the same)."""
     blk = tl.program_id(0)
     offs_hm = tl.arange(0, HM)
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
     reada = maska & ((rowa * 0 + first) == 0)
     readb = maskb & ((rowb * 0 + first) == 0)
-    for j in range(0, jf):
-        dxa, dxb, _r = _gather_collect(
-            V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-            cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
-            CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
-            LOADS_FIRST, dbase, True, V0, True)
-        aoff = j * P * D
-        dxa = tl.load(ACC + aoff + rowa, mask=reada, other=0.0) + dxa
-        dxb = tl.load(ACC + aoff + rowb, mask=readb, other=0.0) + dxb
-        tl.store(ACC + aoff + rowa, dxa, mask=maska)
-        tl.store(ACC + aoff + rowb, dxb, mask=maskb)
+    if SOURCES == 1 and PREFETCH < 2:
+        for j in range(0, jf):
+            dxa, dxb, _r = _gather_collect(
+                V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
+                cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
+                CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
+                LOADS_FIRST, dbase, True, V0, True)
+            _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
+    else:
+        for j in range(0, jf, SOURCES):
+            live2 = tl.where(j + 1 < jf, 1, 0)
+            dxa, dxb, dxa2, dxb2 = _fold_collect(
+                V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
+                maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
+                CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
+                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
+            _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
+            if SOURCES == 2:
+                l2a = maska & ((rowa * 0 + live2) != 0)
+                l2b = maskb & ((rowb * 0 + live2) != 0)
+                _acc_add(ACC, (j + 1) * P * D, rowa, rowb, l2a, l2b, reada & l2a, readb & l2b, dxa2, dxb2)
 
 
 STACK_FOLD = Launcher(stack_fold_kernel)

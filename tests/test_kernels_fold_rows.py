@@ -1,0 +1,178 @@
+"""The fold kernel's own launch rows (`fold` in launch_tables.py) and the variants they select,
+on the CPU interpreter: two sources per iteration of the reader loop sharing each dout load
+(`sources` 2), and the next reader's w, shift and S' loaded with its dout (`prefetch` 2).
+
+Every kernel output is poisoned (NaN) before the kernels write it; the truth is float64 autograd
+through eq. (mh) over a Python list of sources (as tests/test_kernels_fold.py). Each backward's
+dout-reading launches must still be the plan (`backward_plan`) whose bytes
+`test_fold_reads_each_dout_about_once_per_block` counts: a variant may not bring back the
+gather backward's one read of each dout per (call, source) pair."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+triton = pytest.importorskip("triton")
+
+import mhar_probe.kernels.route.autograd as kad  # noqa: E402
+from mhar_probe.errors import UserError  # noqa: E402
+from mhar_probe.kernels.launch_tables import BUILTIN, LaunchTables, load_tables  # noqa: E402
+from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan  # noqa: E402
+
+from kernel_checks import EPS, poisoned, poisoned_stack, rel  # noqa: E402
+from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
+from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
+from test_kernels_fold import _wide  # noqa: E402
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """(BackwardLaunch, the fold launches' SOURCES and PREFETCH) of every backward in the test."""
+    seen: list[BackwardLaunch] = []
+    fold_consts: list[tuple[int, int]] = []
+    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
+
+    def spy_gather(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
+        gather(grid, args, consts, *rest)
+
+    def spy_fold(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
+        fold_consts.append((consts["SOURCES"], int(consts["PREFETCH"])))
+        fold(grid, args, consts, *rest)
+
+    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
+    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    return seen, fold_consts
+
+
+def _tables(path, D, heads, hw, fold_row, gather_row=None):
+    """A poisoned KernelConfig whose table gives every call of `_chain` over `heads` (any storage
+    width) `fold_row` for its folds and `gather_row` (None: the built-in rule) for its gathers."""
+    hs = {1 if hw and s % 2 == 0 else h for s, h in enumerate(heads)}
+    hm = max(hs)
+    LaunchTables(fold={(D, h, hm, 0): tuple(fold_row) for h in hs},
+                 gather={(D, h, hm, 0): tuple(gather_row) for h in hs} if gather_row else {}).dump(path)
+    return poisoned(launch_table=str(path))
+
+
+def _check_plan(seen, layout, fold_calls):
+    """The launches are the plan's, and no dout is read by more than fold_calls + 1 of them."""
+    assert seen == backward_plan(layout, len(layout) - 1, fold_calls)
+    reads = [sum(x.call <= c < x.top1 for x in seen) for c in range(len(layout))]
+    assert any(x.kind == "fold" for x in seen) and max(reads) <= fold_calls + 1, reads
+
+
+# fold rows: (block_p, num_warps, prefetch, maxnreg, loads_first, sources)
+@pytest.mark.parametrize("hw,D,head_cycle,fold_calls,fold_row", [
+    (0, 12, (1, 2, 4), 2, (1, 1, 1, 0, 0, 2)),  # two sources, dout prefetch; folds over 1..3 sources
+    (2, 12, (1, 2, 4), 3, (1, 1, 2, 0, 1, 2)),  # mhar_hw (H = 1 reads beside 2, 4); all of (b), (c)
+    (0, 96, (32, 8, 32), 2, (2, 1, 0, 0, 1, 2)),  # H = 32, d/H = 3; two positions per block
+    (0, 40, (8, 2, 8), 1, (2, 1, 2, 0, 0, 1)),  # d/H = 5 and 20; (b) alone, a fold after every call
+    (0, 40, (8, 2, 8), 2, (1, 2, 0, 0, 0, 2)),  # odd P (3) and widths, no prefetch
+])
+def test_fold_rows_match_float64(tmp_path, launches, hw, D, head_cycle, fold_calls, fold_row):
+    """fp32 model-shaped chain under a fold row of its own: every gradient against float64
+    autograd, the fold launched with the row's SOURCES and PREFETCH, and the launches the plan's."""
+    seen, consts = launches
+    S = 6
+    heads = [head_cycle[s % 3] for s in range(S)]
+    leaves = _leaves(D, S, heads, hw, 3, torch.float32)
+    stacks = []
+    cfg = _tables(tmp_path / "t.json", D, heads, hw, fold_row)
+
+    def make(cap, params):
+        stacks.append(poisoned_stack(cap, params, cfg, fold_calls=fold_calls))
+        return stacks[-1]
+
+    loss, _, _ = _chain(make, leaves, S, heads)
+    grads = torch.autograd.grad(loss, leaves)
+    _check_plan(seen, [(c.n, c.j0, c.j1) for c in stacks[0]._calls], fold_calls)
+    assert consts and set(consts) == {(fold_row[5], fold_row[2])}
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    for i, (a, b) in enumerate(zip(grads, truth)):
+        assert a.dtype == leaves[i].dtype and rel(a, b) < 2e-5, i
+
+
+def test_two_sources_per_iteration_is_bitwise_the_one_source_fold(tmp_path):
+    """Each source's terms are summed in the same order whether it shares its reader loop with
+    another source or not, so in the interpreter (every operation done as written) the gradients
+    of sources 2 / prefetch 2 equal today's fold's bitwise; and each is bitwise repeatable."""
+    S, D = 6, 20
+    heads = [4, 2, 4, 1, 4, 2]
+
+    def run(row):
+        leaves = _leaves(D, S, heads, 0, 21, torch.float32)
+        cfg = _tables(tmp_path / f"t{'_'.join(map(str, row))}.json", D, heads, 0, row)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, poison=False, fold_calls=2), leaves, S, heads)
+        return torch.autograd.grad(loss, leaves)
+
+    today = run((1, 1, 1, 0, 0, 1))
+    for row in ((1, 1, 1, 0, 0, 2), (1, 1, 2, 0, 1, 2), (1, 1, 2, 0, 0, 1)):
+        got, again = run(row), run(row)
+        assert all(torch.isfinite(a).all() for a in got)
+        assert all(torch.equal(a, b) for a, b in zip(got, again)), row
+        assert all(torch.equal(a, b) for a, b in zip(got, today)), row
+
+
+@pytest.mark.slow
+def test_two_sources_over_a_stack_of_129(tmp_path, launches):
+    """129 sources (d = 24, H = 8 and 2: d/H = 3 and 12), folds over 100+ sources (odd and even
+    counts) two at a time with the next reader's rows prefetched: every gradient against float64."""
+    seen, consts = launches
+    D = 24
+    groups = [100, 4, 5, 4, 4, 7]  # folds at calls 4 and 2: over 116 and 105 sources
+    heads = [8, 2, 8, 2, 8, 8]
+    path = tmp_path / "t.json"
+    LaunchTables(fold={(D, h, 8, 0): (1, 1, 2, 0, 1, 2) for h in (2, 8)}).dump(path)
+    cfg = poisoned(launch_table=str(path))
+    gen = torch.Generator().manual_seed(7)
+    xs = [torch.randn(1, 2, D, generator=gen) for _ in range(sum(groups))]
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in groups]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in groups]
+    leaves = [t.requires_grad_() for t in xs + qs + gs]
+    n = len(xs)
+    loss, stack = _wide(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=2), leaves[:n],
+                        leaves[n:n + 6], leaves[n + 6:], heads, groups)
+    grads = torch.autograd.grad(loss, leaves)
+    assert stack._calls[-1].n == 129 and set(consts) == {(2, 2)}
+    _check_plan(seen, [(c.n, c.j0, c.j1) for c in stack._calls], 2)
+    assert {x.hi % 2 for x in seen if x.kind == "fold"} == {0, 1}  # odd and even source counts
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    ref_loss, _ = _wide(f64_stack, ref_leaves[:n], ref_leaves[n:n + 6], ref_leaves[n + 6:], heads, groups)
+    truth = torch.autograd.grad(ref_loss, ref_leaves)
+    for i, (a, b) in enumerate(zip(grads, truth)):
+        assert rel(a, b) < 2e-5, i
+
+
+def test_fold_rows_load_and_fall_back_to_the_gather_row(tmp_path):
+    """A table with fold rows round-trips; one written before the kind existed still loads, and
+    its fold runs under the gather's row with one source per iteration (as before); a fold row
+    with a prefetch or source count the kernel has no variant for is refused with the file's name."""
+    tables = LaunchTables(gather={(512, 8, 8, 4): (1, 2, 1, 0, 1)}, fold={(512, 8, 8, 4): (1, 1, 2, 0, 0, 2)})
+    path = tmp_path / "new.json"
+    tables.dump(path)
+    back = load_tables(path)
+    assert back.fold == tables.fold and back.fold_config(512, 8, 8, 4) == (1, 1, 2, None, False, 2)
+
+    def as_fold(g):  # the gather's row as the fold's: one source per iteration
+        return g[0], g[1], int(g[2]), g[3], g[4], 1
+
+    assert back.fold_config(512, 8, 8, 2) == as_fold(back.gather_config(512, 8, 8, 2))  # no fold row for 2 bytes
+    old = json.loads(path.read_text())
+    del old["fold"], old["columns"]["fold"]
+    (tmp_path / "old.json").write_text(json.dumps(old))
+    legacy = load_tables(tmp_path / "old.json")
+    assert legacy.fold == {} and legacy.fold_config(512, 8, 8, 4) == (1, 2, 1, None, True, 1)
+    builtin = load_tables(BUILTIN)
+    for d in (512, 1024, 1280):
+        for width in (2, 4):
+            assert builtin.fold_config(d, 8, 8, width) == as_fold(builtin.gather_config(d, 8, 8, width))
+    for bad in ([512, 8, 8, 4, 1, 1, 1, 0, 0, 3], [512, 8, 8, 4, 1, 1, 3, 0, 0, 1], [512, 8, 8, 4, 1, 1, 1, 0, 0]):
+        (tmp_path / "bad.json").write_text(json.dumps({"fold": [bad]}))
+        with pytest.raises(UserError, match="bad.json"):
+            load_tables(tmp_path / "bad.json")
