@@ -7,8 +7,18 @@ residual wiring between them -- additive adds, the Triton routing calls, hyper-c
 runs as before, untraced. All layers share one compiled graph per sublayer (the code is the
 same and the parameters are graph inputs), so the compile cost does not grow with depth.
 
-The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn`;
-`uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
+A hyper-connection model (`residual_method="hyper"`) compiles larger regions by default
+(`hyper="region"`): each sublayer together with its hyper-connection, one call of
+`MHARModel.hyper_sublayer` (stream norm, the dynamic alpha / beta projections and tanh, the width
+mixing of the n streams into the branch input and the n new residuals, the sublayer, the depth
+connection that adds beta times its output to every stream). Uncompiled, that wiring is some 25
+eager kernels per sublayer, most of them full passes over the n-times-wider residual; in one
+region inductor fuses them into a few. The package's parameters stay where they are (names and
+state-dict keys unchanged). `hyper="sublayers"` compiles attention and MLP alone, as for the other
+methods (how the wiring ran before; the throughput benchmark times both).
+
+The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn` (or
+`MHARModel.hyper_sublayer`); `uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
 compiles once more (evaluation batches, the last short batch).
 
 What `mhar cpt` trains is a Hugging Face Llama / Qwen3-family model (the plain control, or the
@@ -26,6 +36,9 @@ from torch import nn
 COMPILED_METHODS = ("attn", "ffn")
 #: the sublayer modules of a Hugging Face decoder layer (Llama / Qwen3 family)
 HF_SUBLAYERS = ("self_attn", "mlp")
+#: a hyper-connection model's compiled region (`MHARModel.hyper_sublayer`) and the two ways to compile it
+HYPER_REGION = "hyper_sublayer"
+HYPER_COMPILES = ("region", "sublayers")
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -47,14 +60,34 @@ def _is_hf_layer(layer: nn.Module) -> bool:
         isinstance(getattr(layer, name, None), nn.Module) for name in HF_SUBLAYERS)
 
 
-def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
+def hyper_model(model: nn.Module) -> nn.Module | None:
+    """The inner `MHARModel` of a hyper-connection model (the one that has `hyper_sublayer`), else None."""
+    inner = getattr(model, "model", model)
+    has = isinstance(getattr(inner, "hyper", None), nn.ModuleList) and callable(getattr(type(inner), HYPER_REGION, None))
+    return inner if has else None
+
+
+def compile_sublayers(model: nn.Module, backend: str = "inductor", hyper: str = "region") -> nn.Module:
     """Compile every decoder layer's `attn` and `ffn` (in place) with torch.compile's `backend`
     (inductor: fused Triton kernels on CUDA; "aot_eager" traces without generating code, which is
-    how the CPU tests check the wiring); returns the model."""
+    how the CPU tests check the wiring); returns the model. For a hyper-connection model, `hyper`
+    picks the regions: "region" compiles each sublayer with its hyper-connection as one region
+    (`MHARModel.hyper_sublayer`), "sublayers" the sublayers alone (the wiring eager); compiling
+    again in the other mode replaces the first."""
+    if hyper not in HYPER_COMPILES:
+        raise ValueError(f"hyper={hyper!r}: choose from {', '.join(HYPER_COMPILES)}")
     # every model shape, grad mode and batch shape a process trains or evaluates (a sweep's runs)
     # is one more graph of the same two functions: allow more than dynamo's default of 8 before
     # it falls back to running them uncompiled
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    inner = hyper_model(model)
+    if inner is not None and hyper == "region":
+        uncompile_sublayers(model)  # attention and MLP are traced inside the region
+        # one graph per sublayer kind, shared by every layer (the modules are inputs to the region)
+        setattr(inner, HYPER_REGION, torch.compile(getattr(inner, HYPER_REGION), backend=backend, dynamic=False))
+        return model
+    if inner is not None:
+        vars(inner).pop(HYPER_REGION, None)
     for layer in decoder_layers(model):
         if _is_hf_layer(layer):
             for name in HF_SUBLAYERS:
@@ -70,6 +103,9 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
 
 def uncompile_sublayers(model: nn.Module) -> nn.Module:
     """Undo `compile_sublayers` (in place); returns the model."""
+    inner = hyper_model(model)
+    if inner is not None:
+        vars(inner).pop(HYPER_REGION, None)
     for layer in decoder_layers(model):
         if _is_hf_layer(layer):
             for name in HF_SUBLAYERS:
@@ -93,7 +129,11 @@ def choose_compile_sublayers(requested: bool | None, device: torch.device, world
 
 
 def sublayers_compiled(model: nn.Module) -> bool:
-    """Whether `compile_sublayers` has been applied (to every layer)."""
+    """Whether `compile_sublayers` has been applied (to every layer, or as a hyper-connection
+    model's regions)."""
+    inner = hyper_model(model)
+    if inner is not None and HYPER_REGION in vars(inner):
+        return True
     def compiled(layer: nn.Module) -> bool:
         if _is_hf_layer(layer):
             return all(getattr(layer, name)._compiled_call_impl is not None for name in HF_SUBLAYERS)
