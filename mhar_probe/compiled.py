@@ -36,9 +36,13 @@ from torch import nn
 COMPILED_METHODS = ("attn", "ffn")
 #: the sublayer modules of a Hugging Face decoder layer (Llama / Qwen3 family)
 HF_SUBLAYERS = ("self_attn", "mlp")
-#: a hyper-connection model's compiled region (`MHARModel.hyper_sublayer`) and the two ways to compile it
+#: a hyper-connection model's compiled region (`MHARModel.hyper_sublayer`) and the ways to compile it
 HYPER_REGION = "hyper_sublayer"
-HYPER_COMPILES = ("region", "sublayers")
+HYPER_COMPILES = ("region", "sublayers", "region-pointwise")
+#: inductor's options for "region-pointwise": its post-grad pass that lowers memory-bound batched
+#: matmuls (on CUDA: batch >= 10240, two of m, k, n < 32) to pointwise multiply-and-sum, so the
+#: stream mixing's [1+n, n] @ [n, d] per token fuses with the norm before it and the add after it
+POINTWISE_MIXING = {"post_grad_fusion_options": {"decompose_mm_pass": {}}}
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -72,8 +76,10 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor", hyper: str = 
     (inductor: fused Triton kernels on CUDA; "aot_eager" traces without generating code, which is
     how the CPU tests check the wiring); returns the model. For a hyper-connection model, `hyper`
     picks the regions: "region" compiles each sublayer with its hyper-connection as one region
-    (`MHARModel.hyper_sublayer`), "sublayers" the sublayers alone (the wiring eager); compiling
-    again in the other mode replaces the first."""
+    (`MHARModel.hyper_sublayer`), "region-pointwise" the same with the stream mixing's small
+    batched matmuls lowered to fusible pointwise work (inductor only: `POINTWISE_MIXING`; on CUDA,
+    where the batch is B T >= 10240), "sublayers" the sublayers alone (the wiring eager);
+    compiling again in another mode replaces the first."""
     if hyper not in HYPER_COMPILES:
         raise ValueError(f"hyper={hyper!r}: choose from {', '.join(HYPER_COMPILES)}")
     # every model shape, grad mode and batch shape a process trains or evaluates (a sweep's runs)
@@ -81,10 +87,12 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor", hyper: str = 
     # it falls back to running them uncompiled
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
     inner = hyper_model(model)
-    if inner is not None and hyper == "region":
+    if inner is not None and hyper != "sublayers":
         uncompile_sublayers(model)  # attention and MLP are traced inside the region
+        options = POINTWISE_MIXING if hyper == "region-pointwise" and backend == "inductor" else None
         # one graph per sublayer kind, shared by every layer (the modules are inputs to the region)
-        setattr(inner, HYPER_REGION, torch.compile(getattr(inner, HYPER_REGION), backend=backend, dynamic=False))
+        setattr(inner, HYPER_REGION, torch.compile(getattr(inner, HYPER_REGION), backend=backend, dynamic=False,
+                                                   options=options))
         return model
     if inner is not None:
         vars(inner).pop(HYPER_REGION, None)

@@ -23,7 +23,7 @@ def _load(name: str):
 
 def _args(**kw) -> argparse.Namespace:
     base = dict(methods=["baseline", "hyper", "mhar"], routing_backward=["fold", "gather"],
-                hyper_compile=["region", "sublayers"], compile_sublayers=True, routing_douts="promoted",
+                hyper_compile=["region", "sublayers", "region-pointwise"], compile_sublayers=True, routing_douts="promoted",
                 fold_calls=8)
     return argparse.Namespace(**{**base, **kw})
 
@@ -33,6 +33,7 @@ def test_one_hyper_arm_per_compile_mode_labelled_like_the_routing_backwards():
     specs = [(m, label, hyper, k.stack_backward) for m, k, label, hyper in tt.arm_specs(_args())]
     assert specs == [("baseline", "baseline", "region", "fold"),
                      ("hyper", "hyper", "region", "fold"), ("hyper", "hyper/sublayers", "sublayers", "fold"),
+                     ("hyper", "hyper/region-pointwise", "region-pointwise", "fold"),
                      ("mhar", "mhar", "region", "fold"), ("mhar", "mhar/gather", "region", "gather")]
     # without compiled sublayers the mode means nothing: one hyper arm
     labels = [label for _, _, label, _ in tt.arm_specs(_args(compile_sublayers=False))]

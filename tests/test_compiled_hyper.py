@@ -108,7 +108,7 @@ def test_the_sublayers_mode_compiles_attention_and_mlp_alone_and_modes_replace_e
     assert not any("attn" in vars(layer) for layer in decoder_layers(model))
     uncompile_sublayers(model)
     assert not sublayers_compiled(model) and HYPER_REGION not in vars(model.model)
-    with pytest.raises(ValueError, match="choose from region, sublayers"):
+    with pytest.raises(ValueError, match="choose from region, sublayers, region-pointwise"):
         compile_sublayers(model, hyper="fused")
 
 
@@ -138,14 +138,23 @@ def test_a_ladder_hyper_runs_state_dict_loads_both_ways_with_the_same_logits(tmp
 
 
 @pytest.mark.slow
-def test_inductor_region_on_the_cpu_matches_the_package():
-    """Inductor's generated code for the region (C++ on the CPU), fp32, forward and gradients."""
+@pytest.mark.parametrize("hyper", ["region", "region-pointwise"])
+def test_inductor_regions_on_the_cpu_match_the_package(hyper, monkeypatch):
+    """Inductor's generated code for the region (C++ on the CPU), fp32, loss and gradients; for
+    "region-pointwise" with inductor's CPU threshold raised so that the stream mixing's batched
+    matmuls are lowered to pointwise work here as they are on CUDA (batch >= 10240)."""
+    from torch._inductor.fx_passes import decompose_mem_bound_mm
+
+    monkeypatch.setattr(decompose_mem_bound_mm, "cpu_max_first_dimension_decomposition", 1 << 30)
     torch._dynamo.reset()
+    counters.clear()
     eager = _model(layers=2)
-    compiled = compile_sublayers(copy.deepcopy(eager), backend="inductor")
+    compiled = compile_sublayers(copy.deepcopy(eager), backend="inductor", hyper=hyper)
     rows = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(1))
     loss_e, grads_e = _loss_and_grads(eager, rows)
     loss_c, grads_c = _loss_and_grads(compiled, rows)
     torch.testing.assert_close(loss_c, loss_e, rtol=1e-5, atol=0)
     for name in grads_e:
         torch.testing.assert_close(grads_c[name], grads_e[name], rtol=1e-4, atol=1e-6, msg=name)
+    # the mixing's forward bmm and its two backward bmms, in each of the two regions' graphs
+    assert (counters["inductor"]["decompose_bmm"] > 0) == (hyper == "region-pointwise")

@@ -9,10 +9,12 @@ at a preset's width (d, n) on a small B x T, and counts
 - eager: every aten op that runs (a dispatch mode: each non-view op is one kernel on a GPU) and
   the bytes it reads and writes (its tensor inputs and outputs), split into the hyper-connection's
   own work and the sublayer's (the sublayer run alone, subtracted);
-- compiled (`--compiled`, inductor on the CPU: slow to build): the kernels inductor generates for
-  the region (`torch._inductor.metrics`), the same region the training step compiles on CUDA.
+- compiled (`--compiled`, inductor on the CPU: slow to build): the call all eager, with the
+  sublayer compiled alone (the wiring eager) and as one compiled region (the way the training
+  step compiles it on CUDA): the kernels inductor generates (`torch._inductor.metrics`) and the
+  wall time per call.
 
-    python benchmarks/train_throughput/hyper_cost.py --preset 100m --batch 1 --seq 256 [--compiled]
+    python benchmarks/train_throughput/hyper_cost.py --preset 100m --batch 2 --seq 256 [--compiled]
 
 Bytes scale with B x T: the table reports them per token and as multiples of one bf16 pass over
 the n-stream residual (n d 2 bytes per token), then extrapolates to a step at --step-batch x
@@ -22,15 +24,17 @@ the n-stream residual (n d 2 bytes per token), then extrapolates to a step at --
 from __future__ import annotations
 
 import argparse
+import statistics
+import time
 from collections import Counter
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
+from mhar_probe.compiled import compile_sublayers, uncompile_sublayers
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import PRESETS
-from mhar_probe.model.modeling import hyper_sublayer
 
 
 class OpCounter(TorchDispatchMode):
@@ -43,7 +47,8 @@ class OpCounter(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
-        if not func.is_view and not func.__name__.startswith("detach"):  # views and detach move nothing
+        # views (`_unsafe_view` too, which aten does not mark as one) and detach move nothing
+        if not func.is_view and not func.__name__.startswith(("detach", "_unsafe_view")):
             tensors = [t for t in tree_flatten((args, kwargs, out))[0] if isinstance(t, torch.Tensor)]
             name = func.__name__.split(".")[0]
             self.ops[name] += 1
@@ -71,13 +76,15 @@ def one_call(model, which: str, streams: torch.Tensor, cos, sin, autocast: bool,
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--preset", default="100m")
-    p.add_argument("--batch", type=int, default=1)
+    p.add_argument("--batch", type=int, default=2, help="(B = 1 lays some operands out so that copies vanish)")
     p.add_argument("--seq", type=int, default=256)
     p.add_argument("--vocab", type=int, default=512, help="(only the embedding's size; not timed)")
     p.add_argument("--step-batch", type=int, default=32)
     p.add_argument("--step-seq", type=int, default=2048)
     p.add_argument("--bandwidth", type=float, default=4800.0, help="GB/s for the lower bound (H200: 4800)")
-    p.add_argument("--compiled", action="store_true", help="also build the region with inductor (CPU)")
+    p.add_argument("--compiled", action="store_true",
+                   help="also time eager / compiled sublayers / compiled region with inductor (CPU, slow to build)")
+    p.add_argument("--reps", type=int, default=10, help="with --compiled: calls timed per variant")
     args = p.parse_args()
     torch.manual_seed(0)
     cfg = MHARConfig.from_preset(args.preset, residual_method="hyper", vocab_size=args.vocab, num_hidden_layers=1,
@@ -118,26 +125,34 @@ def main() -> None:
     for (which, prec), ops in detail.items():
         print(f"# {which}, {prec}: " + ", ".join(f"{k} x{v}" for k, v in sorted(ops.items(), key=lambda kv: -kv[1])))
     if args.compiled:
-        from torch._inductor import metrics
+        compiled_variants(model, streams, cos, sin, args.reps)
 
-        for which in ("attn", "ffn"):
+
+def compiled_variants(model, streams: torch.Tensor, cos, sin, reps: int) -> None:
+    """One (hyper-connection + sublayer) call, fp32 forward and backward, three ways: all eager,
+    the sublayer compiled alone (`compile_sublayers(hyper="sublayers")`, the wiring eager) and one
+    compiled region (`hyper="region"`); inductor's generated kernels and the median wall time."""
+    from torch._inductor import metrics
+
+    print(f"| sublayer | variant | inductor kernels (fwd+bwd) | ms per call (median of {reps}) |")
+    print("|---|---|---:|---:|")
+    for which in ("attn", "ffn"):
+        for variant in ("eager", "sublayers", "region"):
             torch._dynamo.reset()
             metrics.reset()
-            inner = model.model
-            inner.hyper_sublayer = torch.compile(hyper_sublayer, backend="inductor", dynamic=False)
-            one_call(model, which, streams, cos, sin, False, True)
-            region = metrics.generated_kernel_count
-            torch._dynamo.reset()
-            metrics.reset()
-            layer = inner.layers[0]
-            setattr(layer, which, torch.compile(getattr(type(layer), which).__get__(layer), backend="inductor",
-                                                 dynamic=False))
-            one_call(model, which, streams, cos, sin, False, False)
-            alone = metrics.generated_kernel_count
-            del vars(layer)[which], inner.hyper_sublayer
-            print(f"# compiled {which} (fp32, inductor on the CPU): {region} generated kernels for the region "
-                  f"(fwd+bwd), {alone} for the sublayer alone")
-
+            uncompile_sublayers(model)
+            if variant != "eager":
+                compile_sublayers(model, backend="inductor", hyper=variant)
+            one_call(model, which, streams, cos, sin, False, True)  # builds
+            kernels = metrics.generated_kernel_count
+            times = []
+            for _ in range(reps):
+                t0 = time.perf_counter()
+                one_call(model, which, streams, cos, sin, False, True)
+                times.append(time.perf_counter() - t0)
+            print(f"| {which} | {variant} | {kernels if variant != 'eager' else '-'} | "
+                  f"{1e3 * statistics.median(times):.2f} |")
+    uncompile_sublayers(model)
 
 if __name__ == "__main__":
     main()

@@ -15,9 +15,10 @@ every arm alike; each arm's ratio is the median over rounds of baseline step / a
     python benchmarks/train_throughput/train_throughput.py --presets 100m --methods baseline mhar \\
         --routing-backward fold gather --profile   # the stack's two backwards side by side
     python benchmarks/train_throughput/train_throughput.py --presets 100m --batch 32 --seq 2048 \\
-        --vocab 8192 --methods baseline hyper --hyper-compile region sublayers --rounds 3
-        # hyper-connections compiled as one region per sublayer ("hyper") against the sublayers
-        # alone with the wiring eager ("hyper/sublayers", how it ran before)
+        --vocab 8192 --methods baseline hyper --hyper-compile region region-pointwise sublayers --rounds 3
+        # hyper-connections compiled as one region per sublayer ("hyper"), the same with the
+        # stream mixing lowered to pointwise work ("hyper/region-pointwise"), against the
+        # sublayers alone with the wiring eager ("hyper/sublayers", how it ran before)
     python benchmarks/train_throughput/train_throughput.py --presets tiny --batch 8 --seq 128 \\
         --vocab 4096 --step eager --backend eager                                     # CPU
 
@@ -314,8 +315,10 @@ def main() -> None:
                         "backward for each routed method, timed side by side (e.g. fold gather)")
     p.add_argument("--hyper-compile", nargs="+", choices=HYPER_COMPILES, default=[HYPER_COMPILES[0]],
                    help="with compiled sublayers, how a hyper-connection model compiles (compile_sublayers' "
-                        "hyper=): region (each sublayer with its hyper-connection, as in training) or "
-                        "sublayers (attention and MLP alone, the wiring eager); several: one hyper arm each")
+                        "hyper=): region (each sublayer with its hyper-connection, as in training), "
+                        "region-pointwise (the same, its stream-mixing matmuls lowered to fusible pointwise "
+                        "work) or sublayers (attention and MLP alone, the wiring eager, as before); several: "
+                        "one hyper arm each, labelled hyper/MODE after the first")
     p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
                    help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")
     p.add_argument("--warmup", type=int, default=2)
