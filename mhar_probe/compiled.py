@@ -89,6 +89,13 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor", hyper: str = 
     inner = hyper_model(model)
     if inner is not None and hyper != "sublayers":
         uncompile_sublayers(model)  # attention and MLP are traced inside the region
+        # einops finds its backend per tensor type on first use and caches it in a dict the graphs
+        # guard on: filled inside the first trace, it would fail that graph's guard once and compile
+        # it again; the package rearranges tensors and parameters
+        import einops
+
+        for t in (torch.zeros(1), nn.Parameter(torch.zeros(1))):
+            einops.rearrange(t, "a -> a")
         options = POINTWISE_MIXING if hyper == "region-pointwise" and backend == "inductor" else None
         # one graph per sublayer kind, shared by every layer (the modules are inputs to the region)
         setattr(inner, HYPER_REGION, torch.compile(getattr(inner, HYPER_REGION), backend=backend, dynamic=False,

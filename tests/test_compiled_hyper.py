@@ -99,6 +99,22 @@ def test_compiled_regions_give_the_packages_loss_and_gradients(dtype, rtol, atol
     assert not counters["graph_break"]
 
 
+def test_a_fresh_process_compiles_each_region_once(monkeypatch):
+    """einops caches its backend per tensor type on first use; when that first use is inside the
+    first region's trace, the graph's guard on the cache fails on the next call and the region
+    compiles twice (on CUDA: tens of seconds). A fresh process's empty cache, compiled first:"""
+    from einops import _backends
+
+    monkeypatch.setattr(_backends, "_type2backend", {})
+    torch._dynamo.reset()
+    counters.clear()
+    model = compile_sublayers(_model(layers=2), backend="aot_eager")
+    rows = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
+    for _ in range(2):
+        _loss_and_grads(model, rows)
+    assert counters["stats"]["unique_graphs"] == 2
+
+
 def test_the_sublayers_mode_compiles_attention_and_mlp_alone_and_modes_replace_each_other():
     model = compile_sublayers(_model(), backend="aot_eager", hyper="sublayers")
     assert HYPER_REGION not in vars(model.model) and sublayers_compiled(model)
