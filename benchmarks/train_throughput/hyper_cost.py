@@ -64,8 +64,9 @@ def one_call(model, which: str, streams: torch.Tensor, cos, sin, autocast: bool,
     hc = inner.hyper[0 if which == "attn" else 1]
     sub = layer.attn if which == "attn" else layer.ffn
     args = (cos, sin, None, None) if which == "attn" else ()
-    # under autocast the streams are bf16 after the first sublayer (its depth connection's output)
-    x = streams.detach().to(torch.bfloat16 if autocast else streams.dtype).requires_grad_()
+    # fp32 streams also under autocast, as in training: the mixing einsum rounds them to bf16, but the
+    # depth connection's beta * y (a broadcast multiply with fp32 beta) adds them back up to fp32
+    x = streams.detach().requires_grad_()
     with torch.autocast("cpu", dtype=torch.bfloat16, enabled=autocast):
         if region:
             out = inner.hyper_sublayer(hc, sub, x, *args)
