@@ -11,11 +11,13 @@ A hyper-connection model (`residual_method="hyper"`) compiles larger regions by 
 (`hyper="region"`): each sublayer together with its hyper-connection, one call of
 `MHARModel.hyper_sublayer` (stream norm, the dynamic alpha / beta projections and tanh, the width
 mixing of the n streams into the branch input and the n new residuals, the sublayer, the depth
-connection that adds beta times its output to every stream). Uncompiled, that wiring is some 25
-eager kernels per sublayer, most of them full passes over the n-times-wider residual; in one
-region inductor fuses them into a few. The package's parameters stay where they are (names and
-state-dict keys unchanged). `hyper="sublayers"` compiles attention and MLP alone, as for the other
-methods (how the wiring ran before; the throughput benchmark times both).
+connection that adds beta times its output to every stream). Uncompiled, that wiring is 66 aten
+ops per sublayer, forward and backward (94 under bf16 autocast), most of them full passes over the
+n-times-wider residual (`benchmarks/train_throughput/hyper_cost.py`); in one region inductor fuses
+them. The package's parameters stay where they are (names and state-dict keys unchanged).
+`hyper="region-pointwise"` also lowers the mixing's small batched matmuls to fusible pointwise
+work; `hyper="sublayers"` compiles attention and MLP alone, as for the other methods (how the
+wiring ran before; the throughput benchmark times all three).
 
 The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn` (or
 `MHARModel.hyper_sublayer`); `uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
