@@ -7,8 +7,20 @@ residual wiring between them -- additive adds, the Triton routing calls, hyper-c
 runs as before, untraced. All layers share one compiled graph per sublayer (the code is the
 same and the parameters are graph inputs), so the compile cost does not grow with depth.
 
-The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn`;
-`uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
+A hyper-connection model (`residual_method="hyper"`) compiles larger regions by default
+(`hyper="region"`): each sublayer together with its hyper-connection, one call of
+`MHARModel.hyper_sublayer` (stream norm, the dynamic alpha / beta projections and tanh, the width
+mixing of the n streams into the branch input and the n new residuals, the sublayer, the depth
+connection that adds beta times its output to every stream). Uncompiled, that wiring is 66 aten
+ops per sublayer, forward and backward (94 under bf16 autocast), most of them full passes over the
+n-times-wider residual (`benchmarks/train_throughput/hyper_cost.py`); in one region inductor fuses
+them. The package's parameters stay where they are (names and state-dict keys unchanged).
+`hyper="region-pointwise"` also lowers the mixing's small batched matmuls to fusible pointwise
+work; `hyper="sublayers"` compiles attention and MLP alone, as for the other methods (how the
+wiring ran before; the throughput benchmark times all three).
+
+The compiled functions are instance attributes that shadow `DecoderLayer.attn` / `.ffn` (or
+`MHARModel.hyper_sublayer`); `uncompile_sublayers` removes them. Shapes are static (`dynamic=False`): a new batch shape
 compiles once more (evaluation batches, the last short batch).
 
 What `mhar cpt` trains is a Hugging Face Llama / Qwen3-family model (the plain control, or the
@@ -26,6 +38,13 @@ from torch import nn
 COMPILED_METHODS = ("attn", "ffn")
 #: the sublayer modules of a Hugging Face decoder layer (Llama / Qwen3 family)
 HF_SUBLAYERS = ("self_attn", "mlp")
+#: a hyper-connection model's compiled region (`MHARModel.hyper_sublayer`) and the ways to compile it
+HYPER_REGION = "hyper_sublayer"
+HYPER_COMPILES = ("region", "sublayers", "region-pointwise")
+#: inductor's options for "region-pointwise": its post-grad pass that lowers memory-bound batched
+#: matmuls (on CUDA: batch >= 10240, two of m, k, n < 32) to pointwise multiply-and-sum, so the
+#: stream mixing's [1+n, n] @ [n, d] per token fuses with the norm before it and the add after it
+POINTWISE_MIXING = {"post_grad_fusion_options": {"decompose_mm_pass": {}}}
 
 
 def decoder_layers(model: nn.Module) -> nn.ModuleList:
@@ -47,14 +66,45 @@ def _is_hf_layer(layer: nn.Module) -> bool:
         isinstance(getattr(layer, name, None), nn.Module) for name in HF_SUBLAYERS)
 
 
-def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
+def hyper_model(model: nn.Module) -> nn.Module | None:
+    """The inner `MHARModel` of a hyper-connection model (the one that has `hyper_sublayer`), else None."""
+    inner = getattr(model, "model", model)
+    has = isinstance(getattr(inner, "hyper", None), nn.ModuleList) and callable(getattr(type(inner), HYPER_REGION, None))
+    return inner if has else None
+
+
+def compile_sublayers(model: nn.Module, backend: str = "inductor", hyper: str = "region") -> nn.Module:
     """Compile every decoder layer's `attn` and `ffn` (in place) with torch.compile's `backend`
     (inductor: fused Triton kernels on CUDA; "aot_eager" traces without generating code, which is
-    how the CPU tests check the wiring); returns the model."""
+    how the CPU tests check the wiring); returns the model. For a hyper-connection model, `hyper`
+    picks the regions: "region" compiles each sublayer with its hyper-connection as one region
+    (`MHARModel.hyper_sublayer`), "region-pointwise" the same with the stream mixing's small
+    batched matmuls lowered to fusible pointwise work (inductor only: `POINTWISE_MIXING`; on CUDA,
+    where the batch is B T >= 10240), "sublayers" the sublayers alone (the wiring eager);
+    compiling again in another mode replaces the first."""
+    if hyper not in HYPER_COMPILES:
+        raise ValueError(f"hyper={hyper!r}: choose from {', '.join(HYPER_COMPILES)}")
     # every model shape, grad mode and batch shape a process trains or evaluates (a sweep's runs)
     # is one more graph of the same two functions: allow more than dynamo's default of 8 before
     # it falls back to running them uncompiled
     torch._dynamo.config.recompile_limit = max(torch._dynamo.config.recompile_limit, 64)
+    inner = hyper_model(model)
+    if inner is not None and hyper != "sublayers":
+        uncompile_sublayers(model)  # attention and MLP are traced inside the region
+        # einops finds its backend per tensor type on first use and caches it in a dict the graphs
+        # guard on: filled inside the first trace, it would fail that graph's guard once and compile
+        # it again; the package rearranges tensors and parameters
+        import einops
+
+        for t in (torch.zeros(1), nn.Parameter(torch.zeros(1))):
+            einops.rearrange(t, "a -> a")
+        options = POINTWISE_MIXING if hyper == "region-pointwise" and backend == "inductor" else None
+        # one graph per sublayer kind, shared by every layer (the modules are inputs to the region)
+        setattr(inner, HYPER_REGION, torch.compile(getattr(inner, HYPER_REGION), backend=backend, dynamic=False,
+                                                   options=options))
+        return model
+    if inner is not None:
+        vars(inner).pop(HYPER_REGION, None)
     for layer in decoder_layers(model):
         if _is_hf_layer(layer):
             for name in HF_SUBLAYERS:
@@ -70,6 +120,9 @@ def compile_sublayers(model: nn.Module, backend: str = "inductor") -> nn.Module:
 
 def uncompile_sublayers(model: nn.Module) -> nn.Module:
     """Undo `compile_sublayers` (in place); returns the model."""
+    inner = hyper_model(model)
+    if inner is not None:
+        vars(inner).pop(HYPER_REGION, None)
     for layer in decoder_layers(model):
         if _is_hf_layer(layer):
             for name in HF_SUBLAYERS:
@@ -93,7 +146,11 @@ def choose_compile_sublayers(requested: bool | None, device: torch.device, world
 
 
 def sublayers_compiled(model: nn.Module) -> bool:
-    """Whether `compile_sublayers` has been applied (to every layer)."""
+    """Whether `compile_sublayers` has been applied (to every layer, or as a hyper-connection
+    model's regions)."""
+    inner = hyper_model(model)
+    if inner is not None and HYPER_REGION in vars(inner):
+        return True
     def compiled(layer: nn.Module) -> bool:
         if _is_hf_layer(layer):
             return all(getattr(layer, name)._compiled_call_impl is not None for name in HF_SUBLAYERS)

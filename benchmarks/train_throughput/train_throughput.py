@@ -4,7 +4,9 @@ Every arm (a method) trains on the same fixed token batch with the step `mhar tr
 (`mhar_probe.step`: `GraphStep` by default on CUDA, `EagerStep` with --step eager): bf16
 autocast, cross-entropy (`mhar_probe.loss`: the fused kernel by default on CUDA, as in training),
 global-norm clipping at 1.0, AdamW; each layer's attention and MLP sublayer compiled
-(`mhar_probe.compiled`: by default on CUDA, as in training; --no-compile-sublayers). All arms are built first, then
+(`mhar_probe.compiled`: by default on CUDA, as in training; --no-compile-sublayers; a hyper-connection
+model compiles each sublayer with its hyper-connection as one region, or with --hyper-compile
+sublayers the sublayers alone, or both as two arms). All arms are built first, then
 timed round by round (baseline, mhar, ..., baseline, mhar, ...), so that a drifting host slows
 every arm alike; each arm's ratio is the median over rounds of baseline step / arm step.
 
@@ -12,6 +14,11 @@ every arm alike; each arm's ratio is the median over rounds of baseline step / a
         --methods baseline attnres mhar --rounds 8 --profile --out results.json   # one GPU
     python benchmarks/train_throughput/train_throughput.py --presets 100m --methods baseline mhar \\
         --routing-backward fold gather --profile   # the stack's two backwards side by side
+    python benchmarks/train_throughput/train_throughput.py --presets 100m --batch 32 --seq 2048 \\
+        --vocab 8192 --methods baseline hyper --hyper-compile region region-pointwise sublayers --rounds 3
+        # hyper-connections compiled as one region per sublayer ("hyper"), the same with the
+        # stream mixing lowered to pointwise work ("hyper/region-pointwise"), against the
+        # sublayers alone with the wiring eager ("hyper/sublayers", how it ran before)
     python benchmarks/train_throughput/train_throughput.py --presets tiny --batch 8 --seq 128 \\
         --vocab 4096 --step eager --backend eager                                     # CPU
 
@@ -48,7 +55,7 @@ import torch
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
 from mhar_probe.bench.provenance import git_commit, software
-from mhar_probe.compiled import choose_compile_sublayers, compile_sublayers
+from mhar_probe.compiled import HYPER_COMPILES, choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.config import ROUTING_DOUTS, STACK_BACKWARDS
@@ -86,16 +93,18 @@ class Arm:
     takes the one current when it is built)."""
 
     def __init__(self, method: str, preset: str, args: argparse.Namespace, device: torch.device, pool,
-                 kernels: KernelConfig | None = None, label: str | None = None) -> None:
+                 kernels: KernelConfig | None = None, label: str | None = None,
+                 hyper_compile: str = HYPER_COMPILES[0]) -> None:
         torch.manual_seed(0)
         self.method = method
         self.kernels = kernels or KernelConfig()
         self.label = label or method
+        self.hyper_compile = hyper_compile if method == "hyper" and args.compile_sublayers else None
         self.config = MHARConfig.from_preset(preset, residual_method=method, vocab_size=args.vocab,
                                              max_position_embeddings=max(2 * args.seq_len, 256))
         self.model = set_routing_backend(MHARForCausalLM(self.config), args.backend, self.kernels).to(device)
         if args.compile_sublayers:
-            compile_sublayers(self.model)
+            compile_sublayers(self.model, hyper=hyper_compile)
         self.opt = torch.optim.AdamW(self.model.parameters(), lr=1e-4, betas=(0.9, 0.95), weight_decay=0.1)
         cuda = device.type == "cuda"
 
@@ -192,8 +201,8 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
     batch = torch.randint(0, args.vocab, (B, T + 1), generator=g)  # [B, T+1] on the host, as in training
     pool = torch.cuda.graph_pool_handle() if cuda and args.step == "graph" else None
     # every arm warms up before any captures (see GraphStep.warm_up); its model carries `kernels`
-    arms = warm_up_arms((functools.partial(Arm, method, preset, args, device, pool, kernels, label)
-                         for method, kernels, label in arm_specs(args)), batch, cuda)
+    arms = warm_up_arms((functools.partial(Arm, method, preset, args, device, pool, kernels, label, hyper)
+                         for method, kernels, label, hyper in arm_specs(args)), batch, cuda)
     for r in range(args.warmup + args.rounds):
         for arm in arms:
             dt = timed_step(arm, batch, cuda)
@@ -210,7 +219,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         row = dict(preset=preset, method=arm.method, arm=arm.label, batch=B, seq=T, step=args.step,
                    backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
                    routing_douts=args.routing_douts, routing_backward=arm.kernels.stack_backward,
-                   fold_calls=arm.kernels.fold_calls,
+                   fold_calls=arm.kernels.fold_calls, hyper_compile=arm.hyper_compile,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
@@ -224,7 +233,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
             if cuda:
                 row["memory_vs_baseline"] = row["peak_memory_gb"] / ((base.resident_bytes() + base.peak_growth) / 1e9)
         if cuda and args.profile:
-            trace = args.trace and f"{args.trace}_{preset}_{arm.method}.json"
+            trace = args.trace and f"{args.trace}_{preset}_{arm.label.replace('/', '-')}.json"
             row["profile"] = profile_step(arm, batch, trace)
             # the profiled step's kernel time over the unprofiled median step (the profiler's own start
             # and stop lengthen the profiled step's wall by 1-5 ms, outside its kernels)
@@ -238,17 +247,21 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
     return rows
 
 
-def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str]]:
-    """(method, kernel configuration, label) of every arm: each method once, and a method that
-    routes over the shared source stack once per --routing-backward (label "mhar/gather" for all
-    but the first), so that one process times the backwards side by side."""
+def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str, str]]:
+    """(method, kernel configuration, label, hyper compile mode) of every arm: each method once, a
+    method that routes over the shared source stack once per --routing-backward (label
+    "mhar/gather" for all but the first), and hyper once per --hyper-compile (label
+    "hyper/sublayers" for all but the first), so that one process times them side by side."""
     specs = []
     for method in args.methods:
         backwards = args.routing_backward if method in REPLACEMENT_METHODS else args.routing_backward[:1]
+        hypers = args.hyper_compile if method == "hyper" and args.compile_sublayers else args.hyper_compile[:1]
         for i, backward in enumerate(backwards):
             kernels = KernelConfig(routing_douts=args.routing_douts, stack_backward=backward,
                                    fold_calls=args.fold_calls)
-            specs.append((method, kernels, method if i == 0 else f"{method}/{backward}"))
+            for j, hyper in enumerate(hypers):
+                label = method if i == 0 and j == 0 else f"{method}/{backward if i else hyper}"
+                specs.append((method, kernels, label, hyper))
     return specs
 
 
@@ -265,6 +278,8 @@ def check_arguments(args: argparse.Namespace) -> None:
             raise SystemExit(f"unknown method {method!r}; choose from {', '.join(METHODS)}")
     if len(set(args.methods)) != len(args.methods):
         raise SystemExit(f"each method once, please (got {' '.join(args.methods)})")
+    if len(set(args.hyper_compile)) != len(args.hyper_compile):
+        raise SystemExit(f"each hyper compile mode once, please (got {' '.join(args.hyper_compile)})")
     if len(set(args.routing_backward)) != len(args.routing_backward):
         raise SystemExit(f"each routing backward once, please (got {' '.join(args.routing_backward)})")
     if args.fold_calls < 1:
@@ -298,6 +313,12 @@ def main() -> None:
     p.add_argument("--routing-backward", nargs="+", choices=STACK_BACKWARDS, default=["fold"],
                    help="the shared stack's backward (KernelConfig.stack_backward); several: one arm per "
                         "backward for each routed method, timed side by side (e.g. fold gather)")
+    p.add_argument("--hyper-compile", nargs="+", choices=HYPER_COMPILES, default=[HYPER_COMPILES[0]],
+                   help="with compiled sublayers, how a hyper-connection model compiles (compile_sublayers' "
+                        "hyper=): region (each sublayer with its hyper-connection, as in training), "
+                        "region-pointwise (the same, its stream-mixing matmuls lowered to fusible pointwise "
+                        "work) or sublayers (attention and MLP alone, the wiring eager, as before); several: "
+                        "one hyper arm each, labelled hyper/MODE after the first")
     p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
                    help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")
     p.add_argument("--warmup", type=int, default=2)
@@ -324,7 +345,8 @@ def main() -> None:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)
         Path(args.out).write_text(json.dumps(dict(meta=meta, results=rows), indent=2) + "\n")
     print(f"# {meta['device']}  torch {meta['torch']}  step={args.step}  backend={args.backend}  "
-          f"loss={args.loss_kernel}  compiled sublayers={args.compile_sublayers}  {meta['date']}")
+          f"loss={args.loss_kernel}  compiled sublayers={args.compile_sublayers}  "
+          f"hyper compile={'/'.join(args.hyper_compile) if args.compile_sublayers else '-'}  {meta['date']}")
     print("| preset | method | B x T | tokens/s | paper baseline | MFU | vs baseline (range) | peak GB (vs base) | GPU busy of step |")
     print("|---|---|---|---:|---:|---:|---|---|---:|")
     for r in rows:

@@ -10,6 +10,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -43,6 +45,22 @@ class DecoderLayer(nn.Module):
 
     def ffn(self, x: Tensor) -> Tensor:
         return self.mlp(self.post_attention_layernorm(x))
+
+
+def hyper_sublayer(hc: nn.Module, sublayer: Callable[..., Tensor], streams: Tensor, *args) -> Tensor:
+    """One sublayer inside its hyper-connection `hc` (the `hyper-connections` package's
+    `HyperConnections`; Zhu et al. 2024, Alg. 2 with its dynamic alpha and beta), streams
+    H = [h_1 .. h_n] [(B n), T, d] -> H' [(B n), T, d]:
+
+        Hn = RMSNorm(H)                                               # per stream, [B, T, n, d]
+        A  = A_static + s_a tanh(Hn W_a)                              # [B, T, n, 1 + n]
+        b  = b_static + s_b tanh(Hn w_b)                              # [B, T, n]
+        x  = sum_r A[r, 0] h_r                                        # the branch input [B, T, d]
+        h'_s = sum_r A[r, 1 + s] h_r + b_s sublayer(x)                # width and depth connection
+
+    The package computes all of it (`x, add = hc(streams)`; `add` is the depth connection)."""
+    x, add = hc(streams)  # x [B, T, d]
+    return add(sublayer(x, *args))  # [(B n), T, d]
 
 
 class MHARPreTrainedModel(PreTrainedModel):
@@ -150,14 +168,18 @@ class MHARModel(MHARPreTrainedModel):
             h = h + layer.ffn(h)
         return h
 
+    #: one sublayer inside its hyper-connection; `compiled.compile_sublayers` shadows it on the
+    #: instance with one compiled region (hyper-connection, sublayer and depth connection fused)
+    hyper_sublayer = staticmethod(hyper_sublayer)
+
     def _hyper(self, h: Tensor, cos, sin, mask, cache) -> Tensor:
+        """n streams, each starting as the embedding; every sublayer reads and writes them through its
+        hyper-connection (`hyper_sublayer`); the output is their sum."""
         n = self.config.hyper_streams
         streams = h.repeat_interleave(n, dim=0)  # [(B n), T, d]
         for i, layer in enumerate(self.layers):
-            x, add = self.hyper[2 * i](streams)
-            streams = add(layer.attn(x, cos, sin, mask, cache))
-            x, add = self.hyper[2 * i + 1](streams)
-            streams = add(layer.ffn(x))
+            streams = self.hyper_sublayer(self.hyper[2 * i], layer.attn, streams, cos, sin, mask, cache)
+            streams = self.hyper_sublayer(self.hyper[2 * i + 1], layer.ffn, streams)
         return streams.view(-1, n, *streams.shape[1:]).sum(dim=1)  # [B, T, d]
 
     def _routed(self, emb: Tensor, cos, sin, mask, cache) -> Tensor:

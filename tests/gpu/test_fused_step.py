@@ -94,7 +94,31 @@ def _curve(method: str, loss_kernel: str, compiled: bool, steps: int = 8) -> lis
     return [step(batch, lr=3e-3).loss for _ in range(steps)]
 
 
-@pytest.mark.parametrize("method", ["baseline", "mhar"])
+@pytest.mark.parametrize("hyper", ["region-pointwise", "sublayers"])
+def test_inductor_hyper_modes_match_the_uncompiled_model_in_fp32(hyper):
+    """The other two hyper compile modes (the default, "region", is in the test above); at B T =
+    10,240 tokens, where inductor lowers the stream mixing's bmms to pointwise work on CUDA."""
+    from torch._dynamo.utils import counters
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch._dynamo.reset()
+    counters.clear()
+    eager = _model("hyper")
+    compiled = compile_sublayers(copy.deepcopy(eager), hyper=hyper)
+    rows = torch.randint(0, 512, (16, 641), generator=torch.Generator().manual_seed(1)).to(DEV)
+    out = {}
+    for name, model in (("eager", eager), ("compiled", compiled)):
+        logits = model(rows[:, :-1], use_cache=False).logits
+        loss = F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
+        loss.backward()
+        out[name] = loss.detach(), {n: p.grad for n, p in model.named_parameters()}
+    torch.testing.assert_close(out["compiled"][0], out["eager"][0], rtol=1e-5, atol=0)
+    for n, grad in out["eager"][1].items():
+        torch.testing.assert_close(out["compiled"][1][n], grad, rtol=1e-3, atol=1e-5, msg=n)
+    assert (counters["inductor"]["decompose_bmm"] > 0) == (hyper == "region-pointwise")
+
+
+@pytest.mark.parametrize("method", ["baseline", "mhar", "hyper"])
 def test_fused_loss_and_compiled_sublayers_follow_the_plain_graph_step(method):
     plain = _curve(method, "torch", compiled=False)
     fused = _curve(method, "fused", compiled=False)
