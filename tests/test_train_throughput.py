@@ -28,7 +28,7 @@ def tt():
 def _args(**kw) -> argparse.Namespace:
     base = dict(presets=["tiny"], batch=2, seq=16, vocab=128, backend="eager", step="eager", warmup=1, rounds=3,
                 methods=["baseline", "mhar"], profile=False, trace=None, commit=None, loss_kernel="torch",
-                compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8)
+                compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8, hyper_compile=["region"])
     return argparse.Namespace(**{**base, **kw})
 
 
