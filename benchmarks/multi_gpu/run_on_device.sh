@@ -3,6 +3,7 @@
 #   bash benchmarks/multi_gpu/run_on_device.sh [tests|bench|all] [PRESETS]        (default: all, "100m 350m")
 #   bash benchmarks/multi_gpu/run_on_device.sh tests ["1 2 3"]                     (the GPU tests, or some, by number)
 #   bash benchmarks/multi_gpu/run_on_device.sh cpu                                 (the logic, on CPU with gloo)
+#   bash benchmarks/multi_gpu/run_on_device.sh midtrain [PRESET]                   (the mid-training run, 100m)
 # 1. tests: the DDP / FSDP2 GPU tests (tests/gpu/test_distributed_gpu.py: each test launches torchrun
 #    --nproc_per_node 2 itself), one pytest process per test, in the order of TESTS below, each under
 #    `timeout` and within TESTS_S (235) seconds in all; a test that no longer fits is skipped and said so.
@@ -17,6 +18,9 @@
 #    -> $OUT/ddp_<preset>_<N>gpu.json; each prints one line per arm as it finishes. 350m only
 #    while at least BENCH_S_350M (150) seconds of the budget (BUDGET_S, 530) are left.
 # 3. the scaling table of every JSON written (efficiency = tokens/s per GPU at N / at 1 GPU), last.
+# midtrain: benchmarks/multi_gpu/midtrain.sh on NPROC (2) GPUs within BUDGET_S (540) seconds: a
+#    PRETRAIN_STEPS (400) baseline on the whole embedded corpus, converted, continued CPT_STEPS (200) as
+#    MHAR and as the control (graph step under DDP), evaluated; logs and midtrain.json -> $OUT.
 # Every step has its own `timeout`; a failed or timed-out step leaves the others' results and says so.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -80,6 +84,15 @@ gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`,
   done
   echo "## gpu tests: $((SECONDS - t0)) s in all"
 }
+
+if [[ $what == midtrain ]]; then
+  bash benchmarks/multi_gpu/midtrain.sh "${NPROC:-2}" "${2:-100m}" "${PRETRAIN_STEPS:-400}" "${CPT_STEPS:-200}" \
+    /tmp/midtrain --budget "${BUDGET_S:-540}" --corpus-max-bytes 0 --eval-limit "${EVAL_LIMIT:-200}" \
+    --train-args "${TRAIN_ARGS---cuda-graphs}" --cpt-args "${CPT_ARGS---cuda-graphs}"
+  rc=$?
+  cp /tmp/midtrain/*.log /tmp/midtrain/midtrain.json "$OUT"/ 2>/dev/null
+  exit $rc
+fi
 
 if [[ $what == tests ]]; then
   gpu_tests "${2:-}"
