@@ -21,7 +21,6 @@ stuck_in_the_body()
 def test_a_run_past_its_limit_prints_where_it_was(tmp_path):
     ran = launch(STUCK, [], stem=tmp_path / "r", timeout=2, grace=30)
     assert ran.timed_out and not ran.killed and ran.returncode == 1  # its own limit ended it
-    assert ran.seconds < 30
     assert set(ran.ranks) == {"0"}
     text = ran.ranks["0"]
     assert "started" in text and "Timeout (0:00:02)!" in text and "stuck_in_the_body" in text

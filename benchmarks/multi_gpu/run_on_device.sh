@@ -60,7 +60,7 @@ TESTS=(
   "5 1 yes test_fsdp_with_compiled_sublayers_follows_the_eager_ddp_curve"
 )
 gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`, TESTS_S in all
-  local pick=" ${1:-1 2 3 4 5} " t0=$SECONDS total=${TESTS_S:-235} entry n launches compiles id run_s secs rc
+  local pick=" ${1:-1 2 3 4 5} " t0=$SECONDS total=${TESTS_S:-235} entry n launches compiles id run_s secs rc remaining
   rm -rf /tmp/gpu_runs  # (a fresh machine has none; a warm one must not reuse another tree's runs)
   for entry in "${TESTS[@]}"; do
     read -r n launches compiles id <<< "$entry"
@@ -70,9 +70,9 @@ gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`,
     # first, the corpus and reference runs a later test may need: the eager reference is one more run)
     secs=$(( launches * (run_s + 20) + 40 ))
     (( n != 1 && n != 3 )) && secs=$(( secs + run_s + 20 ))
-    left=$(( total - (SECONDS - t0) ))
-    if (( left < 45 )); then echo "## gpu test $n $id: skipped, $left s of TESTS_S=$total left"; continue; fi
-    (( secs > left )) && secs=$left
+    remaining=$(( total - (SECONDS - t0) ))
+    if (( remaining < 45 )); then echo "## gpu test $n $id: skipped, $remaining s of TESTS_S=$total left"; continue; fi
+    (( secs > remaining )) && secs=$remaining
     step "gpu_test_$n" $secs python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs --durations=0 \
       "tests/gpu/test_distributed_gpu.py::$id" --gpu-runs /tmp/gpu_runs --gpu-run-timeout "$run_s"
     rc=$?
