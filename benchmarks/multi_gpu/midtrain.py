@@ -11,7 +11,7 @@
 3. continue it twice with the same schedule, seed and so data order: `mhar cpt CONV --out
    cpt-mhar` (delta-form MHAR) and `mhar cpt CONV --out cpt-control --control` (the plain base);
 4. evaluate both on the held-out split: `mhar eval RUN --tasks mhar_heldout_ppl` (the harness),
-   beside each run's own validation loss;
+   beside each run's own validation loss (a failed evaluation leaves n/a in the table);
 5. print the table last: each arm's losses, MHAR - control, tokens/s, world size.
 
 Every training phase runs under `torchrun --nproc_per_node NPROC` (one plain process for 1);
@@ -25,7 +25,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
@@ -47,6 +49,33 @@ def finished(run: Path) -> bool:
         return False
 
 
+def stop_tree(proc: subprocess.Popen) -> None:
+    """SIGTERM, then SIGKILL, to `proc` and every process below it (torchrun starts its ranks in
+    sessions of their own: killing torchrun alone would leave them holding the GPUs)."""
+    parent = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
+    tree, frontier = [proc.pid], [proc.pid]
+    while frontier:
+        frontier = [p for p, pp in parent.items() if pp in frontier]
+        tree += frontier
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        for pid in tree:
+            try:
+                os.kill(pid, sig)
+            except ProcessLookupError:
+                pass
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pass
+
+
 class Phases:
     """Runs commands one after another within a total budget, printing how each ended."""
 
@@ -56,23 +85,32 @@ class Phases:
     def left(self) -> float:
         return self.budget - (time.monotonic() - self.t0)
 
-    def run(self, name: str, cmd: list[str], log: Path) -> None:
+    def run(self, name: str, cmd: list[str], log: Path, required: bool = True) -> bool:
+        """Run `cmd` (output to `log`) within the budget left; a failure of a `required` phase
+        ends the driver, of another one is reported and the driver goes on."""
         limit = self.left()
         if limit < 5:
+            if not required:
+                print(f"## {name}: skipped, the budget ({self.budget:.0f} s) is spent", flush=True)
+                return False
             raise SystemExit(f"## {name}: not started, the budget ({self.budget:.0f} s) is spent")
         print(f"## {name}: {shlex.join(cmd)}", flush=True)
         t0 = time.monotonic()
         with log.open("w") as f:
+            proc = subprocess.Popen(cmd, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
             try:
-                rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=limit).returncode
+                rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
+                stop_tree(proc)
                 rc = None
         self.times[name] = time.monotonic() - t0
         how = f"exit {rc}" if rc is not None else f"TIMED OUT at {limit:.0f} s"
         print(f"## {name}: {how} after {self.times[name]:.0f} s (log {log})", flush=True)
         if rc != 0:
             print("".join(log.read_text(errors="replace").splitlines(keepends=True)[-25:]), flush=True)
-            raise SystemExit(f"## {name} failed; the phases before it stay in {log.parent}")
+            if required:
+                raise SystemExit(f"## {name} failed; the phases before it stay in {log.parent}")
+        return rc == 0
 
 
 def export_qwen3(run: Path, dst: Path) -> float:
@@ -215,7 +253,7 @@ def main() -> None:
             if not heldout_metrics(run / "eval"):
                 phases.run(f"eval {arm}", [sys.executable, *cli, "eval", str(run), "--tasks", "mhar_heldout_ppl",
                                            "--limit", str(a.eval_limit), "--out", str(run / "eval"), "--overwrite",
-                                           *device], out / f"eval-{arm}.log")
+                                           *device], out / f"eval-{arm}.log", required=False)
     base_summary = json.loads((base / "summary.json").read_text())
     rows = {arm: arm_row(out / f"cpt-{arm}") for arm in ARMS}
     (out / "midtrain.json").write_text(json.dumps(dict(base=base_summary, arms=rows, phases_s=phases.times,
