@@ -101,8 +101,9 @@ class Launched:
     def report(self, tail: int = 6000) -> str:
         how = ("TIMED OUT (killed after asking for stacks)" if self.killed
                else "TIMED OUT (the ranks' own limit)" if self.timed_out else f"exit {self.returncode}")
+        short = min(tail, 2000)  # (torchrun's own account of a failure is long and says little)
         parts = [f"$ {' '.join(self.cmd)}", f"-> {how} after {self.seconds:.0f} s",
-                 f"--- launcher stderr (last {tail} characters) ---", self.stderr[-tail:]]
+                 f"--- launcher stderr (last {short} characters) ---", self.stderr[-short:]]
         for rank, text in sorted(self.ranks.items()):
             parts += [f"--- rank {rank} stderr (last {tail} characters) ---", text[-tail:]]
         return "\n".join(parts)

@@ -79,7 +79,7 @@ gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`,
     echo "##   ($id)"
     grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|error)" "$OUT/gpu_test_$n.log" | tail -3
     if (( rc != 0 )); then  # the report: the command, how each run ended, each rank's stderr (stacks)
-      grep "^E " "$OUT/gpu_test_$n.log" | cut -c1-400 | tail -80
+      grep "^E " "$OUT/gpu_test_$n.log" | cut -c1-300 | tail -150
     fi
   done
   echo "## gpu tests: $((SECONDS - t0)) s in all"
