@@ -33,8 +33,18 @@ def init_distributed(device: str | None = None) -> DistInfo:
         dev = torch.device("cuda", local)
         torch.cuda.set_device(dev)
     if world > 1 and not dist.is_initialized():
-        dist.init_process_group(backend="nccl" if dev.type == "cuda" else "gloo")
+        dist.init_process_group(**process_group_options(dev))
     return DistInfo(rank, world, local, dev)
+
+
+def process_group_options(device: torch.device) -> dict:
+    """`init_process_group`'s arguments for a process on `device`: NCCL bound to its GPU (with
+    `device_id` the communicator is created here, eagerly, not lazily at the first collective --
+    which must never be one inside a CUDA-graph capture -- and barriers know their device), gloo
+    on the CPU."""
+    if device.type == "cuda":
+        return dict(backend="nccl", device_id=device)
+    return dict(backend="gloo")
 
 
 def all_reduce_mean(value: float, info: DistInfo) -> float:

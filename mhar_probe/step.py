@@ -48,7 +48,12 @@ triggers it (NCCL >= 2.9.6 allows capture), following PyTorch's recipe for DDP a
   up to three graphs are captured: (first, no sync), (further, no sync), (last, sync);
   `micro_roles` gives each micro-batch its graph;
 - the capture uses CUDA's thread-local capture mode, so the process group's watchdog thread may
-  keep querying its events while this thread captures.
+  keep querying its events while this thread captures;
+- the graphs are destroyed (`release`) before the process group is: NCCL's communicator
+  teardown waits for graphs that captured its collectives, so a process that destroys its
+  process group with the step's graphs still alive hangs at exit (pytorch#115388). The trainer
+  holds its step in a reference cycle (the objective is its bound method), so only an explicit
+  release frees the graphs in time.
 FSDP2 cannot be captured: it all-gathers and frees parameters from Python hooks with per-step
 allocations on its own streams (`choose_cuda_graphs` refuses it).
 """
@@ -266,6 +271,17 @@ class GraphStep:
         if self.ddp is not None:
             torch._foreach_zero_([p.grad for p in self.params if p.grad is not None])
         del norm
+
+    def release(self) -> None:
+        """Destroy the captured graphs now (after the device has finished their replays); a
+        later call captures again. Under DDP this must precede destroying the process group
+        (see the module notes)."""
+        graphs = [*self.micro_graphs.values(), *([self.update_graph] if self.update_graph is not None else [])]
+        if graphs:
+            torch.cuda.synchronize(self.device)
+        for graph in graphs:
+            graph.reset()
+        self.micro_graphs, self.update_graph, self.captured = {}, None, False
 
     # ------------------------------------------------------------------ replay
     def __call__(self, micro_batches: Sequence[Tensor], lr: float) -> StepResult:

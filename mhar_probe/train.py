@@ -327,7 +327,16 @@ class Trainer:
         try:
             return self._run()
         finally:
+            self.release_step()
             self.close()
+
+    def release_step(self) -> None:
+        """Let go of the step (its CUDA graphs destroyed now, not whenever the collector finds the
+        trainer): a graph step that captured NCCL collectives must be gone before the process
+        group is destroyed, or the process hangs at exit (`mhar_probe.step`, pytorch#115388)."""
+        if isinstance(self.stepper, GraphStep):
+            self.stepper.release()
+        self.stepper = None
 
     @property
     def kernels(self) -> Any:

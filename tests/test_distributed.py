@@ -71,6 +71,15 @@ def test_compiled_sublayers_compose_with_ddp_and_fsdp():
         choose_compile_sublayers(True, CPU, 2)
 
 
+def test_nccl_is_bound_to_the_rank_gpu_when_the_group_starts():
+    """With `device_id` NCCL creates its communicator in `init_process_group` (eagerly, never at a
+    first collective inside a capture) and barriers use the rank's GPU; gloo on the CPU."""
+    from mhar_probe.distributed import process_group_options
+
+    assert process_group_options(torch.device("cuda", 1)) == dict(backend="nccl", device_id=torch.device("cuda", 1))
+    assert process_group_options(CPU) == dict(backend="gloo")
+
+
 # ---------------------------------------------------------------------------- the DDP step schedule
 def _model():
     from mhar_probe.model import MHARConfig, MHARForCausalLM
@@ -128,6 +137,9 @@ def _ddp_worker(rank: int, world: int, port: int, n: int, m: int, out: str) -> N
         if rank == 0:
             torch.save(dict(loss=(losses / world).tolist(), grad_norm=[r[1] for r in results], params=params), out)
     finally:
+        # DDP's reducer holds the group: freed first, or the group's destructor runs after
+        # destroy_process_group, when this frame goes, and can wait forever on its threads
+        model = ddp = None  # noqa: F841
         dist.destroy_process_group()
 
 
@@ -166,6 +178,49 @@ def test_uncaptured_graph_step_matches_eager_step_in_one_process():
     assert any(not torch.equal(x, y) for x, y in zip(p_one, pa))
     for x, y in zip(p_one, p_two):
         torch.testing.assert_close(x, y, rtol=1e-12, atol=1e-14)
+
+
+# ---------------------------------------------------------------------------- the end of a run
+@pytest.mark.parametrize("fails", [False, True])
+def test_the_graph_step_is_gone_before_the_process_group_is_destroyed(tmp_path, monkeypatch, fails):
+    """NCCL's teardown waits for CUDA graphs that captured its collectives (pytorch#115388): a
+    run whose graph step is still alive when `shutdown` destroys the process group never ends.
+    The trainer holds its step in a reference cycle, so only letting go of it explicitly frees
+    it in time -- at the end of the run and when the run fails (here: the uncaptured graph step
+    on the CPU, one process, `shutdown` watched). Once the step is gone the finished trainer
+    goes too (when the run ends normally), with the DDP wrapper whose reducer holds the group."""
+    import gc
+
+    import mhar_probe.train as train_module
+    from mhar_probe.errors import UserError
+    from mhar_probe.step import GraphStep
+
+    def graph_step(self):
+        return GraphStep(objective=self._objective, params=list(self.model.parameters()),
+                         optimizer=self.optimizer, grad_clip=self.cfg.grad_clip, device=self.device, graphs=False)
+
+    alive_at_shutdown = []
+
+    def watched_shutdown(info):
+        # neither the step (its graphs) nor the trainer (its DDP reducer holds the group)
+        alive_at_shutdown.extend(type(o).__name__ for o in gc.get_objects()
+                                 if type(o) in (GraphStep, train_module.Trainer))
+
+    monkeypatch.setattr(train_module.Trainer, "build_step", graph_step)
+    monkeypatch.setattr(train_module, "shutdown", watched_shutdown)
+    cfg = TrainConfig(out=str(tmp_path / "run"), **dict(SMALL, steps=2, lr=1e9 if fails else SMALL["lr"]))
+    gc.collect()
+    gc.disable()  # (an automatic collection between the run's end and `shutdown` would hide the cycle)
+    try:
+        if fails:
+            with pytest.raises(UserError, match="diverged"):
+                train(cfg)
+        else:
+            train(cfg)
+    finally:
+        gc.enable()
+    # (a failed run's traceback still holds its trainer, not the step)
+    assert alive_at_shutdown == (["Trainer"] if fails else [])
 
 
 # ---------------------------------------------------------------------------- resume across world sizes

@@ -1,14 +1,26 @@
 #!/usr/bin/env bash
 # One device call on a machine with 2 GPUs (issue 36), under 9 minutes in all:
 #   bash benchmarks/multi_gpu/run_on_device.sh [tests|bench|all] [PRESETS]        (default: all, "100m 350m")
+#   bash benchmarks/multi_gpu/run_on_device.sh tests ["1 2 3"]                     (the GPU tests, or some, by number)
 #   bash benchmarks/multi_gpu/run_on_device.sh cpu                                 (the logic, on CPU with gloo)
+#   bash benchmarks/multi_gpu/run_on_device.sh midtrain [PRESET]                   (the mid-training run, 100m)
 # 1. tests: the DDP / FSDP2 GPU tests (tests/gpu/test_distributed_gpu.py: each test launches torchrun
-#    --nproc_per_node 2 itself) -> $OUT/gpu_tests_distributed.log; prints pytest's summary lines.
+#    --nproc_per_node 2 itself), one pytest process per test, in the order of TESTS below, each under
+#    `timeout` and within TESTS_S (235) seconds in all; a test that no longer fits is skipped and said so.
+#    Every run a test starts stops itself after RUN_S (60; RUN_S_COMPILED, 100, where it compiles
+#    sublayers) seconds and the test then fails with each rank's Python stacks and stderr tail (pytest
+#    prints them; the log is $OUT/gpu_test_<N>.log). The reference runs (eager and graph-stepped DDP)
+#    and the corpus / tokenizer are built once, in /tmp/gpu_runs, and shared by the tests.
+#    Prints per test `## gpu test N NAME: exit RC after S s`, pytest's result line, and on failure
+#    the end of its report (the stacks).
 # 2. bench: tokens/s per GPU and peak memory per GPU at 1 GPU (no DDP: the one-GPU trainer's step) and
 #    at 2 GPUs (DDP), baseline and MHAR (H=8), graph step and eager step, arms interleaved
 #    -> $OUT/ddp_<preset>_<N>gpu.json; each prints one line per arm as it finishes. 350m only
 #    while at least BENCH_S_350M (150) seconds of the budget (BUDGET_S, 530) are left.
 # 3. the scaling table of every JSON written (efficiency = tokens/s per GPU at N / at 1 GPU), last.
+# midtrain: benchmarks/multi_gpu/midtrain.sh on NPROC (2) GPUs within BUDGET_S (540) seconds: a
+#    PRETRAIN_STEPS (400) baseline on the whole embedded corpus, converted, continued CPT_STEPS (200) as
+#    MHAR and as the control (graph step under DDP), evaluated; logs and midtrain.json -> $OUT.
 # Every step has its own `timeout`; a failed or timed-out step leaves the others' results and says so.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -39,9 +51,55 @@ if [[ $what == cpu ]]; then  # what can be checked without GPUs: 2 gloo processe
   exit 0
 fi
 
-if [[ $what == tests || $what == all ]]; then
-  step gpu_tests_distributed 240 python3 -m pytest -v -m gpu tests/gpu/test_distributed_gpu.py -p no:cacheprovider
-  grep -E "PASSED|FAILED|ERROR|passed|failed|error" "$OUT/gpu_tests_distributed.log" | tail -12
+# the GPU tests in the order they run: (number, runs launched, compiles sublayers, pytest id)
+TESTS=(
+  "1 2 no test_ddp_graph_step_follows_the_eager_ddp_curve[False]"
+  "2 2 no test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics"
+  "3 1 no test_fsdp_refuses_cuda_graphs_with_the_reason"
+  "4 1 yes test_ddp_graph_step_follows_the_eager_ddp_curve[True]"
+  "5 1 yes test_fsdp_with_compiled_sublayers_follows_the_eager_ddp_curve"
+)
+gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`, TESTS_S in all
+  local pick=" ${1:-1 2 3 4 5} " t0=$SECONDS total=${TESTS_S:-235} entry n launches compiles id run_s secs rc remaining
+  rm -rf /tmp/gpu_runs  # (a fresh machine has none; a warm one must not reuse another tree's runs)
+  for entry in "${TESTS[@]}"; do
+    read -r n launches compiles id <<< "$entry"
+    [[ $pick == *" $n "* ]] || continue
+    run_s=${RUN_S:-60}; [[ $compiles == yes ]] && run_s=${RUN_S_COMPILED:-100}
+    # each run's own limit, plus 20 s per run for the launcher's grace, plus pytest's start (and,
+    # first, the corpus and reference runs a later test may need: the eager reference is one more run)
+    secs=$(( launches * (run_s + 20) + 40 ))
+    (( n != 1 && n != 3 )) && secs=$(( secs + run_s + 20 ))
+    remaining=$(( total - (SECONDS - t0) ))
+    if (( remaining < 45 )); then echo "## gpu test $n $id: skipped, $remaining s of TESTS_S=$total left"; continue; fi
+    (( secs > remaining )) && secs=$remaining
+    step "gpu_test_$n" $secs python3 -m pytest -q -m gpu -p no:cacheprovider -rfEs --durations=0 \
+      "tests/gpu/test_distributed_gpu.py::$id" --gpu-runs /tmp/gpu_runs --gpu-run-timeout "$run_s"
+    rc=$?
+    echo "##   ($id)"
+    grep -E "^(PASSED|FAILED|ERROR|SKIPPED)|[0-9]+ (passed|failed|error)" "$OUT/gpu_test_$n.log" | tail -3
+    if (( rc != 0 )); then  # the report: the command, how each run ended, each rank's stderr (stacks)
+      grep "^E " "$OUT/gpu_test_$n.log" | cut -c1-300 | tail -150
+    fi
+  done
+  echo "## gpu tests: $((SECONDS - t0)) s in all"
+}
+
+if [[ $what == midtrain ]]; then
+  bash benchmarks/multi_gpu/midtrain.sh "${NPROC:-2}" "${2:-100m}" "${PRETRAIN_STEPS:-400}" "${CPT_STEPS:-200}" \
+    /tmp/midtrain --budget "${BUDGET_S:-540}" --corpus-max-bytes 0 --eval-limit "${EVAL_LIMIT:-200}" \
+    --train-args "${TRAIN_ARGS---cuda-graphs}" --cpt-args "${CPT_ARGS---cuda-graphs}"
+  rc=$?
+  cp /tmp/midtrain/*.log /tmp/midtrain/midtrain.json "$OUT"/ 2>/dev/null
+  exit $rc
+fi
+
+if [[ $what == tests ]]; then
+  gpu_tests "${2:-}"
+  exit 0
+fi
+if [[ $what == all ]]; then
+  TESTS_S=${TESTS_S:-240} gpu_tests "1 2 3"
 fi
 
 if [[ $what == bench || $what == all ]]; then

@@ -95,6 +95,28 @@ def test_graph_step_refuses_another_shape():
         step([torch.zeros(2, 17, dtype=torch.long)], lr=1e-3)
 
 
+def test_released_graph_step_captures_again_and_steps_the_same():
+    """`GraphStep.release` destroys the graphs (the trainer does it before the process group goes,
+    pytorch#115388); a call after it captures again and continues the same training."""
+    g = torch.Generator().manual_seed(5)
+    batches = [[torch.randint(0, 512, (2, 33), generator=g)] for _ in range(3)]
+    base, runs = _model("mhar"), {}
+    for released in (False, True):
+        model = copy.deepcopy(base)
+        opt = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True)
+        step = _stepper("graph", model, opt, {n: p.detach().clone() for n, p in model.named_parameters()})
+        losses = [step(batches[0], lr=1e-3).loss]
+        if released:
+            step.release()
+            assert step.micro_graphs == {} and step.update_graph is None and not step.captured
+        losses += [step(mb, lr=1e-3).loss for mb in batches[1:]]
+        assert step.captured
+        runs[released] = (losses, [p.detach().clone() for p in model.parameters()])
+    assert runs[True][0] == pytest.approx(runs[False][0], rel=1e-6)
+    for a, b in zip(runs[True][1], runs[False][1]):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
 def _capture_with_an_older_graph_in_a_cycle() -> None:
     """An older graph reachable only through a reference cycle (a finished run's step), and a
     collection inside the new step's capture (what an automatic one does when its threshold is
