@@ -27,6 +27,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from mhar_probe.proctree import descendants
+
 #: prepended to the body; reads its stem and limit from argv[1:3] and removes them
 GUARD = '''\
 import faulthandler, os, signal, sys
@@ -49,25 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def descendants(pid: int) -> list[int]:
-    """Every process below `pid` (children first), from /proc; torchrun starts its ranks in
-    sessions of their own, so a process-group signal would not reach them."""
-    parent: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    found, frontier = [], [pid]
-    while frontier:
-        kids = [p for p, pp in parent.items() if pp in frontier]
-        found += kids
-        frontier = kids
-    return found
 
 
 def _signal(pids: list[int], sig: int) -> None:

@@ -33,6 +33,8 @@ import sys
 import time
 from pathlib import Path
 
+from mhar_probe.proctree import descendants
+
 ARMS = ("mhar", "control")
 
 
@@ -52,18 +54,7 @@ def finished(run: Path) -> bool:
 def stop_tree(proc: subprocess.Popen) -> None:
     """SIGTERM, then SIGKILL, to `proc` and every process below it (torchrun starts its ranks in
     sessions of their own: killing torchrun alone would leave them holding the GPUs)."""
-    parent = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parent[int(entry.name)] = int(stat[stat.rindex(")") + 2:].split()[1])
-    tree, frontier = [proc.pid], [proc.pid]
-    while frontier:
-        frontier = [p for p, pp in parent.items() if pp in frontier]
-        tree += frontier
+    tree = [proc.pid, *descendants(proc.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
         for pid in tree:
             try:
