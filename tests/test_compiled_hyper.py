@@ -21,6 +21,7 @@ from mhar_probe.compiled import (HYPER_REGION, compile_sublayers, decoder_layers
                                  uncompile_sublayers)
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.modeling import hyper_sublayer
+from model_checks import loss_and_grads
 
 LADDER_HYPER = Path(__file__).resolve().parents[1] / "results/ladder/runs/tiny-hyper-kv4-lr2e-3-s0-n480"
 
@@ -39,14 +40,6 @@ def _model(dtype: torch.dtype = torch.float32, layers: int = 3) -> MHARForCausal
     torch.manual_seed(0)
     cfg = MHARConfig.from_preset("tiny", residual_method="hyper", vocab_size=300, num_hidden_layers=layers)
     return _perturb(MHARForCausalLM(cfg)).to(dtype)
-
-
-def _loss_and_grads(model, rows):
-    model.zero_grad(set_to_none=True)
-    logits = model(rows[:, :-1], use_cache=False).logits
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 def _reference(hc, sublayer, streams: torch.Tensor) -> torch.Tensor:
@@ -88,8 +81,8 @@ def test_compiled_regions_give_the_packages_loss_and_gradients(dtype, rtol, atol
     assert not any(name in vars(layer) for layer in decoder_layers(compiled) for name in ("attn", "ffn"))
     rows = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(1))
     for _ in range(2):  # the second call replays the compiled graphs
-        loss_e, grads_e = _loss_and_grads(eager, rows)
-        loss_c, grads_c = _loss_and_grads(compiled, rows)
+        loss_e, grads_e = loss_and_grads(eager, rows)
+        loss_c, grads_c = loss_and_grads(compiled, rows)
         torch.testing.assert_close(loss_c, loss_e, rtol=rtol, atol=0)
         assert grads_c.keys() == grads_e.keys() and any(".hyper." in k for k in grads_e)
         for name in grads_e:
@@ -111,7 +104,7 @@ def test_a_fresh_process_compiles_each_region_once(monkeypatch):
     model = compile_sublayers(_model(layers=2), backend="aot_eager")
     rows = torch.randint(0, 300, (2, 9), generator=torch.Generator().manual_seed(1))
     for _ in range(2):
-        _loss_and_grads(model, rows)
+        loss_and_grads(model, rows)
     assert counters["stats"]["unique_graphs"] == 2
 
 
@@ -169,8 +162,8 @@ def test_inductor_regions_on_the_cpu_match_the_package(hyper, monkeypatch):
     eager = _model(layers=2)
     compiled = compile_sublayers(copy.deepcopy(eager), backend="inductor", hyper=hyper)
     rows = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(1))
-    loss_e, grads_e = _loss_and_grads(eager.double(), rows)  # float64
-    loss_c, grads_c = _loss_and_grads(compiled, rows)  # float32
+    loss_e, grads_e = loss_and_grads(eager.double(), rows)  # float64
+    loss_c, grads_c = loss_and_grads(compiled, rows)  # float32
     torch.testing.assert_close(loss_c, loss_e.float(), rtol=1e-5, atol=0)
     assert grads_c.keys() == grads_e.keys()
     for name, ref in grads_e.items():

@@ -15,6 +15,7 @@ from torch._dynamo.utils import counters
 from mhar_probe.compiled import compile_sublayers, decoder_layers, sublayers_compiled, uncompile_sublayers
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.routing import set_routing_backend
+from model_checks import loss_and_grads
 
 
 def _model(method: str) -> MHARForCausalLM:
@@ -23,14 +24,6 @@ def _model(method: str) -> MHARForCausalLM:
                                  routing_heads=2 if method in ("mhar", "mhar_hw") else None)
     model = MHARForCausalLM(cfg)
     return set_routing_backend(model, "eager") if method != "baseline" else model
-
-
-def _loss_and_grads(model, rows):
-    model.zero_grad(set_to_none=True)
-    logits = model(rows[:, :-1], use_cache=False).logits
-    loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-    loss.backward()
-    return loss.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
 
 @pytest.mark.parametrize("method", ["baseline", "mhar", "mhar_hw"])
@@ -42,8 +35,8 @@ def test_compiled_sublayers_give_the_same_loss_and_gradients(method):
     assert sublayers_compiled(compiled) and not sublayers_compiled(eager)
     rows = torch.randint(0, 300, (2, 17), generator=torch.Generator().manual_seed(1))
     for _ in range(2):  # the second call replays the compiled graphs
-        loss_e, grads_e = _loss_and_grads(eager, rows)
-        loss_c, grads_c = _loss_and_grads(compiled, rows)
+        loss_e, grads_e = loss_and_grads(eager, rows)
+        loss_c, grads_c = loss_and_grads(compiled, rows)
         torch.testing.assert_close(loss_c, loss_e, rtol=1e-6, atol=0)
         assert grads_c.keys() == grads_e.keys()
         for name in grads_e:
