@@ -28,6 +28,7 @@ from mhar_probe.loss import next_token_cross_entropy  # noqa: E402
 from mhar_probe.model import MHARConfig, MHARForCausalLM  # noqa: E402
 from mhar_probe.model.methods import METHODS  # noqa: E402
 from mhar_probe.model.routing import set_routing_backend  # noqa: E402
+from model_checks import loss_and_grads  # noqa: E402
 from mhar_probe.runfiles import read_metrics  # noqa: E402
 from mhar_probe.step import GraphStep  # noqa: E402
 from mhar_probe.train import TrainConfig, train  # noqa: E402
@@ -59,21 +60,23 @@ def _model(method: str) -> MHARForCausalLM:
     return set_routing_backend(MHARForCausalLM(cfg), "triton").to(DEV)
 
 
+def _assert_matches_eager(compiled, eager, rows: torch.Tensor) -> None:
+    """fp32 next-token loss within 1e-5 relative and every gradient within 1e-3 of the eager model's."""
+    loss, grads = loss_and_grads(eager, rows)
+    compiled_loss, compiled_grads = loss_and_grads(compiled, rows)
+    torch.testing.assert_close(compiled_loss, loss, rtol=1e-5, atol=0)
+    assert compiled_grads.keys() == grads.keys()
+    for n, grad in grads.items():
+        torch.testing.assert_close(compiled_grads[n], grad, rtol=1e-3, atol=1e-5, msg=n)
+
+
 @pytest.mark.parametrize("method", METHODS)
 def test_inductor_sublayers_match_the_uncompiled_model_in_fp32(method):
     torch.backends.cuda.matmul.allow_tf32 = False
     eager = _model(method)
     compiled = compile_sublayers(copy.deepcopy(eager))
     rows = torch.randint(0, 512, (2, 65), generator=torch.Generator().manual_seed(1)).to(DEV)
-    out = {}
-    for name, model in (("eager", eager), ("compiled", compiled)):
-        logits = model(rows[:, :-1], use_cache=False).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-        loss.backward()
-        out[name] = loss.detach(), {n: p.grad for n, p in model.named_parameters()}
-    torch.testing.assert_close(out["compiled"][0], out["eager"][0], rtol=1e-5, atol=0)
-    for n, grad in out["eager"][1].items():
-        torch.testing.assert_close(out["compiled"][1][n], grad, rtol=1e-3, atol=1e-5, msg=n)
+    _assert_matches_eager(compiled, eager, rows)
 
 
 def _curve(method: str, loss_kernel: str, compiled: bool, steps: int = 8) -> list[float]:
@@ -106,15 +109,7 @@ def test_inductor_hyper_modes_match_the_uncompiled_model_in_fp32(hyper):
     eager = _model("hyper")
     compiled = compile_sublayers(copy.deepcopy(eager), hyper=hyper)
     rows = torch.randint(0, 512, (16, 641), generator=torch.Generator().manual_seed(1)).to(DEV)
-    out = {}
-    for name, model in (("eager", eager), ("compiled", compiled)):
-        logits = model(rows[:, :-1], use_cache=False).logits
-        loss = F.cross_entropy(logits.flatten(0, 1), rows[:, 1:].flatten())
-        loss.backward()
-        out[name] = loss.detach(), {n: p.grad for n, p in model.named_parameters()}
-    torch.testing.assert_close(out["compiled"][0], out["eager"][0], rtol=1e-5, atol=0)
-    for n, grad in out["eager"][1].items():
-        torch.testing.assert_close(out["compiled"][1][n], grad, rtol=1e-3, atol=1e-5, msg=n)
+    _assert_matches_eager(compiled, eager, rows)
     assert (counters["inductor"]["decompose_bmm"] > 0) == (hyper == "region-pointwise")
 
 
