@@ -18,7 +18,7 @@ from .style import COLUMN, PAPER_COLOR, STAR_COLOR, new_figure, paper_style
 def make(ctx) -> list[Output]:
     grids = converged_grids(ctx.runs)
     if not grids:
-        raise Skip("no preset has MHAR runs at two or more H for one KV", [NEEDS])
+        raise Skip("no preset has MHAR runs at two or more H for one KV with a seed in common", [NEEDS])
     paper = ctx.paper["head_ushape"]
     outputs = []
     for g in grids:

@@ -25,7 +25,7 @@ def converged_grids(ds):
 def make(ctx) -> list[Output]:
     grids = converged_grids(ctx.runs)
     if not grids:
-        raise Skip("no preset has MHAR runs at two or more H for one KV", [NEEDS])
+        raise Skip("no preset has MHAR runs at two or more H for one KV with a seed in common", [NEEDS])
     outputs = []
     paper = ctx.paper["kv_grid"]
     for g in grids:

@@ -34,7 +34,8 @@ class HeadGrid:
 
 def head_grids(ds: xr.Dataset) -> list[HeadGrid]:
     """Every (preset, corpus, lr, steps) group of mhar runs (attnres counts as H = 1) that
-    varies H in at least one KV row."""
+    varies H in at least one KV row, each cell averaged over the seeds every cell has (a group
+    whose cells share no seed is left out)."""
     routed = select(ds, method=["mhar", "attnres"])
     out = []
     for key, sub in groups(routed, ("preset", "corpus", "lr", "steps", "hidden_size", "layers")):
@@ -52,6 +53,8 @@ def head_grids(ds: xr.Dataset) -> list[HeadGrid]:
                     cells[kv, h] = cell
         # average only over the seeds every cell has, so no cell gets a different seed mix
         shared = set.intersection(*(set(c["seed"].values.tolist()) for c in cells.values())) if cells else set()
+        if len(cells) > 1 and not shared:
+            continue  # no seed in every cell: its cells would compare one seed's run with another's
         for (kv, h), cell in cells.items():
             if shared:
                 cell = select(cell, seed=sorted(shared))

@@ -317,6 +317,21 @@ def test_head_grid_averages_only_seeds_shared_by_every_cell(tmp_path):
     assert int(grid.n_seeds.sel(kv=2, H=1)) == 1
 
 
+def test_head_grid_leaves_out_cells_that_share_no_seed(tmp_path):
+    """The middle rung once had attnres at seed 1 only and MHAR at seed 0 only: a grid of those two
+    would set one seed's run against another's, so there is none."""
+    from analysis.runs import load_runs
+    from figures.headgrid import head_grids
+    from figures.synthetic import write_run
+
+    write_run(tmp_path, "a1", method="attnres", seed=1, final_loss=3.0)
+    write_run(tmp_path, "m0", method="mhar", H=2, seed=0, final_loss=3.5)
+    assert head_grids(load_runs(tmp_path)) == []
+    write_run(tmp_path, "m1", method="mhar", H=2, seed=1, final_loss=3.4)  # now seed 1 is in both cells
+    (grid,) = head_grids(load_runs(tmp_path))
+    assert int(grid.n_seeds.sel(kv=2, H=2)) == 1
+
+
 def test_throughput_reader_expands_per_backend_documents(tmp_path):
     from figures.benchfiles import throughput_files
 
