@@ -63,7 +63,12 @@ def compare_methods(ds: xr.Dataset, preset: str, corpus: str, prefer_H: int | No
     present = {key: select(sub, **where) for key, where in cells.items()}
     present = {key: runs for key, runs in present.items() if runs.sizes["run"]}
     # every cell averages the same seeds (those all present cells share), so deltas stay paired
-    shared = set.intersection(*(set(r["seed"].values.tolist()) for r in present.values())) if present else set()
+    seeds_of = {key: set(r["seed"].values.tolist()) for key, r in present.items()}
+    shared = set.intersection(*seeds_of.values()) if present else set()
+    if present and not shared:  # no seed in every cell: the baseline's seed most cells have, and only them
+        best = min(seeds_of["baseline"], key=lambda s: (-sum(s in v for v in seeds_of.values()), s))
+        present = {key: runs for key, runs in present.items() if best in seeds_of[key]}
+        shared = {best}
     for key, runs in present.items():
         value, n = cell_mean(runs, seed=sorted(shared)) if shared else cell_mean(runs)
         if n:

@@ -346,6 +346,23 @@ def test_throughput_reader_expands_per_backend_documents(tmp_path):
         ("many.json", "compile"), ("many.json", "triton"), ("one.json", "eager")]
 
 
+def test_main_comparison_without_a_seed_in_every_cell_pairs_one_seed(tmp_path):
+    """The middle rung once had the baseline at seeds 0 and 1, attnres at 1, MHAR at 0: no seed in
+    every cell, so the table reads one seed of the baseline (the lowest of those most cells have)
+    and only the cells run at it, never one seed's run against another's."""
+    from analysis.runs import load_runs
+    from figures.comparison import compare_methods
+    from figures.synthetic import tail_mean_of, write_run
+
+    b0 = write_run(tmp_path, "b0", method="baseline", seed=0, final_loss=3.0)
+    write_run(tmp_path, "b1", method="baseline", seed=1, final_loss=4.0)
+    write_run(tmp_path, "a1", method="attnres", seed=1, final_loss=3.8)
+    m0 = write_run(tmp_path, "m0", method="mhar", H=2, seed=0, final_loss=2.9)
+    cmp = compare_methods(load_runs(tmp_path), "tiny", "embedded")
+    assert cmp.loss["baseline"] == pytest.approx(tail_mean_of(b0)) and cmp.n["baseline"] == 1
+    assert cmp.loss["mhar"] == pytest.approx(tail_mean_of(m0)) and "attnres" not in cmp.loss
+
+
 def test_main_comparison_averages_only_shared_seeds(tmp_path):
     from analysis.runs import load_runs
     from figures.comparison import compare_methods
