@@ -45,8 +45,8 @@ def make(ctx) -> list[Output]:
             ax.set_xticks(allh, [str(h) for h in allh])
             ax.minorticks_off()
             ax.set_xlabel("routing heads H")
-            ax.set_ylabel(f"tail-mean val loss ({scale_label(g.preset)})")
-            ax.set_title(f"{scale_label(g.preset)}: loss vs routing heads ({g.steps} steps)")
+            ax.set_ylabel("tail-mean val loss")  # the title names the scale
+            ax.set_title(f"{g.label}: loss vs routing heads ({g.steps} steps)")
             twin = ax.twinx()
             ph = sorted(int(k) for k in paper["points"])
             twin.plot(ph, [paper["points"][str(h)] for h in ph], ls="--", marker="s", ms=3, color=PAPER_COLOR,

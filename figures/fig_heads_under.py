@@ -4,7 +4,6 @@ KV, the paper's KV = 1) outlined."""
 
 from __future__ import annotations
 
-from .common import scale_label
 from .headgrid import draw_heatmap, head_grids
 from .registry import Output, Skip, generator
 from .style import COLUMN, new_figure, paper_style
@@ -28,7 +27,7 @@ def make(ctx) -> list[Output]:
         with paper_style():
             fig, ax = new_figure(COLUMN, 0.8)
             drawn = draw_heatmap(ax, g.grid, outline_kv=outline)
-            ax.set_title(f"{scale_label(preset)} under-trained: {g.steps} of {budgets[-1]} steps")
+            ax.set_title(f"{g.label} under-trained: {g.steps} of {budgets[-1]} steps")
             ax.legend(loc="upper left", bbox_to_anchor=(0, -0.2), ncol=2, handlelength=1.6)
             name = f"heads_under_{preset}" + (f"_{_slug(corpus)}" if multi else "")
             paths = ctx.save_figure(fig, name)

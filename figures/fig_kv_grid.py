@@ -3,7 +3,6 @@ preset, at that preset's longest budget, with per-KV optimum stars and the H = K
 
 from __future__ import annotations
 
-from .common import scale_label
 from .headgrid import draw_heatmap, head_grids
 from .registry import Output, Skip, generator
 from .style import COLUMN, new_figure, paper_style
@@ -32,7 +31,7 @@ def make(ctx) -> list[Output]:
         with paper_style():
             fig, ax = new_figure(COLUMN, 0.8)
             drawn = draw_heatmap(ax, g.grid)
-            ax.set_title(f"{scale_label(g.preset)}: MHAR, KV x H ({g.steps} steps)")
+            ax.set_title(f"{g.label}: MHAR, KV x H ({g.steps} steps)")
             if drawn["diagonal"] or drawn["stars"]:
                 ax.legend(loc="upper left", bbox_to_anchor=(0, -0.2), ncol=2, handlelength=1.6)
             name = f"kv_grid_{g.preset}"

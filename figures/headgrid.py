@@ -14,7 +14,7 @@ from matplotlib.patches import Rectangle
 
 from analysis.runs import select
 
-from .common import groups
+from .common import groups, scale_label
 from .style import DIAGONAL_COLOR, GRID_CMAP, MISSING_COLOR, STAR_COLOR
 
 
@@ -26,6 +26,13 @@ class HeadGrid:
     steps: int
     grid: xr.DataArray  # (kv, H) seed-averaged tail-mean, NaN where no run
     n_seeds: xr.DataArray  # (kv, H) runs per cell
+    hidden_size: int | None = None  # the runs' width and depth (a plan may override its preset's)
+    layers: int | None = None
+
+    @property
+    def label(self) -> str:
+        """The paper's name of the scale ("100M"), or the shape where the runs override the preset's."""
+        return scale_label(self.preset, self.hidden_size, self.layers)
 
     @property
     def cells(self) -> int:
@@ -61,7 +68,8 @@ def head_grids(ds: xr.Dataset) -> list[HeadGrid]:
             grid.loc[kv, h] = float(cell["tail_mean"].mean())
             count.loc[kv, h] = cell.sizes["run"]
         if (np.isfinite(grid.values).sum(axis=1) >= 2).any():
-            out.append(HeadGrid(key["preset"], key["corpus"], float(key["lr"]), int(key["steps"]), grid, count))
+            out.append(HeadGrid(key["preset"], key["corpus"], float(key["lr"]), int(key["steps"]), grid, count,
+                                key["hidden_size"], key["layers"]))
     return out
 
 
