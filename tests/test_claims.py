@@ -3,6 +3,7 @@ other side does not, and one that straddles the line (or is missing) is inconclu
 
 from __future__ import annotations
 
+import dataclasses
 import math
 
 import numpy as np
@@ -10,7 +11,7 @@ import pytest
 from scipy import stats
 
 from mhar_probe.demo import claims
-from mhar_probe.demo.plan import LADDER
+from mhar_probe.demo.plan import LADDER, PLANS
 
 
 def _tails(base, single, multi):
@@ -220,6 +221,19 @@ def test_width_claim_fits_the_paired_deltas_against_log2_of_the_head_width():
     assert "16-ch ladder" in c.ours and "32-ch middle" in c.ours and "(2 seeds)" in c.ours
     flat = [claims.WidthRung(r.name, r.width, {s: 0.1 + 0.01 * s for s in r.deltas}, []) for r in rungs]
     assert claims.width_claim(flat).verdict == claims.INCONCLUSIVE  # slope 0 within noise
+    assert "step by step 16->32 -0.275, 32->64 -0.067" in c.ours  # seed means 0.35, 0.075, 0.0085
+
+
+def test_width_claim_is_inconclusive_when_one_rung_carries_the_slope():
+    """The committed case: a large delta at 16 channels, none at 32 and 64 (rising slightly from
+    32 to 64): the least-squares slope is below 0, but the deltas do not fall as the heads widen."""
+    rungs = [claims.WidthRung("ladder", 16, {0: 0.30, 1: 0.35, 2: 0.40}, []),
+             claims.WidthRung("middle", 32, {0: -0.03, 1: -0.02, 2: -0.01}, []),
+             claims.WidthRung("study100m", 64, {0: 0.005, 1: 0.010, 2: 0.012}, [])]
+    c = claims.width_claim(rungs)
+    fit = stats.linregress([4.0] * 3 + [5.0] * 3 + [6.0] * 3, [d for r in rungs for d in r.deltas.values()])
+    assert fit.slope < 0 and f"slope per doubling {fit.slope:+.3f}" in c.ours
+    assert "32->64 +0.029" in c.ours and c.verdict == claims.INCONCLUSIVE
 
 
 def test_width_claim_is_pending_while_a_rung_misses_runs_and_needs_two_widths():
@@ -232,3 +246,43 @@ def test_width_claim_is_pending_while_a_rung_misses_runs_and_needs_two_widths():
     assert "slope per doubling" in c.ours  # what the rungs present give, shown while pending
     one = claims.width_claim([present, claims.WidthRung("middle", 32, {}, [])])
     assert one.verdict == claims.INCONCLUSIVE and "fewer than two widths" in one.ours
+
+
+def _rows(tails: dict[tuple[str, int], float], kv: int = 4, h: int = 8) -> list[dict]:
+    return [dict(method=m, H=h if m == "mhar" else (1 if m == "attnres" else None), kv=kv, seed=s, tail_mean=v)
+            for (m, s), v in tails.items()]
+
+
+def test_second_rate_claim_reads_each_method_at_its_better_rate_and_waits_for_missing_runs():
+    """Best-vs-best: per method and seed the lower of the two rates' tail-means; the order's deltas
+    over those bests (a t interval over seeds, written out here); pending while a run is missing."""
+    plan = dataclasses.replace(PLANS["study100m"], grids={
+        **PLANS["study100m"].grids,
+        "bestvsbest": dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0, 1],
+                           lrs=[1e-3])})
+    main = _rows({("baseline", 0): 2.20, ("attnres", 0): 2.15, ("mhar", 0): 2.16,
+                  ("baseline", 1): 2.21, ("attnres", 1): 2.14, ("mhar", 1): 2.17})
+    second = {("baseline", 0): 2.18, ("attnres", 0): 2.16, ("mhar", 0): 2.10,
+              ("baseline", 1): 2.19, ("attnres", 1): 2.15, ("mhar", 1): 2.12}
+    pending = claims.second_rate_claim(plan, "bestvsbest", main, _rows({k: v for k, v in second.items()
+                                                                        if k != ("attnres", 1)}))
+    assert pending.verdict == claims.PENDING_RUNS and "attnres seed 1 at lr 1e-3" in pending.note
+    assert "mhar H=8 seed 0: 5e-4 2.1600, 1e-3 2.1000 (best 1e-3)" in pending.ours
+    c = claims.second_rate_claim(plan, "bestvsbest", main, _rows(second))
+    # bests: baseline 2.18, 2.19; attnres 2.15, 2.14; mhar 2.10, 2.12
+    for name, d in (("best attnres - best baseline", [2.15 - 2.18, 2.14 - 2.19]),
+                    ("best mhar H=8 - best attnres", [2.10 - 2.15, 2.12 - 2.14])):
+        mean, sd = np.mean(d), np.std(d, ddof=1)
+        half = stats.t.ppf(0.975, 1) * sd / math.sqrt(2)
+        assert f"{name} {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (2 seeds)" in c.ours
+    assert c.verdict == claims.INCONCLUSIVE  # 1 df: both intervals reach above 0
+    tight = {**second, ("attnres", 1): 2.158, ("mhar", 1): 2.108}  # deltas -0.03/-0.032 and -0.05/-0.05
+    tight_main = _rows({**{(r["method"], r["seed"]): r["tail_mean"] for r in main}, ("attnres", 1): 2.16})
+    assert claims.second_rate_claim(plan, "bestvsbest", tight_main, _rows(tight)).verdict == claims.REPLICATED
+    worse = {**tight, ("mhar", 0): 2.25, ("mhar", 1): 2.251}  # mhar's best is its 5e-4 run, 0.05 above attnres
+    worse_main = _rows({**{(r["method"], r["seed"]): r["tail_mean"] for r in tight_main},
+                        ("mhar", 0): 2.20, ("mhar", 1): 2.208})
+    assert claims.second_rate_claim(plan, "bestvsbest", worse_main, _rows(worse)).verdict == claims.NOT_REPLICATED
+    one = dataclasses.replace(plan, grids={**plan.grids, "bestvsbest": {**plan.grids["bestvsbest"], "seeds": [0]}})
+    c1 = claims.second_rate_claim(plan=one, grid="bestvsbest", main_runs=main, second_runs=_rows(second))
+    assert c1.verdict == claims.INCONCLUSIVE and "best mhar H=8 - best attnres -0.050 (1 seed, no interval)" in c1.ours

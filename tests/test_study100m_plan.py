@@ -54,7 +54,8 @@ def test_study_grids():
     assert names["extra"] == ["100m-hyper-kv4-lr5e-4-s0-n3815", "100m-mhar-h4-kv4-lr5e-4-s0-n3815",
                               "100m-mhar-h16-kv4-lr5e-4-s0-n3815"]
     assert names["hw"] == ["100m-mhar_hw-h4-kv4-lr5e-4-s0-n3815"]
-    assert names["bestvsbest"] == ["100m-attnres-h1-kv4-lr1e-3-s0-n3815", "100m-mhar-h8-kv4-lr1e-3-s0-n3815"]
+    assert names["bestvsbest"] == ["100m-baseline-kv4-lr1e-3-s0-n3815", "100m-attnres-h1-kv4-lr1e-3-s0-n3815",
+                                   "100m-mhar-h8-kv4-lr1e-3-s0-n3815"]
     assert STUDY.grid(STUDY.grids["lrsweep"], steps=7).expand()[0].steps == 7  # --steps still wins
 
 

@@ -75,6 +75,9 @@ class Plan:
     # a row reading MHAR - attnres against the routing heads' width d/H over plans trained elsewhere:
     # (plan name in PLANS, its results folder relative to this plan's OUT), this plan included as "."
     width_rungs: tuple[tuple[str, str], ...] = ()
+    # a row reading the order at a second learning rate (best-vs-best): (results folder relative to this
+    # plan's OUT, the grid trained there at the second rate); None: no such row
+    second_rate: tuple[str, str] | None = None
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -216,7 +219,9 @@ STUDY = Plan(
         main=dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0, 1, 2]),
         extra=dict(methods=["hyper", "mhar"], heads=[4, 16], kv_heads=[4], seeds=[0]),  # mhar H = KV and 2 KV
         hw=dict(methods=["mhar_hw"], heads=[None], kv_heads=[4], seeds=[0]),  # one full-width query per KV group
-        bestvsbest=dict(methods=["attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0], lrs=[STUDY_SECOND_LR]),
+        # the baseline too: its best rate may be the second one (the partial sweep led at 1e-3)
+        bestvsbest=dict(methods=["baseline", "attnres", "mhar"], heads=[8], kv_heads=[4], seeds=[0],
+                        lrs=[STUDY_SECOND_LR]),
     ),
     **STUDY_ANALYSIS,
     paper_deltas=(("hyper", None, "hyper"), ("attnres", None, "attnres"), ("mhar", 8, "mhar"),
@@ -224,6 +229,7 @@ STUDY = Plan(
     paper_scale="100m",
     # MHAR H=8 - attnres at 16 / 32 / 64-channel routing heads: the GPU ladder, the middle rung, the study
     width_rungs=(("ladder", "../ladder"), ("middle", "middle"), ("study100m", ".")),
+    second_rate=("bestvsbest", "bestvsbest"),
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
