@@ -28,6 +28,7 @@ def regenerated(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("results") / "study100m"
     shutil.copytree(STUDY_DIR / "runs", out / "runs")  # the exported inputs only
     shutil.copytree(STUDY_DIR / "middle" / "runs", out / "middle" / "runs")  # the width row's rungs
+    shutil.copytree(STUDY_DIR / "bestvsbest" / "runs", out / "bestvsbest" / "runs")  # the second rate's runs
     shutil.copytree(STUDY_DIR.parent / "ladder" / "runs", out.parent / "ladder" / "runs")
     run_demo(out, plan=STUDY, stages=["probe", "stats", "claims", "figures", "report"])
     return out
@@ -65,10 +66,15 @@ def test_missing_runs_are_skipped_with_a_note_and_their_claims_pending(regenerat
     # MHAR H=4 and H=16 are in: the KV=4 grid (H = 1, 4, 8, 16) is read; hyper is not trained yet
     assert claims["optimum"]["verdict"] != PENDING_RUNS and "KV=4: best H=" in claims["optimum"]["ours"]
     assert claims["delta_hyper"]["verdict"] == PENDING_RUNS and "hyper seed 0" in claims["delta_hyper"]["note"]
-    # the width row reads the ladder (16 channels) and the study (64) and waits for the middle rung's seeds
+    # the width row reads all three rungs (16, 32 and 64 channels), each with three seeds
     width = claims["width"]
-    assert width["verdict"] == PENDING_RUNS and "16-ch ladder" in width["ours"] and "64-ch study100m" in width["ours"]
-    assert "middle: attnres seed 0" in width["note"]
+    assert width["verdict"] != PENDING_RUNS
+    assert all(w in width["ours"] for w in ("16-ch ladder", "32-ch middle", "64-ch study100m"))
+    assert width["ours"].count("(3 seeds)") == 3 and "step by step 16->32" in width["ours"]
+    # best-vs-best: MHAR H=8 at 1e-3 is in, the baseline and attnres at 1e-3 are not
+    second = claims["second_rate"]
+    assert second["verdict"] == PENDING_RUNS and "mhar H=8 seed 0: 5e-4" in second["ours"]
+    assert "attnres seed 0 at lr 1e-3" in second["note"] and "baseline seed 0 at lr 1e-3" in second["note"]
 
 
 def test_the_paper_deltas_stand_beside_ours(regenerated):
