@@ -133,16 +133,17 @@ def uncompile_sublayers(model: nn.Module) -> nn.Module:
     return model
 
 
-def choose_compile_sublayers(requested: bool | None, device: torch.device, world_size: int) -> bool:
-    """Whether a run compiles its sublayers: by default on one CUDA process; under DDP or FSDP2
-    when asked for (the compiled regions lie inside the modules DDP wraps and FSDP2 shards: DDP's
-    gradient hooks fire after each compiled backward, FSDP2's all-gather / reduce-scatter hooks
-    run around each sharded unit's call); asked for off CUDA, a `ValueError` that says why not
-    (the caller turns it into a user error)."""
+def choose_compile_sublayers(requested: bool | None, device: torch.device) -> bool:
+    """Whether a run compiles its sublayers: by default on CUDA, on one process, under DDP and
+    under FSDP2 alike (the compiled regions lie inside the modules DDP wraps and FSDP2 shards:
+    DDP's gradient hooks fire after each compiled backward, FSDP2's all-gather / reduce-scatter
+    hooks run around each sharded unit's call; both passed their 2-GPU tests on 2x H200);
+    `--no-compile-sublayers` (False) runs them eagerly. Asked for off CUDA, a `ValueError` that
+    says why not (the caller turns it into a user error)."""
     if requested and device.type != "cuda":
         raise ValueError(f"--compile-sublayers needs a CUDA device (this run trains on {device.type}: "
                          f"inductor's CPU code is slower to build than the step it saves)")
-    return device.type == "cuda" and world_size == 1 if requested is None else requested
+    return device.type == "cuda" if requested is None else requested
 
 
 def sublayers_compiled(model: nn.Module) -> bool:

@@ -78,12 +78,13 @@ class RunOptions:
                                             "autocast, the reference's gradients) or 'storage' (bf16 under "
                                             "autocast: fewer bytes, rounded)",
                                 choices=ROUTING_DOUTS, group="GPU step")
-    cuda_graphs: bool | None = option(None, "replay each training step from CUDA graphs (default: on for one "
-                                            "CUDA process; --no-cuda-graphs steps eagerly)", group="GPU step")
+    cuda_graphs: bool | None = option(None, "replay each training step from CUDA graphs (default: on on CUDA, "
+                                            "one process or DDP; FSDP2 steps eagerly; --no-cuda-graphs steps "
+                                            "eagerly)", group="GPU step")
     loss_kernel: str | None = option(None, "the training cross-entropy: 'fused' (Triton; default on CUDA) or "
                                            "'torch' (fp32 softmax)", choices=LOSS_KERNELS, group="GPU step")
     compile_sublayers: bool | None = option(None, "torch.compile each attention and MLP sublayer (default: on "
-                                                  "for one CUDA process)", group="GPU step")
+                                                  "on CUDA, one process, DDP or FSDP2)", group="GPU step")
     resume: bool = option(False, "continue the run in --out from its checkpoint", group="output")
     overwrite: bool = option(False, "replace an existing --out", group="output")
     progress: bool = option(True, "no progress bar (logs and CI)", flag="--no-progress", group="output")

@@ -55,7 +55,7 @@ triggers it (NCCL >= 2.9.6 allows capture), following PyTorch's recipe for DDP a
   holds its step in a reference cycle (the objective is its bound method), so only an explicit
   release frees the graphs in time.
 FSDP2 cannot be captured: it all-gathers and frees parameters from Python hooks with per-step
-allocations on its own streams (`choose_cuda_graphs` refuses it).
+allocations on its own streams (`choose_cuda_graphs` refuses it, and steps FSDP2 eagerly by default).
 """
 
 from __future__ import annotations
@@ -330,10 +330,12 @@ def gc_paused():
             gc.enable()
 
 
-def choose_cuda_graphs(requested: bool | None, device: torch.device, world_size: int, fsdp: bool = False) -> bool:
-    """Whether training steps replay CUDA graphs: by default on one CUDA process; under DDP when
-    asked for (--cuda-graphs); asked for elsewhere, a `ValueError` that says why not (the caller
-    turns it into a user error)."""
+def choose_cuda_graphs(requested: bool | None, device: torch.device, fsdp: bool = False) -> bool:
+    """Whether training steps replay CUDA graphs: by default on CUDA, on one process and under DDP
+    (any world size; the 2-GPU tests, tests/gpu/test_distributed_gpu.py, passed on 2x H200), not
+    under FSDP2 (it steps eagerly); `--no-cuda-graphs` (False) steps eagerly. Asked for where it
+    cannot run (off CUDA, with FSDP2), a `ValueError` that says why not (the caller turns it into
+    a user error)."""
     if requested and device.type != "cuda":
         raise ValueError(f"--cuda-graphs needs a CUDA device (this run trains on {device.type})")
     if requested and fsdp:
@@ -342,5 +344,5 @@ def choose_cuda_graphs(requested: bool | None, device: torch.device, world_size:
                          "record; FSDP2 steps eagerly (compiled sublayers still apply), or use DDP (no --fsdp) "
                          "with --cuda-graphs")
     if requested is None:
-        return device.type == "cuda" and world_size == 1
+        return device.type == "cuda" and not fsdp
     return requested

@@ -123,9 +123,9 @@ class Trainer:
         self.fsdp = cfg.fsdp
         self.setup()  # option errors before any data work
         try:
-            self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.info.world_size, self.fsdp)
+            self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.fsdp)
             self.loss_kernel = choose_loss_kernel(cfg.loss_kernel, self.device)
-            self.compiled = choose_compile_sublayers(cfg.compile_sublayers, self.device, self.info.world_size)
+            self.compiled = choose_compile_sublayers(cfg.compile_sublayers, self.device)
         except ValueError as exc:
             raise UserError(str(exc)) from exc
         inputs = self.inputs()
@@ -271,8 +271,9 @@ class Trainer:
         return ce + sum(extra.values()), ce, extra
 
     def build_step(self) -> EagerStep | GraphStep:
-        """The step machinery (`mhar_probe.step`): CUDA graphs on one CUDA process unless opted out,
-        under DDP when asked for (the all-reduce captured with the backward)."""
+        """The step machinery (`mhar_probe.step`): CUDA graphs on CUDA unless opted out, on one
+        process and under DDP (the all-reduce captured with the backward); eager under FSDP2 and
+        on the CPU."""
         params = [p for p in self.model.parameters() if p.requires_grad]
         if self.cuda_graphs:
             return GraphStep(objective=self._objective, params=params, optimizer=self.optimizer,

@@ -67,13 +67,12 @@ def test_a_model_without_decoder_layers_is_refused():
         compile_sublayers(torch.nn.Linear(2, 2))
 
 
-def test_default_is_on_for_one_cuda_process_and_refusals_say_why():
+def test_default_is_on_for_cuda_and_refusals_say_why():
     from mhar_probe.compiled import choose_compile_sublayers
 
     cuda, cpu = torch.device("cuda"), torch.device("cpu")
-    assert choose_compile_sublayers(None, cuda, 1) is True
-    assert choose_compile_sublayers(None, cuda, 2) is False and choose_compile_sublayers(None, cpu, 1) is False
-    assert choose_compile_sublayers(False, cuda, 1) is False
+    assert choose_compile_sublayers(None, cuda) is True and choose_compile_sublayers(None, cpu) is False
+    assert choose_compile_sublayers(False, cuda) is False
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        choose_compile_sublayers(True, cpu, 1)
-    assert choose_compile_sublayers(True, cuda, 2) is True  # DDP / FSDP2: opt-in (tests/test_distributed.py)
+        choose_compile_sublayers(True, cpu)
+    # the same default under DDP / FSDP2 (tests/test_distributed.py)

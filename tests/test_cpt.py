@@ -256,7 +256,7 @@ def test_a_compiled_sublayer_cpt_run_gives_the_eager_losses(models, tmp_path, mo
     import mhar_probe.train as train_module
     from mhar_probe.compiled import compile_sublayers, decoder_layers, sublayers_compiled
 
-    monkeypatch.setattr(train_module, "choose_compile_sublayers", lambda requested, device, world: bool(requested))
+    monkeypatch.setattr(train_module, "choose_compile_sublayers", lambda requested, device: bool(requested))
     monkeypatch.setattr(train_module, "compile_sublayers", lambda model: compile_sublayers(model, backend=backend))
     torch._dynamo.reset()
     curves, trainers = {}, {}

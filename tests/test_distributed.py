@@ -52,23 +52,30 @@ def test_micro_roles_all_reduce_once_at_the_last_micro_batch():
     assert len(set(micro_roles(7, ddp=True))) == 3  # at most three graphs, whatever the accumulation
 
 
-def test_cuda_graphs_compose_with_ddp_not_fsdp():
-    assert choose_cuda_graphs(None, CUDA, 1) is True
-    assert choose_cuda_graphs(None, CUDA, 2) is False  # opt-in under DDP
-    assert choose_cuda_graphs(True, CUDA, 2) is True
-    assert choose_cuda_graphs(False, CUDA, 1) is False
+def test_cuda_graphs_are_the_default_on_cuda_with_or_without_ddp_and_fsdp2_steps_eagerly():
+    """On CUDA the graph step is the default for one process and under DDP alike (the world size
+    does not enter); FSDP2 steps eagerly by default and refuses graphs when asked; off CUDA
+    nothing changes: eager by default, refused when asked."""
+    assert choose_cuda_graphs(None, CUDA) is True  # one process or DDP: the same default
+    assert choose_cuda_graphs(False, CUDA) is False  # --no-cuda-graphs
+    assert choose_cuda_graphs(True, CUDA) is True
+    assert choose_cuda_graphs(None, CUDA, fsdp=True) is False  # FSDP2 (any world size, also 1)
+    assert choose_cuda_graphs(False, CUDA, fsdp=True) is False
     with pytest.raises(ValueError, match="FSDP2 all-gathers and frees the parameters from Python hooks"):
-        choose_cuda_graphs(True, CUDA, 2, fsdp=True)
-    assert choose_cuda_graphs(None, CUDA, 2, fsdp=True) is False
+        choose_cuda_graphs(True, CUDA, fsdp=True)
+    assert choose_cuda_graphs(None, CPU) is False and choose_cuda_graphs(None, CPU, fsdp=True) is False
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        choose_cuda_graphs(True, CPU, 2)
+        choose_cuda_graphs(True, CPU)
 
 
-def test_compiled_sublayers_compose_with_ddp_and_fsdp():
-    assert choose_compile_sublayers(True, CUDA, 2) is True
-    assert choose_compile_sublayers(None, CUDA, 2) is False  # opt-in with several processes
+def test_compiled_sublayers_are_the_default_on_cuda_under_ddp_and_fsdp2():
+    """Compiled sublayers are the CUDA default whatever the parallelism (one process, DDP and
+    FSDP2 build the same `choose_compile_sublayers(requested, device)`); off CUDA they stay off."""
+    assert choose_compile_sublayers(None, CUDA) is True
+    assert choose_compile_sublayers(False, CUDA) is False  # --no-compile-sublayers
+    assert choose_compile_sublayers(None, CPU) is False
     with pytest.raises(ValueError, match="needs a CUDA device"):
-        choose_compile_sublayers(True, CPU, 2)
+        choose_compile_sublayers(True, CPU)
 
 
 def test_nccl_is_bound_to_the_rank_gpu_when_the_group_starts():

@@ -17,8 +17,9 @@
 Every training phase runs under `torchrun --nproc_per_node NPROC` (one plain process for 1);
 each phase has its own limit within `--budget` seconds and prints its wall time; a phase whose
 run already finished in OUT is not run again (a second call continues where one ran out of
-time). Extra flags go to every training phase with --train-args / --cpt-args (e.g. "--cuda-graphs
---compile-sublayers" under DDP on GPUs, "--device cpu" with gloo on the CPU).
+time). Extra flags go to every training phase with --train-args / --cpt-args (e.g. "--device cpu"
+with gloo on the CPU, "--no-cuda-graphs" for the eager step; on GPUs DDP steps from CUDA graphs with
+compiled sublayers by default).
 """
 
 from __future__ import annotations

@@ -4,8 +4,8 @@
 # `mhar eval` both, and print the table last (benchmarks/multi_gpu/midtrain.py says how).
 #   bash benchmarks/multi_gpu/midtrain.sh NPROC PRESET PRETRAIN_STEPS CPT_STEPS [OUT] [midtrain.py flags...]
 # e.g. on 2 GPUs (one device call):
-#   bash benchmarks/multi_gpu/midtrain.sh 2 100m 300 150 /tmp/midtrain --budget 540 \
-#     --train-args "--cuda-graphs" --cpt-args "--cuda-graphs"
+#   bash benchmarks/multi_gpu/midtrain.sh 2 100m 300 150 /tmp/midtrain --budget 540
+#   (DDP on CUDA steps from CUDA graphs with compiled sublayers by default)
 # on the CPU (gloo, the logic only):
 #   bash benchmarks/multi_gpu/midtrain.sh 2 tiny 20 10 /tmp/midtrain --heads 2 --batch-size 8 --seq-len 64 \
 #     --vocab-size 512 --corpus-max-bytes 150000 --train-args "--device cpu" --cpt-args "--device cpu" \

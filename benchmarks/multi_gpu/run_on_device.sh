@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# One device call on a machine with 2 GPUs (issue 36), under 9 minutes in all:
+# One device call on a machine with 2 or more GPUs (issue 36), under 9 minutes in all:
 #   bash benchmarks/multi_gpu/run_on_device.sh [tests|bench|all] [PRESETS]        (default: all, "100m 350m")
 #   bash benchmarks/multi_gpu/run_on_device.sh tests ["1 2 3"]                     (the GPU tests, or some, by number)
 #   bash benchmarks/multi_gpu/run_on_device.sh cpu                                 (the logic, on CPU with gloo)
 #   bash benchmarks/multi_gpu/run_on_device.sh midtrain [PRESET]                   (the mid-training run, 100m)
+# NPROC: the most processes (GPUs) a bench or midtrain run uses; default: the GPUs `nvidia-smi -L`
+# lists (2 in the cpu mode). bench measures at every world size 1, 2, 4, ... up to NPROC.
 # 1. tests: the DDP / FSDP2 GPU tests (tests/gpu/test_distributed_gpu.py: each test launches torchrun
 #    --nproc_per_node 2 itself), one pytest process per test, in the order of TESTS below, each under
 #    `timeout` and within TESTS_S (235) seconds in all; a test that no longer fits is skipped and said so.
@@ -14,13 +16,18 @@
 #    Prints per test `## gpu test N NAME: exit RC after S s`, pytest's result line, and on failure
 #    the end of its report (the stacks).
 # 2. bench: tokens/s per GPU and peak memory per GPU at 1 GPU (no DDP: the one-GPU trainer's step) and
-#    at 2 GPUs (DDP), baseline and MHAR (H=8), graph step and eager step, arms interleaved
-#    -> $OUT/ddp_<preset>_<N>gpu.json; each prints one line per arm as it finishes. 350m only
-#    while at least BENCH_S_350M (150) seconds of the budget (BUDGET_S, 530) are left.
+#    at 2, 4, ... NPROC GPUs (DDP), baseline and MHAR (H=8), graph step and eager step, arms
+#    interleaved -> $OUT/ddp_<preset>_<N>gpu.json; each prints one line per arm as it finishes.
+#    Each world size is its own process under its own `timeout` of min(240 s, what is left of the
+#    budget BUDGET_S, 530), never below the preset's floor (STEP_S_<preset>: 100m 120 s, 350m 180 s,
+#    1b 240 s; a 350m run at 2 GPUs took 90 s, and a 90 s limit killed it). A preset after the
+#    first runs only while the budget has room for all its world sizes at NEED_S_<preset> (350m 100 s,
+#    1b 150 s) each.
 # 3. the scaling table of every JSON written (efficiency = tokens/s per GPU at N / at 1 GPU), last.
-# midtrain: benchmarks/multi_gpu/midtrain.sh on NPROC (2) GPUs within BUDGET_S (540) seconds: a
+# midtrain: benchmarks/multi_gpu/midtrain.sh on NPROC GPUs within BUDGET_S (540) seconds: a
 #    PRETRAIN_STEPS (400) baseline on the whole embedded corpus, converted, continued CPT_STEPS (200) as
-#    MHAR and as the control (graph step under DDP), evaluated; logs and midtrain.json -> $OUT.
+#    MHAR and as the control (the default GPU step under DDP: CUDA graphs, compiled sublayers),
+#    evaluated; TRAIN_ARGS / CPT_ARGS add flags to the phases; logs and midtrain.json -> $OUT.
 # Every step has its own `timeout`; a failed or timed-out step leaves the others' results and says so.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -37,19 +44,38 @@ step() {  # step NAME SECONDS CMD...: run CMD under `timeout`, log to $OUT/NAME.
   return $rc
 }
 left() { echo $((budget - SECONDS)); }
+unit=gpu  # what the logs and JSON files name a process by: gpu, or cpu in the cpu mode
+ngpu() { nvidia-smi -L 2>/dev/null | grep -c "^GPU"; }
+world_sizes() {  # world_sizes MAX: 1 2 4 ... up to MAX, and MAX itself (e.g. 1 2 3 for 3)
+  local n=1 out=""
+  while (( n < $1 )); do out+="$n "; n=$(( n * 2 )); done
+  echo "$out$1"
+}
+bench_preset() {  # bench_preset PRESET FLOOR_S NPROC [ddp_throughput.py flags]: one run per world size
+  local preset=$1 floor=$2 nmax=$3 n secs; shift 3
+  for n in $(world_sizes "$nmax"); do
+    secs=$(left); (( secs > 240 )) && secs=240; (( secs < floor )) && secs=$floor
+    if (( n == 1 )); then  # one process, no DDP: the one-GPU trainer's step
+      step "bench_${preset}_1${unit}" $secs python3 benchmarks/multi_gpu/ddp_throughput.py --presets "$preset" \
+        --out "$OUT/ddp_${preset}_1${unit}.json" "$@"
+    else
+      step "bench_${preset}_${n}${unit}" $secs python3 -m torch.distributed.run --nproc_per_node "$n" \
+        --master_port 29562 benchmarks/multi_gpu/ddp_throughput.py --presets "$preset" \
+        --out "$OUT/ddp_${preset}_${n}${unit}.json" "$@"
+    fi
+    grep "tok/s/GPU\|Error" "$OUT/bench_${preset}_${n}${unit}.log" | tail -4
+  done
+}
 nvidia-smi --query-gpu=name,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/## GPU: /'
 python3 -c "import torch; print('## torch', torch.__version__, 'nccl', torch.cuda.nccl.version() if torch.cuda.is_available() else None)"
 
-if [[ $what == cpu ]]; then  # what can be checked without GPUs: 2 gloo processes, eager step, tiny model
-  step cpu_bench 300 python3 -m torch.distributed.run --nproc_per_node 2 --master_port 29561 \
-    benchmarks/multi_gpu/ddp_throughput.py --cpu --presets tiny --batch 2 --seq 32 --vocab 512 \
-    --warmup 1 --rounds 2 --out "$OUT/ddp_tiny_2cpu.json"
-  grep -v "Warn\|warn" "$OUT/cpu_bench.log" | tail -4
-  step cpu_bench1 300 python3 benchmarks/multi_gpu/ddp_throughput.py --cpu --presets tiny --batch 2 --seq 32 \
-    --vocab 512 --warmup 1 --rounds 2 --out "$OUT/ddp_tiny_1cpu.json"
+if [[ $what == cpu ]]; then  # what can be checked without GPUs: gloo processes, eager step, tiny model
+  unit=cpu bench_preset tiny 300 "${NPROC:-2}" --cpu --batch 2 --seq 32 --vocab 512 --warmup 1 --rounds 2
   python3 benchmarks/multi_gpu/ddp_throughput.py --table "$OUT"/ddp_tiny_*cpu.json
   exit 0
 fi
+nproc=${NPROC:-$(ngpu)}; (( nproc >= 1 )) || nproc=1
+echo "## NPROC $nproc"
 
 # the GPU tests in the order they run: (number, runs launched, compiles sublayers, pytest id)
 TESTS=(
@@ -86,9 +112,9 @@ gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`,
 }
 
 if [[ $what == midtrain ]]; then
-  bash benchmarks/multi_gpu/midtrain.sh "${NPROC:-2}" "${2:-100m}" "${PRETRAIN_STEPS:-400}" "${CPT_STEPS:-200}" \
+  bash benchmarks/multi_gpu/midtrain.sh "$nproc" "${2:-100m}" "${PRETRAIN_STEPS:-400}" "${CPT_STEPS:-200}" \
     /tmp/midtrain --budget "${BUDGET_S:-540}" --corpus-max-bytes 0 --eval-limit "${EVAL_LIMIT:-200}" \
-    --train-args "${TRAIN_ARGS---cuda-graphs}" --cpt-args "${CPT_ARGS---cuda-graphs}"
+    --train-args="${TRAIN_ARGS-}" --cpt-args="${CPT_ARGS-}"  # (with =: a lone flag is a value)
   rc=$?
   cp /tmp/midtrain/*.log /tmp/midtrain/midtrain.json "$OUT"/ 2>/dev/null
   exit $rc
@@ -103,19 +129,17 @@ if [[ $what == all ]]; then
 fi
 
 if [[ $what == bench || $what == all ]]; then
+  first=1
   for preset in $presets; do
-    if [[ $preset != 100m ]] && (( $(left) < ${BENCH_S_350M:-150} )); then
-      echo "## skipped $preset: $(left) s of the budget left"; continue
+    floor_var=STEP_S_$preset need_var=NEED_S_$preset
+    case $preset in 100m) floor=120 need=60;; 350m) floor=180 need=100;; *) floor=240 need=150;; esac
+    floor=${!floor_var:-$floor} need=${!need_var:-$need}
+    nsizes=$(world_sizes "$nproc" | wc -w)
+    if (( ! first )) && (( $(left) < need * nsizes )); then
+      echo "## skipped $preset: $(left) s of the budget left, $((need * nsizes)) s needed"; continue
     fi
-    # one GPU first (no DDP), then two (DDP); each its own process and timeout
-    secs=$(( $(left) / 2 < 200 ? $(left) / 2 : 200 )); (( secs < 90 )) && secs=90
-    step "bench_${preset}_1gpu" $secs python3 benchmarks/multi_gpu/ddp_throughput.py --presets $preset \
-      --out "$OUT/ddp_${preset}_1gpu.json"
-    grep "tok/s/GPU\|Error" "$OUT/bench_${preset}_1gpu.log" | tail -4
-    secs=$(( $(left) < 240 ? $(left) : 240 )); (( secs < 90 )) && secs=90
-    step "bench_${preset}_2gpu" $secs python3 -m torch.distributed.run --nproc_per_node 2 --master_port 29562 \
-      benchmarks/multi_gpu/ddp_throughput.py --presets $preset --out "$OUT/ddp_${preset}_2gpu.json"
-    grep "tok/s/GPU\|Error" "$OUT/bench_${preset}_2gpu.log" | tail -4
+    first=0
+    bench_preset "$preset" "$floor" "$nproc"
   done
 fi
 

@@ -333,7 +333,7 @@ def main() -> None:
     args.step = args.step or ("graph" if device.type == "cuda" else "eager")
     try:
         args.loss_kernel = choose_loss_kernel(args.loss_kernel, device)
-        args.compile_sublayers = choose_compile_sublayers(args.compile_sublayers, device, world_size=1)
+        args.compile_sublayers = choose_compile_sublayers(args.compile_sublayers, device)
     except ValueError as exc:
         raise SystemExit(str(exc)) from None
     rows = [r for preset in args.presets for r in bench_preset(preset, args, device)]

@@ -29,7 +29,8 @@ TRAIN_GROUPS = {
     "data": "corpus and tokenizer",
     "schedule": "steps, learning rate, optimizer, batches, evaluation and checkpoints",
     "GPU step": "where and how a step runs (the defaults suit the device: CUDA graphs, fused loss and "
-                "compiled sublayers on one CUDA process, the eager reference on a CPU)",
+                "compiled sublayers on CUDA, one process or DDP (FSDP2: compiled sublayers, eager step), "
+                "the eager reference on a CPU)",
     "output": "the run directory",
 }
 

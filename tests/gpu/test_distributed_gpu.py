@@ -5,11 +5,11 @@ Each test launches `torchrun --nproc_per_node 2` on `train` itself (NCCL), so py
 process and a failing rank shows up as that test's failure with its stderr:
 * the CUDA-graph step under DDP (the all-reduce captured with the last micro-batch's backward,
   two micro-batches per rank: the no-sync and the sync graph) follows the eager DDP step's loss
-  curve, with and without compiled sublayers, and the run ends (its graphs are destroyed before
-  the process group, pytorch#115388);
+  curve, without and with compiled sublayers (the latter run with DDP's defaults, which are
+  these), and the run ends (its graphs are destroyed before the process group, pytorch#115388);
 * a 2-GPU graph-stepped run stopped after 4 steps resumes on 1 GPU (graph step) with the
   uninterrupted 2-GPU run's metrics;
-* FSDP2 with compiled sublayers (eager step) follows the eager DDP curve.
+* FSDP2 with its defaults (compiled sublayers, eager step) follows the eager DDP curve.
 bf16 autocast: the curves agree to the rounding of bf16, as the one-GPU trainer test allows.
 
 Every run has a hard limit (`--gpu-run-timeout`, tests/gpu/conftest.py): past it each rank prints
@@ -112,9 +112,9 @@ def graph_ddp(runs) -> Path:
 
 @pytest.mark.parametrize("compiled", [False, True])
 def test_ddp_graph_step_follows_the_eager_ddp_curve(request, tmp_path, runs, eager_ddp, compiled):
-    if compiled:
+    if compiled:  # DDP's defaults on CUDA: the graph step with compiled sublayers
         out = tmp_path / "graphs"
-        runs(out, cuda_graphs=True, compile_sublayers=True)
+        runs(out)
     else:  # (shared with the resume test)
         out = request.getfixturevalue("graph_ddp")
     s = summary(out)
@@ -147,7 +147,7 @@ def test_ddp_graph_run_resumes_on_one_gpu_with_the_same_metrics(tmp_path, runs, 
 
 def test_fsdp_with_compiled_sublayers_follows_the_eager_ddp_curve(tmp_path, runs, eager_ddp):
     out = tmp_path / "fsdp"
-    runs(out, fsdp=True, cuda_graphs=False, compile_sublayers=True)
+    runs(out, fsdp=True)  # FSDP2's defaults on CUDA: compiled sublayers, the eager step
     s = summary(out)
     assert s.get("fsdp") and s["compiled_sublayers"] is True and s["cuda_graphs"] is False
     for key in ("loss", "val_loss"):
