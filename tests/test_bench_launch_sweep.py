@@ -41,6 +41,16 @@ def test_builtin_row_is_the_launch_tables_row():
     assert ls.table_key("gather", 1280, 8, 4) == (1280, 8, 8, 4) and ls.table_key("fwd", 512, 8, 2) == (512, 8, 2)
 
 
+def test_builtin_row_is_the_cards_row():
+    """On the H200 the sweep starts from the card's own fold row (launch_tables.json's `devices`),
+    elsewhere from the gather's row with one source per iteration."""
+    ls = _load()
+    assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H200") == (1, 2, 1, 0, 1, 2)
+    assert ls.builtin_row("fold", 1280, 8, 4) == ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H100 80GB HBM3") \
+        == (1, 2, 0, 0, 1, 1)
+    assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H200") == (1, 2, 0, 0, 1)
+
+
 def test_choose_takes_the_fastest_row_with_the_reference_gradients():
     ls = _load()
     rows = [dict(cfg=[1], judged_ms=3.0, grad_rel_err=0.0), dict(cfg=[2], judged_ms=1.0, grad_rel_err=0.5),

@@ -533,13 +533,39 @@ def test_mixed_dtype_stack_is_the_promoted_function(first_k):
 @pytest.mark.parametrize("argv,message", [
     (["--shapes", "7B"], "unknown shape(s) 7B"),
     (["--backends", "triton,cuda"], "unknown backend(s) cuda"),
-    (["--sweep-kernels", "fwd,scatter"], "choose from fwd, stack, gather, pair_e"),
+    (["--sweep-kernels", "fwd,scatter"], "choose from fwd, stack, gather, fold, pair_e"),
 ])
 def test_bench_routing_refuses_bad_input(argv, message, capsys):
     from mhar_probe.cli import main
 
     assert main(["bench", "routing", *argv]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_bench_routing_sweeps_the_fold_rows(tmp_path, monkeypatch):
+    """`--sweep-kernels gather,fold` is taken; every fold candidate is a row the table loader
+    accepts, stored under the key the fold kernel's lookup asks for (so the tuned file drives the
+    fold), the kernel's row variants (two sources per iteration, prefetch 0-2) all among them."""
+    from mhar_probe.bench.routing import SWEEP_PREFIX, check_arguments, sweep_candidates, sweep_key
+    from mhar_probe.cli.bench import routing_parser
+    from mhar_probe.errors import UserError
+    from mhar_probe.kernels.launch_tables import LaunchTables, load_tables
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # check the arguments alone
+    check_arguments(routing_parser().parse_args(["--sweep", "1B-train", "--sweep-kernels", "gather,fold"]))
+    assert SWEEP_PREFIX["fold"] == "stack_fold"
+    rows = sweep_candidates("fold")
+    assert len(rows) == len(set(rows)) and {(r[2], r[5]) for r in rows} == {(p, s) for p in (0, 1, 2) for s in (1, 2)}
+    key = sweep_key("fold", 1280, 8, 4)
+    assert sweep_key("gather", 1280, 8, 4) == key
+    for row in rows:
+        path = tmp_path / "tuned.json"
+        LaunchTables(fold={key: row}).dump(path)
+        bp, warps, pre, cap, first, sources = row
+        assert load_tables(path).fold_config(1280, 8, 8, 4) == (bp, warps, pre, cap or None, bool(first), sources)
+    assert sweep_candidates("fold", "[[1, 2, 2, 0, 1, 2]]") == [(1, 2, 2, 0, 1, 2)]
+    with pytest.raises(UserError, match="block_p, num_warps, prefetch, maxnreg, loads_first, sources"):
+        sweep_candidates("fold", "[[1, 2, 2, 0, 1]]")
 
 
 def test_bench_routing_module_entry_point_gives_the_same_message():

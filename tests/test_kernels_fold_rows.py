@@ -176,3 +176,33 @@ def test_fold_rows_load_and_fall_back_to_the_gather_row(tmp_path):
         (tmp_path / "bad.json").write_text(json.dumps({"fold": [bad]}))
         with pytest.raises(UserError, match="bad.json"):
             load_tables(tmp_path / "bad.json")
+
+
+def test_the_stack_launches_its_cards_fold_row(tmp_path, launches, monkeypatch):
+    """A stack looks its rows up for the card its sources are on (`card_name` of the first
+    source's device): with a table whose `devices` entry names that card, the folds run the
+    card's row; on any other card (here: the CPU, no name) the default rows. Gradients against
+    float64 either way."""
+    seen, consts = launches
+    S, D, fold_calls = 6, 12, 2
+    heads = [(1, 2, 4)[s % 3] for s in range(S)]
+    hm = max(heads)
+    card_row, default_row = (1, 1, 2, 0, 1, 2), (1, 1, 0, 0, 0, 1)
+    path = tmp_path / "t.json"
+    LaunchTables(fold={(D, h, hm, 0): default_row for h in set(heads)},
+                 devices={"FAKE CARD": LaunchTables(fold={(D, h, hm, 0): card_row for h in set(heads)})}).dump(path)
+    cfg = poisoned(launch_table=str(path))
+    ref_leaves = [t.detach().double().requires_grad_() for t in _leaves(D, S, heads, 0, 5, torch.float32)]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+
+    def run() -> set[tuple[int, int]]:
+        consts.clear()
+        leaves = _leaves(D, S, heads, 0, 5, torch.float32)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=fold_calls), leaves, S, heads)
+        for i, (a, b) in enumerate(zip(torch.autograd.grad(loss, leaves), truth)):
+            assert rel(a, b) < 2e-5, i
+        return set(consts)
+
+    assert run() == {(default_row[5], default_row[2])}
+    monkeypatch.setattr(kad, "card_name", lambda device: "FAKE CARD" if device.type == "cpu" else None)
+    assert run() == {(card_row[5], card_row[2])}

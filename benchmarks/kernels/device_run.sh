@@ -160,7 +160,7 @@ case "${1:-tests}" in
     python benchmarks/kernels/ncu_routing.py --summarise "$OUT"/ncu_*.csv --out "$OUT/ncu_summary.json" ;;
   gatherncu)  # Nsight Compute on one late 1B-train gather launch per NCU_CASES row
     gather_ncu ;;
-  sweep)  # launch configs incl. register caps: SHAPES (default 1B-train), KERNELS (default fwd,gather)
+  sweep)  # launch configs incl. register caps: SHAPES (default 1B-train), KERNELS (default fwd,gather; fold: the fold kernel's own rows)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k register_cap 2>&1 \
       | tee "$OUT/pytest_regcap.log" | grep -E "passed|failed|Error|^E  " | tail -4
     timeout 500 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/sweep.json" --no-delta --dtype ${DTYPE:-mixed} \

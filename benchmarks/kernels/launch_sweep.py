@@ -4,9 +4,10 @@ test why the fold-block backward does not beat the gather backward (benchmarks/k
 
 At the training microbatches by default (autocast's layout, H = 8):
 
-1. **Probes**, every shape first, at the built-in launch rows (the H100's): the default (fold-block) backward, the
-   same with bf16 douts (`routing_douts="storage"`: half the dout bytes everywhere, L2 and DRAM),
-   and the gather backward (`stack_backward="gather"`). The diagnosis predicts that the fold
+1. **Probes**, every shape first, at the built-in launch rows (the card's: launch_tables.json's
+   default rows, swept on an H100, with the card's own `devices` rows over them): the default
+   (fold-block) backward, the same with bf16 douts (`routing_douts="storage"`: half the dout
+   bytes everywhere, L2 and DRAM), and the gather backward (`stack_backward="gather"`). The diagnosis predicts that the fold
    kernel's time per (pair, position) does not move with the dout width (it is bound by each
    reader iteration's dependent chain of loads and reductions, not by bytes), and that it stays
    within about 1.3x of the gather backward's gather per pair.
@@ -60,7 +61,8 @@ from pathlib import Path
 import torch
 
 from mhar_probe.bench.provenance import software
-from mhar_probe.bench.routing import SHAPES, SWEEP_FWD, SWEEP_GATHER, chain_fwd
+from mhar_probe.bench.routing import SHAPES, SWEEP_FOLD, SWEEP_FWD, SWEEP_GATHER, chain_fwd
+from mhar_probe.bench.routing import sweep_key as table_key  # the key a kind's row is stored under
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import VALUE_COLUMNS, LaunchTables, tables_for
 from mhar_probe.model.routing import get_backend
@@ -78,7 +80,7 @@ PROBES = {"fold": {}, "fold-storage-douts": {"routing_douts": "storage"}, "gathe
 GATHER_ORDER = sorted(SWEEP_GATHER, key=lambda row: -row[4])
 #: fold rows (block_p, num_warps, prefetch, maxnreg, loads_first, sources) after the ones derived
 #: from the shape's built-in row (`fold_variants`): two sources and prefetch 2 first
-FOLD_ORDER = [(1, w, pre, 0, lf, src) for w in (1, 2) for src in (2, 1) for pre in (1, 2, 0) for lf in (1, 0)]
+FOLD_ORDER = SWEEP_FOLD
 
 
 def fold_variants(builtin: tuple[int, ...]) -> list[tuple[int, ...]]:
@@ -119,9 +121,10 @@ def chain_inputs(d: int, L: int, B: int, T: int, dtype: str, device: str, seed: 
     return xs, qs, gs, douts
 
 
-def builtin_row(kind: str, d: int, H: int, width: int) -> tuple[int, ...]:
-    """The row the built-in table (or its heuristic) gives `kind` at (d, H, storage width)."""
-    tables = tables_for(KernelConfig())
+def builtin_row(kind: str, d: int, H: int, width: int, card: str | None = None) -> tuple[int, ...]:
+    """The row the built-in table (or its heuristic) gives `kind` at (d, H, storage width) on
+    `card` (its name: the card's own rows where launch_tables.json has them, else the default)."""
+    tables = tables_for(KernelConfig(), card)
     if kind == "gather":
         bp, warps, pre, cap, first = tables.gather_config(d, H, H, width)
         return bp, warps, int(pre), cap or 0, int(first)
@@ -144,8 +147,6 @@ def candidates(kind: str, builtin: tuple[int, ...], given: str | None) -> list[t
     return list(dict.fromkeys([tuple(builtin), *rows]))
 
 
-def table_key(kind: str, d: int, H: int, width: int) -> tuple[int, ...]:
-    return (d, H, H, width) if kind in ("gather", "fold") else (d, H, width)
 
 
 def choose(rows: list[dict], tol: float) -> dict | None:
@@ -310,6 +311,7 @@ def main(argv: list[str] | None = None) -> None:
     dims = {s: parse_shape(s) for s in shapes}
     width = 4 if args.dtype in ("mixed", "float32") else 2  # bytes per stored dout / forward output
     cuda = args.device == "cuda"
+    card = torch.cuda.get_device_name() if cuda else None  # the built-in rows are this card's
     if cuda:
         from mhar_probe.bench.routing import copy_bandwidth
 
@@ -373,7 +375,7 @@ def main(argv: list[str] | None = None) -> None:
             tried: list[dict] = []
             t0 = time.monotonic()
             given = {"gather": args.rows_gather, "fold": args.rows_fold, "fwd": args.rows_fwd}[kind]
-            for i, cfg in enumerate(candidates(kind, builtin_row(kind, d, args.heads, width), given)):
+            for i, cfg in enumerate(candidates(kind, builtin_row(kind, d, args.heads, width, card), given)):
                 if tried and time.monotonic() - t0 > share:
                     print(f"{shape} {kind}: budget of {share:.0f} s spent after {len(tried)} rows", flush=True)
                     break

@@ -300,10 +300,24 @@ SWEEP_GATHER = [(1, 1, 1, 0, 0), (1, 1, 0, 0, 0), (1, 2, 1, 0, 0), (1, 2, 0, 0, 
                 (1, 2, 1, 0, 1), (1, 1, 0, 168, 1)]
 SWEEP_PAIR_E = [(16, 16, 4), (16, 32, 4), (16, 64, 4), (32, 16, 4), (32, 32, 4), (32, 64, 8), (64, 16, 4),
                 (64, 32, 8), (16, 16, 8), (32, 16, 8)]
-SWEEP_KINDS = ("fwd", "stack", "gather", "pair_e")
-SWEEP_LISTS = {"fwd": SWEEP_FWD, "stack": SWEEP_STACK, "gather": SWEEP_GATHER, "pair_e": SWEEP_PAIR_E}
+# fold (block_p, num_warps, prefetch 0-2, maxnreg, loads_first, sources 1-2): the fold kernel's own
+# rows, every variant at one and two warps, two sources per iteration and prefetch 1 first (what
+# won at 1B on an H200: benchmarks/kernels/results.md, "H200 fold sweep")
+SWEEP_FOLD = [(1, w, pre, 0, lf, src) for w in (1, 2) for src in (2, 1) for pre in (1, 2, 0) for lf in (1, 0)]
+SWEEP_KINDS = ("fwd", "stack", "gather", "fold", "pair_e")
+SWEEP_LISTS = {"fwd": SWEEP_FWD, "stack": SWEEP_STACK, "gather": SWEEP_GATHER, "fold": SWEEP_FOLD,
+               "pair_e": SWEEP_PAIR_E}
 # kernel names a sweep judges by: the gather rows also launch the fold-block backward's folds
-SWEEP_PREFIX = {"fwd": "route_fwd", "stack": "stack_bwd", "gather": ("stack_gather", "stack_fold"), "pair_e": "pair_e"}
+# (where the table has no fold row); the fold rows are judged by the fold kernel alone
+SWEEP_PREFIX = {"fwd": "route_fwd", "stack": "stack_bwd", "gather": ("stack_gather", "stack_fold"),
+                "fold": "stack_fold", "pair_e": "pair_e"}
+
+
+def sweep_key(kind: str, d: int, H: int, width: int) -> tuple[int, ...]:
+    """The launch-table key a sweep's row for `kind` is stored under at (d, H, storage width in
+    bytes per output / stored dout element): what the kernels' lookups (launch_tables.py) ask."""
+    return {"fwd": (d, H, width), "stack": (d, H, H), "gather": (d, H, H, width), "fold": (d, H, H, width),
+            "pair_e": (d, H)}[kind]
 
 
 def sweep_candidates(kind: str, given: str | None = None) -> list[tuple[int, ...]]:
@@ -344,7 +358,7 @@ def sweep(bw: float, repeat: int, shapes: list[str], heads: list[int], out_path:
             # the forward's and the gather's rows name the storage width they were swept at
             # (bytes per output / stored dout element: 2 in a 16-bit chain, 4 under autocast)
             eb = 2 if DTYPE in (torch.bfloat16, torch.float16) else 4
-            keys = {"fwd": (d, H, eb), "stack": (d, H, H), "gather": (d, H, H, eb), "pair_e": (d, H)}
+            keys = {kind: sweep_key(kind, d, H, eb) for kind in kernels}
             for kind in kernels:
 
                 def fb(be, params=kind != "stack"):

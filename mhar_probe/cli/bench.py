@@ -27,8 +27,11 @@ def routing_parser() -> argparse.ArgumentParser:
     ap.add_argument("--sweep", default="", help="shapes to sweep launch configs on first, e.g. 100M")
     ap.add_argument("--sweep-only", action="store_true", help="stop after the sweep")
     ap.add_argument("--sweep-kernels", default="fwd,gather",
-                    help="which kernels the sweep tunes: " + ", ".join(SWEEP_KINDS) + " (stack: the backward "
-                         "of a stack built without the sites' parameters, which the model does not run)")
+                    help="which kernels the sweep tunes, in order: " + ", ".join(SWEEP_KINDS) + " (stack: the "
+                         "backward of a stack built without the sites' parameters, which the model does not run; "
+                         "gather: judged by the gather and fold kernels, as the fold runs under the gather's row "
+                         "where the table has no fold row; fold: the fold kernel's own rows, two sources per "
+                         "iteration and prefetch 2 among them, judged by the fold kernel alone)")
     ap.add_argument("--launch-table", default=None,
                     help="a launch-table file (what --sweep writes) laid over the built-in table for every "
                          "triton run (KernelConfig.launch_table)")

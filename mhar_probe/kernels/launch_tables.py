@@ -23,6 +23,13 @@ register cap. The built-in table is `launch_tables.json` beside this module;
 `KernelConfig(launch_table=path)` lays a tuned file (`mhar bench routing --sweep` writes one,
 in the same format; it may hold some kernels only) over it, row by row. Shapes with no row
 take the heuristics below.
+
+Rows per card: a file's `devices` entry maps a card's name, exactly as
+`torch.cuda.get_device_name` gives it (`"NVIDIA H200"`), to rows in the same per-kernel format,
+laid over the file's own rows on that card alone. The top-level rows are the default (the
+built-in ones were swept on an H100); a card with no entry, or the CPU interpreter, uses them.
+On a card, `tables_for` gives: built-in rows < built-in rows of the card < the config file's
+rows < the file's rows of the card (each laid over the one before, row by row).
 """
 
 from __future__ import annotations
@@ -56,14 +63,31 @@ class LaunchTables:
     gather: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     fold: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
     pair_e: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    #: card name (torch.cuda.get_device_name) -> rows laid over these on that card (no nesting)
+    devices: dict[str, "LaunchTables"] = field(default_factory=dict)
 
     def over(self, other: "LaunchTables") -> "LaunchTables":
-        """These rows with `other`'s laid over them (other wins per key)."""
-        return LaunchTables(**{k: {**getattr(self, k), **getattr(other, k)} for k in KINDS})
+        """These rows with `other`'s laid over them (other wins per key; per card likewise)."""
+        cards = {name: self.devices.get(name, LaunchTables()).over(other.devices.get(name, LaunchTables()))
+                 for name in {**self.devices, **other.devices}}
+        return LaunchTables(**{k: {**getattr(self, k), **getattr(other, k)} for k in KINDS}, devices=cards)
+
+    def for_device(self, name: str | None) -> "LaunchTables":
+        """The rows a kernel on card `name` looks up: the card's rows (`devices[name]`) laid over
+        the default rows; the default rows alone for a card with none, or `None` (the CPU)."""
+        rows = LaunchTables(**{k: dict(getattr(self, k)) for k in KINDS})
+        card = self.devices.get(name) if name is not None else None
+        return rows if card is None else rows.over(card)
+
+    def _rows_json(self) -> dict:
+        return {k: [[*key, *val] for key, val in getattr(self, k).items()] for k in KINDS}
 
     def to_json(self) -> dict:
-        return dict(schema=SCHEMA, columns={k: [*KEY_COLUMNS[k], *VALUE_COLUMNS[k]] for k in KINDS},
-                    **{k: [[*key, *val] for key, val in getattr(self, k).items()] for k in KINDS})
+        doc = dict(schema=SCHEMA, columns={k: [*KEY_COLUMNS[k], *VALUE_COLUMNS[k]] for k in KINDS},
+                   **self._rows_json())
+        if self.devices:
+            doc["devices"] = {name: card._rows_json() for name, card in sorted(self.devices.items())}
+        return doc
 
     def dump(self, path: str | Path) -> None:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
@@ -124,18 +148,34 @@ class LaunchTables:
 
 def load_tables(path: str | Path) -> LaunchTables:
     """A table file (module docstring); a row of the wrong width or a forward row with fewer
-    than two stages is refused with the file's name."""
+    than two stages is refused with the file's name (and the card's, for a `devices` row)."""
     path = Path(path)
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"launch table {path}: cannot read it ({exc})") from exc
+    cards = data.get("devices", {})
+    if not isinstance(cards, dict) or not all(isinstance(v, dict) for v in cards.values()):
+        raise UserError(f"launch table {path}: `devices` maps a card's name to its rows per kernel "
+                        f"({', '.join(KINDS)})")
+    devices = {}
+    for name, card in cards.items():
+        odd = sorted(set(card) - set(KINDS))
+        if odd:
+            raise UserError(f"launch table {path}: device {name!r} has {', '.join(odd)}; a card's entry "
+                            f"holds rows of {', '.join(KINDS)} only")
+        devices[name] = LaunchTables(**_parse_rows(card, f"{path} (device {name!r})"))
+    return LaunchTables(**_parse_rows(data, str(path)), devices=devices)
+
+
+def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[int, ...]]]:
+    """kind -> {key: values} of one block of rows (a file's top level or one card's entry)."""
     tables = {}
     for kind in KINDS:
         nk, nv = len(KEY_COLUMNS[kind]), len(VALUE_COLUMNS[kind])
         rows = {}
         for row in data.get(kind, []):
-            if len(row) != nk + nv or not all(isinstance(x, (int, bool)) for x in row):
+            if not isinstance(row, list) or len(row) != nk + nv or not all(isinstance(x, (int, bool)) for x in row):
                 raise UserError(f"launch table {path}: a {kind} row is {row}; expected {nk + nv} integers "
                                 f"({', '.join(KEY_COLUMNS[kind] + VALUE_COLUMNS[kind])})")
             key, val = tuple(int(x) for x in row[:nk]), tuple(int(x) for x in row[nk:])
@@ -147,19 +187,46 @@ def load_tables(path: str | Path) -> LaunchTables:
                                 f"{val[5]}; prefetch is 0, 1 or 2 and sources 1 or 2")
             rows[key] = val
         tables[kind] = rows
-    return LaunchTables(**tables)
+    return tables
 
 
-_TABLES: dict[str | None, LaunchTables] = {}
+_FILES: dict[str, LaunchTables] = {}
+_TABLES: dict[tuple[str | None, str | None], LaunchTables] = {}
 
 
-def tables_for(config: KernelConfig) -> LaunchTables:
-    """The built-in table with `config.launch_table`'s rows over it; each file is read once
-    per process."""
+def _file(path: str | Path) -> LaunchTables:
+    key = str(path)
+    if key not in _FILES:
+        _FILES[key] = load_tables(path)
+    return _FILES[key]
+
+
+def tables_for(config: KernelConfig, device: str | None = None) -> LaunchTables:
+    """The rows kernels on card `device` (its name, `card_name`; None: the default rows, as on
+    the CPU) look up: the built-in table's rows for that card with `config.launch_table`'s rows
+    for it laid over them (module docstring). Each file is read once per process."""
     path = config.launch_table
-    hit = _TABLES.get(path)
+    hit = _TABLES.get((path, device))
     if hit is None:
-        if None not in _TABLES:
-            _TABLES[None] = load_tables(BUILTIN)
-        hit = _TABLES[path] = _TABLES[None] if path is None else _TABLES[None].over(load_tables(path))
+        hit = _file(BUILTIN).for_device(device)
+        if path is not None:
+            hit = hit.over(_file(path).for_device(device))
+        _TABLES[(path, device)] = hit
     return hit
+
+
+_CARDS: dict[int, str] = {}
+
+
+def card_name(device) -> str | None:
+    """The name a table's `devices` entry is keyed by for a tensor's `device` (a torch.device):
+    torch.cuda.get_device_name of a CUDA device (once per device index), None otherwise."""
+    if getattr(device, "type", None) != "cuda":
+        return None
+    import torch
+
+    index = device.index if device.index is not None else torch.cuda.current_device()
+    name = _CARDS.get(index)
+    if name is None:
+        name = _CARDS[index] = torch.cuda.get_device_name(index)
+    return name

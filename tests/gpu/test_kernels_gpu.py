@@ -21,7 +21,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs CUDA", allow_module_level=True)
 
 from mhar_probe.kernels import KernelConfig, TritonSourceStack, route_triton  # noqa: E402
-from mhar_probe.kernels.launch_tables import LaunchTables, tables_for  # noqa: E402
+from mhar_probe.kernels.launch_tables import LaunchTables, card_name, tables_for  # noqa: E402
 from mhar_probe.kernels.route.naive import route_reference_f64  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
@@ -362,7 +362,8 @@ def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
                                            (24, 1024, (8,), (1, 2, 0, 0, 1, 2)), (36, 1280, (32, 8), (1, 1, 2, 0, 0, 1))])
 def test_fold_rows_at_model_depth(tmp_path, L, D, heads, row):
     """The fold kernel under a fold row of its own (compiled, fp32, 2L+1 calls): every weight and
-    gradient within 1e-5 of today's fold (the gather's row, one source per iteration), its error
+    gradient within 1e-5 of today's fold (the card's built-in rows: the gather's row with one source
+    per iteration where the card has no fold row of its own, as on the H100), its error
     against float64 within 1.5x of today's (plus 1e-7), and bitwise repeatable."""
     path = table_file(tmp_path, "fold", fold={(D, h, max(heads), 0): row for h in set(heads)})
     kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
@@ -423,7 +424,7 @@ def test_register_cap_is_bitwise_neutral(tmp_path, D):
     ones); a cap low enough to spill still computes the same values. (Other warp counts may
     reduce in another order, so they are not expected to be bitwise equal.)"""
     base = run_chain(TritonSourceStack, torch.bfloat16, D=D, heads=(8,), seed=5)
-    tables = tables_for(KernelConfig())
+    tables = tables_for(KernelConfig(), card_name(torch.device("cuda")))  # the rows `base` ran with
     _, bp, nw, _, stages = tables.fwd_config(D, 8, 2)  # a bf16 chain: 2 bytes per output
     sbp, snw, per_sm, _ = tables.stack_config(D, 8, 8)
     path = table_file(tmp_path, "capped", fwd={(D, 8, 2): (bp, nw, 64, stages)},
@@ -643,3 +644,13 @@ def _replay_check(collect: bool, config: KernelConfig) -> None:
         bitwise = all(torch.equal(a, b) for a, b in zip(static, eager, strict=True))
         record(test="cuda_graph_replay", collect=collect, seed=seed, bitwise=bitwise)
         assert bitwise
+
+
+def test_stack_takes_the_cards_launch_rows():
+    """A stack on this GPU looks its rows up under the card's name (launch_tables.json `devices`:
+    the H200's fold rows there; any other card the default rows)."""
+    name = torch.cuda.get_device_name()
+    stack = TritonSourceStack(2, config=KernelConfig())
+    stack.append(torch.randn(1, 4, 64, device="cuda"))
+    assert stack.launch_tables is tables_for(KernelConfig(), name)
+    record(test="cards_launch_rows", card=name, fold_rows=len(stack.launch_tables.fold))

@@ -28,7 +28,7 @@ from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels.config import DEFAULT, KernelConfig
 from mhar_probe.kernels.launch import cdiv, is_interpreted, next_pow2
-from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
+from mhar_probe.kernels.launch_tables import LaunchTables, card_name, tables_for
 from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg
 from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
@@ -112,7 +112,7 @@ class _RouteLocal(torch.autograd.Function):
             dout = torch.zeros((B, T, D), dtype=sources.dtype, device=sources.device)
         dout = dout.contiguous()
         poison = ctx.cfg.poison
-        block_k, block_p, num_warps, *_ = tables_for(ctx.cfg).fwd_config(D, H)
+        block_k, block_p, num_warps, *_ = tables_for(ctx.cfg, card_name(sources.device)).fwd_config(D, H)
         grid = cdiv(P, block_p)
         dV = _new((N, B, T, D), sources.dtype, sources.device, poison)  # [N, B, T, d]
         epart = _new((grid, D), torch.float32, sources.device, poison)  # per-program E partials
@@ -143,7 +143,7 @@ def _route_local_fwd(sources: Tensor, query: Tensor, norm_weight: Tensor, num_he
     if partial is not None:
         partial = partial.contiguous()
     launch_route_fwd(sources, N, P, query.contiguous(), norm_weight.contiguous(), num_heads, eps,
-                     out, W, partial=partial, gate=gate, tables=tables_for(cfg))
+                     out, W, partial=partial, gate=gate, tables=tables_for(cfg, card_name(sources.device)))
     return out, W
 
 
@@ -348,6 +348,7 @@ class _StackState:
             self.row0 = x.detach().reshape(B * T, D).contiguous()
             self.dtype = x.dtype
             self._len = 1
+            self.launch_tables = tables_for(self.config, card_name(x.device))  # the card's rows
             return
         if x.shape != self.shape or x.device != self.row0.device:
             raise ValueError(f"source {self._len} has shape {tuple(x.shape)} on {x.device}; "

@@ -1,0 +1,110 @@
+"""Launch tables keyed by card (`devices` in launch_tables.json / a --launch-table file): a card
+with rows of its own gets them laid over the default rows, any other card (and the CPU) the
+default rows alone; a config's file is laid over the built-in rows for the same card."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from mhar_probe.errors import UserError
+from mhar_probe.kernels import KernelConfig
+from mhar_probe.kernels import launch_tables as lt
+from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, LaunchTables, card_name, load_tables, tables_for
+
+H200 = "NVIDIA H200"
+#: the H200's fold rows as the sweep chose them (benchmarks/kernels/h200_fold_sweep.json `summary`),
+#: keyed (d, H, HM, bytes): 1B, 350M, 100M at the training microbatches under autocast
+H200_FOLD = {(1280, 8, 8, 4): (1, 2, 1, 0, 1, 2), (1024, 8, 8, 4): (1, 1, 0, 0, 1, 1),
+             (512, 8, 8, 4): (1, 1, 2, 0, 1, 1)}
+
+
+def _rows(t: LaunchTables) -> dict:
+    return {k: getattr(t, k) for k in KINDS}
+
+
+def test_builtin_h200_rows_are_the_sweeps_choice():
+    """The built-in file's H200 entry holds the fold rows the sweep chose (its committed record),
+    and nothing else."""
+    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels/h200_fold_sweep.json").read_text())
+    assert sweep["meta"]["device"] == H200
+    dims = {"1B-train": 1280, "350M-train": 1024, "100M-train": 512}
+    chosen = {(dims[r["shape"]], 8, 8, 4): tuple(r["fold_row"]) for r in sweep["summary"]}
+    assert chosen == H200_FOLD
+    card = load_tables(BUILTIN).devices[H200]
+    assert card.fold == H200_FOLD and not any(getattr(card, k) for k in KINDS if k != "fold")
+
+
+@pytest.mark.parametrize("name", [None, "NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "nvidia h200"])
+def test_unknown_card_falls_back_to_the_default_rows(name):
+    """A card with no entry (names match exactly) and the CPU look up the top-level rows: the
+    fold then runs under the gather's row with one source per iteration, as before the H200 rows."""
+    builtin = load_tables(BUILTIN)
+    got = tables_for(KernelConfig(), name)
+    assert _rows(got) == {k: getattr(builtin, k) for k in KINDS} and got.devices == {}
+    for (d, h, hm, width) in H200_FOLD:
+        bp, warps, pre, cap, first = got.gather_config(d, h, hm, width)
+        assert got.fold_config(d, h, hm, width) == (bp, warps, int(pre), cap, first, 1)
+
+
+def test_h200_lookup_picks_the_h200_rows():
+    """On the H200 the fold rows are the card's; every other kernel's rows, and the fold at widths
+    the card has no row for, are the default ones."""
+    default, h200 = tables_for(KernelConfig()), tables_for(KernelConfig(), H200)
+    for key, row in H200_FOLD.items():
+        bp, warps, pre, cap, first, sources = row
+        assert h200.fold_config(*key) == (bp, warps, pre, cap or None, bool(first), sources)
+        assert h200.fold_config(*key[:3], 2) == default.fold_config(*key[:3], 2)  # 16-bit douts: no row
+        assert h200.gather_config(*key) == default.gather_config(*key)
+        assert h200.fwd_config(key[0], key[1], 4) == default.fwd_config(key[0], key[1], 4)
+    assert h200.fold_config(1280, 8, 8, 4) != default.fold_config(1280, 8, 8, 4)
+
+
+def test_config_file_rows_win_over_the_builtin_card_rows(tmp_path):
+    """built-in < built-in for the card < the file's rows < the file's rows for the card."""
+    key = (1280, 8, 8, 4)
+    file_row, file_card_row = (1, 1, 0, 0, 0, 1), (1, 2, 2, 0, 0, 2)
+    path = tmp_path / "t.json"
+    LaunchTables(fold={key: file_row}).dump(path)
+    assert tables_for(KernelConfig(launch_table=str(path)), H200).fold[key] == file_row
+    path2 = tmp_path / "t2.json"
+    LaunchTables(fold={key: file_row}, devices={H200: LaunchTables(fold={key: file_card_row})}).dump(path2)
+    cfg = KernelConfig(launch_table=str(path2))
+    assert tables_for(cfg, H200).fold[key] == file_card_row
+    assert tables_for(cfg, "NVIDIA H100 80GB HBM3").fold[key] == file_row
+    assert tables_for(cfg, H200).fold[(512, 8, 8, 4)] == H200_FOLD[(512, 8, 8, 4)]  # the built-in card row stays
+
+
+def test_device_rows_round_trip_and_bad_entries_are_refused(tmp_path):
+    tables = LaunchTables(gather={(64, 2, 2, 4): (1, 1, 1, 0, 1)},
+                          devices={"CARD A": LaunchTables(fold={(64, 2, 2, 4): (1, 2, 2, 0, 1, 2)}),
+                                   "CARD B": LaunchTables(fwd={(64, 2, 0): (1, 1, 0, 3)})})
+    path = tmp_path / "t.json"
+    tables.dump(path)
+    assert load_tables(path) == tables
+    assert load_tables(path).for_device("CARD A").fold_config(64, 2, 2, 4) == (1, 2, 2, None, True, 2)
+    assert load_tables(path).for_device("CARD B").fold_config(64, 2, 2, 4) == (1, 1, 1, None, True, 1)
+    for bad, what in (({"devices": []}, "devices"),
+                      ({"devices": {"CARD": {"devices": {}}}}, "CARD"),
+                      ({"devices": {"CARD": {"fold": [[64, 2, 2, 4, 1, 1, 3, 0, 0, 1]]}}}, "CARD"),
+                      ({"devices": {"CARD": {"gather": [[64, 2, 2, 4, 1]]}}}, "CARD")):
+        (tmp_path / "bad.json").write_text(json.dumps(bad))
+        with pytest.raises(UserError, match=f"bad.json.*{what}|{what}.*bad.json"):
+            load_tables(tmp_path / "bad.json")
+
+
+def test_card_name(monkeypatch):
+    """A CUDA device's name as torch reports it (asked once per device index); None elsewhere."""
+    assert card_name(torch.device("cpu")) is None
+    asked = []
+
+    def name(index):
+        asked.append(index)
+        return f"CARD {index}"
+
+    monkeypatch.setattr(lt, "_CARDS", {})
+    monkeypatch.setattr(torch.cuda, "get_device_name", name)
+    assert card_name(torch.device("cuda", 1)) == "CARD 1"
+    assert card_name(torch.device("cuda", 1)) == "CARD 1" and asked == [1]
