@@ -31,6 +31,15 @@
 # Every step has its own `timeout`; a failed or timed-out step leaves the others' results and says so.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
+# the device tool brings back only a few files a call: on exit every log goes into one tarball
+# ($OUT/logs_<time>.tgz, one per invocation), the JSON results stay loose
+pack_logs() {
+  local logs=() f
+  for f in "$OUT"/*.log; do [[ -f $f ]] && logs+=("$(basename "$f")"); done
+  (( ${#logs[@]} )) && tar -czf "$OUT/logs_$(date +%s%N).tgz" -C "$OUT" "${logs[@]}" && (cd "$OUT" && rm -f "${logs[@]}")
+  return 0
+}
+trap pack_logs EXIT
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 OMP_NUM_THREADS=4
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
 what=${1:-all}; presets=${2:-100m 350m}
