@@ -4,6 +4,7 @@ stops a torchrun run (a test's time limit, a benchmark's budget) signals this li
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 
@@ -25,3 +26,12 @@ def descendants(pid: int) -> list[int]:
         found += kids
         frontier = kids
     return found
+
+
+def signal_all(pids: list[int], sig: int) -> None:
+    """Send `sig` to each of `pids`, skipping the ones that have exited meanwhile."""
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass

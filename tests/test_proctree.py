@@ -4,9 +4,10 @@ checked against the pids the shell itself reports for its children and grandchil
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 
-from mhar_probe.proctree import descendants
+from mhar_probe.proctree import descendants, signal_all
 
 
 def test_descendants_are_the_children_and_grandchildren_the_shell_started():
@@ -21,9 +22,17 @@ def test_descendants_are_the_children_and_grandchildren_the_shell_started():
         assert proc.pid not in found and os.getpid() not in found
         assert descendants(grandchild) == []
     finally:
-        for pid in [*descendants(proc.pid), proc.pid]:
-            try:
-                os.kill(pid, 9)
-            except ProcessLookupError:
-                pass
+        signal_all([*descendants(proc.pid), proc.pid], signal.SIGKILL)
         proc.wait()
+
+
+def test_signal_all_reaches_the_live_processes_and_skips_the_gone_ones():
+    gone = subprocess.Popen(["true"])
+    gone.wait()  # reaped: its pid names no process now
+    live = subprocess.Popen(["sleep", "30"])
+    try:
+        signal_all([gone.pid, live.pid], signal.SIGTERM)  # no ProcessLookupError for the first
+        assert live.wait(timeout=10) == -signal.SIGTERM
+    finally:
+        live.kill()
+        live.wait()

@@ -27,7 +27,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from mhar_probe.proctree import descendants
+from mhar_probe.proctree import descendants, signal_all
 
 #: prepended to the body; reads its stem and limit from argv[1:3] and removes them
 GUARD = '''\
@@ -51,14 +51,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def _signal(pids: list[int], sig: int) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            pass
 
 
 @dataclass
@@ -113,9 +105,9 @@ def launch(body: str, args: list[str], *, stem: Path, timeout: float, nproc: int
         killed = True
         below = descendants(proc.pid)
         ranks = below if nproc > 1 else [proc.pid, *below]  # (torchrun itself would die of SIGUSR1)
-        _signal(ranks, signal.SIGUSR1)  # each rank prints its stacks
+        signal_all(ranks, signal.SIGUSR1)  # each rank prints its stacks
         time.sleep(3)
-        _signal([*below, proc.pid], signal.SIGKILL)
+        signal_all([*below, proc.pid], signal.SIGKILL)
         out, err = proc.communicate()
     ranks = {p.name.split(".rank")[-1].removesuffix(".stderr"): p.read_text(errors="replace")
              for p in sorted(stem.parent.glob(f"{stem.name}.rank*.stderr"))}

@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shlex
 import signal
 import subprocess
@@ -34,7 +33,7 @@ import sys
 import time
 from pathlib import Path
 
-from mhar_probe.proctree import descendants
+from mhar_probe.proctree import descendants, signal_all
 
 ARMS = ("mhar", "control")
 
@@ -57,11 +56,7 @@ def stop_tree(proc: subprocess.Popen) -> None:
     sessions of their own: killing torchrun alone would leave them holding the GPUs)."""
     tree = [proc.pid, *descendants(proc.pid)]
     for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in tree:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
+        signal_all(tree, sig)
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
