@@ -39,6 +39,8 @@ def test_order_claim_reads_paired_seed_deltas():
     deltas = [a - b for a, b in zip([3.90, 3.96, 3.87], base)]
     low, high = stats.t.interval(0.95, len(deltas) - 1, loc=sum(deltas) / 3, scale=stats.sem(deltas))
     assert f"[{low:+.3f}, {high:+.3f}]" in ok.ours
+    none = claims.order_claim(LADDER, {"runs": []})  # no seed has all three arms
+    assert none.verdict == claims.INCONCLUSIVE and none.ours == "no seed has baseline, attnres and mhar"
 
 
 def _reads(*triples, draws=64):
@@ -274,7 +276,8 @@ def test_second_rate_claim_reads_each_method_at_its_better_rate_and_waits_for_mi
                     ("best mhar H=8 - best attnres", [2.10 - 2.15, 2.12 - 2.14])):
         mean, sd = np.mean(d), np.std(d, ddof=1)
         half = stats.t.ppf(0.975, 1) * sd / math.sqrt(2)
-        assert f"{name} {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}] (2 seeds)" in c.ours
+        assert f"{name} {mean:+.3f} [{mean - half:+.3f}, {mean + half:+.3f}]" in c.ours
+    assert c.ours.endswith("(2 seeds)")
     assert c.verdict == claims.INCONCLUSIVE  # 1 df: both intervals reach above 0
     tight = {**second, ("attnres", 1): 2.158, ("mhar", 1): 2.108}  # deltas -0.03/-0.032 and -0.05/-0.05
     tight_main = _rows({**{(r["method"], r["seed"]): r["tail_mean"] for r in main}, ("attnres", 1): 2.16})
@@ -285,4 +288,8 @@ def test_second_rate_claim_reads_each_method_at_its_better_rate_and_waits_for_mi
     assert claims.second_rate_claim(plan, "bestvsbest", worse_main, _rows(worse)).verdict == claims.NOT_REPLICATED
     one = dataclasses.replace(plan, grids={**plan.grids, "bestvsbest": {**plan.grids["bestvsbest"], "seeds": [0]}})
     c1 = claims.second_rate_claim(plan=one, grid="bestvsbest", main_runs=main, second_runs=_rows(second))
-    assert c1.verdict == claims.INCONCLUSIVE and "best mhar H=8 - best attnres -0.050 (1 seed, no interval)" in c1.ours
+    assert c1.verdict == claims.INCONCLUSIVE
+    nothing = claims.second_rate_claim(plan, "bestvsbest", main, [])  # no run at the second rate yet
+    assert nothing.verdict == claims.PENDING_RUNS and nothing.ours == "no method has runs at both rates yet"
+    assert "mhar H=8 seed 1 at lr 1e-3" in nothing.note
+    assert "best mhar H=8 - best attnres -0.050 (one seed: no interval) (seed 0)" in c1.ours

@@ -115,20 +115,31 @@ def _tail_means(tails: dict[str, Any], method: str, heads: int | None, kv: int |
             if r["method"] == method and (heads is None or r["H"] == heads) and (kv is None or r["kv"] == kv)}
 
 
-def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
-    """MHAR < AttnRes < baseline: paired per-seed deltas of tail-mean loss, both must be below 0."""
-    kv = plan.main_kv
-    base = _tail_means(tails, "baseline", None, kv)
-    single = _tail_means(tails, "attnres", None, kv)
-    multi = _tail_means(tails, "mhar", plan.mhar_heads, kv)
+def order_deltas(base: dict[int, float], single: dict[int, float], multi: dict[int, float]
+                 ) -> tuple[list[int], tuple[float, float, float], tuple[float, float, float], str]:
+    """The order MHAR < AttnRes < baseline from per-seed losses: the seeds all three share, the t
+    intervals (mean, low, high) of attnres - baseline and MHAR - attnres paired by seed (NaN bounds
+    for one seed), and the verdict: both below 0 replicated, either above 0 not replicated."""
     seeds = sorted(set(base) & set(single) & set(multi))
     if not seeds:
-        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE)
+        none = (math.nan, math.nan, math.nan)
+        return seeds, none, none, INCONCLUSIVE
     d1 = _t_interval([single[s] - base[s] for s in seeds])
     d2 = _t_interval([multi[s] - single[s] for s in seeds])
     v1, v2 = side(d1[1], d1[2], 0.0), side(d2[1], d2[2], 0.0)
     verdict = (NOT_REPLICATED if NOT_REPLICATED in (v1, v2) else REPLICATED if v1 == v2 == REPLICATED
                else INCONCLUSIVE)
+    return seeds, d1, d2, verdict
+
+
+def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
+    """MHAR < AttnRes < baseline: paired per-seed deltas of tail-mean loss, both must be below 0."""
+    kv = plan.main_kv
+    seeds, d1, d2, verdict = order_deltas(_tail_means(tails, "baseline", None, kv),
+                                          _tail_means(tails, "attnres", None, kv),
+                                          _tail_means(tails, "mhar", plan.mhar_heads, kv))
+    if not seeds:
+        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE)
     ours = (f"attnres - baseline {_fmt_interval(*d1)}; {run_label('mhar', plan.mhar_heads)} - attnres "
             f"{_fmt_interval(*d2)} ({len(seeds)} seeds, tail-mean loss)")
     return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order")
@@ -450,57 +461,44 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
 
 def second_rate_claim(plan: Plan, grid: str, main_runs: list[dict[str, Any]], second_runs: list[dict[str, Any]]
                       ) -> Claim:
-    """The order baseline > attnres > MHAR with each method at its own best of two rates (the
-    paper's tab:lrsweep reads each method at its best rate): per method and seed, the lower
-    tail-mean loss of the plan's rate and the second rate, then the deltas of those bests. One seed
-    gives values without an interval (inconclusive); pending while a run at the second rate is
-    missing."""
+    """The order MHAR < AttnRes < baseline in loss with each method at its own best of two rates
+    (the paper's tab:lrsweep reads each method at its best rate): per method and seed, the lower
+    tail-mean loss of the plan's rate and the second rate, then `order_deltas` of those bests. One
+    seed gives values without an interval (inconclusive); pending while a planned run is missing."""
     axes = plan.grids[grid]
     rate, second = plan.recipe["lr"], axes["lrs"][0]
-    h, kv = plan.mhar_heads, plan.main_kv
+    kv = plan.main_kv
     paper = ("the order holds with each method at its own best learning rate (tab:lrsweep: best-vs-best), "
              "so that it is not an artifact of one shared rate")
 
+    def heads(method: str) -> int | None:
+        return plan.mhar_heads if method == "mhar" else None
+
     def tails(rows: list[dict[str, Any]]) -> dict[tuple[str, int], float]:
         return {(r["method"], r["seed"]): r["tail_mean"] for r in rows if r["kv"] == kv
-                and (r["method"] != "mhar" or r["H"] == h) and r["method"] in ("baseline", "attnres", "mhar")}
+                and r["method"] in ("baseline", "attnres", "mhar") and (r["method"] != "mhar" or r["H"] == plan.mhar_heads)}
 
     at_rate, at_second = tails(main_runs), tails(second_runs)
     planned = [(m, s) for m in axes["methods"] for s in axes["seeds"]]
-    missing = [f"{label(m, h if m == 'mhar' else None, kv, s)} at lr {format_lr(second)}" for m, s in planned
-               if (m, s) not in at_second]
-    missing += [f"{label(m, h if m == 'mhar' else None, kv, s)} at lr {format_lr(rate)}" for m, s in planned
-                if (m, s) not in at_rate]
-    parts, best = [], {}
+    missing = [f"{label(m, heads(m), kv, s)} at lr {format_lr(lr)}" for lr, have in ((second, at_second), (rate, at_rate))
+               for m, s in planned if (m, s) not in have]
+    parts, best = [], {m: {} for m in ("baseline", "attnres", "mhar")}
     for m, s in planned:
         a, b = at_rate.get((m, s)), at_second.get((m, s))
-        if a is None or b is None:
-            continue
-        best[m, s] = min(a, b)
-        parts.append(f"{run_label(m, h if m == 'mhar' else None)} seed {s}: {format_lr(rate)} {a:.4f}, {format_lr(second)} {b:.4f} "
-                     f"(best {format_lr(rate if a <= b else second)})")
-    seeds = sorted({s for _, s in planned})
-    pairs = (("attnres", "baseline"), ("mhar", "attnres"))
-    deltas_text, intervals = [], []
-    for hi, lo in pairs:
-        d = [best[hi, s] - best[lo, s] for s in seeds if (hi, s) in best and (lo, s) in best]
-        if len(d) == 1:
-            deltas_text.append(f"best {run_label(hi, h if hi == 'mhar' else None)} - best {run_label(lo, None)} "
-                               f"{d[0]:+.3f} (1 seed, no interval)")
-        elif len(d) >= 2:
-            mean, low, high = _t_interval(d)
-            intervals.append((low, high))
-            deltas_text.append(f"best {run_label(hi, h if hi == 'mhar' else None)} - best {run_label(lo, None)} "
-                               f"{_fmt_interval(mean, low, high)} ({len(d)} seeds)")
-    verdict = INCONCLUSIVE
-    if len(intervals) == len(pairs):
-        verdict = (REPLICATED if all(high < 0 for _, high in intervals)
-                   else NOT_REPLICATED if any(low > 0 for low, _ in intervals) else INCONCLUSIVE)
+        if a is not None and b is not None:
+            best[m][s] = min(a, b)
+            parts.append(f"{run_label(m, heads(m))} seed {s}: {format_lr(rate)} {a:.4f}, {format_lr(second)} {b:.4f} "
+                         f"(best {format_lr(rate if a <= b else second)})")
+    seeds, d1, d2, verdict = order_deltas(best["baseline"], best["attnres"], best["mhar"])
+    if seeds:  # (no seed with all three: inconclusive, the values above only)
+        parts.append(f"best attnres - best baseline {_fmt_interval(*d1)}; best {run_label('mhar', plan.mhar_heads)} "
+                     f"- best attnres {_fmt_interval(*d2)} " + (f"({len(seeds)} seeds)" if len(seeds) > 1 else f"(seed {seeds[0]})"))
     if not parts:
         parts.append("no method has runs at both rates yet")
-    note = (f"each method's lower tail-mean loss of lr {format_lr(rate)} (the study's shared rate) and {format_lr(second)}, same seed; "
-            "replicated: both best-vs-best deltas below 0 over seeds (an interval); one seed gives the values only")
-    return held_back(Claim("second_rate", "; ".join(parts + deltas_text), verdict, note, paper), missing)
+    note = (f"each method's lower tail-mean loss of lr {format_lr(rate)} (the study's shared rate) and "
+            f"{format_lr(second)}, same seed; replicated: both best-vs-best deltas below 0 over seeds (an interval); "
+            "one seed gives the values only")
+    return held_back(Claim("second_rate", "; ".join(parts), verdict, note, paper), missing)
 
 
 @dataclass
