@@ -110,13 +110,18 @@ def test_capture_does_not_change_what_attention_receives(models, tmp_path, monke
     trainer.close()
 
 
-def test_training_attention_refuses_a_padding_mask_or_a_cache():
+def test_training_attention_refuses_what_is_not_a_plain_causal_row():
     """No mask is only right for whole unpadded rows: anything else is an error, not a wrong answer."""
     assert causal_without_mask(q_length=5, kv_length=5) is None
     with pytest.raises(ValueError, match="padding mask"):
         causal_without_mask(q_length=5, kv_length=5, attention_mask=torch.ones(1, 5, dtype=torch.bool))
     with pytest.raises(ValueError, match="cache"):
         causal_without_mask(q_length=1, kv_length=5)
+    assert causal_without_mask(q_length=5, kv_length=5, local_size=8) is None  # the window covers the row
+    with pytest.raises(ValueError, match="sliding window"):
+        causal_without_mask(q_length=5, kv_length=5, local_size=4)
+    with pytest.raises(ValueError, match="bidirectional"):
+        causal_without_mask(q_length=5, kv_length=5, config=Qwen3Config(is_causal=False))
 
 
 def test_cpt_of_a_converted_model_then_eval_at_its_training_length(models, tmp_path):
@@ -145,3 +150,31 @@ def test_eval_length_of_a_converted_model_without_settings(models):
     assert eval_max_length(models["qwen3-delta"], {}, model, None) == LIMIT
     with pytest.raises(EvalError, match="exceeds the model's position limit 64"):
         eval_max_length(models["qwen3-delta"], {}, model, LIMIT + 1)
+
+
+def test_compiled_sublayers_do_not_recompile_when_capture_begins(models, tmp_path, monkeypatch):
+    """The GPU failure's mechanism: the attention sublayers compiled (`compile_sublayers`, as the
+    trainer does on CUDA) trace once in the graph step's eager warm-up; the same forward under
+    "capture" must hit the graphs already made -- a recompilation there is what CUDA refused.
+    The backend only counts the graphs dynamo hands it (no code generation on the CPU)."""
+    from mhar_probe.compiled import compile_sublayers
+
+    compiled: list[int] = []
+
+    def counting(gm, example_inputs):
+        compiled.append(len(example_inputs))
+        return gm.forward
+
+    torch._dynamo.reset()
+    trainer = CPTTrainer(CPTConfig(src=str(models["qwen3-delta"]), out=str(tmp_path / "run"), seq_len=32, **RUN))
+    compile_sublayers(trainer.model, backend=counting)
+    rows = trainer.train_rows[:2]  # [2, T+1]
+    _capturing(monkeypatch, False)
+    trainer._objective(rows)[0].backward()  # the warm-up
+    warm = len(compiled)
+    assert warm >= 2  # the attention and the MLP graph (shared by the layers)
+    _capturing(monkeypatch, True)
+    trainer._objective(rows)[0].backward()  # the capture
+    assert len(compiled) == warm, f"{len(compiled) - warm} graph(s) compiled inside the capture"
+    torch._dynamo.reset()
+    trainer.close()

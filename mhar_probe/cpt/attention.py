@@ -41,14 +41,23 @@ TRAINING_ATTENTION = "mhar_causal_sdpa"
 REPLACES = "sdpa"
 
 
-def causal_without_mask(*, q_length: int, kv_length: int, attention_mask: Any = None, **_: Any) -> None:
+def causal_without_mask(*, q_length: int | None = None, kv_length: int | None = None, attention_mask: Any = None,
+                        local_size: int | None = None, config: Any = None, **_: Any) -> None:
     """The mask of `TRAINING_ATTENTION`: none (SDPA then applies `is_causal=True`). Only right for
-    unpadded rows without a cache (T_q = T_kv, no padding mask); anything else is refused rather
-    than attended to wrongly."""
-    if attention_mask is not None or q_length != kv_length:
-        raise ValueError(f"{TRAINING_ATTENTION} attends causally over whole unpadded rows; it got "
-                         f"{'a padding mask' if attention_mask is not None else 'a cache'} "
-                         f"(q_length {q_length}, kv_length {kv_length})")
+    whole unpadded rows of a causal model without a cache (T_q = T_kv, no padding mask, a sliding
+    window or chunk no shorter than the row); anything else is refused rather than attended to wrongly.
+    (Called by transformers' `create_*_mask` with keywords; the others it passes are not needed.)"""
+    why = None
+    if attention_mask is not None:
+        why = "a padding mask"
+    elif q_length is not None and kv_length is not None and q_length != kv_length:
+        why = f"a cache (q_length {q_length}, kv_length {kv_length})"
+    elif local_size is not None and kv_length is not None and kv_length >= local_size:
+        why = f"a sliding window or chunk of {local_size} within a row of {kv_length}"
+    elif config is not None and not getattr(config, "is_causal", True):
+        why = "a bidirectional model"
+    if why is not None:
+        raise ValueError(f"{TRAINING_ATTENTION} attends causally over whole unpadded rows; it got {why}")
     return None
 
 
