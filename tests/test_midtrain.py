@@ -23,8 +23,11 @@ def test_midtrain_continues_one_converted_base_twice_on_two_processes(tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ['PATH']}",
            "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "MHAR_CACHE_DIR": str(tmp_path / "cache")}
     cmd = ["bash", "benchmarks/multi_gpu/midtrain.sh", "2", "tiny", "8", "6", str(out), "--heads", "2",
-           "--batch-size", "8", "--seq-len", "64", "--eval-every", "3", "--vocab-size", "512",
-           "--corpus-max-bytes", "150000", "--train-args", "--device cpu", "--cpt-args", "--device cpu --lr 3e-3",
+           "--batch-size", "8", "--eval-every", "3", "--vocab-size", "512", "--corpus-max-bytes", "150000",
+           # no --seq-len for the continued training, as on the GPU (issue 36): `mhar cpt` takes its default,
+           # min(1024, the exported base's 2 x 128 positions), and `mhar eval` must find that length for the
+           # converted model too (its config nests the base's)
+           "--train-args", "--device cpu --seq-len 64", "--cpt-args", "--device cpu --lr 3e-3",
            "--eval-device", "cpu", "--eval-limit", "10", "--port", "29681"]
     proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=1200)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
@@ -36,9 +39,11 @@ def test_midtrain_continues_one_converted_base_twice_on_two_processes(tmp_path):
     assert result["base"]["method"] == "baseline" and result["base"]["world_size"] == 2
     arms = result["arms"]
     assert arms["mhar"]["world_size"] == arms["control"]["world_size"] == 2
-    assert arms["mhar"]["tokens"] == arms["control"]["tokens"] == 6 * 8 * 64
-    for arm in ("mhar", "control"):  # mhar eval ran on each arm's model
+    assert arms["mhar"]["tokens"] == arms["control"]["tokens"] == 6 * 8 * 256
+    for arm in ("mhar", "control"):  # mhar eval ran on each arm's model, at the length it was trained at
         assert arms[arm]["heldout"]["bits_per_byte"] > 0
+        assert json.loads((out / f"cpt-{arm}" / "train_config.json").read_text())["seq_len"] == 256
+        assert json.loads((out / f"cpt-{arm}" / "eval" / "provenance.json").read_text())["max_length"] == 256
     kinds = {arm: json.loads((out / f"cpt-{arm}" / "summary.json").read_text())["kind"] for arm in arms}
     assert kinds == {"mhar": "delta", "control": "control"}
 

@@ -9,6 +9,8 @@ accumulation, global-norm clipping, evaluation, resumable checkpoints, metrics) 
     objective   CE + z-loss (1e-4 * mean z^2); metrics log `loss` (= CE) and `z_loss`
     EMA         theta_ema <- 0.999 theta_ema + 0.001 theta after every step, checkpointed,
                 saved as RUN/ema/ (a Hugging Face model) and evaluated at the end
+    attention   SDPA on its causal path without a mask tensor (`attention.TRAINING_ATTENTION`:
+                rows are packed, never padded), also while a CUDA graph is captured
     systems     bf16 autocast on GPU, activation checkpointing, DDP or FSDP2 (torchrun); on one
                 CUDA process CUDA graphs, the fused loss and compiled sublayers (each layer's
                 attention and MLP module, `mhar_probe.compiled`), as in `mhar train`
@@ -32,6 +34,7 @@ from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
 from ..outputs import check_device, refuse_together
 from ..train import Trainer, check_backend_runs_on
+from .attention import REPLACES, attention_implementation, use_training_attention
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
 from .objective import WeightEMA, decay_split, param_groups, z_loss
@@ -64,6 +67,8 @@ class CPTTrainer(Trainer):
         self.seq_len = cfg.seq_len or min(1024, limit)
         if self.seq_len > limit:
             raise UserError(f"--seq-len {self.seq_len} is longer than the model's position limit ({limit})")
+        # train_config.json records the length trained at (what `mhar eval` gives the model by default)
+        cfg.seq_len = self.seq_len
         self.ema: WeightEMA | None = None
 
     @property
@@ -84,6 +89,8 @@ class CPTTrainer(Trainer):
     def build_model(self) -> torch.nn.Module:
         cfg = self.cfg
         model = load_cpt_model(self.src, cfg.control, cfg.routing_backend, self.kernels)
+        # packed, unpadded rows: SDPA's causal path, the same in the graph step's warm-up and capture
+        use_training_attention(model)
         self.model_class = type(model)  # before any FSDP wrapping renames it
         if cfg.checkpointing:
             enable_checkpointing(model)
@@ -163,9 +170,11 @@ class CPTTrainer(Trainer):
         def export(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             return {k: v for k, v in tensors.items() if not (tied and k.endswith("lm_head.weight"))}
 
-        save_hf_dir(self.out, config, export(state), self.model_class, gen)
-        if ema is not None:
-            save_hf_dir(self.out / "ema", config, export({**state, **ema}), self.model_class, gen, self.tokenizer)
+        with attention_implementation(self.model, REPLACES):  # a saved model attends as it was loaded
+            save_hf_dir(self.out, config, export(state), self.model_class, gen)
+            if ema is not None:
+                save_hf_dir(self.out / "ema", config, export({**state, **ema}), self.model_class, gen,
+                            self.tokenizer)
 
 
 def cpt(cfg: CPTConfig) -> dict[str, Any]:

@@ -22,8 +22,8 @@ RUN = dict(steps=12, seq_len=64, batch_size=8, eval_every=4, eval_batches=1, cor
            lr=3e-3, warmup=1, progress=False, checkpoint_every=100, device="cuda")
 
 
-@pytest.mark.parametrize("control", [False, True])
-def test_cpt_compiles_its_sublayers_by_default_and_follows_the_eager_curve(tmp_path, monkeypatch, control):
+def _models(tmp_path, monkeypatch) -> None:
+    """A tiny random Qwen3 in tmp_path/base and its converted form in tmp_path/delta."""
     monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path / "cache"))
     from mhar_probe.data import get_tokenizer, load_corpus
 
@@ -36,6 +36,31 @@ def test_cpt_compiles_its_sublayers_by_default_and_follows_the_eager_curve(tmp_p
     base.save_pretrained(tmp_path / "base")
     tok.save_pretrained(tmp_path / "base")
     convert_checkpoint(tmp_path / "base", tmp_path / "delta", heads=4, num_blocks=2)
+
+
+def test_the_captured_attention_gets_no_mask(tmp_path, monkeypatch):
+    """Issue 36's capture failure: inside `torch.cuda.graph` transformers' stream-capture check made
+    the "sdpa" mask code materialise a [B, 1, T, T] mask that the eager warm-up did not pass, and
+    the compiled attention recompiled inside the capture. Every attention call -- warm-up, capture,
+    evaluation -- now gets no mask (SDPA's is_causal path), and some of them ran under capture."""
+    from mhar_probe.compiled import decoder_layers
+    from mhar_probe.cpt import CPTTrainer
+
+    _models(tmp_path, monkeypatch)
+    trainer = CPTTrainer(CPTConfig(src=str(tmp_path / "delta"), out=str(tmp_path / "run"), **{**RUN, "steps": 3}))
+    seen: list[tuple[bool, bool]] = []  # (capturing, got a mask)
+    for layer in decoder_layers(trainer.model):  # (the layer is not compiled; its self_attn is)
+        layer.register_forward_pre_hook(
+            lambda m, a, kw: seen.append((torch.cuda.is_current_stream_capturing(),
+                                          kw.get("attention_mask") is not None)), with_kwargs=True)
+    summary = trainer.run()
+    assert summary["cuda_graphs"] is True and summary["compiled_sublayers"] is True
+    assert any(capturing for capturing, _ in seen) and not any(mask for _, mask in seen)
+
+
+@pytest.mark.parametrize("control", [False, True])
+def test_cpt_compiles_its_sublayers_by_default_and_follows_the_eager_curve(tmp_path, monkeypatch, control):
+    _models(tmp_path, monkeypatch)
     src = str(tmp_path / ("base" if control else "delta"))
     compiled = cpt(CPTConfig(src=src, out=str(tmp_path / "compiled"), control=control, **RUN))
     eager = cpt(CPTConfig(src=src, out=str(tmp_path / "eager"), control=control, compile_sublayers=False, **RUN))
