@@ -20,7 +20,8 @@ LOCK_PYTHON ?= 3.11
 LATEST_VENV ?= .venv-latest
 LATEST_OVERRIDES ?=
 LATEST_TESTS ?= tests/test_model.py tests/test_hf_remote_code.py tests/test_convert.py tests/test_evaluate.py \
-	tests/test_stats_lm_eval_io.py tests/test_cpt.py tests/test_capture.py tests/test_compiled_sublayers.py
+	tests/test_stats_lm_eval_io.py tests/test_cpt.py tests/test_cpt_attention.py tests/test_capture.py \
+	tests/test_compiled_sublayers.py
 
 .PHONY: setup test test-gpu test-slow test-latest lock demo lab bench clean
 
