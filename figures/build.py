@@ -4,9 +4,9 @@ skipped and why, and an index (index.md, index.json) of both in the output direc
 from __future__ import annotations
 
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 from mhar_probe.atomic import write_json, write_text
 from mhar_probe.errors import UserError
@@ -50,17 +50,26 @@ def default_benchmark_dirs(runs_dir: Path | None) -> list[Path]:
 
 def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] | None = None,
           overwrite: bool = False, benchmarks: Sequence[str | Path] | None = None,
-          evals: str | Path | None = None, mhar_heads: int | None = None) -> BuildReport:
+          evals: str | Path | None = None, mhar_heads: int | None = None,
+          more_runs: Mapping[str, Sequence[str | Path]] | None = None) -> BuildReport:
     """Make every figure/table (or those in `only`) from the inputs; never raises for a skip.
-    `mhar_heads`: the H that stands for MHAR in the comparison tables (default: `choose_mhar_H`)."""
+    `mhar_heads`: the H that stands for MHAR in the comparison tables (default: `choose_mhar_H`).
+    `more_runs`: generator name -> further run folders that generator alone reads beside RUNS_DIR
+    (e.g. {"table_lr_sweep": [second-rate runs]}); every other generator reads RUNS_DIR only."""
     registry = load_generators()
-    if only:
-        unknown = [n for n in only if n not in registry]
+    more = {name: tuple(Path(p) for p in folders) for name, folders in (more_runs or {}).items()}
+    for names in (only or [], more):
+        unknown = [n for n in names if n not in registry]
         if unknown:
             raise UserError(f"unknown figure/table name(s) {', '.join(unknown)}; known: {', '.join(registry)}")
     runs = Path(runs_dir) if runs_dir is not None else None
     if runs is not None and not runs.is_dir():
         raise UserError(f"runs directory {runs} does not exist")
+    if more and runs is None:
+        raise UserError("further run folders need a runs directory beside them")
+    for folder in {p for folders in more.values() for p in folders}:
+        if not folder.is_dir():
+            raise UserError(f"runs directory {folder} does not exist")
     out = Path(out)
     if (out / "index.json").exists() and not overwrite:
         raise UserError(f"{out} already holds figures (index.json); pass --overwrite to regenerate them")
@@ -71,8 +80,8 @@ def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] |
     for name, gen in registry.items():
         if only and name not in only:
             continue
-        try:
-            report.made[name] = gen.make(ctx)
+        try:  # a generator with further folders gets its own context (its own runs dataset)
+            report.made[name] = gen.make(replace(ctx, more_runs=more[name]) if more.get(name) else ctx)
         except Skip as skip:
             report.skipped[name] = skip
         except UserError:

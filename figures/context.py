@@ -28,6 +28,9 @@ def load_paper_values() -> dict[str, Any]:
 class Context:
     runs_dir: Path | None
     out: Path
+    # further run folders whose finished runs join `run_list` / `runs` beside RUNS_DIR's (e.g. a plan's
+    # second-rate runs for table_lr_sweep); routing datasets, evals and benchmarks stay RUNS_DIR's
+    more_runs: tuple[Path, ...] = ()
     overwrite: bool = False
     benchmarks: list[Path] = field(default_factory=list)  # directories searched for benchmark JSON
     evals: Path | None = None  # harness outputs, one sub-directory per run name
@@ -35,23 +38,36 @@ class Context:
     written: list[Path] = field(default_factory=list)
 
     @cached_property
-    def run_list(self) -> list[Run]:
-        """Finished runs under runs_dir, each read once (`analysis.run.Run`); Skip when there are none."""
-        from analysis.runs import read_runs
+    def _read(self) -> tuple[list[Run], Path]:
+        """Finished runs under runs_dir (and `more_runs`), each read once, and the root their names
+        are relative to (RUNS_DIR alone; with more folders, their common parent, so that
+        `runs/NAME` and `bestvsbest/runs/NAME` stay apart); Skip when there are none."""
+        from analysis.runs import find_run_dirs, read_runs
 
         if self.runs_dir is None:
             raise Skip("no runs directory given", ["a RUNS_DIR with training runs"])
-        runs, _ = read_runs(self.runs_dir, finished_only=True)
+        if self.more_runs:
+            dirs = [d for folder in (self.runs_dir, *self.more_runs) for d in find_run_dirs(folder)]
+            runs, root = read_runs(dirs, finished_only=True)
+        else:
+            runs, root = read_runs(self.runs_dir, finished_only=True)[0], self.runs_dir
         if not runs:
-            raise Skip(f"no finished runs under {self.runs_dir}", ["finished training runs (mhar train / mhar sweep)"])
-        return runs
+            where = ", ".join(str(p) for p in (self.runs_dir, *self.more_runs))
+            raise Skip(f"no finished runs under {where}", ["finished training runs (mhar train / mhar sweep)"])
+        return runs, Path(root)
+
+    @property
+    def run_list(self) -> list[Run]:
+        """Finished runs under runs_dir (and `more_runs`), each read once (`analysis.run.Run`); Skip when none."""
+        return self._read[0]
 
     @cached_property
     def runs(self) -> xr.Dataset:
         """The same runs in long form (see analysis.runs), for selecting and pivoting."""
         from analysis.runs import runs_dataset
 
-        return runs_dataset(self.run_list, Path(self.runs_dir))  # type: ignore[arg-type]
+        runs, root = self._read
+        return runs_dataset(runs, root)
 
     def records(self, ds: xr.Dataset) -> list[dict[str, Any]]:
         """The run records (`Run.record`, short runs averaging what they have) of the runs a

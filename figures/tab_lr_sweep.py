@@ -1,6 +1,7 @@
 """Table lrsweep: best-vs-best learning rate. Each method (MHAR at its chosen H) at its own best
 LR (seed-averaged tail-mean), every LR tried listed, delta vs the best baseline of the same
-preset (analysis.stats.curves.best_vs_best)."""
+preset (analysis.stats.curves.best_vs_best). A method trained at one rate only is left out, with
+a note: it has no best of its own to compare."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
 
+NAME = "table_lr_sweep"
 NEEDS = "baseline and method runs at two or more learning rates (mhar sweep --lrs 1e-4 5e-4 1e-3 ...)"
 COLUMNS = ["Scale", "Method", "Tail-mean by LR", "Best LR", "Tail-mean at best", "Delta vs best baseline"]
 
@@ -44,7 +46,7 @@ def _paired_delta(sub, row, base_row) -> float:
     return float(select(sub, **a, **paired)["tail_mean"].mean() - select(sub, **b, **paired)["tail_mean"].mean())
 
 
-@generator("table_lr_sweep", kind="table", paper_ref="tab:lrsweep", needs=NEEDS)
+@generator(NAME, kind="table", paper_ref="tab:lrsweep", needs=NEEDS)
 def make(ctx) -> list[Output]:
     ds = ctx.runs
     t = Table("table_lr_sweep", "Best-vs-best learning rate: each method at its own best LR", COLUMNS)
@@ -60,6 +62,13 @@ def make(ctx) -> list[Output]:
             t.notes.append(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}: each method's learning rates "
                            f"compared on the seeds all its LR cells share (left out: {'; '.join(dropped)}).")
         rows = [r for r in best_vs_best(ctx.records(sub)) if r.method != "mhar" or r.H == H]
+        # a method tried at one rate has no best of its own: its row would read as best-vs-best
+        one_rate = [r for r in rows if r.method != "baseline" and len(r.by_lr) < 2]
+        if one_rate:
+            rows = [r for r in rows if r.method == "baseline" or len(r.by_lr) > 1]
+            t.notes.append(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}: left out, "
+                           "trained at one learning rate only: " + "; ".join(
+                               f"{run_label(r.method, r.H)} (lr {float(next(iter(r.by_lr))):g})" for r in one_rate) + ".")
         base_row = min((r for r in rows if r.method == "baseline"), key=lambda r: r.tail_mean)
         for r in rows:  # delta over the seeds the method's and the baseline's best cells share
             r.delta = _paired_delta(sub, r, base_row)

@@ -432,3 +432,70 @@ def test_benchmark_tables_never_come_from_the_working_directory(tmp_path, monkey
     assert default_benchmark_dirs(tmp_path / "runs") == []
     (tmp_path / "runs" / "benchmarks").mkdir()
     assert default_benchmark_dirs(tmp_path / "runs") == [tmp_path / "runs" / "benchmarks"]
+
+
+def _two_rate_study(root: Path) -> tuple[Path, Path]:
+    """A study's main runs at lr 5e-4 (two seeds) in ROOT/runs and its second-rate runs at 1e-3 (seed 1)
+    in ROOT/bestvsbest/runs, as the demo plans lay them out; baseline is better at 1e-3, the others at 5e-4."""
+    main, second = root / "runs", root / "bestvsbest" / "runs"
+    finals = {"baseline": (3.10, 3.05), "attnres": (3.06, 3.08), "mhar": (3.00, 3.02)}  # (5e-4, 1e-3)
+    for method, (at_main, at_second) in finals.items():
+        H = 8 if method == "mhar" else None
+        for seed in (1, 2):
+            write_run(main, f"{method}-s{seed}-lr5e-4", method=method, H=H, seed=seed, lr=5e-4, steps=40,
+                      final_loss=at_main + 0.002 * seed)
+        write_run(second, f"{method}-s1-lr1e-3", method=method, H=H, seed=1, lr=1e-3, steps=40,
+                  final_loss=at_second + 0.002)
+    for seed in (1, 2):  # at the main rate only: no best of its own
+        write_run(main, f"hyper-s{seed}-lr5e-4", method="hyper", seed=seed, lr=5e-4, steps=40, final_loss=3.04)
+    return main, second
+
+
+def test_lr_sweep_reads_the_second_rate_folder_and_no_other_generator_does(tmp_path):
+    from mhar_probe.demo.run import figures_stage
+
+    main, second = _two_rate_study(tmp_path / "study")
+    alone = build(main, tmp_path / "alone", benchmarks=[])  # one rate: no LR table
+    assert "two or more learning rates" in alone.skipped["table_lr_sweep"].reason
+    figures_stage(main, tmp_path / "both", second_runs=second)
+    index = json.loads((tmp_path / "both" / "index.json").read_text())
+    assert "table_lr_sweep" not in index["skipped"] and list(index["made"]).count("table_lr_sweep") == 1
+    assert set(index["made"]) == set(alone.made) | {"table_lr_sweep"}  # the others' entries kept
+    assert (tmp_path / "both" / "index.md").read_text().count("## table_lr_sweep (table") == 1
+    with open(tmp_path / "both" / "table_lr_sweep.csv") as f:
+        rows = {r["Method"]: r for r in csv.DictReader(f) if r["source"] != "paper"}
+    tail = {(m, lr): tail_mean_of(d / f"{m}-s1-lr{lr}") for m in ("baseline", "attnres", "mhar")
+            for d, lr in ((main, "5e-4"), (second, "1e-3"))}
+    assert {m: float(r["Best LR"]) for m, r in rows.items()} == {"baseline": 1e-3, "attnres": 5e-4, "mhar": 5e-4}
+    notes = (tmp_path / "both" / "table_lr_sweep.md").read_text()
+    assert "left out, trained at one learning rate only: hyper (lr 0.0005)." in notes
+    for m, r in rows.items():  # both rates listed, on seed 1 (the one both folders share)
+        assert r["Tail-mean by LR"] == f"0.0005: {tail[(m, '5e-4')]:.3f}, 0.001: {tail[(m, '1e-3')]:.3f}"
+    assert float(rows["mhar"]["Delta vs best baseline"]) == pytest.approx(
+        tail[("mhar", "5e-4")] - tail[("baseline", "1e-3")], abs=1e-3)
+    # every other output is the main folder's alone (reading both folders as one would change
+    # table_corpus's source run, which sorts first among both rates' runs)
+    others = sorted(p.name for p in (tmp_path / "alone").glob("*.csv"))
+    assert "table_main.csv" in others and "table_seeds.csv" in others
+    for name in others:
+        assert (tmp_path / "both" / name).read_text() == (tmp_path / "alone" / name).read_text(), name
+    mixed = build(tmp_path / "study", tmp_path / "mixed", benchmarks=[])
+    assert (tmp_path / "mixed" / "table_corpus.md").read_text() != (tmp_path / "alone" / "table_corpus.md").read_text()
+    assert "table_lr_sweep" in mixed.made
+
+
+def test_only_a_plan_with_a_second_rate_hands_its_folder_to_the_figures(tmp_path):
+    from mhar_probe.demo.plan import PLANS
+    from mhar_probe.demo.run import second_rate_runs
+
+    (tmp_path / "bestvsbest" / "runs").mkdir(parents=True)
+    assert second_rate_runs(PLANS["study100m"], tmp_path) == tmp_path / "bestvsbest" / "runs"
+    assert second_rate_runs(PLANS["middle"], tmp_path) is None  # no second rate: the main runs only
+    assert second_rate_runs(PLANS["study100m"], tmp_path / "none") is None  # not trained yet
+
+
+def test_more_runs_names_known_generators_and_existing_folders(runs, tmp_path):
+    with pytest.raises(UserError, match="unknown figure/table name"):
+        build(runs, tmp_path / "a", more_runs={"table_lr_swep": [runs]})
+    with pytest.raises(UserError, match="does not exist"):
+        build(runs, tmp_path / "b", more_runs={"table_lr_sweep": [tmp_path / "missing"]})

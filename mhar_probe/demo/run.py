@@ -99,7 +99,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     stage("probe", lambda: probe_stage(plan, out, probed))
     stage("stats", lambda: stats_stage(plan, out, runs, ladder))
     stage("claims", lambda: claims_stage(plan, out))
-    stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads))
+    stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads, second_rate_runs(plan, out)))
     if "report" in todo:
         report = write_report(out, log, time.perf_counter() - start, plan.title, overwrite=overwrite)
         print(f"\n[{plan.name}] done in {time.perf_counter() - start:.0f} s")
@@ -320,13 +320,25 @@ def claims_stage(plan: Plan, out: Path) -> str:
     return text
 
 
-def figures_stage(runs: Path, figures: Path, mhar_heads: int | None = None) -> str:
+def second_rate_runs(plan: Plan, out: Path) -> Path | None:
+    """The folder of the plan's runs at its second learning rate (`Plan.second_rate`), once it exists."""
+    if plan.second_rate is None:
+        return None
+    folder = out / plan.second_rate[0] / "runs"
+    return folder if folder.is_dir() else None
+
+
+def figures_stage(runs: Path, figures: Path, mhar_heads: int | None = None, second_runs: Path | None = None) -> str:
     """Every paper figure and table these runs allow (benchmark tables only from the study's own
     RUNS/benchmarks, so the report does not depend on the folder it is made from), MHAR at the
-    H the plan evaluates, so the tables and the claims compare the same runs."""
+    H the plan evaluates, so the tables and the claims compare the same runs. `second_runs`: the
+    runs at a second learning rate, read by table_lr_sweep alone (beside `runs`); every other
+    table and figure reads `runs` only, one rate."""
     from figures.build import build
+    from figures.tab_lr_sweep import NAME as LR_SWEEP
 
-    report = build(runs, figures, overwrite=True, benchmarks=[runs / "benchmarks"], mhar_heads=mhar_heads)
+    report = build(runs, figures, overwrite=True, benchmarks=[runs / "benchmarks"], mhar_heads=mhar_heads,
+                   more_runs={LR_SWEEP: [second_runs]} if second_runs is not None else None)
     log = _lines(report.lines())
     if report.failed:
         raise UserError(f"stage figures: some generators failed ({', '.join(report.failed)}); see FAILED above")
