@@ -30,6 +30,7 @@ from .. import __version__
 from ..distributed import init_distributed, shutdown
 from ..errors import UserError
 from ..model.routing import choose_backend
+from ..model.saved import position_limit
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
 from ..outputs import check_device, refuse_together
@@ -63,7 +64,7 @@ class CPTTrainer(Trainer):
         if not cfg.control:  # the control is a plain model: nothing in it routes
             cfg.routing_backend = choose_backend(self.device, cfg.routing_backend)
             check_backend_runs_on(cfg.routing_backend, self.device)
-        limit = getattr(text_config(self.src_config), "max_position_embeddings", None) or 1024
+        limit = position_limit(self.src_config) or 1024
         self.seq_len = cfg.seq_len or min(1024, limit)
         if self.seq_len > limit:
             raise UserError(f"--seq-len {self.seq_len} is longer than the model's position limit ({limit})")

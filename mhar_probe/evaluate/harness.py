@@ -155,20 +155,10 @@ def load_model(run: Path, device: str):
     return model, tok
 
 
-def position_limit(config: Any) -> int | None:
-    """`max_position_embeddings` of the model's text config: the config itself for a plain model,
-    the nested base config (`get_text_config()`) for a converted delta model; None if neither says."""
-    limit = getattr(config, "max_position_embeddings", None)
-    get_text = getattr(config, "get_text_config", None)
-    if limit is None and callable(get_text):
-        limit = getattr(get_text(), "max_position_embeddings", None)
-    return int(limit) if limit else None
-
-
 def eval_max_length(run: Path, settings: dict[str, Any], model, override: int | None) -> int:
     """The context the harness gives the model: the training sequence length by default, else the
     model's position limit (a converted delta model keeps it in its nested base config)."""
-    limit = position_limit(model.config)
+    limit = saved.position_limit(model.config)
     if override is not None:
         if override < 2:
             raise EvalError(f"--max-length must be at least 2, got {override}")

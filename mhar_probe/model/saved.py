@@ -10,6 +10,7 @@
                              a floating dtype
     check_finite(model, dir) every loaded floating tensor is finite
     load_model(dir, what)    all of the above around `from_pretrained`
+    position_limit(cfg)      the model's position limit, also where a converted model nests it
 
 Each failure is one `ConfigError` line naming the file and what is wrong. Not imported by the
 model's own modules: a saved run's remote code does not carry it.
@@ -52,6 +53,16 @@ def check_config_values(doc: Mapping[str, Any], where: str) -> None:
         if eps is not None and (not isinstance(eps, (int, float)) or isinstance(eps, bool)
                                 or not 0 < eps < math.inf):
             raise ConfigError(f"{where}: rms_norm_eps={eps!r:.80} must be a finite number above 0")
+
+
+def position_limit(config: Any) -> int | None:
+    """`max_position_embeddings` of the model's text config: the config itself for a plain model,
+    the nested base config (`get_text_config()`) for a converted delta model; None if neither says."""
+    limit = getattr(config, "max_position_embeddings", None)
+    get_text = getattr(config, "get_text_config", None)
+    if limit is None and callable(get_text):
+        limit = getattr(get_text(), "max_position_embeddings", None)
+    return int(limit) if limit else None
 
 
 def read_config(model_dir: str | os.PathLike, what: str = "model config") -> Any:
