@@ -178,3 +178,30 @@ def test_compiled_sublayers_do_not_recompile_when_capture_begins(models, tmp_pat
     assert len(compiled) == warm, f"{len(compiled) - warm} graph(s) compiled inside the capture"
     torch._dynamo.reset()
     trainer.close()
+
+
+def test_a_window_shorter_than_the_row_is_one_line_before_anything_is_written(models, tmp_path, capsys):
+    """A base whose layers attend within a sliding window shorter than the training row would be
+    trained on the wrong attention by the mask-free path: `mhar cpt` refuses it with one line and
+    exit status 2, before the output directory exists; at a --seq-len below the window it trains."""
+    from mhar_probe.cli.cpt import main as cpt_main
+
+    base = Qwen3ForCausalLM.from_pretrained(models["qwen3"])
+    base.config.use_sliding_window, base.config.sliding_window, base.config.max_window_layers = True, 16, 0
+    base.config.layer_types = ["sliding_attention"] * base.config.num_hidden_layers
+    src = tmp_path / "windowed"
+    base.save_pretrained(src)
+    for f in ("tokenizer.json", "tokenizer_config.json"):
+        if (models["qwen3"] / f).exists():
+            (src / f).write_bytes((models["qwen3"] / f).read_bytes())
+    args = ["--control", "--steps", "1", "--batch-size", "4", "--eval-every", "1", "--eval-batches", "1",
+            "--corpus-max-bytes", "150000", "--no-progress"]
+    out = tmp_path / "refused"
+    capsys.readouterr()
+    assert cpt_main([str(src), "--out", str(out), "--seq-len", "32", *args]) == 2
+    # (transformers' weight-loading progress bar comes first: the refusal is after the model is read)
+    lines = [line for line in capsys.readouterr().err.splitlines() if "error" in line.lower()]
+    assert len(lines) == 1 and lines[0].startswith("mhar cpt: error: "), lines
+    assert "window of 16 tokens" in lines[0] and "--seq-len below 16" in lines[0], lines
+    assert not out.exists()
+    assert cpt_main([str(src), "--out", str(tmp_path / "ok"), "--seq-len", "8", *args]) == 0

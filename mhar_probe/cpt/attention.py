@@ -35,6 +35,8 @@ from transformers import AttentionInterface
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface
 
+from ..errors import UserError
+
 #: the registered name of the training attention
 TRAINING_ATTENTION = "mhar_causal_sdpa"
 #: the implementation it stands in for (the one a loaded model uses by default)
@@ -57,8 +59,25 @@ def causal_without_mask(*, q_length: int | None = None, kv_length: int | None = 
     elif config is not None and not getattr(config, "is_causal", True):
         why = "a bidirectional model"
     if why is not None:
-        raise ValueError(f"{TRAINING_ATTENTION} attends causally over whole unpadded rows; it got {why}")
+        raise UserError(f"{TRAINING_ATTENTION} attends causally over whole unpadded rows; it got {why}")
     return None
+
+
+def check_training_rows(config: Any, seq_len: int) -> None:
+    """Refuse (a `UserError`, before anything is trained or written) a model whose rows of `seq_len`
+    tokens the training attention would attend to wrongly: a sliding window or attention chunk
+    shorter than the row, or a bidirectional model. Reads the text config's `layer_types` as
+    transformers' mask code does."""
+    text = config.get_text_config()
+    kinds = set(getattr(text, "layer_types", None) or ["full_attention"])
+    windows = [getattr(text, name, None) for kind, name in (("sliding_attention", "sliding_window"),
+                                                            ("chunked_attention", "attention_chunk_size"))
+               if kind in kinds]
+    local = min((w for w in windows if w is not None), default=None)
+    if local is not None and seq_len >= local:  # (>=, as transformers' own mask skip decides)
+        raise UserError(f"mhar cpt trains whole rows without a mask, and this model attends within a "
+                        f"window of {local} tokens; pass a --seq-len below {local} (now {seq_len})")
+    causal_without_mask(q_length=seq_len, kv_length=seq_len, config=text)  # a bidirectional model
 
 
 def register_training_attention() -> str:

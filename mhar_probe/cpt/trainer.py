@@ -35,7 +35,7 @@ from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
 from ..outputs import check_device, refuse_together
 from ..train import Trainer, check_backend_runs_on
-from .attention import REPLACES, attention_implementation, use_training_attention
+from .attention import REPLACES, attention_implementation, check_training_rows, use_training_attention
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
 from .objective import WeightEMA, decay_split, param_groups, z_loss
@@ -91,7 +91,8 @@ class CPTTrainer(Trainer):
         cfg = self.cfg
         model = load_cpt_model(self.src, cfg.control, cfg.routing_backend, self.kernels)
         # packed, unpadded rows: SDPA's causal path, the same in the graph step's warm-up and capture
-        use_training_attention(model)
+        if use_training_attention(model):
+            check_training_rows(model.config, self.seq_len)
         self.model_class = type(model)  # before any FSDP wrapping renames it
         if cfg.checkpointing:
             enable_checkpointing(model)
