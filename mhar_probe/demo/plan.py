@@ -8,7 +8,8 @@ Two plans ship:
     parameter, three seeds of baseline / attnres / mhar, a kv x H grid and a width ladder.
   * `STUDY` (issue 33, results/study100m): the paper's 100M shape on the built study corpus
     (`mhar corpus build --out corpus`), 250M tokens a run, an lr sweep, three seeds, extra arms and
-    a best-vs-best rate; `MIDDLE`: d=256, L=8 (32-channel heads) at 20 tokens per parameter.
+    a best-vs-best rate; `MIDDLE`: d=256, L=8 (32-channel heads) at 20 tokens per parameter;
+    `STUDY350`: one pair (baseline, MHAR H=8) at the paper's 350M shape, 100M tokens a run.
 """
 
 from __future__ import annotations
@@ -248,4 +249,31 @@ MIDDLE = Plan(
     **STUDY_ANALYSIS,
 )
 
-PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE)}
+#: The paper's 350M shape (issue 33, item 6): d=1024, L=24, 16 attention heads of 64 channels, KV 8,
+#: FFN 4096, T=1024; 385.9M parameters (baseline, tied 8,192-token embeddings; MHAR H=8 0.1M more).
+#: The paper's 350M recipe ("350M/1B use sequence length 1024 and global batch 32"): 32 x 1024 =
+#: 32,768 tokens a step, at the study's rate (5e-4, the paper's unified Table-main rate), 5% warm-up and
+#: cosine to 0.1x. 3,052 steps are 100.0M tokens = 100.0M / 43.65M training tokens = 2.29 epochs of the
+#: study corpus, 0.26 tokens per parameter (the paper's 20K steps: 655M tokens), so the pair reads
+#: short-horizon gains. Two micro-batches of 16 rows a step: 32 rows of 1,024 at 24 layers do not fit an
+#: 80 GB card with MHAR. An evaluation every 50 steps (2 x 32 x 1,024 held-out tokens) puts the
+#: tail-mean's last 11 at steps 2,550-3,052 (the last quarter): 16.4M tokens, the span of STUDY's window
+#: (250 steps x 65,536 tokens).
+STUDY350_STEPS = 3052
+STUDY350_RECIPE = {**STUDY_RECIPE, **dict(batch_size=32, seq_len=1024, micro_batch=16, eval_every=50,
+                                          eval_batches=2, checkpoint_every=250)}
+STUDY350 = Plan(
+    name="study350m",
+    title=("The paper's 350M shape (d=1024, L=24, 64-channel attention heads, KV 8; MHAR H=8: 128-channel "
+           "routing heads) on the study corpus, 100M tokens a run"),
+    preset="350m",  # d=1024, L=24, 16 heads, KV 8, FFN 4096, T=1024
+    steps=STUDY350_STEPS,  # x 32,768 tokens = 100.0M tokens
+    recipe=STUDY350_RECIPE,
+    # H = KV = 8: the paper's choice at 350M (Table main, "MHAR (H=8)"); routing heads of d/H = 128 channels
+    grids=dict(main=dict(methods=["baseline", "mhar"], heads=[8], kv_heads=[8], seeds=[0])),
+    **{**STUDY_ANALYSIS, **dict(main_kv=8, eval_methods=("baseline", "mhar"), mcnemar_pairs=(("baseline", "mhar"),))},
+    paper_deltas=(("mhar", 8, "mhar"),),
+    paper_scale="350m",
+)
+
+PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE, STUDY350)}
