@@ -21,6 +21,11 @@ from ..sweep import SweepGrid
 from ..tail import TAIL_K
 
 
+#: the claim table's six rows every plan can read (demo.claims); a plan whose grids cannot test some
+#: (no single-head arm, no kv x H grid) names the ones it keeps in Plan.core_claims
+CORE_CLAIMS = ("order", "optimum", "excess", "deviation", "replication", "ceg")
+
+
 def evaluation_steps(steps: int, eval_every: int) -> list[int]:
     """The steps a run of `steps` evaluates at: before the first, every `eval_every`-th and the last
     (mhar_probe.train)."""
@@ -79,6 +84,11 @@ class Plan:
     # a row reading the order at a second learning rate (best-vs-best): (results folder relative to this
     # plan's OUT, the grid trained there at the second rate); None: no such row
     second_rate: tuple[str, str] | None = None
+    # a row reading MHAR's gain over the baseline (MHAR at the plan's H minus the same-seed baseline) from
+    # one model scale to the next, over plans trained elsewhere: (plan name in PLANS, its results folder
+    # relative to this plan's OUT), smallest scale first, this plan included as "."
+    scale_rungs: tuple[tuple[str, str], ...] = ()
+    core_claims: tuple[str, ...] = CORE_CLAIMS  # which of the six core rows the plan's grids can test
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -231,6 +241,8 @@ STUDY = Plan(
     # MHAR H=8 - attnres at 16 / 32 / 64-channel routing heads: the GPU ladder, the middle rung, the study
     width_rungs=(("ladder", "../ladder"), ("middle", "middle"), ("study100m", ".")),
     second_rate=("bestvsbest", "bestvsbest"),
+    # MHAR H=8 - baseline at the paper's 100M and 350M shapes: this study and its 350M pair (STUDY350)
+    scale_rungs=(("study100m", "."), ("study350m", "scale350m")),
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
@@ -274,6 +286,9 @@ STUDY350 = Plan(
     **{**STUDY_ANALYSIS, **dict(main_kv=8, eval_methods=("baseline", "mhar"), mcnemar_pairs=(("baseline", "mhar"),))},
     paper_deltas=(("mhar", 8, "mhar"),),
     paper_scale="350m",
+    scale_rungs=(("study100m", ".."), ("study350m", ".")),  # the same row as STUDY's, from this folder
+    # no single-head arm and one H: the order, per-KV optimum and slice-KL excess rows cannot be read
+    core_claims=("deviation", "replication", "ceg"),
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE, STUDY350)}
