@@ -293,3 +293,103 @@ def test_second_rate_claim_reads_each_method_at_its_better_rate_and_waits_for_mi
     assert nothing.verdict == claims.PENDING_RUNS and nothing.ours == "no method has runs at both rates yet"
     assert "mhar H=8 seed 1 at lr 1e-3" in nothing.note
     assert "best mhar H=8 - best attnres -0.050 (one seed: no interval) (seed 0)" in c1.ours
+
+
+def _scale_folder(where, preset: str, kv: int, width: int, tails: dict[tuple[str, int], float],
+                  tokens: int = 100_007_936, parameters: int = 385_929_216) -> None:
+    """A results folder as a device call exports it, reduced to what the scale row reads: the sweep's
+    manifest and, per finished run, its summary (tail-mean, tokens, parameters) and model config."""
+    import json
+
+    from mhar_probe.sweep.manifest import write_manifest
+
+    rows = []
+    for (method, seed), tail in tails.items():
+        h = 8 if method == "mhar" else None
+        name = f"{preset}-{method}-s{seed}"
+        run = where / "runs" / name
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps(dict(finished=True, tail_mean_val_loss=tail, tokens=tokens,
+                                                          parameters=parameters, epochs=tokens / 43.6e6)))
+        (run / "config.json").write_text(json.dumps(dict(hidden_size=8 * width)))
+        rows.append(dict(name=name, status="finished",
+                         axes=dict(preset=preset, method=method, H=h, kv=kv, lr=5e-4, seed=seed, steps=10)))
+    write_manifest(where / "runs", {}, rows)
+
+
+STUDY100 = {("baseline", 0): 2.19, ("baseline", 1): 2.20, ("baseline", 2): 2.21,
+            ("mhar", 0): 2.15, ("mhar", 1): 2.17, ("mhar", 2): 2.17}  # gains -0.04, -0.03, -0.04
+
+
+def test_scale_step_is_a_pooled_two_sample_t_interval():
+    """Against scipy's equal-variance two-sample t (Student's pooled test) where both scales have seeds
+    to spare, and the same formula written out in float64 where the larger scale has one seed."""
+    a = claims.ScaleRung("study100m", "100m", {0: -0.045, 1: -0.029, 2: -0.038}, [])
+    b = claims.ScaleRung("study350m", "350m", {0: -0.090, 1: -0.070}, [])
+    diff, low, high = claims.scale_step(a, b)
+    ref = stats.ttest_ind(list(b.deltas.values()), list(a.deltas.values()), equal_var=True).confidence_interval(0.95)
+    assert (low, high) == pytest.approx((ref.low, ref.high), abs=1e-12)
+    assert diff == pytest.approx(-0.080 - (-0.112 / 3), abs=1e-12)
+    one = claims.ScaleRung("study350m", "350m", {0: -0.090}, [])
+    x = np.array(list(a.deltas.values()))
+    half = stats.t.ppf(0.975, 2) * x.std(ddof=1) * math.sqrt(1 / 3 + 1)  # the one seed varies as the three do
+    assert claims.scale_step(a, one) == pytest.approx((-0.090 - x.mean(), -0.090 - x.mean() - half,
+                                                       -0.090 - x.mean() + half), abs=1e-12)
+    lone = claims.ScaleRung("study100m", "100m", {0: -0.045}, [])
+    assert all(math.isnan(v) for v in claims.scale_step(lone, one)[1:])  # no spread at either scale
+
+
+def test_scale_row_is_pending_while_the_350m_pair_is_missing(tmp_path):
+    _scale_folder(tmp_path, "100m", 4, 64, STUDY100, tokens=250_019_840, parameters=41_957_376)
+    rungs = [claims.ScaleRung.read(name, tmp_path, folder) for name, folder in PLANS["study100m"].scale_rungs]
+    c = claims.scale_claim(rungs)
+    assert c.verdict == claims.PENDING_RUNS
+    assert "study350m: baseline seed 0, mhar H=8 seed 0 (no runs in scale350m)" in c.note
+    assert "100M (study100m: 64-ch routing heads, 250.0M tokens = 5.96 per parameter" in c.ours
+    assert "-0.037 [" in c.ours and "350M (study350m): no seed has both arms yet" in c.ours
+    assert "-0.061 at 100M, -0.149 at 350M" in c.claim and "0.26 per parameter" in c.note
+    # one of the pair in: still pending, and it names the other
+    _scale_folder(tmp_path / "scale350m", "350m", 8, 128, {("baseline", 0): 2.60})
+    c = claims.scale_claim([claims.ScaleRung.read(n, tmp_path, f) for n, f in PLANS["study100m"].scale_rungs])
+    assert c.verdict == claims.PENDING_RUNS and c.note.startswith("runs missing: study350m: mhar H=8 seed 0.")
+
+
+@pytest.mark.parametrize("mhar350, verdict", [(2.45, claims.REPLICATED),  # gain -0.150 against -0.037
+                                              (2.59, claims.INCONCLUSIVE),  # -0.010: inside the seeds' noise
+                                              (2.70, claims.NOT_REPLICATED)])  # +0.100: a loss at 350M
+def test_scale_row_reads_whether_the_gain_grows_from_100m_to_350m(tmp_path, mhar350, verdict):
+    _scale_folder(tmp_path, "100m", 4, 64, STUDY100, tokens=250_019_840, parameters=41_957_376)
+    _scale_folder(tmp_path / "scale350m", "350m", 8, 128, {("baseline", 0): 2.60, ("mhar", 0): mhar350})
+    rungs = [claims.ScaleRung.read(n, tmp_path, f) for n, f in PLANS["study100m"].scale_rungs]
+    assert [r.deltas.keys() for r in rungs] == [{0, 1, 2}, {0}] and rungs[1].width == 128
+    c = claims.scale_claim(rungs)
+    assert c.verdict == verdict
+    gains = np.array([-0.04, -0.03, -0.04])
+    diff = mhar350 - 2.60 - gains.mean()
+    half = stats.t.ppf(0.975, 2) * gains.std(ddof=1) * math.sqrt(1 / 3 + 1)
+    assert f"100M -> 350M {diff:+.3f} [{diff - half:+.3f}, {diff + half:+.3f}]" in c.ours
+    assert f"same seed 0: -0.040 -> {mhar350 - 2.60:+.3f}" in c.ours
+    assert "350M (study350m: 128-ch routing heads, 100.0M tokens = 0.26 per parameter, 2.29 epochs)" in c.ours
+
+
+def test_the_350m_pair_reads_its_own_rows_and_the_scale_row_from_its_folder(tmp_path):
+    """results/study100m/scale350m regenerated on its own: only the rows its grid can test (no
+    single-head arm, one H), its paper delta at 350M, its spread row and the scale row (read from
+    the 100M study one folder up)."""
+    import json
+
+    _scale_folder(tmp_path, "100m", 4, 64, STUDY100, tokens=250_019_840, parameters=41_957_376)
+    pair = tmp_path / "scale350m"
+    _scale_folder(pair, "350m", 8, 128, {("baseline", 0): 2.60, ("mhar", 0): 2.45})
+    (pair / "stats").mkdir()
+    (pair / "stats" / "tails.json").write_text(json.dumps(dict(runs=[
+        dict(method="baseline", H=None, kv=8, seed=0, tail_mean=2.60),
+        dict(method="mhar", H=8, kv=8, seed=0, tail_mean=2.45)])))
+    (pair / "stats" / "ceg.json").write_text(json.dumps(dict(rows=[])))
+    rows = claims.claims_of(PLANS["study350m"], pair)
+    assert [c.key for c in rows] == ["deviation", "replication", "ceg", "delta_mhar", "spread_mhar H=8", "scale"]
+    delta = rows[3]
+    assert delta.ours == "-0.150 (seed 0; 1 seed, no interval)" and "-0.149 at 350M" in delta.claim
+    assert rows[-1].verdict == claims.REPLICATED
+    # STUDY keeps all six core rows
+    assert PLANS["study100m"].core_claims == ("order", "optimum", "excess", "deviation", "replication", "ceg")

@@ -1,6 +1,7 @@
 """The 100M study's plans (issue 33): the paper's shape and recipe, >= 250M tokens a run, a tail-mean
 window inside the last quarter of every grid, the grids' runs, the middle rung at 20 tokens per
-parameter, and the device script's run selection."""
+parameter, the 350M pair (the paper's 350M shape and recipe, >= 100M tokens), and the device script's
+run selection."""
 
 from __future__ import annotations
 
@@ -10,21 +11,24 @@ from pathlib import Path
 import pytest
 import torch
 
-from mhar_probe.demo.plan import MIDDLE, PLANS, STUDY
+from mhar_probe.demo.plan import MIDDLE, PLANS, STUDY, STUDY350
 from mhar_probe.model.config import PRESETS
 from mhar_probe.train import TrainConfig, build_model_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def _params(plan, method="baseline") -> int:
+def _model(plan, method="baseline", kv=4, heads=None):
     from mhar_probe.model import MHARForCausalLM
 
     cfg = TrainConfig(out="/tmp/unused", preset=plan.preset, method=method, vocab_size=plan.recipe["vocab_size"],
-                      kv_heads=4, extra=dict(plan.model))
+                      kv_heads=kv, heads=heads, extra=dict(plan.model))
     with torch.device("meta"):
-        model = MHARForCausalLM(build_model_config(cfg, plan.recipe["vocab_size"], 0))
-    return sum(p.numel() for p in model.parameters())
+        return MHARForCausalLM(build_model_config(cfg, plan.recipe["vocab_size"], 0))
+
+
+def _params(plan, method="baseline", kv=4, heads=None) -> int:
+    return sum(p.numel() for p in _model(plan, method, kv, heads).parameters())
 
 
 def test_study_is_the_papers_100m_shape_and_recipe():
@@ -39,7 +43,49 @@ def test_study_is_the_papers_100m_shape_and_recipe():
     assert PLANS["study100m"] is STUDY and PLANS["middle"] is MIDDLE
 
 
-@pytest.mark.parametrize("plan", [STUDY, MIDDLE], ids=lambda p: p.name)
+def _analytic_params(d: int, layers: int, heads: int, kv: int, ffn: int, vocab: int) -> int:
+    """A Qwen3 decoder's weights with tied embeddings, counted by hand: per layer q, k, v, o, the gated
+    MLP's three matrices, two RMSNorms and q/k norms of head_dim; the embedding and the final norm."""
+    hd = d // heads
+    attn = d * heads * hd + 2 * d * kv * hd + heads * hd * d + 2 * hd
+    return vocab * d + d + layers * (attn + 3 * d * ffn + 2 * d)
+
+
+def test_study350_is_the_papers_350m_shape_and_recipe():
+    assert PLANS["study350m"] is STUDY350
+    assert PRESETS[STUDY350.preset] == dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16,
+                                            num_key_value_heads=8, intermediate_size=4096, seq_len=1024)
+    r = STUDY350.recipe
+    # the paper: "350M/1B use sequence length 1024 and global batch 32"; the study's rate and schedule
+    assert (r["batch_size"], r["seq_len"], r["lr"], r["vocab_size"], r["corpus"]) == (32, 1024, 5e-4, 8192, "corpus")
+    assert r["batch_size"] // r["micro_batch"] == 2 and r["batch_size"] % r["micro_batch"] == 0
+    tokens = STUDY350.steps * r["batch_size"] * r["seq_len"]
+    assert tokens >= 100_000_000 > (STUDY350.steps - 1) * r["batch_size"] * r["seq_len"]
+    evals = list(range(0, STUDY350.steps, r["eval_every"])) + [STUDY350.steps]
+    assert len(evals) >= 11 and evals[-11] >= 0.75 * STUDY350.steps and r["eval_batches"] == 2
+    model = _model(STUDY350, "mhar", kv=8, heads=8)
+    c = model.config
+    assert (c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads, c.intermediate_size,
+            c.routing_heads, c.vocab_size) == (1024, 24, 16, 8, 4096, 8, 8192)
+    assert c.hidden_size // c.num_attention_heads == 64 and c.hidden_size // c.routing_heads == 128
+    base = _params(STUDY350, kv=8)
+    assert base == _analytic_params(1024, 24, 16, 8, 4096, 8192) == 385_929_216
+    assert 0 < sum(p.numel() for p in model.parameters()) - base < 0.001 * base  # the routing queries
+    assert 0.25 < tokens / base < 0.27  # the paper's 20K steps of 32 x 1024: 655M tokens
+
+
+def test_study350_trains_one_pair_and_reads_its_paper_delta():
+    names = [s.name for s in STUDY350.grid(STUDY350.grids["main"]).expand()]
+    assert names == ["350m-baseline-kv8-lr5e-4-s0-n3052", "350m-mhar-h8-kv8-lr5e-4-s0-n3052"]
+    assert (STUDY350.main_kv, STUDY350.mhar_heads, STUDY350.main_seed) == (8, 8, 0)
+    assert STUDY350.eval_methods == ("baseline", "mhar") and STUDY350.mcnemar_pairs == (("baseline", "mhar"),)
+    assert STUDY350.paper_deltas == (("mhar", 8, "mhar"),) and STUDY350.paper_scale == "350m"
+    from mhar_probe.demo.claims import _paper_deltas
+
+    assert _paper_deltas("350m")["deltas"]["mhar"] == pytest.approx(-0.149)
+
+
+@pytest.mark.parametrize("plan", [STUDY, MIDDLE, STUDY350], ids=lambda p: p.name)
 def test_last_eleven_evaluations_lie_in_the_last_quarter_of_every_grid(plan):
     for name, axes in plan.grids.items():
         for spec in plan.grid(axes).expand():
@@ -77,6 +123,14 @@ def test_device_runs_narrow_a_grid():
         mod.narrowed("main", None, 5, tiny=False)
     with pytest.raises(SystemExit, match="unknown grid"):
         mod.narrowed("wide", None, None, tiny=False)
+    plan, name = mod.narrowed("scale350m", "mhar", 0, tiny=False)
+    assert plan.name == "study350m" and plan.recipe == STUDY350.recipe
+    assert [s.name for s in plan.grid(plan.grids[name]).expand()] == ["350m-mhar-h8-kv8-lr5e-4-s0-n3052"]
+    with pytest.raises(SystemExit, match="no method 'attnres'"):
+        mod.narrowed("scale350m", "attnres", None, tiny=False)
+    # the CPU stand-in keeps the plan's two micro-batches a step
+    plan, name = mod.narrowed("scale350m", None, None, tiny=True)
+    assert plan.recipe["batch_size"] // plan.recipe["micro_batch"] == 2 and len(plan.grid(plan.grids[name]).expand()) == 2
 
 
 def test_run_demo_trains_a_grids_own_steps(tmp_path, monkeypatch):

@@ -29,6 +29,8 @@ A plan may add rows (Plan.paper_deltas, Plan.spread_claims; the study at the pap
   * per routed method, whether the queries left their zero initialisation (a uniform read): the
     depth-read spread, TV = 1/2 sum_n |w_n - 1/N| averaged over sites and heads, against the same
     for the matched-norm random queries (z, as the deviation claim), at the main seed.
+  * across model scales (Plan.scale_rungs), whether MHAR's gain over the same-seed baseline grows
+    from one scale to the next, as the paper's Table main has it from 100M to 350M (`scale_claim`).
 A study fills run by run: a claim whose planned runs are not finished is `pending: runs missing`,
 names them and shows what the runs present give (`Study`, `held_back`).
 Nothing here is tuned to the paper: the thresholds are fixed before the numbers are read.
@@ -358,12 +360,16 @@ class Study:
         sweep or the best-vs-best rate, trains into a folder of its own) and the finished ones."""
         from .runs import finished, swept_runs
 
-        lr = plan.recipe["lr"]
-        planned = [(s.method, s.H, s.kv, s.seed) for axes in plan.grids.values()
-                   if "steps" not in axes and all(x == lr for x in axes.get("lrs", [lr]))
-                   for s in plan.grid(axes).expand()]
         present = {(r.method, r.heads, r.kv, r.seed): r.path for r in finished(swept_runs(runs))}
-        return cls(plan, planned, present)
+        return cls(plan, cls.planned_runs(plan), present)
+
+    @staticmethod
+    def planned_runs(plan: Plan) -> list[tuple[str, int | None, int, int]]:
+        """(method, H, KV, seed) of every run the plan trains into OUT/runs at its own rate and length."""
+        lr = plan.recipe["lr"]
+        return [(s.method, s.H, s.kv, s.seed) for axes in plan.grids.values()
+                if "steps" not in axes and all(x == lr for x in axes.get("lrs", [lr]))
+                for s in plan.grid(axes).expand()]
 
     def arms(self, method: str, heads: Any = ANY, seeds: set[int] | None = None, any_kv: bool = False
              ) -> list[tuple[str, int | None, int, int]]:
@@ -434,7 +440,7 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
     none = {"runs": []}
     grid_runs = _grid_runs(out / "runs")
     seeds = seed_probes(plan, out / "runs")
-    claims = [
+    core = [
         held_back(order_claim(plan, tails or none), miss_order),
         held_back(optimum_claim(plan, grid_runs, tails or none), miss_optimum),
         held_back(excess_claim(plan, seeds.excess), study.missing("attnres", seeds=probe),
@@ -446,12 +452,15 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
         held_back(ceg_claim(plan, ceg, tails or none) if ceg is not None
                   else Claim("ceg", "no stats/ceg.json (its runs are missing)", INCONCLUSIVE), miss_ceg),
     ]
+    claims = [c for c in core if c.key in plan.core_claims]
     claims += [delta_claim(plan, study, tails or none, method, heads, key)
                for method, heads, key in plan.paper_deltas]
     if plan.spread_claims:
         claims += spread_claims(plan, study)
     if plan.width_rungs:
         claims.append(width_claim([WidthRung.read(name, out / folder) for name, folder in plan.width_rungs]))
+    if plan.scale_rungs:
+        claims.append(scale_claim([ScaleRung.read(name, out, folder) for name, folder in plan.scale_rungs]))
     if plan.second_rate:
         folder, grid = plan.second_rate
         claims.append(second_rate_claim(plan, grid, grid_runs, _grid_runs(out / folder / "runs")
@@ -575,6 +584,128 @@ def width_claim(rungs: list[WidthRung]) -> Claim:
         verdict = INCONCLUSIVE
     missing = [f"{r.name}: {m}" for r in rungs for m in r.missing]
     return held_back(Claim("width", "; ".join(parts), verdict, rule, paper), missing)
+
+
+@dataclass
+class ScaleRung:
+    """One plan's per-seed gains at one model scale, tail-mean loss of MHAR at the plan's H minus the
+    same-seed baseline at its KV, with what its runs saw (read from the baseline's summary) and the
+    planned runs not finished yet."""
+
+    name: str
+    scale: str  # the paper's scale the plan is read at (a key of figures/paper_values.json main.rows)
+    deltas: dict[int, float]  # seed -> mhar - baseline
+    missing: list[str]
+    tokens: int | None = None  # per run
+    parameters: int | None = None  # the baseline's
+    epochs: float | None = None
+    width: int | None = None  # channels per routing head, d / H
+
+    @classmethod
+    def read(cls, name: str, out: Path, folder: str) -> "ScaleRung":
+        """The rung of plan `name` from its results folder `out / folder` (no runs there yet: every
+        planned run missing; `folder` names it in the claim table, relative to `out`)."""
+        from .plan import PLANS
+
+        plan = PLANS[name]
+        scale = plan.paper_scale or plan.preset
+        runs = out / folder / "runs"
+        h, kv = plan.mhar_heads, plan.main_kv
+        if (runs / "manifest.json").is_file():
+            study = Study.read(plan, runs)
+            rows = _grid_runs(runs)
+        else:
+            study, rows = Study(plan, Study.planned_runs(plan), {}), []
+        tails = {(r["method"], r["seed"]): r["tail_mean"] for r in rows
+                 if r["kv"] == kv and (r["method"] == "baseline" or (r["method"] == "mhar" and r["H"] == h))}
+        seeds = sorted({s for m, s in tails if m == "baseline"} & {s for m, s in tails if m == "mhar"})
+        missing = study.missing("baseline") + study.missing("mhar", h)
+        if missing and not rows:
+            missing = [f"{', '.join(missing)} (no runs in {folder})"]
+        rung = cls(name, scale, {s: tails["mhar", s] - tails["baseline", s] for s in seeds}, missing)
+        for (method, heads, run_kv, _), path in sorted(study.present.items(), key=lambda kv_: kv_[0][3]):
+            if method == "baseline" and run_kv == kv:
+                summary = RunFiles(path).summary()
+                rung.tokens, rung.parameters = summary.get("tokens"), summary.get("parameters")
+                rung.epochs = summary.get("epochs")
+                rung.width = json.loads((path / "config.json").read_text())["hidden_size"] // h
+                break
+        return rung
+
+    def describe(self) -> str:
+        """'100M (study100m: 64-ch routing heads, 250.0M tokens = 5.96 per parameter, 5.73 epochs)'."""
+        seen = []
+        if self.width:
+            seen.append(f"{self.width}-ch routing heads")
+        if self.tokens and self.parameters:
+            seen.append(f"{self.tokens / 1e6:.1f}M tokens = {self.tokens / self.parameters:.2f} per parameter")
+        if self.epochs:
+            seen.append(f"{self.epochs:.2f} epochs")
+        return f"{self.scale.upper()} ({self.name}" + (f": {', '.join(seen)})" if seen else ")")
+
+
+def scale_step(a: ScaleRung, b: ScaleRung) -> tuple[float, float, float]:
+    """(difference, low, high): mean gain at scale b minus mean gain at scale a, a Student t interval
+    with the pooled sd of the two scales' per-seed gains, s_p^2 = sum_i (n_i - 1) s_i^2 / (n_a + n_b - 2),
+    half-width t(0.975, n_a + n_b - 2) s_p sqrt(1/n_a + 1/n_b). A scale of one seed adds no spread of
+    its own, so its seed is taken to vary as the other scale's do; NaN bounds when neither has two."""
+    from scipy import stats
+
+    xa, xb = list(a.deltas.values()), list(b.deltas.values())
+    diff = sum(xb) / len(xb) - sum(xa) / len(xa)
+    df = len(xa) + len(xb) - 2
+    if len(xa) < 2 and len(xb) < 2:
+        return diff, math.nan, math.nan
+
+    def ss(x: list[float]) -> float:
+        m = sum(x) / len(x)
+        return sum((v - m) ** 2 for v in x)
+
+    sp = math.sqrt((ss(xa) + ss(xb)) / df)
+    half = stats.t.ppf(0.5 + LEVEL / 2, df) * sp * math.sqrt(1 / len(xa) + 1 / len(xb))
+    return diff, diff - half, diff + half
+
+
+def scale_claim(rungs: list[ScaleRung]) -> Claim:
+    """MHAR's gain over the baseline (MHAR at H minus the same-seed baseline, tail-mean loss) at each
+    model scale, smallest first, and whether it grows from each scale to the next (`scale_step`):
+    replicated when every step's interval lies below 0 (a larger gain at the larger scale), not
+    replicated when one lies above 0. Pending while a scale's planned runs are missing."""
+    paper_rows = {r.scale: _paper_deltas(r.scale) for r in rungs}
+    paper = ("MHAR (H=8)'s gain over the baseline grows with scale: "
+             + ", ".join(f"{paper_rows[r.scale]['deltas']['mhar']:+.3f} at {r.scale.upper()}" for r in rungs)
+             + " (Table main; one seed each, 20K steps)")
+    parts = []
+    for r in rungs:
+        if r.deltas:
+            mean, low, high = _t_interval(list(r.deltas.values()))
+            seeds = f"{len(r.deltas)} seeds" if len(r.deltas) > 1 else f"seed {next(iter(r.deltas))}"
+            parts.append(f"{r.describe()} {_fmt_interval(mean, low, high)} ({seeds})")
+        else:
+            parts.append(f"{r.describe()}: no seed has both arms yet")
+    verdicts = []
+    for a, b in zip(rungs, rungs[1:]):
+        if not (a.deltas and b.deltas):
+            verdicts.append(INCONCLUSIVE)
+            continue
+        diff, low, high = scale_step(a, b)
+        step = f"{a.scale.upper()} -> {b.scale.upper()} {_fmt_interval(diff, low, high)}"
+        shared = sorted(set(a.deltas) & set(b.deltas))
+        if shared:
+            step += "; same seed " + ", ".join(f"{s}: {a.deltas[s]:+.3f} -> {b.deltas[s]:+.3f}" for s in shared)
+        parts.append(step)
+        verdicts.append(side(low, high, 0.0))
+    verdict = (NOT_REPLICATED if NOT_REPLICATED in verdicts else REPLICATED if verdicts and all(
+        v == REPLICATED for v in verdicts) else INCONCLUSIVE)
+    rule = ("gain = MHAR - the same-seed baseline, tail-mean loss; a step between scales is the difference of "
+            "their seed-mean gains with a Student t interval of the pooled per-seed sd (n_a + n_b - 2 df; a scale "
+            "of one seed is taken to vary as the other's seeds do); replicated: every step below 0 (the gain "
+            "grows), not replicated: one above 0. The scales differ in more than size: the 350M pair sees 100M "
+            "tokens (0.26 per parameter; the paper's 20K steps are 655M tokens), the 100M study 250M "
+            "(6.0 per parameter, 5.7 epochs), so the 350M gain is a short-horizon one, read early in its "
+            "training; its routing heads are 128 channels wide (d = 1024, H = 8) against 64, at KV 8 against 4")
+    missing = [f"{r.name}: {m}" for r in rungs for m in r.missing]
+    return held_back(Claim("scale", "; ".join(parts), verdict, rule, paper), missing)
 
 
 def _paper_deltas(scale: str) -> dict[str, Any]:

@@ -8,7 +8,8 @@ Two plans ship:
     parameter, three seeds of baseline / attnres / mhar, a kv x H grid and a width ladder.
   * `STUDY` (issue 33, results/study100m): the paper's 100M shape on the built study corpus
     (`mhar corpus build --out corpus`), 250M tokens a run, an lr sweep, three seeds, extra arms and
-    a best-vs-best rate; `MIDDLE`: d=256, L=8 (32-channel heads) at 20 tokens per parameter.
+    a best-vs-best rate; `MIDDLE`: d=256, L=8 (32-channel heads) at 20 tokens per parameter;
+    `STUDY350`: one pair (baseline, MHAR H=8) at the paper's 350M shape, 100M tokens a run.
 """
 
 from __future__ import annotations
@@ -18,6 +19,11 @@ from typing import Any
 
 from ..sweep import SweepGrid
 from ..tail import TAIL_K
+
+
+#: the claim table's six rows every plan can read (demo.claims); a plan whose grids cannot test some
+#: (no single-head arm, no kv x H grid) names the ones it keeps in Plan.core_claims
+CORE_CLAIMS = ("order", "optimum", "excess", "deviation", "replication", "ceg")
 
 
 def evaluation_steps(steps: int, eval_every: int) -> list[int]:
@@ -78,6 +84,11 @@ class Plan:
     # a row reading the order at a second learning rate (best-vs-best): (results folder relative to this
     # plan's OUT, the grid trained there at the second rate); None: no such row
     second_rate: tuple[str, str] | None = None
+    # a row reading MHAR's gain over the baseline (MHAR at the plan's H minus the same-seed baseline) from
+    # one model scale to the next, over plans trained elsewhere: (plan name in PLANS, its results folder
+    # relative to this plan's OUT), smallest scale first, this plan included as "."
+    scale_rungs: tuple[tuple[str, str], ...] = ()
+    core_claims: tuple[str, ...] = CORE_CLAIMS  # which of the six core rows the plan's grids can test
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
@@ -230,6 +241,8 @@ STUDY = Plan(
     # MHAR H=8 - attnres at 16 / 32 / 64-channel routing heads: the GPU ladder, the middle rung, the study
     width_rungs=(("ladder", "../ladder"), ("middle", "middle"), ("study100m", ".")),
     second_rate=("bestvsbest", "bestvsbest"),
+    # MHAR H=8 - baseline at the paper's 100M and 350M shapes: this study and its 350M pair (STUDY350)
+    scale_rungs=(("study100m", "."), ("study350m", "scale350m")),
 )
 
 #: The middle rung between the ladder's 16-channel heads and the study's 64: d=256, L=8, 8 heads of 32
@@ -248,4 +261,34 @@ MIDDLE = Plan(
     **STUDY_ANALYSIS,
 )
 
-PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE)}
+#: The paper's 350M shape (issue 33, item 6): d=1024, L=24, 16 attention heads of 64 channels, KV 8,
+#: FFN 4096, T=1024; 385.9M parameters (baseline, tied 8,192-token embeddings; MHAR H=8 0.1M more).
+#: The paper's 350M recipe ("350M/1B use sequence length 1024 and global batch 32"): 32 x 1024 =
+#: 32,768 tokens a step, at the study's rate (5e-4, the paper's unified Table-main rate), 5% warm-up and
+#: cosine to 0.1x. 3,052 steps are 100.0M tokens = 100.0M / 43.65M training tokens = 2.29 epochs of the
+#: study corpus, 0.26 tokens per parameter (the paper's 20K steps: 655M tokens), so the pair reads
+#: short-horizon gains. Two micro-batches of 16 rows a step: 32 rows of 1,024 at 24 layers do not fit an
+#: 80 GB card with MHAR. An evaluation every 50 steps (2 x 32 x 1,024 held-out tokens) puts the
+#: tail-mean's last 11 at steps 2,550-3,052 (the last quarter): 16.4M tokens, the span of STUDY's window
+#: (250 steps x 65,536 tokens).
+STUDY350_STEPS = 3052
+STUDY350_RECIPE = {**STUDY_RECIPE, **dict(batch_size=32, seq_len=1024, micro_batch=16, eval_every=50,
+                                          eval_batches=2, checkpoint_every=250)}
+STUDY350 = Plan(
+    name="study350m",
+    title=("The paper's 350M shape (d=1024, L=24, 64-channel attention heads, KV 8; MHAR H=8: 128-channel "
+           "routing heads) on the study corpus, 100M tokens a run"),
+    preset="350m",  # d=1024, L=24, 16 heads, KV 8, FFN 4096, T=1024
+    steps=STUDY350_STEPS,  # x 32,768 tokens = 100.0M tokens
+    recipe=STUDY350_RECIPE,
+    # H = KV = 8: the paper's choice at 350M (Table main, "MHAR (H=8)"); routing heads of d/H = 128 channels
+    grids=dict(main=dict(methods=["baseline", "mhar"], heads=[8], kv_heads=[8], seeds=[0])),
+    **{**STUDY_ANALYSIS, **dict(main_kv=8, eval_methods=("baseline", "mhar"), mcnemar_pairs=(("baseline", "mhar"),))},
+    paper_deltas=(("mhar", 8, "mhar"),),
+    paper_scale="350m",
+    scale_rungs=(("study100m", ".."), ("study350m", ".")),  # the same row as STUDY's, from this folder
+    # no single-head arm and one H: the order, per-KV optimum and slice-KL excess rows cannot be read
+    core_claims=("deviation", "replication", "ceg"),
+)
+
+PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE, STUDY350)}

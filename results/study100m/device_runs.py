@@ -1,12 +1,13 @@
-"""One stage of a study device call: the runs of one grid of the `study100m` (or `middle`) plan,
-narrowed to a method and a seed if given, through the workbench's own `run_demo` stages.
+"""One stage of a study device call: the runs of one grid of the `study100m` (or `middle`, or
+`study350m`) plan, narrowed to a method and a seed if given, through the workbench's own `run_demo` stages.
 
     python results/study100m/device_runs.py --out /tmp/study100m --stages sweep main baseline 0
     python results/study100m/device_runs.py --out /tmp/middle --stages capture eval middle
+    python results/study100m/device_runs.py --out /tmp/study350m --stages sweep scale350m mhar 0
 
-GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest) or `middle` (MIDDLE's main grid).
-`--steps N` and `--tiny` exist for the CPU check of the device script (a tiny stand-in model and
-corpus cap; the run names keep the plan's preset). Finished runs are skipped and interrupted runs
+GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest), `middle` (MIDDLE's main grid) or
+`scale350m` (STUDY350's main grid: the 350M pair). `--steps N` and `--tiny` exist for the CPU check
+of the device script (a tiny stand-in model and corpus cap; the run names keep the plan's preset). Finished runs are skipped and interrupted runs
 resume from their checkpoint (mhar_probe.sweep), so a call cut off by its time budget loses at
 most the steps since the last checkpoint.
 """
@@ -18,20 +19,22 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mhar_probe.demo.plan import MIDDLE, STUDY, Plan
+from mhar_probe.demo.plan import MIDDLE, STUDY, STUDY350, Plan
 
 #: the CPU stand-in: 2 layers of width 64, 8 heads (8 channels), KV 4 (the grid's), T = 128, 3 MB of the corpus
 TINY_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
                   intermediate_size=128)
 TINY_RECIPE = dict(batch_size=4, seq_len=128, eval_every=5, eval_batches=1, checkpoint_every=5,
                    corpus_max_bytes=3_000_000)
+#: grids trained by a plan of their own (name -> plan, its grid); every other GRID is one of STUDY's
+OWN_PLANS = {"middle": (MIDDLE, "main"), "scale350m": (STUDY350, "main")}
 
 
 def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tuple[Plan, str]:
     """The plan holding only `grid`, its axes narrowed to `method` / `seed` (checked)."""
-    plan, name = (MIDDLE, "main") if grid == "middle" else (STUDY, grid)
+    plan, name = OWN_PLANS.get(grid, (STUDY, grid))
     if name not in plan.grids:
-        sys.exit(f"device_runs: unknown grid {grid!r}; grids: {', '.join([*STUDY.grids, 'middle'])}")
+        sys.exit(f"device_runs: unknown grid {grid!r}; grids: {', '.join([*STUDY.grids, *OWN_PLANS])}")
     axes = dict(plan.grids[name])
     if method is not None:
         if method not in axes["methods"]:
@@ -43,7 +46,10 @@ def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tup
         axes["seeds"] = [seed]
     plan = dataclasses.replace(plan, grids={name: axes})
     if tiny:
-        plan = dataclasses.replace(plan, model={**plan.model, **TINY_MODEL}, recipe={**plan.recipe, **TINY_RECIPE},
+        recipe = {**plan.recipe, **TINY_RECIPE}
+        if plan.recipe.get("micro_batch"):  # accumulate over as many micro-batches as the plan does
+            recipe["micro_batch"] = TINY_RECIPE["batch_size"] * plan.recipe["micro_batch"] // plan.recipe["batch_size"]
+        plan = dataclasses.replace(plan, model={**plan.model, **TINY_MODEL}, recipe=recipe,
                                    eval_limit=20, eval_batch_size=4, capture_tokens=512)
     return plan, name
 

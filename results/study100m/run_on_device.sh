@@ -2,10 +2,11 @@
 # One device call of the 100M study (results/study100m/README.md). Carry corpus.tar.xz (the built corpus,
 # `mhar corpus pack`) and .whl (hyper-connections, h5netcdf, the LM Evaluation Harness and its dependencies,
 # installed into /tmp/site beside the project).
-#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] GRID [METHOD [SEED]]
+#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] GRID [METHOD [SEED]]
 #   GRID: lrsweep | main | extra | hw | bestvsbest (plan study100m) | middle (plan middle)
+#         | scale350m (plan study350m: the 350M pair, exported as results/study100m/scale350m)
 # Trains the named runs (finished ones are skipped, an interrupted one resumes from its checkpoint in
-# /tmp/<plan>[_lrsweep|_bestvsbest], kept between calls on the same warm machine), stops training --reserve seconds before the
+# /tmp/<plan>[_lrsweep|_bestvsbest] (/tmp/study350m for scale350m), kept between calls on the same warm machine), stops training --reserve seconds before the
 # --budget, captures and evaluates the finished runs, exports them without weights to
 # $OUT/part_<args>.tar.gz with the log beside it, and prints a table of the runs last.
 set -uo pipefail
@@ -19,10 +20,10 @@ while [[ $# -gt 0 && $1 == --* ]]; do
     *) echo "run_on_device.sh: unknown option $1"; exit 2;;
   esac
 done
-[[ $# -ge 1 ]] || { echo "usage: run_on_device.sh [--steps N] [--tiny] [--budget S] GRID [METHOD [SEED]]"; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] GRID [METHOD [SEED]]"; exit 2; }
 start=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
-plan=study100m; [[ $1 == middle ]] && plan=middle
+plan=study100m; [[ $1 == middle ]] && plan=middle; [[ $1 == scale350m ]] && plan=study350m
 # one rate per study folder (the report stages pick runs by method and seed): the sweep and the
 # best-vs-best rate train into folders of their own, exported as results/study100m/{lrsweep,bestvsbest}
 folder=$plan; [[ $1 == lrsweep || $1 == bestvsbest ]] && folder=${plan}_$1
