@@ -2,7 +2,9 @@
 # One device call of the 100M study (results/study100m/README.md). Carry corpus.tar.xz (the built corpus,
 # `mhar corpus pack`) and .whl (hyper-connections, h5netcdf, the LM Evaluation Harness and its dependencies,
 # installed into /tmp/site beside the project).
-#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] GRID [METHOD [SEED]]
+#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] [--nproc N] GRID [METHOD [SEED]]
+# --nproc N: train under torchrun on N GPUs of one host (DDP; the global batch, data order and schedule
+# are the plan's, split over the ranks); capture and evaluation stay one process on GPU 0.
 #   GRID: lrsweep | main | extra | hw | bestvsbest (plan study100m) | middle (plan middle)
 #         | scale350m (plan study350m: the 350M pair, exported as results/study100m/scale350m)
 # Trains the named runs (finished ones are skipped, an interrupted one resumes from its checkpoint in
@@ -10,17 +12,20 @@
 # --budget, captures and evaluates the finished runs, exports them without weights to
 # $OUT/part_<args>.tar.gz with the log beside it, and prints a table of the runs last.
 set -uo pipefail
-steps=(); tiny=(); budget=560; reserve=170
+steps=(); tiny=(); budget=560; reserve=170; nproc=1
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --steps) steps=(--steps "$2"); shift 2;;
     --tiny) tiny=(--tiny); shift;;
     --budget) budget=$2; shift 2;;
     --reserve) reserve=$2; shift 2;;
+    --nproc) nproc=$2; shift 2;;
     *) echo "run_on_device.sh: unknown option $1"; exit 2;;
   esac
 done
-[[ $# -ge 1 ]] || { echo "usage: run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] GRID [METHOD [SEED]]"; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] [--nproc N] GRID [METHOD [SEED]]"; exit 2; }
+[[ $nproc =~ ^[1-9][0-9]*$ ]] || { echo "run_on_device.sh: --nproc wants a positive whole number, got '$nproc'"; exit 2; }
+trainer=(python3); [[ $nproc -gt 1 ]] && trainer=(python3 -m torch.distributed.run --standalone --nproc_per_node "$nproc")
 start=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 plan=study100m; [[ $1 == middle ]] && plan=middle; [[ $1 == scale350m ]] && plan=study350m
@@ -44,7 +49,7 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 MHAR_CACHE_DIR=/tmp/mhar-cac
 stamp=$(mktemp); touch "$stamp"
 left=$(( budget - reserve - ($(date +%s) - start) ))
 if [[ $left -gt 10 ]]; then
-  timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" "$@" --stages sweep \
+  timeout --signal=INT "$left" "${trainer[@]}" results/study100m/device_runs.py --out "$study" "$@" --stages sweep \
     "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
   echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
