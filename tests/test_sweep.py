@@ -101,3 +101,20 @@ def test_cli_dry_run_and_refuses_foreign_directory(tmp_path, capsys):
     args = p.parse_args(["sweep", "--out", str(tmp_path / "g"), "--grid", str(grid_file), "--dry-run"])
     assert args.func(args) == 0
     assert "tiny-hyper-kv2-lr5e-4-s2-n300" in capsys.readouterr().out
+
+
+def test_only_rank_zero_judges_the_sweep_directory(tmp_path, monkeypatch):
+    """Under torchrun rank 0 creates OUT, locks it and writes the manifest through a temporary file
+    before the ranks meet; another rank that read OUT in that window saw a half-written sweep
+    (the temporary, no manifest yet) and refused it, which stopped a 4-GPU launch. Only rank 0
+    judges OUT; the others read their runs' own folders."""
+    out = tmp_path / "s"
+    out.mkdir()
+    (out / ".manifest.json.k3x9.tmp").write_text("{")  # rank 0's manifest, half written
+    grid = SweepGrid(steps=[2], common=COMMON)
+    monkeypatch.setenv("RANK", "1")
+    result = run_sweep(grid, out, dry_run=True)
+    assert result.before == {s.name: "pending" for s in grid.expand()}
+    monkeypatch.setenv("RANK", "0")
+    with pytest.raises(UserError, match="no manifest"):
+        run_sweep(grid, out, dry_run=True)

@@ -79,6 +79,14 @@ def _check_out(out: Path, grid: SweepGrid, overwrite: bool) -> list[dict[str, An
     return manifest["runs"]
 
 
+def _checked_rows(out: Path, grid: SweepGrid, overwrite: bool, main: bool) -> list[dict[str, Any]]:
+    """`_check_out` on rank 0 alone. Under torchrun rank 0 owns OUT: it creates it, takes its lock and
+    writes the manifest (atomically, through a temporary file beside it) before the ranks meet, so
+    another rank reading OUT meanwhile could see a half-written sweep directory and refuse it. Those
+    ranks write nothing and keep no manifest rows; rank 0's refusal stops the whole launch."""
+    return _check_out(out, grid, overwrite) if main else []
+
+
 def _action(run_dir: Path, overwrite: bool) -> str:
     """skip | resume | restart | train for one run directory, from its status."""
     status = run_status(run_dir)
@@ -116,7 +124,8 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
         grid = SweepGrid.from_dict(grid)
     out = Path(out)
     specs = grid.expand()
-    kept = _check_out(out, grid, overwrite)
+    main = _rank() == 0
+    kept = _checked_rows(out, grid, overwrite, main)
     result = SweepResult(out=out, runs=specs)
     for spec in specs:
         result.before[spec.name] = run_status(out / spec.name)
@@ -126,12 +135,11 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
     _check_runs(out, specs, grid, overwrite)
     check_device(grid.common.get("device"))
 
-    main = _rank() == 0
     # one sweep at a time in OUT: a second one (or --overwrite of a running one) is refused here,
     # naming the holder; each run's own lock is then taken by its trainer before it is touched
     lock = RunLock(out).acquire() if main else None
     try:
-        kept = _check_out(out, grid, overwrite)  # again, under the lock
+        kept = _checked_rows(out, grid, overwrite, main)  # again, under the lock
         return _run_locked(grid, out, specs, kept, result, overwrite=overwrite, progress=progress, main=main,
                            on_run=on_run)
     finally:
