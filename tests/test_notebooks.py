@@ -106,9 +106,10 @@ def test_the_study_notebook_on_a_study_before_its_first_routed_run(tmp_path, mon
     assert "Routed runs of the main seed not in yet: attnres seed 0, mhar H=8 seed 0" in text
     assert "No captured multi-head MHAR run yet: no per-head deviations (waiting for mhar H=8 seed 0)." in text
     assert "skipped probe tables: no captured routed run" in text
-    assert "perhead: skipped, no captured routing datasets" in text
+    assert "perhead: skipped, no captured multi-head (mhar, H > 1) run with probes" in text
     assert "The committed claims.md differs from the table regenerated from the runs present" in text
-    assert "100M (study100m): pending: runs missing: 16\n" in text  # every claim of the 100M part waits (the scale row too)
+    # every claim of the 100M part waits: 6 core rows, 4 paper deltas, 5 spreads, width, scale, best-vs-best
+    assert "100M (study100m): pending: runs missing: 18\n" in text
     assert _files(study) == before
 
 
