@@ -269,8 +269,8 @@ MIDDLE = Plan(
 #: study corpus, 0.26 tokens per parameter (the paper's 20K steps: 655M tokens), so the pair reads
 #: short-horizon gains. Two micro-batches of 16 rows a step: 32 rows of 1,024 at 24 layers do not fit an
 #: 80 GB card with MHAR. An evaluation every 50 steps (2 x 32 x 1,024 held-out tokens) puts the
-#: tail-mean's last 11 at steps 2,550-3,052 (the last quarter): 16.4M tokens, the span of STUDY's window
-#: (250 steps x 65,536 tokens).
+#: tail-mean's last 11 at steps 2,600-3,052 (every 50th and the last; inside the last quarter):
+#: 452 steps x 32,768 = 14.8M tokens.
 STUDY350_STEPS = 3052
 STUDY350_RECIPE = {**STUDY_RECIPE, **dict(batch_size=32, seq_len=1024, micro_batch=16, eval_every=50,
                                           eval_batches=2, checkpoint_every=250)}
