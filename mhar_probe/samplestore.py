@@ -394,3 +394,26 @@ def differing_items(shards: list[Shard]) -> list[Any]:
     ids = set().union(*sets)
     out = [json.loads(d) for d in ids if len({frozenset(s.get(d, ())) for s in sets}) > 1]
     return sorted(out, key=_doc_order)
+
+
+def share_shards(root: str | Path) -> list[Path]:
+    """Keep one copy of each prompt shard under `root`, in `root/prompts/`: every other `prompts/`
+    folder below `root` gives up the shards that copy holds (moving its first copy there). Readers
+    find a shard in the nearest `prompts/` above a compact file (`find_shard`), so every study
+    folder below `root` (a rate, a rung, a scale, each exported with its own `runs/evals/prompts/`)
+    reads the one copy. A shard is named by its content and each copy is checked (`read_shard`)
+    before one is removed; a folder left empty is removed. Returns the shard files removed."""
+    root = Path(root)
+    shared = root / PROMPTS_DIR
+    removed: list[Path] = []
+    for folder in sorted(p for p in root.rglob(PROMPTS_DIR) if p.is_dir() and p != shared):
+        for path in sorted(folder.glob("*.jsonl.gz")):
+            shard = read_shard(path)
+            target, written = write_shard(shard, shared)
+            read_shard(target)
+            path.unlink()
+            if not written:
+                removed.append(path)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+    return removed

@@ -18,7 +18,7 @@ from analysis.stats.compare import compare_eval_dirs
 from analysis.stats.errors import StatsError
 from analysis.stats.lm_eval_io import read_samples
 from mhar_probe.samplestore import (COMPACT_SUFFIX, SampleStoreError, compact, convert_folder, expand,
-                                    read_compact, read_shard)
+                                    find_shard, read_compact, read_shard, share_shards)
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "tests" / "data" / "lm_eval"
@@ -119,8 +119,7 @@ def test_committed_compact_files_restore_the_originals(path, tmp_path):
     again.parent.mkdir(parents=True)
     again.write_bytes(data)
     done = compact(again, tmp_path / "evals" / "prompts")
-    committed_shard = path.parents[2] / "prompts" / done.shard.name
-    assert committed_shard.is_file()  # the same prompt set, so the same name
+    committed_shard = find_shard(path, done.shard.name)  # the same prompt set, so the same name
     assert gzip.decompress(done.shard.read_bytes()) == gzip.decompress(committed_shard.read_bytes())
     assert gzip.decompress(done.path.read_bytes()) == gzip.decompress(path.read_bytes())
 
@@ -143,6 +142,37 @@ def test_runs_share_a_shard_and_a_differing_prompt_is_kept_beside_it(tmp_path):
         (path,) = (evals / run / run).iterdir()
         assert [rec for _, rec in read_compact(path)] == records
     assert not list(evals.rglob("*.jsonl")) and len(list(evals.rglob("*.jsonl.gz"))) == 5
+
+
+def test_sibling_studies_share_one_copy_of_their_prompts(tmp_path):
+    """Two exported study folders under one root (a rate, a scale) each hold the same shard; after
+    share_shards the root holds it once, each folder's readers still restore every record, and a
+    shard only one folder has moves up too."""
+    changed = [dict(r, doc=dict(r["doc"], question="other")) if r["doc_id"] == 2 else r for r in TINY]
+    for study, records in (("main", TINY), ("scale", TINY), ("rate", changed)):
+        _samples(tmp_path / study / "runs" / "evals", "r", records)
+        convert_folder(tmp_path / study / "runs" / "evals")
+    before = {p.name for p in tmp_path.rglob("prompts/*.jsonl.gz")}
+    assert len(list(tmp_path.rglob("prompts/*.jsonl.gz"))) == 3 and len(before) == 2
+    removed = share_shards(tmp_path)
+    assert [p.relative_to(tmp_path).parts[0] for p in removed] == ["scale"]  # main's copy moved up first
+    assert {p.name for p in (tmp_path / "prompts").iterdir()} == before
+    assert not [p for p in tmp_path.rglob("prompts") if p != tmp_path / "prompts"]
+    for study, records in (("main", TINY), ("scale", TINY), ("rate", changed)):
+        (path,) = (tmp_path / study / "runs" / "evals" / "r" / "r").iterdir()
+        assert [rec for _, rec in read_compact(path)] == records
+    assert share_shards(tmp_path) == []  # nothing left to share
+
+
+def test_sharing_refuses_a_damaged_copy_and_keeps_it(tmp_path):
+    for study in ("a", "b"):
+        _samples(tmp_path / study / "runs" / "evals", "r", TINY)
+        convert_folder(tmp_path / study / "runs" / "evals")
+    (damaged,) = (tmp_path / "b" / "runs" / "evals" / "prompts").iterdir()
+    damaged.write_bytes(gzip.compress(b"not a shard\n"))
+    with pytest.raises(SampleStoreError, match="not a prompt shard|damaged"):
+        share_shards(tmp_path)
+    assert damaged.exists()
 
 
 def test_conversion_is_idempotent(tmp_path):
@@ -282,3 +312,24 @@ def test_export_writes_the_compact_form_and_adds_prompt_sets_beside_committed_on
     with pytest.raises(SampleStoreError, match="prompt conflict"):
         export_study(first, dest)
     assert gzip.decompress(shard1.read_bytes()).decode() == text and packed1.is_file()  # nothing lost
+
+
+def test_an_export_of_a_folder_whose_prompts_are_shared_carries_them(tmp_path):
+    """After share_shards a folder's prompt sets live above its runs; exporting it (exporting an
+    export) still writes every set its compact files name into the copy's runs/evals/prompts."""
+    from mhar_probe.demo.export import export_study
+
+    dest = tmp_path / "study"
+    changed = [dict(r, doc=dict(r["doc"], question="other")) if r["doc_id"] == 0 else r for r in TINY]
+    _samples(tmp_path / "call1" / "runs" / "evals", "r1", TINY)
+    _samples(tmp_path / "call2" / "runs" / "evals", "r2", changed)
+    export_study(tmp_path / "call1", dest)
+    export_study(tmp_path / "call2", dest)
+    share_shards(tmp_path)
+    assert not (dest / "runs" / "evals" / "prompts").exists() and len(list((tmp_path / "prompts").iterdir())) == 2
+    copy = tmp_path / "copy"
+    export_study(dest, copy)
+    assert len(list((copy / "runs" / "evals" / "prompts").iterdir())) == 2
+    for run, records in (("r1", TINY), ("r2", changed)):
+        (path,) = (copy / "runs" / "evals" / run / run).iterdir()
+        assert [r for _, r in read_compact(path)] == records

@@ -32,6 +32,8 @@ def regenerated(tmp_path_factory) -> Path:
     shutil.copytree(STUDY_DIR / "runs", out / "runs")  # the exported inputs only
     shutil.copytree(STUDY_DIR / "middle" / "runs", out / "middle" / "runs")  # the width row's rungs
     shutil.copytree(STUDY_DIR / "bestvsbest" / "runs", out / "bestvsbest" / "runs")  # the second rate's runs
+    shutil.copytree(STUDY_DIR / "scale350m" / "runs", out / "scale350m" / "runs")  # the scale row's 350M pair
+    shutil.copytree(STUDY_DIR / "prompts", out / "prompts")  # the evaluations' prompt sets, shared by every part
     shutil.copytree(STUDY_DIR.parent / "ladder" / "runs", out.parent / "ladder" / "runs")
     run_demo(out, plan=STUDY, stages=["probe", "stats", "claims", "figures", "report"])
     return out
@@ -74,9 +76,11 @@ def test_missing_runs_are_skipped_with_a_note_and_their_claims_pending(regenerat
     assert width["verdict"] != PENDING_RUNS
     assert all(w in width["ours"] for w in ("16-ch ladder", "32-ch middle", "64-ch study100m"))
     assert width["ours"].count("(3 seeds)") == 3 and "step by step 16->32" in width["ours"]
-    # the scale row reads the 100M gain over three seeds and waits for the 350M pair (scale350m/)
+    # the scale row reads the 100M gain over three seeds and waits for the 350M pair's MHAR run
+    # (scale350m/: its baseline finished, its MHAR run interrupted, so not a finished run)
     scale = claims["scale"]
-    assert scale["verdict"] == PENDING_RUNS and "(no runs in scale350m)" in scale["note"]
+    assert scale["verdict"] == PENDING_RUNS and "study350m: mhar H=8 seed 0" in scale["note"]
+    assert "baseline seed 0" not in scale["note"]
     assert "100M (study100m: 64-ch routing heads" in scale["ours"] and "(3 seeds)" in scale["ours"]
     # best-vs-best: baseline, attnres and MHAR H=8 at 1e-3 are in, at one seed (values, no interval)
     second = claims["second_rate"]

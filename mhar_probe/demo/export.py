@@ -25,7 +25,8 @@ import shutil
 from pathlib import Path
 
 from ..runfiles import CONFIG, CORPUS, METRICS, METRICS_GZ, ROUTING, SUMMARY, TRAIN_CONFIG
-from ..samplestore import PROMPTS_DIR, compact, compact_name, is_harness_samples, read_shard, write_shard
+from ..samplestore import (PROMPTS_DIR, compact, compact_name, find_shard, is_compact, is_harness_samples, read_header,
+                           read_shard, write_shard)
 from ..sweep.manifest import read_manifest, write_manifest
 
 RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, CORPUS, METRICS, ROUTING)
@@ -80,6 +81,10 @@ def export_study(out: Path, dest: Path) -> list[Path]:
         elif f.parent.name == PROMPTS_DIR and f.parent.parent == evals:  # a prompt set (exporting an export)
             shard, _ = write_shard(read_shard(f), dst.parent)  # checked; one already there must be the same
             written += [shard] if shard not in written else []
+        elif is_compact(f):  # exporting an export: its prompt set may be shared above it (share_shards)
+            shutil.copy2(f, dst)
+            shard, _ = write_shard(read_shard(find_shard(f, read_header(f)["prompts"])), prompts)
+            written += [dst] + ([shard] if shard not in written else [])
         else:
             shutil.copy2(f, dst)
             written.append(dst)
