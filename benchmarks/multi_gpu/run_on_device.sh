@@ -9,6 +9,10 @@
 # 1. tests: the DDP / FSDP2 GPU tests (tests/gpu/test_distributed_gpu.py: each test launches torchrun
 #    --nproc_per_node 2 itself), one pytest process per test, in the order of TESTS below, each under
 #    `timeout` and within TESTS_S (235) seconds in all; a test that no longer fits is skipped and said so.
+#    Test 6, last (the 4 -> 2 GPU resume: a 4-GPU reference, a 4-GPU run cut after 4 steps, its 2-GPU
+#    resume), needs 4 GPUs: NPROC, or else the GPUs `nvidia-smi -L` lists. With fewer (a 2-GPU
+#    machine) it is reported skipped without starting pytest. After tests 1-5 the budget is spent
+#    (1-4 took 196 s of 235 on 2x H200), so on 4 GPUs give it its own call: tests "6".
 #    Every run a test starts stops itself after RUN_S (60; RUN_S_COMPILED, 100, where it compiles
 #    sublayers) seconds and the test then fails with each rank's Python stacks and stderr tail (pytest
 #    prints them; the log is $OUT/gpu_test_<N>.log). The reference runs (eager and graph-stepped DDP)
@@ -93,18 +97,24 @@ TESTS=(
   "3 1 no test_fsdp_refuses_cuda_graphs_with_the_reason"
   "4 1 yes test_ddp_graph_step_follows_the_eager_ddp_curve[True]"
   "5 1 yes test_fsdp_with_compiled_sublayers_follows_the_eager_ddp_curve"
+  "6 3 no test_ddp_graph_run_saved_on_four_gpus_resumes_on_two_with_the_same_metrics"
 )
+NEEDS_4_GPUS=" 6 "  # tests that launch torchrun --nproc_per_node 4
 gpu_tests() {  # gpu_tests [NUMBERS]: one pytest per test, each under `timeout`, TESTS_S in all
-  local pick=" ${1:-1 2 3 4 5} " t0=$SECONDS total=${TESTS_S:-235} entry n launches compiles id run_s secs rc remaining
+  local pick=" ${1:-1 2 3 4 5 6} " t0=$SECONDS total=${TESTS_S:-235} entry n launches compiles id run_s secs rc remaining
   rm -rf /tmp/gpu_runs  # (a fresh machine has none; a warm one must not reuse another tree's runs)
   for entry in "${TESTS[@]}"; do
     read -r n launches compiles id <<< "$entry"
     [[ $pick == *" $n "* ]] || continue
+    if [[ $NEEDS_4_GPUS == *" $n "* ]] && (( nproc < 4 )); then
+      echo "## gpu test $n $id: skipped, needs 4 GPUs (NPROC $nproc)"; continue
+    fi
     run_s=${RUN_S:-60}; [[ $compiles == yes ]] && run_s=${RUN_S_COMPILED:-100}
     # each run's own limit, plus 20 s per run for the launcher's grace, plus pytest's start (and,
-    # first, the corpus and reference runs a later test may need: the eager reference is one more run)
+    # first, the corpus and reference runs a later test may need: the eager reference is one more run;
+    # test 6 counts its own 4-GPU reference among its launches)
     secs=$(( launches * (run_s + 20) + 40 ))
-    (( n != 1 && n != 3 )) && secs=$(( secs + run_s + 20 ))
+    (( n != 1 && n != 3 && n != 6 )) && secs=$(( secs + run_s + 20 ))
     remaining=$(( total - (SECONDS - t0) ))
     if (( remaining < 45 )); then echo "## gpu test $n $id: skipped, $remaining s of TESTS_S=$total left"; continue; fi
     (( secs > remaining )) && secs=$remaining
