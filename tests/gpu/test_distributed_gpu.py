@@ -1,7 +1,8 @@
 """DDP on two GPUs (run on a machine with at least 2: pytest -m gpu tests/gpu/test_distributed_gpu.py;
-one pytest process per test, sharing the reference runs: benchmarks/multi_gpu/run_on_device.sh tests).
+one pytest process per test, sharing the reference runs: benchmarks/multi_gpu/run_on_device.sh tests),
+and the 4 -> 2 GPU resume on a machine with at least 4.
 
-Each test launches `torchrun --nproc_per_node 2` on `train` itself (NCCL), so pytest runs in one
+Each test launches `torchrun --nproc_per_node 2` (the last one also 4) on `train` itself (NCCL), so pytest runs in one
 process and a failing rank shows up as that test's failure with its stderr:
 * the CUDA-graph step under DDP (the all-reduce captured with the last micro-batch's backward,
   two micro-batches per rank: the no-sync and the sync graph) follows the eager DDP step's loss
