@@ -53,6 +53,10 @@ def cmd_cpt(args: argparse.Namespace) -> int:
         print(f"{args.out}: {summary['kind']} val loss {summary['initial_val_loss']:.4f} -> "
               f"{summary['final_val_loss']:.4f} (tail-mean {summary['tail_mean_val_loss']:.4f}"
               + (f", EMA {ema:.4f}" if ema is not None else "") + ")")
+    elif summary.get("reason") == "time_limit":
+        from .train import time_limit_line
+
+        print(time_limit_line(args.out, summary["stopped_at"]))
     return 0
 
 

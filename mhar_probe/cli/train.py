@@ -34,4 +34,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     if summary.get("finished"):
         print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "
               f"(step 0: {summary['initial_val_loss']:.4f}, final: {summary['final_val_loss']:.4f})")
+    elif summary.get("reason") == "time_limit":
+        print(time_limit_line(args.out, summary["stopped_at"]))
     return 0
+
+
+def time_limit_line(out: str, step: int) -> str:
+    """What `mhar train` / `mhar cpt` print when --time-limit stopped the run."""
+    return (f"{out}: stopped at the time limit after step {step}, with a checkpoint there; "
+            f"rerun with --resume to continue")
