@@ -121,7 +121,7 @@ def _rank() -> int:
 def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: bool = False,
               progress: bool = True, dry_run: bool = False,
               on_run: Callable[[RunSpec, str], None] | None = None, time_limit: float | None = None,
-              clock: Callable[[], float] = time.monotonic) -> SweepResult:
+              clock: Callable[[], float] = time.monotonic, deadline: Any = None) -> SweepResult:
     """Train every run of `grid` into `out`; returns statuses before and after.
 
     overwrite: retrain every run of the grid from scratch (other directories are left alone).
@@ -130,16 +130,19 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
     time_limit: seconds (on `clock`) from this call that the whole sweep may take (default: the
         grid's common `time_limit`, if any): the run training when it comes stops cleanly with a
         checkpoint, no later run starts, and `result.time_limited` is set.
+    deadline: a `mhar_probe.train.Deadline` shared with other calls, instead of `time_limit`
+        (one deadline for several sweeps).
     """
     from ..train import Deadline
 
     if isinstance(grid, dict):
         grid = SweepGrid.from_dict(grid)
-    if time_limit is None:
+    if time_limit is None and deadline is None:
         time_limit = grid.common.get("time_limit")
-    if time_limit is not None and not (isinstance(time_limit, (int, float)) and 0 < time_limit < math.inf):
-        raise UserError(f"--time-limit {time_limit} must be a finite number of seconds above 0")
-    deadline = Deadline.after(time_limit, clock) if time_limit is not None else None
+    if time_limit is not None:
+        if not (isinstance(time_limit, (int, float)) and 0 < time_limit < math.inf):
+            raise UserError(f"--time-limit {time_limit} must be a finite number of seconds above 0")
+        deadline = Deadline.after(time_limit, clock)
     out = Path(out)
     specs = grid.expand()
     main = _rank() == 0
