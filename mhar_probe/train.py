@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -116,9 +117,28 @@ class Deadline:
         """The deadline `seconds` from now."""
         return cls(clock() + seconds, clock)
 
+    @classmethod
+    def after_start(cls, seconds: float) -> "Deadline":
+        """The deadline `seconds` after this process started (its imports and setup count; on
+        `time.monotonic`), for a command's --time-limit."""
+        return cls(process_started() + seconds)
+
     def passed(self, reserve: float = 0.0) -> bool:
         """Whether `reserve` seconds from now lie past the deadline."""
         return self.clock() + reserve > self.at
+
+
+def process_started() -> float:
+    """When this process started, on `time.monotonic`'s scale: Linux's /proc/self/stat start time
+    (clock ticks since boot) against CLOCK_BOOTTIME; now where that cannot be read."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:  # the command name (field 2) may hold spaces: split after it
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - max(0.0, age)
 
 
 def all_reduce_loss_and_stop(loss: float, stop: bool, info: DistInfo) -> tuple[float, bool]:
@@ -560,10 +580,13 @@ class Trainer:
                         getattr(self.model, "generation_config", None))
 
 
-def train(cfg: TrainConfig, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def train(cfg: TrainConfig, clock: Callable[[], float] = time.monotonic,
+          deadline: Deadline | None = None) -> dict[str, Any]:
     """Train one run end to end; returns the summary, or {"stopped_at": step, "reason": ...} when
-    it stopped early (`stop_after`, or `time_limit` seconds on `clock` after this call)."""
-    deadline = Deadline.after(cfg.time_limit, clock) if cfg.time_limit is not None else None
+    it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock` after
+    this call; `mhar train` counts them from the start of the process)."""
+    if deadline is None and cfg.time_limit is not None:
+        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     info = init_distributed(cfg.device)
     try:

@@ -104,6 +104,7 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.runner import run_sweep
+    from ..train import Deadline
 
     grid = grid_from_args(args, _defaults())
     check_corpus(args.corpus)
@@ -112,7 +113,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{action:8s} {spec.name}", flush=True)
 
     result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=args.progress,
-                       dry_run=args.dry_run, on_run=None if args.dry_run else report, time_limit=args.time_limit)
+                       dry_run=args.dry_run, on_run=None if args.dry_run else report,
+                       # --time-limit counts from the start of the command (imports and setup included)
+                       deadline=Deadline.after_start(args.time_limit) if args.time_limit is not None else None)
     if args.dry_run:
         for spec in result.runs:
             print(f"{result.before[spec.name]:12s} {spec.name}")

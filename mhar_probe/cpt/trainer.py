@@ -180,10 +180,13 @@ class CPTTrainer(Trainer):
                             self.tokenizer)
 
 
-def cpt(cfg: CPTConfig, clock: Callable[[], float] = time.monotonic) -> dict[str, Any]:
+def cpt(cfg: CPTConfig, clock: Callable[[], float] = time.monotonic,
+        deadline: Deadline | None = None) -> dict[str, Any]:
     """Mid-train one model end to end; returns the summary, or {"stopped_at": step, "reason": ...}
-    when it stopped early (`stop_after`, or `time_limit` seconds on `clock` after this call)."""
-    deadline = Deadline.after(cfg.time_limit, clock) if cfg.time_limit is not None else None
+    when it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock`
+    after this call; `mhar cpt` counts them from the start of the process)."""
+    if deadline is None and cfg.time_limit is not None:
+        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     refuse_together(resume=cfg.resume, overwrite=cfg.overwrite)
     info = init_distributed(cfg.device)

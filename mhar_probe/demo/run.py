@@ -61,12 +61,13 @@ def check_stages(stages: list[str] | None) -> tuple[str, ...]:
 
 def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan: Plan = DEMO,
              stages: list[str] | None = None, grids: list[str] | None = None,
-             time_limit: float | None = None) -> int:
+             time_limit: float | None = None, deadline: Any = None) -> int:
     """The plan's stages into `out` (finished work is kept unless `overwrite`); writes
     out/report.md when the report stage runs. `grids` restricts sweep, capture and eval to the
     runs of those grids ('widths': the ladder baselines). `time_limit`: seconds from this call
     that the sweep stage may train (one deadline for all its grids, `sweep_stage`); when it
-    stops the sweep, the later stages are left for the call that finishes it."""
+    stops the sweep, the later stages are left for the call that finishes it. `deadline` (a
+    `mhar_probe.train.Deadline`, e.g. counted from the start of the process) instead of it."""
     from ..train import Deadline
 
     # None: each grid trains its own steps (a short learning-rate sweep) or else the plan's
@@ -74,7 +75,8 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
         raise UserError("--steps must be at least 1")
     if time_limit is not None and not (0 < time_limit < math.inf):
         raise UserError(f"--time-limit {time_limit} must be a finite number of seconds above 0")
-    deadline = Deadline.after(time_limit) if time_limit is not None else None
+    if time_limit is not None:
+        deadline = Deadline.after(time_limit)
     todo = check_stages(stages)
     chosen = plan.grid_names(grids)
     widths = grids is None or "widths" in grids
