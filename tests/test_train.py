@@ -168,6 +168,20 @@ def test_time_limit_is_not_a_setting_of_the_run(tmp_path):
     assert train(small(tmp_path / "r", steps=4, resume=True))["finished"]
 
 
+def test_train_cli_time_limit_past_stops_after_one_step_and_says_so(tmp_path, capsys):
+    """`mhar train --time-limit` counts from the start of the command: a limit already past stops
+    the run after its first step (a checkpoint there, exit 0) and one line says how to continue."""
+    out = tmp_path / "r"
+    rc = cli("train", "--out", str(out), "--steps", "3", "--no-progress", "--corpus-max-bytes", "150000",
+             "--seq-len", "32", "--batch-size", "4", "--layers", "2", "--hidden-size", "64", "--ffn", "128",
+             "--vocab-size", "512", "--time-limit", "1e-9")
+    assert rc == 0
+    assert capsys.readouterr().out.strip() == (f"{out}: stopped at the time limit after step 1, with a "
+                                               f"checkpoint there; rerun with --resume to continue")
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 1
+    assert not (out / "summary.json").exists()
+
+
 def test_same_seed_same_data_for_every_method(tmp_path, monkeypatch):
     """Pairing: the batches a run sees depend on the seed, not on the method. The spy records
     the input ids the model receives in each training forward (not what the trainer should have
