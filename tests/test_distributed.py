@@ -315,7 +315,8 @@ def test_time_limit_under_torchrun_stops_every_rank_at_rank_zeros_step(tmp_path)
     step 3 and rank 1's never: both stop after step 3 (rank 1 told through the step's loss
     all-reduce), with one checkpoint there. In the second, rank 1's clock passes at step 1 and rank
     0's never: rank 0's decides, and both train all 6 steps. A rank that stopped alone would
-    leave the other waiting in a collective (the launch times out). About 40 s on two cores."""
+    leave the other waiting in a collective (the launch times out). About 17 s on two idle cores,
+    40 s on busy ones."""
     script = tmp_path / "deadline.py"
     script.write_text(_DEADLINE_SCRIPT)
     cfg = {**asdict(TrainConfig(out="unused", **SMALL)), "time_limit": 60}
