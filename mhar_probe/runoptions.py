@@ -89,6 +89,14 @@ class RunOptions:
     overwrite: bool = option(False, "replace an existing --out", group="output")
     progress: bool = option(True, "no progress bar (logs and CI)", flag="--no-progress", group="output")
     stop_after: int | None = option(None, "testing aid: stop (as if killed) after this many steps", flag=None)
+    time_limit: float | None = option(
+        None, "stop cleanly once SECONDS of wall clock have passed since the command started: at the first step "
+              "boundary where one more step, an evaluation and a checkpoint write (as long as the last ones took) "
+              "would pass the limit, with a checkpoint there; --resume continues exactly there. Checked after "
+              "every step (under torchrun rank 0's clock decides, its verdict carried by the all-reduce of the "
+              "step's loss, so every rank stops at the same step); the last step is never cut: a run that "
+              "reaches it finishes (summary, weights) however late. Give room for the first checkpoint write",
+        check=finite_above_zero, group="output")
     # the options the user set on the command line; on --resume only these are checked against
     # the saved run (None: every option is); not a setting, not saved
     explicit: tuple[str, ...] | None = option(None, "the options given on the command line", flag=None)
@@ -144,7 +152,7 @@ class TrainConfig(RunOptions):
 RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs",
                      "loss_kernel", "compile_sublayers")
 #: bookkeeping fields of a run's options, not settings of the run
-NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "explicit")
+NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "time_limit", "explicit")
 
 
 def jsonable(obj: Any) -> Any:
@@ -194,4 +202,4 @@ def resumed_options(cfg: RunOptions, saved: RunOptions) -> RunOptions:
         raise UserError(f"--steps {changes['steps']} is fewer than the run's {saved.steps}; a resumed run "
                         f"can only be extended")
     return replace(saved, **changes, out=cfg.out, resume=True, overwrite=False, stop_after=cfg.stop_after,
-                   explicit=None)
+                   time_limit=cfg.time_limit, explicit=None)

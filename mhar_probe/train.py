@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import time
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
+import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from . import __version__, atomic
@@ -96,16 +99,81 @@ def build_model_config(cfg: TrainConfig, vocab_size: int, eos_id: int) -> MHARCo
     return mc
 
 
+@dataclass(frozen=True)
+class Deadline:
+    """A wall-clock deadline, `at` on the scale of `clock` (default `time.monotonic`, seconds).
+
+    A run with one stops cleanly before it (`Trainer`): after step s it stops when
+        now + t_step + t_eval + t_checkpoint > at,
+    t_step the wall time of step s, t_eval and t_checkpoint the longest evaluation and checkpoint
+    write this process measured (0 until it did one), so that one more step, its evaluation and
+    the checkpoint that ends the run still fit. A sweep makes one and passes it to every run."""
+
+    at: float
+    clock: Callable[[], float] = time.monotonic
+
+    @classmethod
+    def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> "Deadline":
+        """The deadline `seconds` from now."""
+        return cls(clock() + seconds, clock)
+
+    @classmethod
+    def after_start(cls, seconds: float) -> "Deadline":
+        """The deadline `seconds` after this process started (its imports and setup count; on
+        `time.monotonic`), for a command's --time-limit."""
+        return cls(process_started() + seconds)
+
+    def passed(self, reserve: float = 0.0) -> bool:
+        """Whether `reserve` seconds from now lie past the deadline."""
+        return self.clock() + reserve > self.at
+
+
+def process_started() -> float:
+    """When this process started, on `time.monotonic`'s scale: Linux's /proc/self/stat start time
+    (clock ticks since boot) against CLOCK_BOOTTIME; now where that cannot be read."""
+    now = time.monotonic()
+    try:
+        with open("/proc/self/stat") as f:  # the command name (field 2) may hold spaces: split after it
+            start_ticks = int(f.read().rsplit(")", 1)[1].split()[19])
+        age = time.clock_gettime(time.CLOCK_BOOTTIME) - start_ticks / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError, AttributeError):
+        return now
+    return now - max(0.0, age)
+
+
+def all_reduce_loss_and_stop(loss: float, stop: bool, info: DistInfo) -> tuple[float, bool]:
+    """(the mean of `loss` over the ranks, whether any rank said stop) in one all-reduce: the
+    step's loss is reduced anyway, so a stop decision taken on rank 0 reaches every rank at the
+    same step at no extra collective."""
+    if info.world_size == 1:
+        return loss, stop
+    t = torch.tensor([loss, float(stop)], dtype=torch.float64,
+                     device=info.device if info.device.type == "cuda" else "cpu")
+    dist.all_reduce(t)
+    mean, flag = t.tolist()
+    return mean / info.world_size, flag > 0
+
+
 class Trainer:
-    """Owns one run: data, model, optimizer, evaluation, checkpoints and metrics."""
+    """Owns one run: data, model, optimizer, evaluation, checkpoints and metrics.
+
+    deadline: stop cleanly before it (`Deadline`), a checkpoint at the step it stops at; by default
+    `cfg.time_limit` seconds from construction on `clock`. Only rank 0's deadline counts."""
 
     #: checkpoints as full name-keyed tensors (`parallel.save_full_checkpoint`); always so
     #: under FSDP, where the optimizer holds shards
     full_checkpoints = False
 
-    def __init__(self, cfg: TrainConfig, info: DistInfo | None = None) -> None:
+    def __init__(self, cfg: TrainConfig, info: DistInfo | None = None, *, deadline: Deadline | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
         if info is None:
             check_device(cfg.device)
+        if deadline is None and cfg.time_limit is not None:
+            deadline = Deadline.after(cfg.time_limit, clock)
+        self.deadline = deadline
+        self.clock = deadline.clock if deadline is not None else clock
+        self.slowest = dict(evaluate=0.0, checkpoint=0.0)  # the longest of each, in seconds on `clock`
+        self.time_up = False  # rank 0's deadline is near (the same on every rank)
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
         # one writer per run directory; a second one is refused here, before any work
@@ -291,6 +359,7 @@ class Trainer:
     def train_step(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info
         t0 = time.perf_counter()
+        started = self.clock()
         if self.stepper is None:
             self.stepper = self.build_step()
         lr = self.lr(self.step)
@@ -303,14 +372,34 @@ class Trainer:
         self.tokens += step_tokens
         self.flops += self.flops_per_token * step_tokens
         dt = time.perf_counter() - t0
+        loss, self.time_up = all_reduce_loss_and_stop(total, self._near_deadline(started), info)
         return dict(step=self.step, tokens=self.tokens, flops=self.flops, lr=lr,
-                    loss=all_reduce_mean(total, info), grad_norm=grad_norm,
+                    loss=loss, grad_norm=grad_norm,
                     tokens_per_s=step_tokens / dt,
                     **{name: all_reduce_mean(v, info) for name, v in extras.items()})
+
+    def _near_deadline(self, step_started: float) -> bool:
+        """Rank 0 (after a step that began at `step_started`): whether one more step, an evaluation
+        and a checkpoint write would pass the deadline (`Deadline`). Never at the last step."""
+        if self.deadline is None or not self.info.is_main or self.step >= self.cfg.steps:
+            return False
+        step_time = self.clock() - step_started
+        return self.deadline.passed(step_time + self.slowest["evaluate"] + self.slowest["checkpoint"])
+
+    def _timed(self, what: str, started: float) -> None:
+        """Record how long `what` (evaluate | checkpoint), begun at `started`, took if it is the longest."""
+        self.slowest[what] = max(self.slowest[what], self.clock() - started)
 
     @torch.no_grad()
     def evaluate(self) -> float:
         """Mean token cross-entropy over the fixed held-out rows, averaged across ranks."""
+        started = self.clock()
+        try:
+            return self._evaluate()
+        finally:
+            self._timed("evaluate", started)
+
+    def _evaluate(self) -> float:
         self.model.eval()
         rows = self.val_rows[self.info.rank::self.info.world_size]
         chunks = list(rows.split(self.micro))
@@ -379,16 +468,27 @@ class Trainer:
             self.metrics.append(row)
             bar.update(1)
             bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
-            if self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps:
+            checkpointed = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
+            if checkpointed:
                 self._checkpoint()
-            if cfg.stop_after is not None and self.step >= cfg.stop_after and self.step < cfg.steps:
-                self._checkpoint()
+            stop = "time_limit" if self.time_up else "stop_after" if (
+                cfg.stop_after is not None and self.step >= cfg.stop_after) else None
+            if stop is not None and self.step < cfg.steps:
+                if not checkpointed:
+                    self._checkpoint()
                 bar.close()
-                return {"stopped_at": self.step}
+                return {"stopped_at": self.step, "reason": stop}
         bar.close()
         return self._finish()
 
     def _checkpoint(self) -> None:
+        started = self.clock()
+        try:
+            self._write_checkpoint()
+        finally:
+            self._timed("checkpoint", started)
+
+    def _write_checkpoint(self) -> None:
         state = dict(step=self.step, tokens=self.tokens, flops=self.flops)
         if self.full_checkpoints or self.fsdp:
             model_state = full_model_state(self.model)  # collectives: every rank takes part
@@ -480,11 +580,16 @@ class Trainer:
                         getattr(self.model, "generation_config", None))
 
 
-def train(cfg: TrainConfig) -> dict[str, Any]:
-    """Train one run end to end (or until `stop_after`); returns the summary."""
+def train(cfg: TrainConfig, clock: Callable[[], float] = time.monotonic,
+          deadline: Deadline | None = None) -> dict[str, Any]:
+    """Train one run end to end; returns the summary, or {"stopped_at": step, "reason": ...} when
+    it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock` after
+    this call; `mhar train` counts them from the start of the process)."""
+    if deadline is None and cfg.time_limit is not None:
+        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     info = init_distributed(cfg.device)
     try:
-        return Trainer(cfg, info).run()
+        return Trainer(cfg, info, deadline=deadline).run()
     finally:
         shutdown(info)

@@ -228,6 +228,26 @@ def test_cli_errors_one_line_exit_2(models, tmp_path, capsys):
     assert cpt_main([str(tmp_path / "nope"), "--out", str(tmp_path / "y"), *ARGS]) == 2
 
 
+def test_cli_time_limit_stops_cleanly_and_resume_finishes(models, tmp_path, capsys):
+    """`mhar cpt --time-limit` counts from the start of the command: a limit already past stops the
+    run after step 1 (not a checkpoint step: the stop writes one), exit 0, one line saying so;
+    --resume finishes it with its EMA. A limit of 0 is refused in one line (exit 2)."""
+    src, out = str(models["qwen3-delta"]), tmp_path / "r"
+    assert cpt_main([src, "--out", str(out), *ARGS, "--time-limit", "1e-9"]) == 0
+    assert capsys.readouterr().out.strip() == (f"{out}: stopped at the time limit after step 1, with a "
+                                               f"checkpoint there; rerun with --resume to continue")
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 1
+    assert not (out / "summary.json").exists()
+    summary = cpt(CPTConfig(src=src, out=str(out), resume=True, **RUN))
+    assert summary["finished"] and summary["steps"] == 4 and (out / "ema" / "model.safetensors").exists()
+    capsys.readouterr()  # (the resumed run's loading bars)
+    with pytest.raises(SystemExit) as exc:
+        cpt_main([src, "--out", str(tmp_path / "x"), *ARGS, "--time-limit", "0"])
+    err = capsys.readouterr().err.strip()
+    assert exc.value.code == 2 and "--time-limit: 0 must be a finite number above 0" in err
+    assert len(err.splitlines()) == 1
+
+
 # ---------------------------------------------------------------------------- compiled sublayers
 def test_compile_sublayers_reaches_the_cpt_trainer(models, tmp_path, capsys):
     """`mhar cpt` takes `mhar train`'s --compile-sublayers: forced on a CPU, the trainer refuses it

@@ -287,6 +287,55 @@ def test_resume_from_four_processes_at_two_then_one(tmp_path):
     _resume_across(tmp_path, [4, 2, 1])
 
 
+# ---------------------------------------------------------------------------- time limit under torchrun
+_DEADLINE_SCRIPT = """
+import json, os, sys
+from mhar_probe.distributed import init_distributed, shutdown
+from mhar_probe.train import TrainConfig, Trainer
+
+rank = int(os.environ["RANK"])
+info = init_distributed("cpu")
+try:
+    for name, past_at in json.loads(sys.argv[2]).items():
+        cfg = TrainConfig.from_dict({**json.loads(sys.argv[1]), "out": os.path.join(sys.argv[3], name)})
+        box = []  # this rank's fake clock: far past the limit from step past_at[rank] on (never if null)
+        at = past_at[rank]
+        trainer = Trainer(cfg, info, clock=lambda: 1e9 if at is not None and box and box[0].step >= at else 0.0)
+        box.append(trainer)
+        outcome = trainer.run()
+        print("OUTCOME", name, rank, json.dumps(outcome.get("stopped_at", "finished")), flush=True)
+finally:
+    shutdown(info)
+"""
+
+
+@pytest.mark.slow
+def test_time_limit_under_torchrun_stops_every_rank_at_rank_zeros_step(tmp_path):
+    """Two gloo ranks in one launch, two runs. In the first, rank 0's clock passes the limit at
+    step 3 and rank 1's never: both stop after step 3 (rank 1 told through the step's loss
+    all-reduce), with one checkpoint there. In the second, rank 1's clock passes at step 1 and rank
+    0's never: rank 0's decides, and both train all 6 steps. A rank that stopped alone would
+    leave the other waiting in a collective (the launch times out). About 17 s on two idle cores,
+    40 s on busy ones."""
+    script = tmp_path / "deadline.py"
+    script.write_text(_DEADLINE_SCRIPT)
+    cfg = {**asdict(TrainConfig(out="unused", **SMALL)), "time_limit": 60}
+    runs = {"rank0_past": [3, None], "rank1_past": [None, 1]}
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), str(script), json.dumps(cfg), json.dumps(runs),
+                           str(tmp_path)], env=env, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcomes = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("OUTCOME"))
+    assert outcomes == [["rank0_past", "0", "3"], ["rank0_past", "1", "3"],
+                        ["rank1_past", "0", '"finished"'], ["rank1_past", "1", '"finished"']]
+    stopped = tmp_path / "rank0_past"
+    assert json.loads((stopped / "checkpoint" / "state.json").read_text())["step"] == 3
+    assert not (stopped / "summary.json").exists()
+    assert [m["step"] for m in read_metrics(stopped / "metrics.jsonl")] == [0, 1, 2, 3]
+    assert json.loads((tmp_path / "rank1_past" / "summary.json").read_text())["steps"] == SMALL["steps"]
+
+
 # ---------------------------------------------------------------------------- FSDP2 with compiled sublayers
 def _fsdp_worker(rank: int, world: int, port: int, compiled: bool, out: str) -> None:
     import torch.distributed as dist

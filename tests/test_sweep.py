@@ -83,6 +83,59 @@ def test_sweep_resumes_skips_and_feeds_figures(tmp_path):
         json.loads((out / names[0] / "summary.json").read_text())["tail_mean_val_loss"])
 
 
+def test_time_limit_stops_the_sweep_in_its_run_and_a_rerun_finishes(tmp_path, monkeypatch):
+    """Two runs of 4 steps, one deadline of 25 s on a fake clock that advances 10 s per training
+    step: the first run stops cleanly after its step 3 (checkpointed there), the second is not
+    started; the same call without a limit resumes the first and trains the second."""
+    from mhar_probe.train import Trainer
+
+    now = [0.0]
+    real_step = Trainer.train_step
+
+    def ten_seconds_a_step(self):
+        now[0] += 10.0
+        return real_step(self)
+
+    monkeypatch.setattr(Trainer, "train_step", ten_seconds_a_step)
+    out = tmp_path / "sweep"
+    grid = dict(methods=["baseline", "mhar"], heads=[2], presets=["tiny"], steps=[4], seeds=[0], lrs=[3e-3],
+                common={**COMMON, "progress": False, "checkpoint_every": 100})
+    r1 = run_sweep(grid, out, progress=False, time_limit=25, clock=lambda: now[0])
+    first, second = [s.name for s in r1.runs]
+    assert r1.time_limited and r1.after == {first: "interrupted", second: "pending"} and not r1.trained
+    assert json.loads((out / first / "checkpoint" / "state.json").read_text())["step"] == 3
+    assert not (out / first / "summary.json").exists() and not (out / second).exists()
+    assert [r["status"] for r in json.loads((out / "manifest.json").read_text())["runs"]] == \
+        ["interrupted", "pending"]
+    actions = []
+    r2 = run_sweep(grid, out, progress=False, on_run=lambda s, a: actions.append(a))
+    assert actions == ["resume", "train"] and r2.trained == [first, second] and not r2.time_limited
+    assert [m["step"] for m in read_metrics(out / first / "metrics.jsonl")] == list(range(5))
+
+
+def test_cli_time_limit_stops_before_the_next_run_and_says_how_to_continue(tmp_path, capsys):
+    """A deadline already past when the sweep would start its (first) run: no run starts, exit 0,
+    and one line says how to continue; a time limit of 0 or below is refused by argparse (exit 2)."""
+    p = argparse.ArgumentParser(prog="mhar")
+    add_sweep_subparser(p.add_subparsers(dest="command"))
+    argv = ["sweep", "--out", str(tmp_path / "s"), "--methods", "baseline", "--steps", "2", "--layers", "2",
+            "--no-progress", "--corpus-max-bytes", "150000", "--seq-len", "32", "--batch-size", "4"]
+    args = p.parse_args([*argv, "--time-limit", "1e-9"])
+    assert args.func(args) == 0
+    out = capsys.readouterr().out
+    assert "stopped at the time limit (1e-09 s) with 1 runs unfinished (from tiny-baseline-kv2-lr5e-4-s42-n2)" in out
+    assert "run the same command again to continue" in out
+    assert not (tmp_path / "s" / "tiny-baseline-kv2-lr5e-4-s42-n2").exists()
+    assert json.loads((tmp_path / "s" / "manifest.json").read_text())["runs"][0]["status"] == "pending"
+    for bad in ("0", "-5", "nan"):
+        with pytest.raises(SystemExit) as exc:
+            p.parse_args([*argv, "--time-limit", bad])
+        assert exc.value.code == 2
+        assert f"--time-limit: {bad} must be a finite number above 0" in capsys.readouterr().err
+    with pytest.raises(UserError, match="--time-limit 0 must be a finite number of seconds above 0"):
+        run_sweep(SweepGrid(steps=[2]), tmp_path / "t", time_limit=0)
+
+
 def test_cli_dry_run_and_refuses_foreign_directory(tmp_path, capsys):
     p = argparse.ArgumentParser()
     add_sweep_subparser(p.add_subparsers(dest="command"))

@@ -14,7 +14,7 @@ import torch
 
 from mhar_probe.cli import main
 from mhar_probe.runfiles import read_metrics
-from mhar_probe.train import TrainConfig, batch_indices, lr_at, train
+from mhar_probe.train import TrainConfig, Trainer, batch_indices, lr_at, train
 
 # A very small model and corpus so each run takes a few seconds on two cores.
 SMALL = dict(preset="tiny", seq_len=32, batch_size=4, eval_every=2, eval_batches=1, vocab_size=512,
@@ -102,6 +102,86 @@ def test_resume_reproduces_uninterrupted_curve(tmp_path):
     assert losses(tmp_path / "cut") == losses(tmp_path / "full")
 
 
+def stepped_clock(seconds_per_step: float, past_at: int | None = None):
+    """A fake clock read off the trainer's step: `seconds_per_step` per step taken, or (with
+    `past_at`) 0 before step `past_at` and far past any limit from it on. Returns (box, clock):
+    put the trainer in box[0]."""
+    box: list = []
+
+    def clock() -> float:
+        step = box[0].step if box else 0
+        if past_at is not None:
+            return 1e9 if step >= past_at else 0.0
+        return seconds_per_step * step
+    return box, clock
+
+
+def run_with_clock(cfg: TrainConfig, box: list, clock) -> dict:
+    trainer = Trainer(cfg, clock=clock)
+    box.append(trainer)
+    return trainer.run()
+
+
+def test_time_limit_stops_at_a_step_boundary_with_a_checkpoint_and_resume_is_exact(tmp_path):
+    """A clock past the limit after step 5 (not a checkpoint step: every 3): the run stops there,
+    checkpointed at 5, no summary; --resume gives the metrics of the uninterrupted run exactly."""
+    train(small(tmp_path / "full", steps=8, checkpoint_every=3))
+    box, clock = stepped_clock(0, past_at=5)
+    assert run_with_clock(small(tmp_path / "cut", steps=8, checkpoint_every=3, time_limit=60), box, clock) == \
+        {"stopped_at": 5, "reason": "time_limit"}
+    assert not (tmp_path / "cut" / "summary.json").exists()
+    assert json.loads((tmp_path / "cut" / "checkpoint" / "state.json").read_text())["step"] == 5
+    assert [m["step"] for m in read_metrics(tmp_path / "cut" / "metrics.jsonl")] == list(range(6))
+    train(small(tmp_path / "cut", steps=8, checkpoint_every=3, resume=True))
+    assert losses(tmp_path / "cut") == losses(tmp_path / "full")
+
+
+def test_time_limit_leaves_room_for_one_more_step_before_the_deadline(tmp_path):
+    """Each step takes 10 s of a fake clock (evaluations and checkpoint writes none): with a limit
+    of 45 s the run stops after step 4 (40 s + one more step's 10 s > 45 s), not after 5 (50 s)."""
+    box, clock = stepped_clock(10)
+    cfg = small(tmp_path / "r", steps=8, checkpoint_every=100, time_limit=45)
+    assert run_with_clock(cfg, box, clock) == {"stopped_at": 4, "reason": "time_limit"}
+    assert json.loads((tmp_path / "r" / "checkpoint" / "state.json").read_text())["step"] == 4
+
+
+def test_time_limit_never_cuts_the_last_step(tmp_path):
+    """A clock past the limit at the last step (and one past it from the start, at a one-step run):
+    the run finishes with its summary and weights."""
+    box, clock = stepped_clock(0, past_at=3)
+    summary = run_with_clock(small(tmp_path / "late", steps=3, time_limit=1), box, clock)
+    assert summary["finished"] and summary["steps"] == 3
+    assert json.loads((tmp_path / "late" / "summary.json").read_text())["finished"]
+    assert (tmp_path / "late" / "model.safetensors").exists()
+    box, clock = stepped_clock(0, past_at=0)
+    assert run_with_clock(small(tmp_path / "one", steps=1, time_limit=1), box, clock)["finished"]
+
+
+def test_time_limit_is_not_a_setting_of_the_run(tmp_path):
+    """A run stopped by its --time-limit resumes with another limit or none: the limit belongs to
+    the call, not to the run (it is not compared on --resume)."""
+    box, clock = stepped_clock(0, past_at=2)
+    run_with_clock(small(tmp_path / "r", steps=4, time_limit=5), box, clock)
+    box, clock = stepped_clock(0, past_at=3)
+    assert run_with_clock(small(tmp_path / "r", steps=4, time_limit=7, resume=True), box, clock) == \
+        {"stopped_at": 3, "reason": "time_limit"}
+    assert train(small(tmp_path / "r", steps=4, resume=True))["finished"]
+
+
+def test_train_cli_time_limit_past_stops_after_one_step_and_says_so(tmp_path, capsys):
+    """`mhar train --time-limit` counts from the start of the command: a limit already past stops
+    the run after its first step (a checkpoint there, exit 0) and one line says how to continue."""
+    out = tmp_path / "r"
+    rc = cli("train", "--out", str(out), "--steps", "3", "--no-progress", "--corpus-max-bytes", "150000",
+             "--seq-len", "32", "--batch-size", "4", "--layers", "2", "--hidden-size", "64", "--ffn", "128",
+             "--vocab-size", "512", "--time-limit", "1e-9")
+    assert rc == 0
+    assert capsys.readouterr().out.strip() == (f"{out}: stopped at the time limit after step 1, with a "
+                                               f"checkpoint there; rerun with --resume to continue")
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 1
+    assert not (out / "summary.json").exists()
+
+
 def test_same_seed_same_data_for_every_method(tmp_path, monkeypatch):
     """Pairing: the batches a run sees depend on the seed, not on the method. The spy records
     the input ids the model receives in each training forward (not what the trainer should have
@@ -167,6 +247,8 @@ def cli(*args: str) -> int:
     (["--method", "resnet"], "unknown method"),
     (["--preset", "7b"], "unknown preset"),
     (["--seq-len", "4096"], "position limit"),
+    (["--time-limit", "0"], "--time-limit: 0 must be a finite number above 0"),
+    (["--time-limit", "-30"], "--time-limit: -30 must be a finite number above 0"),
 ])
 def test_train_cli_bad_input_one_line_exit_2(tmp_path, capsys, args, needle):
     rc = cli("train", "--out", str(tmp_path / "r"), "--steps", "1", "--no-progress",

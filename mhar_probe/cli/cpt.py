@@ -44,15 +44,22 @@ def config_from_args(args: argparse.Namespace):
 def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
     from ..cpt.trainer import cpt
+    from ..train import Deadline
     from .args import check_corpus
 
     check_corpus(args.corpus)
-    summary = cpt(config_from_args(args))
+    cfg = config_from_args(args)
+    # --time-limit counts from the start of the command (imports and setup included)
+    summary = cpt(cfg, deadline=Deadline.after_start(cfg.time_limit) if cfg.time_limit is not None else None)
     if summary.get("finished"):
         ema = summary.get("final_ema_val_loss")
         print(f"{args.out}: {summary['kind']} val loss {summary['initial_val_loss']:.4f} -> "
               f"{summary['final_val_loss']:.4f} (tail-mean {summary['tail_mean_val_loss']:.4f}"
               + (f", EMA {ema:.4f}" if ema is not None else "") + ")")
+    elif summary.get("reason") == "time_limit":
+        from .train import time_limit_line
+
+        print(time_limit_line(args.out, summary["stopped_at"]))
     return 0
 
 

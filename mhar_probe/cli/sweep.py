@@ -5,6 +5,8 @@
     mhar sweep --out sweeps/heads --grid grid.json      # the same axes from a JSON file
 
 The shared training options are those of `mhar train` (--batch-size, --eval-every, ...).
+--time-limit SECONDS is one deadline for the whole sweep: the run it reaches stops cleanly with a
+checkpoint and no later run starts; the same command again skips the finished runs and resumes it.
 """
 
 from __future__ import annotations
@@ -20,9 +22,10 @@ from .args import add_train_arguments, check_corpus
 from .flags import flag_fields, option_values
 
 #: `TrainConfig` fields that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
-#: --seeds, --presets, --steps), and those of the run directory (the sweep's own --out, --overwrite)
+#: --seeds, --presets, --steps), those of the run directory (the sweep's own --out, --overwrite),
+#: and --time-limit (the whole sweep's, not each run's)
 _AXIS_DESTS = ("preset", "method", "heads", "kv_heads", "lr", "seed", "steps")
-_NOT_SHARED = (*_AXIS_DESTS, "out", "resume", "overwrite")
+_NOT_SHARED = (*_AXIS_DESTS, "out", "resume", "overwrite", "time_limit")
 
 
 def common_options() -> tuple[str, ...]:
@@ -101,6 +104,7 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.runner import run_sweep
+    from ..train import Deadline
 
     grid = grid_from_args(args, _defaults())
     check_corpus(args.corpus)
@@ -109,7 +113,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         print(f"{action:8s} {spec.name}", flush=True)
 
     result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=args.progress,
-                       dry_run=args.dry_run, on_run=None if args.dry_run else report)
+                       dry_run=args.dry_run, on_run=None if args.dry_run else report,
+                       # --time-limit counts from the start of the command (imports and setup included)
+                       deadline=Deadline.after_start(args.time_limit) if args.time_limit is not None else None)
     if args.dry_run:
         for spec in result.runs:
             print(f"{result.before[spec.name]:12s} {spec.name}")
@@ -117,6 +123,12 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.out}: {len(result.trained)} trained, {len(result.skipped)} already finished, "
           f"manifest {Path(args.out) / 'manifest.json'}")
+    if result.time_limited:
+        left = [s.name for s in result.runs if result.after.get(s.name) != "finished"]
+        limit = f" ({args.time_limit:g} s)" if args.time_limit is not None else ""
+        print(f"{args.out}: stopped at the time limit{limit} with {len(left)} runs unfinished "
+              f"(from {left[0]}); run the same command again to continue: finished runs are skipped, an "
+              f"interrupted one resumes from its checkpoint")
     return 0
 
 

@@ -27,11 +27,21 @@ def train_config_from_args(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train; prints the run's tail-mean, first and last validation loss."""
-    from ..train import train
+    from ..train import Deadline, train
 
     check_corpus(args.corpus)
-    summary = train(train_config_from_args(args))
+    cfg = train_config_from_args(args)
+    # --time-limit counts from the start of the command (imports and setup included)
+    summary = train(cfg, deadline=Deadline.after_start(cfg.time_limit) if cfg.time_limit is not None else None)
     if summary.get("finished"):
         print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "
               f"(step 0: {summary['initial_val_loss']:.4f}, final: {summary['final_val_loss']:.4f})")
+    elif summary.get("reason") == "time_limit":
+        print(time_limit_line(args.out, summary["stopped_at"]))
     return 0
+
+
+def time_limit_line(out: str, step: int) -> str:
+    """What `mhar train` / `mhar cpt` print when --time-limit stopped the run."""
+    return (f"{out}: stopped at the time limit after step {step}, with a checkpoint there; "
+            f"rerun with --resume to continue")

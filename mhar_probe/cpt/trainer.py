@@ -21,8 +21,9 @@ rows in the same order; with every gate at 0 their step-0 losses are identical.
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 import torch
 
@@ -34,7 +35,7 @@ from ..model.saved import position_limit
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
 from ..tail import tail_mean
 from ..outputs import check_device, refuse_together
-from ..train import Trainer, check_backend_runs_on
+from ..train import Deadline, Trainer, check_backend_runs_on
 from .attention import REPLACES, attention_implementation, check_training_rows, use_training_attention
 from .config import CPTConfig, cpt_lr_at
 from .models import flops_per_token, is_converted, load_cpt_model, read_config, text_config
@@ -179,12 +180,17 @@ class CPTTrainer(Trainer):
                             self.tokenizer)
 
 
-def cpt(cfg: CPTConfig) -> dict[str, Any]:
-    """Mid-train one model end to end (or until `stop_after`); returns the summary."""
+def cpt(cfg: CPTConfig, clock: Callable[[], float] = time.monotonic,
+        deadline: Deadline | None = None) -> dict[str, Any]:
+    """Mid-train one model end to end; returns the summary, or {"stopped_at": step, "reason": ...}
+    when it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock`
+    after this call; `mhar cpt` counts them from the start of the process)."""
+    if deadline is None and cfg.time_limit is not None:
+        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     refuse_together(resume=cfg.resume, overwrite=cfg.overwrite)
     info = init_distributed(cfg.device)
     try:
-        return CPTTrainer(cfg, info).run()  # type: ignore[arg-type]
+        return CPTTrainer(cfg, info, deadline=deadline).run()  # type: ignore[arg-type]
     finally:
         shutdown(info)

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import io
+import math
 import shutil
 import time
 from pathlib import Path
-from typing import Callable, TypeVar
+from typing import Any, Callable, TypeVar
 
 from ..errors import UserError
 from ..model.methods import run_label
@@ -59,13 +60,23 @@ def check_stages(stages: list[str] | None) -> tuple[str, ...]:
 
 
 def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan: Plan = DEMO,
-             stages: list[str] | None = None, grids: list[str] | None = None) -> int:
+             stages: list[str] | None = None, grids: list[str] | None = None,
+             time_limit: float | None = None, deadline: Any = None) -> int:
     """The plan's stages into `out` (finished work is kept unless `overwrite`); writes
     out/report.md when the report stage runs. `grids` restricts sweep, capture and eval to the
-    runs of those grids ('widths': the ladder baselines)."""
+    runs of those grids ('widths': the ladder baselines). `time_limit`: seconds from this call
+    that the sweep stage may train (one deadline for all its grids, `sweep_stage`); when it
+    stops the sweep, the later stages are left for the call that finishes it. `deadline` (a
+    `mhar_probe.train.Deadline`, e.g. counted from the start of the process) instead of it."""
+    from ..train import Deadline
+
     # None: each grid trains its own steps (a short learning-rate sweep) or else the plan's
     if steps is not None and steps < 1:
         raise UserError("--steps must be at least 1")
+    if time_limit is not None and not (0 < time_limit < math.inf):
+        raise UserError(f"--time-limit {time_limit} must be a finite number of seconds above 0")
+    if time_limit is not None:
+        deadline = Deadline.after(time_limit)
     todo = check_stages(stages)
     chosen = plan.grid_names(grids)
     widths = grids is None or "widths" in grids
@@ -85,7 +96,13 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
         text = fn() or ""
         log.append(Stage(name, time.perf_counter() - t0, text))
 
-    stage("sweep", lambda: sweep_stage(plan, runs, ladder, steps, overwrite, chosen, widths, tag=plan.name))
+    limited: list[str] = []  # the sweep stage stopped at the time limit
+    stage("sweep", lambda: sweep_stage(plan, runs, ladder, steps, overwrite, chosen, widths, tag=plan.name,
+                                       deadline=deadline, limited=limited))
+    if limited:
+        print(f"[{plan.name}] the sweep stopped at the time limit in {limited[0]}; the later stages wait "
+              f"for the call that finishes it", flush=True)
+        return 0
     if not (runs / "manifest.json").exists():
         raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
     swept = swept_runs(runs)
@@ -168,9 +185,11 @@ class SweepProgress:
 
 
 def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int | None, overwrite: bool, grids: list[str],
-                widths: bool, tag: str = "demo") -> str:
+                widths: bool, tag: str = "demo", deadline: Any = None, limited: list[str] | None = None) -> str:
     """Train the grids (and the ladder baselines), printing the overall progress after each; the
-    comparison table is the stage's log."""
+    comparison table is the stage's log. `deadline` (a `mhar_probe.train.Deadline`) is shared by
+    every grid: the run training when it comes stops cleanly with a checkpoint, no later run or
+    grid starts, and the stopped grid's name is appended to `limited`."""
     from ..sweep import run_sweep
 
     jobs = [(name, plan.grid(plan.grids[name], steps), runs) for name in grids]
@@ -186,7 +205,12 @@ def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int | None, overwri
 
     progress = SweepProgress(tag, sum(len(grid.expand()) for _, grid, _ in jobs), finished_count())
     for name, grid, where in jobs:
-        run_sweep(grid, where, overwrite=overwrite)
+        if run_sweep(grid, where, overwrite=overwrite, deadline=deadline).time_limited:
+            print(f"[{tag}] sweep: stopped at the time limit in grid {name}; run the same call again to "
+                  f"continue (finished runs are skipped, the interrupted one resumes)", flush=True)
+            if limited is not None:
+                limited.append(name)
+            return f"stopped at the time limit in grid {name}"
         overwrite_done = progress.done + len(grid.expand()) if overwrite else None
         progress.grid_done(name, overwrite_done if overwrite_done is not None else finished_count())
     table = comparison_table([r.path for r in finished(swept_runs(runs))])

@@ -1,14 +1,19 @@
 """Run a sweep: each run of the grid in order, into OUT/<run name>/, with a manifest.
 
 Resumable: finished runs are skipped, interrupted ones continue from their checkpoint, runs
-that left files but no checkpoint start over (nothing in them can be resumed). Sequential on
+that left files but no checkpoint start over (nothing in them can be resumed). With a time
+limit the whole sweep shares one deadline: the run it reaches stops cleanly with a checkpoint
+(`mhar_probe.train.Deadline`), is left interrupted, and no further run starts; the same call
+again skips the finished runs and resumes that one. Sequential on
 CPU or one GPU. Under torchrun every rank walks the same grid in the same order; the process
 group is joined once for the whole sweep, the trainer does DDP, rank 0 alone writes files.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import time
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Callable
@@ -30,6 +35,8 @@ class SweepResult:
     runs: list[RunSpec]
     before: dict[str, str] = field(default_factory=dict)
     after: dict[str, str] = field(default_factory=dict)
+    #: the time limit ended the sweep before every run finished
+    time_limited: bool = False
 
     @property
     def trained(self) -> list[str]:
@@ -113,15 +120,29 @@ def _rank() -> int:
 
 def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: bool = False,
               progress: bool = True, dry_run: bool = False,
-              on_run: Callable[[RunSpec, str], None] | None = None) -> SweepResult:
+              on_run: Callable[[RunSpec, str], None] | None = None, time_limit: float | None = None,
+              clock: Callable[[], float] = time.monotonic, deadline: Any = None) -> SweepResult:
     """Train every run of `grid` into `out`; returns statuses before and after.
 
     overwrite: retrain every run of the grid from scratch (other directories are left alone).
     dry_run: only report the plan (statuses), train nothing and write nothing.
     on_run(spec, action): called before each run with action skip | resume | restart | train.
+    time_limit: seconds (on `clock`) from this call that the whole sweep may take (default: the
+        grid's common `time_limit`, if any): the run training when it comes stops cleanly with a
+        checkpoint, no later run starts, and `result.time_limited` is set.
+    deadline: a `mhar_probe.train.Deadline` shared with other calls, instead of `time_limit`
+        (one deadline for several sweeps).
     """
+    from ..train import Deadline
+
     if isinstance(grid, dict):
         grid = SweepGrid.from_dict(grid)
+    if time_limit is None and deadline is None:
+        time_limit = grid.common.get("time_limit")
+    if time_limit is not None:
+        if not (isinstance(time_limit, (int, float)) and 0 < time_limit < math.inf):
+            raise UserError(f"--time-limit {time_limit} must be a finite number of seconds above 0")
+        deadline = Deadline.after(time_limit, clock)
     out = Path(out)
     specs = grid.expand()
     main = _rank() == 0
@@ -141,7 +162,7 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
     try:
         kept = _checked_rows(out, grid, overwrite, main)  # again, under the lock
         return _run_locked(grid, out, specs, kept, result, overwrite=overwrite, progress=progress, main=main,
-                           on_run=on_run)
+                           on_run=on_run, deadline=deadline)
     finally:
         if lock is not None:
             lock.release()
@@ -149,9 +170,9 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
 
 def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dict[str, Any]],
                 result: SweepResult, *, overwrite: bool, progress: bool, main: bool,
-                on_run: Callable[[RunSpec, str], None] | None) -> SweepResult:
+                on_run: Callable[[RunSpec, str], None] | None, deadline: Any) -> SweepResult:
     """The body of `run_sweep`, with the sweep directory's lock held."""
-    from ..distributed import init_distributed, shutdown
+    from ..distributed import all_reduce_mean, init_distributed, shutdown
     from ..train import Trainer
 
     grid_names = {s.name for s in specs}
@@ -166,13 +187,18 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
         out.mkdir(parents=True, exist_ok=True)
     save()
     info = init_distributed(grid.common.get("device"))
-    runtime = {"progress": progress and main and grid.common.get("progress", True)}
+    # the sweep's deadline stops its runs (passed to each trainer), not a limit per run
+    runtime = {"progress": progress and main and grid.common.get("progress", True), "time_limit": None}
     bar = tqdm(specs, desc="sweep", unit="run", disable=not (progress and main), dynamic_ncols=True)
     try:
         for spec in bar:
             bar.set_postfix_str(spec.name)
             run_dir = out / spec.name
             action = _action(run_dir, overwrite)
+            if action != "skip" and deadline is not None and \
+                    all_reduce_mean(float(main and deadline.passed()), info) > 0:  # rank 0's clock decides
+                result.time_limited = True
+                break
             if on_run is not None:
                 on_run(spec, action)
             if action == "skip":
@@ -184,7 +210,7 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
             entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir, status="running")
             save()
             try:
-                Trainer(cfg, info).run()
+                outcome = Trainer(cfg, info, deadline=deadline).run()
             except BaseException as exc:
                 entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir,
                                                status="failed" if not isinstance(exc, KeyboardInterrupt)
@@ -194,7 +220,12 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
             entries[spec.name] = run_entry(spec.name, spec.axes(), run_dir)
             result.after[spec.name] = entries[spec.name]["status"]
             save()
+            if outcome.get("reason") == "time_limit":
+                result.time_limited = True
+                break
     finally:
         bar.close()
         shutdown(info)
+    for spec in specs:  # the runs a time limit left untouched
+        result.after.setdefault(spec.name, result.before[spec.name])
     return result

@@ -8,8 +8,10 @@
 GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest), `middle` (MIDDLE's main grid) or
 `scale350m` (STUDY350's main grid: the 350M pair). `--steps N` and `--tiny` exist for the CPU check
 of the device script (a tiny stand-in model and corpus cap; the run names keep the plan's preset). Finished runs are skipped and interrupted runs
-resume from their checkpoint (mhar_probe.sweep), so a call cut off by its time budget loses at
-most the steps since the last checkpoint.
+resume from their checkpoint (mhar_probe.sweep). `--time-limit S` stops the sweep stage cleanly
+S seconds after it starts: the run training then stops at a step boundary with a checkpoint there
+(before the limit, leaving room for one more step, evaluation and checkpoint write as long as the
+last ones took), no later run starts, and the next call resumes it.
 """
 
 from __future__ import annotations
@@ -54,12 +56,22 @@ def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tup
     return plan, name
 
 
+def _seconds(text: str) -> float:
+    """A --time-limit: a finite number of seconds above 0."""
+    value = float(text)
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds above 0")
+    return value
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the study folder on the device (/tmp/...: outside $OUT)")
     p.add_argument("--stages", nargs="+", required=True, help="sweep | capture eval")
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: the plan's)")
     p.add_argument("--tiny", action="store_true", help="a tiny stand-in model (the CPU check)")
+    p.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
+                   help="seconds the sweep stage may train; its run then stops cleanly with a checkpoint")
     p.add_argument("grid")
     p.add_argument("method", nargs="?")
     p.add_argument("seed", nargs="?", type=int)
@@ -67,7 +79,12 @@ def main(argv: list[str] | None = None) -> int:
     from mhar_probe.demo.run import run_demo
 
     plan, name = narrowed(args.grid, args.method, args.seed, args.tiny)
-    return run_demo(Path(args.out), steps=args.steps, plan=plan, stages=args.stages, grids=[name])
+    from mhar_probe.train import Deadline
+
+    # the limit counts from the start of this process: its imports and data loading included
+    deadline = Deadline.after_start(args.time_limit) if args.time_limit is not None else None
+    return run_demo(Path(args.out), steps=args.steps, plan=plan, stages=args.stages, grids=[name],
+                    deadline=deadline)
 
 
 if __name__ == "__main__":

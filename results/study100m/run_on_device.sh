@@ -11,6 +11,9 @@
 # /tmp/<plan>[_lrsweep|_bestvsbest] (/tmp/study350m for scale350m), kept between calls on the same warm machine), stops training --reserve seconds before the
 # --budget, captures and evaluates the finished runs, exports them without weights to
 # $OUT/part_<args>.tar.gz with the log beside it, and prints a table of the runs last.
+# Training stops itself (--time-limit): at a step boundary, with a checkpoint there, leaving room for one
+# more step, evaluation and checkpoint write; a run whose last step is reached finishes. SIGINT
+# (timeout) comes only 90 s later, as a backstop.
 set -uo pipefail
 steps=(); tiny=(); budget=560; reserve=170; nproc=1
 while [[ $# -gt 0 && $1 == --* ]]; do
@@ -49,8 +52,8 @@ export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 MHAR_CACHE_DIR=/tmp/mhar-cac
 stamp=$(mktemp); touch "$stamp"
 left=$(( budget - reserve - ($(date +%s) - start) ))
 if [[ $left -gt 10 ]]; then
-  timeout --signal=INT "$left" "${trainer[@]}" results/study100m/device_runs.py --out "$study" "$@" --stages sweep \
-    "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
+  timeout --signal=INT $(( left + 90 )) "${trainer[@]}" results/study100m/device_runs.py --out "$study" "$@" \
+    --stages sweep --time-limit "$left" "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
   echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 left=$(( budget - 25 - ($(date +%s) - start) ))
