@@ -145,7 +145,7 @@ def test_run_demo_trains_a_grids_own_steps(tmp_path, monkeypatch):
     class Trained(Exception):
         pass
 
-    def run_sweep(grid, where, overwrite=False):
+    def run_sweep(grid, where, overwrite=False, **options):  # deadline, clock: not used here
         seen.append({s.steps for s in grid.expand()})
         raise Trained  # nothing to train here: stop the demo once the grid is known
 
