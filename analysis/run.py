@@ -212,6 +212,16 @@ class Run:
     def finished(self) -> bool:
         return bool(self.summary.get("finished", False))
 
+    @property
+    def reached_last_step(self) -> bool:
+        """Whether the run logged an evaluation at its planned last step (summary or train options'
+        `steps`; False where neither records one). True of every finished run, and of a run cut
+        after its last step, while writing its final weights and summary: its curve and tail-mean
+        are complete though it is not `finished`."""
+        planned = self.summary.get("steps") or self.train_config.get("steps")
+        evals = self.evals
+        return bool(planned) and bool(evals) and evals[-1]["step"] >= int(planned)
+
     # ------------------------------------------------------------------------ curves
     @property
     def evals(self) -> list[dict[str, float]]:

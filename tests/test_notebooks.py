@@ -110,6 +110,7 @@ def test_the_study_notebook_on_a_study_before_its_first_routed_run(tmp_path, mon
     assert "The committed claims.md differs from the table regenerated from the runs present" in text
     # every claim of the 100M part waits: 6 core rows, 4 paper deltas, 5 spreads, width, scale, best-vs-best
     assert "100M (study100m): pending: runs missing: 18\n" in text
+    assert "No 350M pair yet (" in text  # baseline_only_study copies runs/ alone
     assert _files(study) == before
 
 
@@ -119,4 +120,27 @@ def test_the_study_notebook_on_a_study_with_no_runs_yet(tmp_path, monkeypatch):
     assert "No study runs yet (" in text and "middle rung: No study runs yet (" in text
     assert "No runs with metrics yet: no loss curves." in text
     assert "No claim table: no runs yet." in text
+    assert "No 350M pair yet (" in text  # no scale350m/ either: one line, no figure
     assert "Traceback" not in text
+
+
+def test_the_study_notebook_on_a_350m_pair_with_only_its_baseline(tmp_path, monkeypatch):
+    """scale350m/ holding the baseline alone (the manifest listing it only, no MHAR folder), with no 100M
+    runs: the 350M section says in one line that the pair is not complete, draws no pair figure and
+    still shows the pair's claim rows, every one pending; nothing is written into the study folder."""
+    study = tmp_path / "study100m"
+    pair = study / "scale350m" / "runs"
+    shutil.copytree(STUDY_DIR / "scale350m" / "runs", pair, ignore=shutil.ignore_patterns("350m-mhar-*"))
+    manifest = json.loads((pair / "manifest.json").read_text())
+    manifest["runs"] = [r for r in manifest["runs"] if r["axes"]["method"] == "baseline"]
+    (pair / "manifest.json").write_text(json.dumps(manifest))
+    before = _files(study)
+    text = _executed_text(STUDY_NOTEBOOK, study, tmp_path, monkeypatch)
+    baseline = RunFiles(pair / "350m-baseline-kv8-lr5e-4-s0-n3052").summary()
+    assert f"350M baseline seed 0: finished, tail-mean {baseline['tail_mean_val_loss']:.4f}\n" in text
+    assert "350M mhar H=8 seed 0: not in scale350m/runs\n" in text
+    assert f"The 350M pair is not complete in {study / 'scale350m'}: no curves or gain to compare yet." in text
+    assert not list((tmp_path / "work").rglob("val_loss_350m_pair.png"))
+    assert "350M pair (study350m): pending: runs missing: 6\n" in text
+    assert "No committed scale350m/claims.md to compare with." in text
+    assert _files(study) == before

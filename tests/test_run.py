@@ -97,3 +97,19 @@ def test_unreadable_runs_raise_the_callers_error(tmp_path):
     with pytest.raises(StatsError, match="empty file"):
         load_run(run)
     assert math.isnan(Run.read(run).scalar("flops"))
+
+
+def test_a_run_cut_after_its_last_step_reached_it(runs, tmp_path):
+    """reached_last_step: an evaluation at the planned last step, summary or not (the 350M pair's MHAR
+    run was cut while writing its final weights); a run stopped earlier, or with no planned length, did not."""
+    cut = write_run(tmp_path / "cut", "mhar", method="mhar", H=4, steps=60, eval_every=5, finished=False)
+    assert Run.read(runs / "mhar-s1").reached_last_step and Run.read(runs / "mhar-s1").finished
+    assert Run.read(cut).reached_last_step and not Run.read(cut).finished
+    lines = (cut / "metrics.jsonl").read_text().splitlines()
+    (cut / "metrics.jsonl").write_text("\n".join(lines[:-1]) + "\n")  # stopped one step short of 60
+    assert not Run.read(cut).reached_last_step
+    (cut / "metrics.jsonl").write_text("\n".join(lines) + "\n")
+    assert Run.read(cut).reached_last_step
+    options = json.loads((cut / "train_config.json").read_text())
+    (cut / "train_config.json").write_text(json.dumps({k: v for k, v in options.items() if k != "steps"}))
+    assert not Run.read(cut).reached_last_step  # no planned length: the last logged step proves nothing
