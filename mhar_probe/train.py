@@ -22,12 +22,13 @@ from pathlib import Path
 from typing import Any, Callable
 
 import torch
-import torch.distributed as dist
 from tqdm.auto import tqdm
 
 from . import __version__, atomic
-from .distributed import DistInfo, all_reduce_mean, barrier, init_distributed, shutdown
+from .distributed import (DistInfo, all_reduce_loss_and_stop, all_reduce_mean, barrier, init_distributed,
+                          shutdown)
 from .errors import UserError
+from .options import finite_above_zero
 from .kernels.config import ROUTING_DOUTS
 from .model import MHARConfig, MHARForCausalLM, methods
 from .model.routing import choose_backend, set_routing_backend
@@ -114,18 +115,27 @@ class Deadline:
 
     @classmethod
     def after(cls, seconds: float, clock: Callable[[], float] = time.monotonic) -> "Deadline":
-        """The deadline `seconds` from now."""
-        return cls(clock() + seconds, clock)
+        """The deadline `seconds` from now (a finite number above 0, else a UserError)."""
+        return cls(clock() + _checked_limit(seconds), clock)
 
     @classmethod
     def after_start(cls, seconds: float) -> "Deadline":
         """The deadline `seconds` after this process started (its imports and setup count; on
         `time.monotonic`), for a command's --time-limit."""
-        return cls(process_started() + seconds)
+        return cls(process_started() + _checked_limit(seconds))
 
     def passed(self, reserve: float = 0.0) -> bool:
         """Whether `reserve` seconds from now lie past the deadline."""
         return self.clock() + reserve > self.at
+
+
+def _checked_limit(seconds: Any) -> float:
+    """`seconds` of a time limit, refused in one line unless a finite number above 0."""
+    problem = (finite_above_zero(seconds) if isinstance(seconds, (int, float)) and not isinstance(seconds, bool)
+               else "must be a number of seconds")
+    if problem:
+        raise UserError(f"--time-limit {seconds!r} {problem}")
+    return float(seconds)
 
 
 def process_started() -> float:
@@ -139,19 +149,6 @@ def process_started() -> float:
     except (OSError, ValueError, IndexError, AttributeError):
         return now
     return now - max(0.0, age)
-
-
-def all_reduce_loss_and_stop(loss: float, stop: bool, info: DistInfo) -> tuple[float, bool]:
-    """(the mean of `loss` over the ranks, whether any rank said stop) in one all-reduce: the
-    step's loss is reduced anyway, so a stop decision taken on rank 0 reaches every rank at the
-    same step at no extra collective."""
-    if info.world_size == 1:
-        return loss, stop
-    t = torch.tensor([loss, float(stop)], dtype=torch.float64,
-                     device=info.device if info.device.type == "cuda" else "cpu")
-    dist.all_reduce(t)
-    mean, flag = t.tolist()
-    return mean / info.world_size, flag > 0
 
 
 class Trainer:
@@ -585,11 +582,9 @@ def train(cfg: TrainConfig, clock: Callable[[], float] = time.monotonic,
     """Train one run end to end; returns the summary, or {"stopped_at": step, "reason": ...} when
     it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock` after
     this call; `mhar train` counts them from the start of the process)."""
-    if deadline is None and cfg.time_limit is not None:
-        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     info = init_distributed(cfg.device)
     try:
-        return Trainer(cfg, info, deadline=deadline).run()
+        return Trainer(cfg, info, deadline=deadline, clock=clock).run()
     finally:
         shutdown(info)

@@ -98,3 +98,11 @@ def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple
 
     other = field_of_dest(TrainConfig)  # --layers sets extra (CPTConfig has no such flags)
     return tuple(sorted({other.get(dest, dest) for dest in vars(given) if dest != "func"}))
+
+
+def command_deadline(seconds: float | None):
+    """The `mhar_probe.train.Deadline` of a command's --time-limit, counted from the start of the
+    process (its imports and setup included); None without one."""
+    from ..train import Deadline
+
+    return Deadline.after_start(seconds) if seconds is not None else None

@@ -44,13 +44,11 @@ def config_from_args(args: argparse.Namespace):
 def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
     from ..cpt.trainer import cpt
-    from ..train import Deadline
-    from .args import check_corpus
+    from .args import check_corpus, command_deadline
 
     check_corpus(args.corpus)
     cfg = config_from_args(args)
-    # --time-limit counts from the start of the command (imports and setup included)
-    summary = cpt(cfg, deadline=Deadline.after_start(cfg.time_limit) if cfg.time_limit is not None else None)
+    summary = cpt(cfg, deadline=command_deadline(cfg.time_limit))
     if summary.get("finished"):
         ema = summary.get("final_ema_val_loss")
         print(f"{args.out}: {summary['kind']} val loss {summary['initial_val_loss']:.4f} -> "

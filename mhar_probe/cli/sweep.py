@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..sweep.grid import AXES, SweepGrid
-from .args import add_train_arguments, check_corpus
+from .args import add_train_arguments, check_corpus, command_deadline
 from .flags import flag_fields, option_values
 
 #: `TrainConfig` fields that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
@@ -104,8 +104,6 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     from ..sweep.runner import run_sweep
-    from ..train import Deadline
-
     grid = grid_from_args(args, _defaults())
     check_corpus(args.corpus)
 
@@ -114,8 +112,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
 
     result = run_sweep(grid, args.out, overwrite=args.overwrite, progress=args.progress,
                        dry_run=args.dry_run, on_run=None if args.dry_run else report,
-                       # --time-limit counts from the start of the command (imports and setup included)
-                       deadline=Deadline.after_start(args.time_limit) if args.time_limit is not None else None)
+                       deadline=command_deadline(args.time_limit))
     if args.dry_run:
         for spec in result.runs:
             print(f"{result.before[spec.name]:12s} {spec.name}")

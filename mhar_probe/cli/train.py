@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from .args import add_train_arguments, check_corpus
+from .args import add_train_arguments, check_corpus, command_deadline
 
 
 def add_train_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -27,12 +27,11 @@ def train_config_from_args(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train; prints the run's tail-mean, first and last validation loss."""
-    from ..train import Deadline, train
+    from ..train import train
 
     check_corpus(args.corpus)
     cfg = train_config_from_args(args)
-    # --time-limit counts from the start of the command (imports and setup included)
-    summary = train(cfg, deadline=Deadline.after_start(cfg.time_limit) if cfg.time_limit is not None else None)
+    summary = train(cfg, deadline=command_deadline(cfg.time_limit))
     if summary.get("finished"):
         print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "
               f"(step 0: {summary['initial_val_loss']:.4f}, final: {summary['final_val_loss']:.4f})")

@@ -185,12 +185,10 @@ def cpt(cfg: CPTConfig, clock: Callable[[], float] = time.monotonic,
     """Mid-train one model end to end; returns the summary, or {"stopped_at": step, "reason": ...}
     when it stopped early (`stop_after`, or `deadline`: by default `time_limit` seconds on `clock`
     after this call; `mhar cpt` counts them from the start of the process)."""
-    if deadline is None and cfg.time_limit is not None:
-        deadline = Deadline.after(cfg.time_limit, clock)
     check_device(cfg.device)
     refuse_together(resume=cfg.resume, overwrite=cfg.overwrite)
     info = init_distributed(cfg.device)
     try:
-        return CPTTrainer(cfg, info, deadline=deadline).run()  # type: ignore[arg-type]
+        return CPTTrainer(cfg, info, deadline=deadline, clock=clock).run()  # type: ignore[arg-type]
     finally:
         shutdown(info)

@@ -56,21 +56,13 @@ def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tup
     return plan, name
 
 
-def _seconds(text: str) -> float:
-    """A --time-limit: a finite number of seconds above 0."""
-    value = float(text)
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"{text} must be a finite number of seconds above 0")
-    return value
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--out", required=True, help="the study folder on the device (/tmp/...: outside $OUT)")
     p.add_argument("--stages", nargs="+", required=True, help="sweep | capture eval")
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: the plan's)")
     p.add_argument("--tiny", action="store_true", help="a tiny stand-in model (the CPU check)")
-    p.add_argument("--time-limit", type=_seconds, default=None, metavar="S",
+    p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="seconds the sweep stage may train; its run then stops cleanly with a checkpoint")
     p.add_argument("grid")
     p.add_argument("method", nargs="?")
@@ -79,10 +71,13 @@ def main(argv: list[str] | None = None) -> int:
     from mhar_probe.demo.run import run_demo
 
     plan, name = narrowed(args.grid, args.method, args.seed, args.tiny)
-    from mhar_probe.train import Deadline
+    from mhar_probe.cli.args import command_deadline
+    from mhar_probe.errors import UserError
 
-    # the limit counts from the start of this process: its imports and data loading included
-    deadline = Deadline.after_start(args.time_limit) if args.time_limit is not None else None
+    try:  # the limit counts from the start of this process: its imports and data loading included
+        deadline = command_deadline(args.time_limit)
+    except UserError as exc:
+        p.error(str(exc))
     return run_demo(Path(args.out), steps=args.steps, plan=plan, stages=args.stages, grids=[name],
                     deadline=deadline)
 
