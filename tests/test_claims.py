@@ -345,9 +345,9 @@ def test_scale_row_is_pending_while_the_350m_pair_is_missing(tmp_path):
     c = claims.scale_claim(rungs)
     assert c.verdict == claims.PENDING_RUNS
     assert "study350m: baseline seed 0, mhar H=8 seed 0 (no runs in scale350m)" in c.note
-    assert "100M (study100m: 64-ch routing heads, 250.0M tokens = 5.96 per parameter" in c.ours
+    assert "100M (study100m: 64-ch routing heads at KV 4, 250.0M tokens = 5.96 per parameter" in c.ours
     assert "-0.037 [" in c.ours and "350M (study350m): no seed has both arms yet" in c.ours
-    assert "-0.061 at 100M, -0.149 at 350M" in c.claim and "0.26 per parameter" in c.note
+    assert "-0.061 at 100M, -0.149 at 350M" in c.claim and "tokens per parameter" in c.note
     # one of the pair in: still pending, and it names the other
     _scale_folder(tmp_path / "scale350m", "350m", 8, 128, {("baseline", 0): 2.60})
     c = claims.scale_claim([claims.ScaleRung.read(n, tmp_path, f) for n, f in PLANS["study100m"].scale_rungs])
@@ -369,7 +369,7 @@ def test_scale_row_reads_whether_the_gain_grows_from_100m_to_350m(tmp_path, mhar
     half = stats.t.ppf(0.975, 2) * gains.std(ddof=1) * math.sqrt(1 / 3 + 1)
     assert f"100M -> 350M {diff:+.3f} [{diff - half:+.3f}, {diff + half:+.3f}]" in c.ours
     assert f"same seed 0: -0.040 -> {mhar350 - 2.60:+.3f}" in c.ours
-    assert "350M (study350m: 128-ch routing heads, 100.0M tokens = 0.26 per parameter, 2.29 epochs)" in c.ours
+    assert "350M (study350m: 128-ch routing heads at KV 8, 100.0M tokens = 0.26 per parameter, 2.29 epochs)" in c.ours
 
 
 def test_the_350m_pair_reads_its_own_rows_and_the_scale_row_from_its_folder(tmp_path):

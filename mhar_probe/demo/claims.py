@@ -600,6 +600,7 @@ class ScaleRung:
     parameters: int | None = None  # the baseline's
     epochs: float | None = None
     width: int | None = None  # channels per routing head, d / H
+    kv: int | None = None  # the plan's KV heads
 
     @classmethod
     def read(cls, name: str, out: Path, folder: str) -> "ScaleRung":
@@ -622,7 +623,7 @@ class ScaleRung:
         missing = study.missing("baseline") + study.missing("mhar", h)
         if missing and not rows:
             missing = [f"{', '.join(missing)} (no runs in {folder})"]
-        rung = cls(name, scale, {s: tails["mhar", s] - tails["baseline", s] for s in seeds}, missing)
+        rung = cls(name, scale, {s: tails["mhar", s] - tails["baseline", s] for s in seeds}, missing, kv=kv)
         for (method, heads, run_kv, _), path in sorted(study.present.items(), key=lambda kv_: kv_[0][3]):
             if method == "baseline" and run_kv == kv:
                 summary = RunFiles(path).summary()
@@ -633,10 +634,10 @@ class ScaleRung:
         return rung
 
     def describe(self) -> str:
-        """'100M (study100m: 64-ch routing heads, 250.0M tokens = 5.96 per parameter, 5.73 epochs)'."""
+        """'100M (study100m: 64-ch routing heads at KV 4, 250.0M tokens = 5.96 per parameter, 5.73 epochs)'."""
         seen = []
         if self.width:
-            seen.append(f"{self.width}-ch routing heads")
+            seen.append(f"{self.width}-ch routing heads" + (f" at KV {self.kv}" if self.kv else ""))
         if self.tokens and self.parameters:
             seen.append(f"{self.tokens / 1e6:.1f}M tokens = {self.tokens / self.parameters:.2f} per parameter")
         if self.epochs:
@@ -700,10 +701,9 @@ def scale_claim(rungs: list[ScaleRung]) -> Claim:
     rule = ("gain = MHAR - the same-seed baseline, tail-mean loss; a step between scales is the difference of "
             "their seed-mean gains with a Student t interval of the pooled per-seed sd (n_a + n_b - 2 df; a scale "
             "of one seed is taken to vary as the other's seeds do); replicated: every step below 0 (the gain "
-            "grows), not replicated: one above 0. The scales differ in more than size: the 350M pair sees 100M "
-            "tokens (0.26 per parameter; the paper's 20K steps are 655M tokens), the 100M study 250M "
-            "(6.0 per parameter, 5.7 epochs), so the 350M gain is a short-horizon one, read early in its "
-            "training; its routing heads are 128 channels wide (d = 1024, H = 8) against 64, at KV 8 against 4")
+            "grows), not replicated: one above 0. The scales differ in more than size: in routing-head width, KV, "
+            "tokens per parameter and epochs (each scale's beside its gain; the paper trains every scale 20K "
+            "steps), so a scale that saw fewer tokens per parameter gives a gain read earlier in its training")
     missing = [f"{r.name}: {m}" for r in rungs for m in r.missing]
     return held_back(Claim("scale", "; ".join(parts), verdict, rule, paper), missing)
 
