@@ -172,3 +172,72 @@ def test_the_study_evaluates_every_run_it_trains():
     # the comparison (McNemar, CEG) still reads the main seed's runs alone
     compared = [r.name for r in present_eval_runs(STUDY, runs)]
     assert compared == ["baseline-None-0"]
+
+
+def _merge_parts_module():
+    spec = importlib.util.spec_from_file_location("merge_parts", ROOT / "results/study100m/merge_parts.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _part(tmp_path, name: str, files: dict[str, str]) -> Path:
+    import tarfile
+
+    src = tmp_path / f"src_{name}"
+    for rel, text in files.items():
+        (src / rel).parent.mkdir(parents=True, exist_ok=True)
+        (src / rel).write_text(text)
+    part = tmp_path / f"{name}.tar.gz"
+    with tarfile.open(part, "w:gz") as archive:
+        for rel in files:
+            archive.add(src / rel, arcname=f"./{rel}")
+    return part
+
+
+def test_merge_parts_keeps_committed_runs_and_takes_the_parts_rows_and_files(tmp_path):
+    """A part's manifest knows only its machine's runs: merging must keep the committed rows, replace the
+    part's own (an interrupted run that finished), and overwrite the files the part carries."""
+    import json
+
+    from mhar_probe.sweep.manifest import read_manifest, write_manifest
+
+    mod = _merge_parts_module()
+    study = tmp_path / "study"
+    grid = {"name": "scale350m"}
+    committed = [dict(name="base", axes={"method": "baseline"}, status="finished", tail_mean_val_loss=2.23),
+                 dict(name="mhar", axes={"method": "mhar"}, status="interrupted")]
+    (study / "runs" / "base").mkdir(parents=True)
+    (study / "runs" / "base" / "summary.json").write_text('{"tail": 2.23}')
+    (study / "runs" / "mhar").mkdir()
+    (study / "runs" / "mhar" / "metrics.jsonl.gz").write_text("old")
+    write_manifest(study / "runs", grid, committed)
+    manifest = json.dumps(dict(format=1, grid=grid, updated="x",
+                               runs=[dict(name="mhar", axes={"method": "mhar"}, status="finished",
+                                          tail_mean_val_loss=2.16)]))
+    part = _part(tmp_path, "part_scale350m_mhar_0", {
+        "runs/manifest.json": manifest, "runs/mhar/metrics.jsonl.gz": "new",
+        "runs/mhar/summary.json": '{"tail": 2.16}', "runs/evals/mhar/results.json": "{}"})
+    mod.main([str(study), str(part), "--prompts-root", str(study)])
+    rows = {r["name"]: r for r in read_manifest(study / "runs")["runs"]}
+    assert rows["base"] == committed[0]
+    assert rows["mhar"]["status"] == "finished" and rows["mhar"]["tail_mean_val_loss"] == 2.16
+    assert (study / "runs" / "mhar" / "metrics.jsonl.gz").read_text() == "new"
+    assert (study / "runs" / "base" / "summary.json").read_text() == '{"tail": 2.23}'
+    assert (study / "runs" / "evals" / "mhar" / "results.json").is_file()
+
+
+def test_merge_parts_refuses_a_part_outside_runs_and_a_missing_part_before_writing(tmp_path):
+    mod = _merge_parts_module()
+    study = tmp_path / "study"
+    (study / "runs").mkdir(parents=True)
+    bad = _part(tmp_path, "bad", {"runs/a.json": "{}", "README.md": "x"})
+    with pytest.raises(SystemExit, match="outside runs/; nothing merged"):
+        mod.main([str(study), str(bad), "--prompts-root", str(study)])
+    assert list((study / "runs").iterdir()) == []
+    with pytest.raises(SystemExit, match="no part at"):
+        mod.main([str(study), str(tmp_path / "gone.tar.gz"), "--prompts-root", str(study)])
+    (tmp_path / "junk.tar.gz").write_text("not a tar")
+    with pytest.raises(SystemExit, match="not a readable part"):
+        mod.main([str(study), str(tmp_path / "junk.tar.gz"), "--prompts-root", str(study)])
+    assert list((study / "runs").iterdir()) == []
