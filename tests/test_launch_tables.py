@@ -15,29 +15,35 @@ from mhar_probe.kernels import launch_tables as lt
 from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, LaunchTables, card_name, load_tables, tables_for
 
 H200 = "NVIDIA H200"
-#: the H200's fold rows as the sweep chose them (benchmarks/kernels/h200_fold_sweep.json `summary`),
+H100 = "NVIDIA H100 80GB HBM3"
+#: each card's fold rows as its sweep chose them (benchmarks/kernels/<card>_fold_sweep.json `summary`),
 #: keyed (d, H, HM, bytes): 1B, 350M, 100M at the training microbatches under autocast
 H200_FOLD = {(1280, 8, 8, 4): (1, 2, 1, 0, 1, 2), (1024, 8, 8, 4): (1, 1, 0, 0, 1, 1),
              (512, 8, 8, 4): (1, 1, 2, 0, 1, 1)}
+H100_FOLD = {(1280, 8, 8, 4): (1, 2, 0, 0, 1, 2), (1024, 8, 8, 4): (1, 2, 2, 0, 1, 2),
+             (512, 8, 8, 4): (1, 1, 2, 0, 0, 2)}
 
 
 def _rows(t: LaunchTables) -> dict:
     return {k: getattr(t, k) for k in KINDS}
 
 
-def test_builtin_h200_rows_are_the_sweeps_choice():
-    """The built-in file's H200 entry holds the fold rows the sweep chose (its committed record),
-    and nothing else."""
-    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels/h200_fold_sweep.json").read_text())
-    assert sweep["meta"]["device"] == H200
+@pytest.mark.parametrize("card, record, rows", [(H200, "h200_fold_sweep.json", H200_FOLD),
+                                               (H100, "h100_fold_sweep.json", H100_FOLD)])
+def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
+    """The built-in file's entry for a card holds the fold rows its sweep chose (the committed
+    record), and nothing else."""
+    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
+    assert sweep["meta"]["device"] == card
     dims = {"1B-train": 1280, "350M-train": 1024, "100M-train": 512}
     chosen = {(dims[r["shape"]], 8, 8, 4): tuple(r["fold_row"]) for r in sweep["summary"]}
-    assert chosen == H200_FOLD
-    card = load_tables(BUILTIN).devices[H200]
-    assert card.fold == H200_FOLD and not any(getattr(card, k) for k in KINDS if k != "fold")
+    assert chosen == rows
+    entry = load_tables(BUILTIN).devices[card]
+    assert entry.fold == rows and not any(getattr(entry, k) for k in KINDS if k != "fold")
 
 
-@pytest.mark.parametrize("name", [None, "NVIDIA H100 80GB HBM3", "NVIDIA H200 NVL", "nvidia h200"])
+@pytest.mark.parametrize("name", [None, "NVIDIA A100-SXM4-80GB", "NVIDIA H100 PCIe", "NVIDIA H200 NVL",
+                                  "nvidia h200"])
 def test_unknown_card_falls_back_to_the_default_rows(name):
     """A card with no entry (names match exactly) and the CPU look up the top-level rows: the
     fold then runs under the gather's row with one source per iteration, as before the H200 rows."""

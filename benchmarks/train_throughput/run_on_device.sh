@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # One device call (benchmarks/README.md): the GPU test group, the training-throughput table at the
 # paper's three microbatches (graph step, with a profile per arm), and the dout-policy loss curves.
-#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|attnres|hyper|dout|all] COMMIT [PRESETS]
+#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|attnres|hyper|fold|dout|all] COMMIT [PRESETS]
 # (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
 # once per step variant (loss kernel x compiled sublayers), one process each; `storage` the
 # defaults with --routing-douts storage (bf16 upstream gradients in the routing backward);
 # `attnres` the defaults for baseline against single-head AttnRes (H = 1); `hyper` the study's shape
 # (100m, 32x2048, 8,192 words) for baseline against hyper-connections compiled three ways (issue 33).
+# `fold` the issue-35 table: one process per configuration (100m with 8,192 words, then PRESETS), baseline
+# against MHAR under BACKWARDS (default: fold, the default backward; `fold gather` adds the gather
+# backward), 6 rounds and one profiled step per arm, each process under FOLD_TIMEOUT (110) seconds, so a
+# slow configuration costs only itself -> $OUT/${TAG}_fold_<config>.json.
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
@@ -45,6 +49,15 @@ if [[ $what == hyper ]]; then
   python3 benchmarks/train_throughput/train_throughput.py --presets 100m --batch 32 --seq 2048 --vocab 8192 \
     --methods baseline hyper --hyper-compile region region-pointwise sublayers --rounds 3 --warmup 1 --profile \
     --commit "$commit" --out "$OUT/${tag}_hyper_100m.json" 2>&1 | grep -v "Warn\|warn"
+fi
+if [[ $what == fold ]]; then
+  for config in "100m --vocab 8192" $presets; do
+    name=${TAG:-h100}_fold_${config// --vocab /_vocab}; t0=$SECONDS
+    timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
+      --methods baseline mhar --routing-backward ${BACKWARDS:-fold} --rounds 6 --profile --commit "$commit" \
+      --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
+    echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
+  done
 fi
 if [[ $what == variants ]]; then
   for v in "fused compiled:--loss-kernel fused --compile-sublayers --profile" \
