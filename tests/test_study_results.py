@@ -76,12 +76,13 @@ def test_missing_runs_are_skipped_with_a_note_and_their_claims_pending(regenerat
     assert width["verdict"] != PENDING_RUNS
     assert all(w in width["ours"] for w in ("16-ch ladder", "32-ch middle", "64-ch study100m"))
     assert width["ours"].count("(3 seeds)") == 3 and "step by step 16->32" in width["ours"]
-    # the scale row reads the 100M gain over three seeds and waits for the 350M pair's MHAR run
-    # (scale350m/: its baseline finished, its MHAR run interrupted, so not a finished run)
+    # the scale row reads the 100M gain over three seeds against the 350M pair (scale350m/, both runs
+    # finished): one 350M seed gives a step with an interval from the 100M seeds' spread
     scale = claims["scale"]
-    assert scale["verdict"] == PENDING_RUNS and "study350m: mhar H=8 seed 0" in scale["note"]
-    assert "baseline seed 0" not in scale["note"]
+    assert scale["verdict"] != PENDING_RUNS and "runs missing" not in scale["note"]
     assert "100M (study100m: 64-ch routing heads" in scale["ours"] and "(3 seeds)" in scale["ours"]
+    assert "350M (study350m: 128-ch routing heads at KV 8" in scale["ours"] and "(one seed: no interval)" in scale["ours"]
+    assert "100M -> 350M" in scale["ours"] and "same seed 0:" in scale["ours"]
     # best-vs-best: baseline, attnres and MHAR H=8 at 1e-3 are in, at one seed (values, no interval)
     second = claims["second_rate"]
     assert second["verdict"] != PENDING_RUNS and "(seed 0)" in second["ours"]
