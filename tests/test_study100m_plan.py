@@ -128,6 +128,11 @@ def test_device_runs_narrow_a_grid():
     assert [s.name for s in plan.grid(plan.grids[name]).expand()] == ["350m-mhar-h8-kv8-lr5e-4-s0-n3052"]
     with pytest.raises(SystemExit, match="no method 'attnres'"):
         mod.narrowed("scale350m", "attnres", None, tiny=False)
+    # --lr: the sweep's one rate alone (the 2e-3 point), and a rate the grid lacks refused
+    plan, name = mod.narrowed("lrsweep", "baseline", 0, tiny=False, lr=2e-3)
+    assert [s.name for s in plan.grid(plan.grids[name], steps=3815).expand()] == ["100m-baseline-kv4-lr2e-3-s0-n3815"]
+    with pytest.raises(SystemExit, match="no rate 0.003"):
+        mod.narrowed("lrsweep", None, None, tiny=False, lr=3e-3)
     # the CPU stand-in keeps the plan's two micro-batches a step
     plan, name = mod.narrowed("scale350m", None, None, tiny=True)
     assert plan.recipe["batch_size"] // plan.recipe["micro_batch"] == 2 and len(plan.grid(plan.grids[name]).expand()) == 2

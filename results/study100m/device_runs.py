@@ -32,8 +32,9 @@ TINY_RECIPE = dict(batch_size=4, seq_len=128, eval_every=5, eval_batches=1, chec
 OWN_PLANS = {"middle": (MIDDLE, "main"), "scale350m": (STUDY350, "main")}
 
 
-def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tuple[Plan, str]:
-    """The plan holding only `grid`, its axes narrowed to `method` / `seed` (checked)."""
+def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool,
+             lr: float | None = None) -> tuple[Plan, str]:
+    """The plan holding only `grid`, its axes narrowed to `method` / `seed` / `lr` (checked)."""
     plan, name = OWN_PLANS.get(grid, (STUDY, grid))
     if name not in plan.grids:
         sys.exit(f"device_runs: unknown grid {grid!r}; grids: {', '.join([*STUDY.grids, *OWN_PLANS])}")
@@ -46,6 +47,11 @@ def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool) -> tup
         if seed not in axes["seeds"]:
             sys.exit(f"device_runs: grid {grid} has no seed {seed} (it has {axes['seeds']})")
         axes["seeds"] = [seed]
+    if lr is not None:
+        rates = axes.get("lrs") or [plan.recipe["lr"]]
+        if lr not in rates:
+            sys.exit(f"device_runs: grid {grid} has no rate {lr:g} (it has {', '.join(f'{r:g}' for r in rates)})")
+        axes["lrs"] = [lr]
     plan = dataclasses.replace(plan, grids={name: axes})
     if tiny:
         recipe = {**plan.recipe, **TINY_RECIPE}
@@ -62,6 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--stages", nargs="+", required=True, help="sweep | capture eval")
     p.add_argument("--steps", type=int, default=None, help="steps per run (default: the plan's)")
     p.add_argument("--tiny", action="store_true", help="a tiny stand-in model (the CPU check)")
+    p.add_argument("--lr", type=float, default=None, help="train only the grid's runs at this rate")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="seconds the sweep stage may train; its run then stops cleanly with a checkpoint")
     p.add_argument("grid")
@@ -70,7 +77,7 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     from mhar_probe.demo.run import run_demo
 
-    plan, name = narrowed(args.grid, args.method, args.seed, args.tiny)
+    plan, name = narrowed(args.grid, args.method, args.seed, args.tiny, args.lr)
     from mhar_probe.cli.args import command_deadline
     from mhar_probe.errors import UserError
 

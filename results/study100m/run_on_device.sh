@@ -2,7 +2,8 @@
 # One device call of the 100M study (results/study100m/README.md). Carry corpus.tar.xz (the built corpus,
 # `mhar corpus pack`) and .whl (hyper-connections, h5netcdf, the LM Evaluation Harness and its dependencies,
 # installed into /tmp/site beside the project).
-#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--budget S] [--reserve S] [--nproc N] GRID [METHOD [SEED]]
+#   bash results/study100m/run_on_device.sh [--steps N] [--tiny] [--lr RATE] [--budget S] [--reserve S] [--nproc N] GRID [METHOD [SEED]]
+# --lr RATE: only the grid's runs at RATE (e.g. the sweep's 2e-3 point alone)
 # --nproc N: train under torchrun on N GPUs of one host (DDP; the global batch, data order and schedule
 # are the plan's, split over the ranks); capture and evaluation stay one process on GPU 0.
 #   GRID: lrsweep | main | extra | hw | bestvsbest (plan study100m) | middle (plan middle)
@@ -15,11 +16,12 @@
 # more step, evaluation and checkpoint write; a run whose last step is reached finishes. SIGINT
 # (timeout) comes only 90 s later, as a backstop.
 set -uo pipefail
-steps=(); tiny=(); budget=560; reserve=170; nproc=1
+steps=(); tiny=(); lr=(); budget=560; reserve=170; nproc=1
 while [[ $# -gt 0 && $1 == --* ]]; do
   case $1 in
     --steps) steps=(--steps "$2"); shift 2;;
     --tiny) tiny=(--tiny); shift;;
+    --lr) lr=(--lr "$2"); shift 2;;
     --budget) budget=$2; shift 2;;
     --reserve) reserve=$2; shift 2;;
     --nproc) nproc=$2; shift 2;;
@@ -36,7 +38,7 @@ plan=study100m; [[ $1 == middle ]] && plan=middle; [[ $1 == scale350m ]] && plan
 # best-vs-best rate train into folders of their own, exported as results/study100m/{lrsweep,bestvsbest}
 folder=$plan; [[ $1 == lrsweep || $1 == bestvsbest ]] && folder=${plan}_$1
 study=/tmp/$folder; [[ ${#tiny[@]} -gt 0 ]] && study=/tmp/${folder}_tiny
-tag=$(IFS=_; echo "$*")${tiny:+_tiny}; log=$OUT/log_$tag.txt
+tag=$(IFS=_; echo "$*")${lr:+_lr${lr[1]}}${tiny:+_tiny}; log=$OUT/log_$tag.txt
 if [[ ! -f corpus/mhar_corpus.json ]]; then
   [[ -f corpus.tar.xz ]] || { echo "no corpus/ and no corpus.tar.xz: carry corpus.tar.xz"; exit 1; }
   tar -xJf corpus.tar.xz || { echo "corpus.tar.xz did not unpack"; exit 1; }
@@ -53,14 +55,14 @@ stamp=$(mktemp); touch "$stamp"
 left=$(( budget - reserve - ($(date +%s) - start) ))
 if [[ $left -gt 10 ]]; then
   timeout --signal=INT $(( left + 90 )) "${trainer[@]}" results/study100m/device_runs.py --out "$study" "$@" \
-    --stages sweep --time-limit "$left" "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
+    --stages sweep --time-limit "$left" "${steps[@]}" "${tiny[@]}" "${lr[@]}" >> "$log" 2>&1
   echo "sweep exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 left=$(( budget - 25 - ($(date +%s) - start) ))
 # the sweep only picks the rate: its runs are neither captured nor evaluated
 if [[ $left -gt 10 && $1 != lrsweep ]]; then
   timeout --signal=INT "$left" python3 results/study100m/device_runs.py --out "$study" "$@" --stages capture eval \
-    "${steps[@]}" "${tiny[@]}" >> "$log" 2>&1
+    "${steps[@]}" "${tiny[@]}" "${lr[@]}" >> "$log" 2>&1
   echo "capture/eval exit $? after $(( $(date +%s) - start )) s" >> "$log"
 fi
 rm -rf /tmp/export_$folder; mkdir -p /tmp/export_$folder
