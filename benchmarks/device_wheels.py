@@ -24,7 +24,7 @@ from pathlib import Path
 # what the device calls import beyond the GPU image (extras in brackets are followed)
 ROOTS = ("hyper-connections", "h5netcdf", "lm_eval[hf]", "pytablewriter")
 
-# the GPU image's packages ('cuda' image, device tool KINDS.md, read 2026-11-17), normalised names
+# the GPU image's packages (its "cuda" image, as the device tool listed them on 2026-11-17), normalised names
 ON_DEVICE = frozenset("""
 absl-py accelerate aiofiles aiohappyeyeballs aiohttp aiosignal annotated-doc anyio attrs botorch build
 certifi charset-normalizer chex click cloudpickle cmake colorama contourpy coverage cuda-bindings cuda-core
