@@ -303,7 +303,9 @@ try:
         trainer = Trainer(cfg, info, clock=lambda: 1e9 if at is not None and box and box[0].step >= at else 0.0)
         box.append(trainer)
         outcome = trainer.run()
-        print("OUTCOME", name, rank, json.dumps(outcome.get("stopped_at", "finished")), flush=True)
+        # one write() of the whole line: print() writes its pieces apart, and unbuffered ranks sharing
+        # the pipe interleaved them ("OUTCOMEOUTCOME rank0_past 0 3")
+        os.write(1, f"OUTCOME {name} {rank} {json.dumps(outcome.get('stopped_at', 'finished'))}\\n".encode())
 finally:
     shutdown(info)
 """
@@ -328,7 +330,7 @@ def test_time_limit_under_torchrun_stops_every_rank_at_rank_zeros_step(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     outcomes = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("OUTCOME"))
     assert outcomes == [["rank0_past", "0", "3"], ["rank0_past", "1", "3"],
-                        ["rank1_past", "0", '"finished"'], ["rank1_past", "1", '"finished"']]
+                        ["rank1_past", "0", '"finished"'], ["rank1_past", "1", '"finished"']], repr(proc.stdout[-3000:])
     stopped = tmp_path / "rank0_past"
     assert json.loads((stopped / "checkpoint" / "state.json").read_text())["step"] == 3
     assert not (stopped / "summary.json").exists()
