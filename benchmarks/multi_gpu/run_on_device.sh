@@ -5,7 +5,9 @@
 #   bash benchmarks/multi_gpu/run_on_device.sh cpu                                 (the logic, on CPU with gloo)
 #   bash benchmarks/multi_gpu/run_on_device.sh midtrain [PRESET]                   (the mid-training run, 100m)
 # NPROC: the most processes (GPUs) a bench or midtrain run uses; default: the GPUs `nvidia-smi -L`
-# lists (2 in the cpu mode). bench measures at every world size 1, 2, 4, ... up to NPROC.
+# lists (2 in the cpu mode). bench measures at every world size 1, 2, 4, ... up to NPROC, or at SIZES
+# alone (e.g. SIZES="1 2", then SIZES=4 in a second call: the 1b preset's three sizes at their 240 s
+# floor do not fit one call; `ddp_throughput.py --table` joins the JSON files of both calls).
 # 1. tests: the DDP / FSDP2 GPU tests (tests/gpu/test_distributed_gpu.py: each test launches torchrun
 #    --nproc_per_node 2 itself), one pytest process per test, in the order of TESTS below, each under
 #    `timeout` and within TESTS_S (235) seconds in all; a test that no longer fits is skipped and said so.
@@ -66,7 +68,7 @@ world_sizes() {  # world_sizes MAX: 1 2 4 ... up to MAX, and MAX itself (e.g. 1 
 }
 bench_preset() {  # bench_preset PRESET FLOOR_S NPROC [ddp_throughput.py flags]: one run per world size
   local preset=$1 floor=$2 nmax=$3 n secs; shift 3
-  for n in $(world_sizes "$nmax"); do
+  for n in ${SIZES:-$(world_sizes "$nmax")}; do
     secs=$(left); (( secs > 240 )) && secs=240; (( secs < floor )) && secs=$floor
     if (( n == 1 )); then  # one process, no DDP: the one-GPU trainer's step
       step "bench_${preset}_1${unit}" $secs python3 benchmarks/multi_gpu/ddp_throughput.py --presets "$preset" \
@@ -89,6 +91,9 @@ if [[ $what == cpu ]]; then  # what can be checked without GPUs: gloo processes,
 fi
 nproc=${NPROC:-$(ngpu)}; (( nproc >= 1 )) || nproc=1
 echo "## NPROC $nproc"
+for n in ${SIZES:-}; do  # a size above the machine's GPUs would only fail later, inside torchrun
+  [[ $n =~ ^[1-9][0-9]*$ ]] && (( n <= nproc )) || { echo "run_on_device.sh: SIZES wants whole numbers 1..$nproc, got '$SIZES'"; exit 2; }
+done
 
 # the GPU tests in the order they run: (number, runs launched, compiles sublayers, pytest id)
 TESTS=(
@@ -153,7 +158,7 @@ if [[ $what == bench || $what == all ]]; then
     floor_var=STEP_S_$preset need_var=NEED_S_$preset
     case $preset in 100m) floor=120 need=60;; 350m) floor=180 need=100;; *) floor=240 need=150;; esac
     floor=${!floor_var:-$floor} need=${!need_var:-$need}
-    nsizes=$(world_sizes "$nproc" | wc -w)
+    nsizes=$(echo ${SIZES:-$(world_sizes "$nproc")} | wc -w)
     if (( ! first )) && (( $(left) < need * nsizes )); then
       echo "## skipped $preset: $(left) s of the budget left, $((need * nsizes)) s needed"; continue
     fi
