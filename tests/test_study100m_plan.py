@@ -242,6 +242,10 @@ def test_merge_parts_refuses_a_part_outside_runs_and_a_missing_part_before_writi
     assert list((study / "runs").iterdir()) == []
     with pytest.raises(SystemExit, match="no part at"):
         mod.main([str(study), str(tmp_path / "gone.tar.gz"), "--prompts-root", str(study)])
+    broken = _part(tmp_path, "broken", {"runs/manifest.json": "{\"format\": 1}", "runs/x/summary.json": "{}"})
+    with pytest.raises(SystemExit, match="is not a sweep manifest.*nothing merged"):
+        mod.main([str(study), str(broken), "--prompts-root", str(study)])
+    assert list((study / "runs").iterdir()) == []
     (tmp_path / "junk.tar.gz").write_text("not a tar")
     with pytest.raises(SystemExit, match="not a readable part"):
         mod.main([str(study), str(tmp_path / "junk.tar.gz"), "--prompts-root", str(study)])

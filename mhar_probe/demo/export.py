@@ -27,7 +27,7 @@ from pathlib import Path
 from ..runfiles import CONFIG, CORPUS, METRICS, METRICS_GZ, ROUTING, SUMMARY, TRAIN_CONFIG
 from ..samplestore import (PROMPTS_DIR, compact, compact_name, find_shard, is_compact, is_harness_samples, read_header,
                            read_shard, write_shard)
-from ..sweep.manifest import read_manifest, write_manifest
+from ..sweep.manifest import merge_into_manifest, read_manifest
 
 RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, CORPUS, METRICS, ROUTING)
 
@@ -45,9 +45,6 @@ def export_study(out: Path, dest: Path) -> list[Path]:
         target = dest / sweep.relative_to(out)
         target.mkdir(parents=True, exist_ok=True)
         new = read_manifest(sweep)
-        old = read_manifest(target)
-        rows = {r["name"]: r for r in (old or {}).get("runs", [])}
-        rows.update({r["name"]: r for r in new["runs"]})  # type: ignore[index]
         for row in new["runs"]:  # type: ignore[index]
             src, dst = sweep / row["name"], target / row["name"]
             for name in RUN_FILES:
@@ -63,8 +60,7 @@ def export_study(out: Path, dest: Path) -> list[Path]:
                         continue
                     shutil.copy2(src / name, dst / name)
                     written.append(dst / name)
-        write_manifest(target, new["grid"], [rows[k] for k in sorted(rows)])  # type: ignore[index]
-        written.append(target / "manifest.json")
+        written.append(merge_into_manifest(target, new))  # type: ignore[arg-type]
     evals = out / "runs" / "evals"
     prompts = dest / "runs" / "evals" / PROMPTS_DIR
     for f in sorted(p for p in evals.rglob("*") if p.is_file()) if evals.is_dir() else []:

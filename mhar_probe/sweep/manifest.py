@@ -56,6 +56,17 @@ def write_manifest(out: Path, grid: dict[str, Any], runs: list[dict[str, Any]]) 
     write_json(out / MANIFEST, doc)
 
 
+def merge_into_manifest(target: Path, new: dict[str, Any]) -> Path:
+    """Merge the manifest `new` into `target`'s, row by run name (`new`'s row wins, the others stay),
+    under `new`'s grid; returns the manifest written. A machine that made `new` may know only its own
+    runs, so copying it over the committed manifest would drop every other run."""
+    old = read_manifest(target)
+    rows = {r["name"]: r for r in (old or {}).get("runs", [])}
+    rows.update({r["name"]: r for r in new["runs"]})
+    write_manifest(target, new["grid"], [rows[k] for k in sorted(rows)])
+    return target / MANIFEST
+
+
 def run_entry(name: str, axes: dict[str, Any], run_dir: Path, status: str | None = None,
               error: str | None = None) -> dict[str, Any]:
     """A manifest row; the tail-mean comes from the run's summary when it finished."""

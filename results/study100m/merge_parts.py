@@ -21,7 +21,8 @@ import tempfile
 from pathlib import Path
 
 from mhar_probe.samplestore import share_shards
-from mhar_probe.sweep.manifest import MANIFEST, read_manifest, write_manifest
+from mhar_probe.errors import UserError
+from mhar_probe.sweep.manifest import MANIFEST, merge_into_manifest, read_manifest
 
 
 def merge_part(part: Path, study: Path) -> list[Path]:
@@ -38,14 +39,13 @@ def merge_part(part: Path, study: Path) -> list[Path]:
         except (tarfile.TarError, OSError) as error:
             raise SystemExit(f"merge_parts: {part} is not a readable part ({error}); nothing merged") from None
         written: list[Path] = []
-        for sweep in sorted(p.parent for p in unpacked.rglob(MANIFEST)):
+        manifests = sorted(p.parent for p in unpacked.rglob(MANIFEST))
+        parsed = [(sweep, read_manifest(sweep), read_manifest(study / sweep.relative_to(unpacked)))
+                  for sweep in manifests]  # every manifest read (and refused if malformed) before any write
+        for sweep, new, _ in parsed:
             target = study / sweep.relative_to(unpacked)
-            new, old = read_manifest(sweep), read_manifest(target)
-            rows = {r["name"]: r for r in (old or {}).get("runs", [])}
-            rows.update({r["name"]: r for r in new["runs"]})  # type: ignore[index]
             target.mkdir(parents=True, exist_ok=True)
-            write_manifest(target, new["grid"], [rows[k] for k in sorted(rows)])  # type: ignore[index]
-            written.append(target / MANIFEST)
+            written.append(merge_into_manifest(target, new))  # type: ignore[arg-type]
         for f in sorted(p for p in unpacked.rglob("*") if p.is_file() and p.name != MANIFEST):
             dst = study / f.relative_to(unpacked)
             dst.parent.mkdir(parents=True, exist_ok=True)
@@ -65,7 +65,10 @@ def main(argv: list[str] | None = None) -> None:
         if not part.is_file():
             raise SystemExit(f"merge_parts: no part at {part}; nothing merged")
     for part in args.parts:
-        written = merge_part(part, args.study)
+        try:
+            written = merge_part(part, args.study)
+        except UserError as error:  # a malformed manifest, the part's or the committed one
+            raise SystemExit(f"merge_parts: {part}: {error}; nothing merged") from None
         print(f"{part.name}: {len(written)} files into {args.study}")
     moved = share_shards(args.prompts_root)
     print(f"prompt shards already shared, removed from the parts: {len(moved)}")
