@@ -121,7 +121,10 @@ def download(packages: dict[str, str], folder: Path) -> None:
         pinned = f"{name}=={version}"
         if subprocess.run(fetch + [pinned], capture_output=True).returncode != 0:
             print(f"  {pinned}: no binary wheel, built from its source archive")
-            subprocess.run(build + [pinned], check=True, capture_output=True)
+            built = subprocess.run(build + [pinned], capture_output=True, text=True)
+            if built.returncode != 0:  # no network, or a source archive that does not build
+                last = (built.stderr.strip().splitlines() or ["(no output)"])[-1]
+                raise SystemExit(f"device_wheels: {pinned} has no wheel for CPython 3.12 and did not build: {last}")
     for wheel in folder.glob("lm_eval-*.whl"):
         drop_builtin_tasks(wheel)
 

@@ -69,6 +69,8 @@ world_sizes() {  # world_sizes MAX: 1 2 4 ... up to MAX, and MAX itself (e.g. 1 
 bench_preset() {  # bench_preset PRESET FLOOR_S NPROC [ddp_throughput.py flags]: one run per world size
   local preset=$1 floor=$2 nmax=$3 n secs; shift 3
   for n in ${SIZES:-$(world_sizes "$nmax")}; do
+    # a size above the processes allowed would only fail later, inside torchrun
+    [[ $n =~ ^[1-9][0-9]*$ ]] && (( n <= nmax )) || { echo "run_on_device.sh: SIZES wants whole numbers 1..$nmax, got '$SIZES'"; exit 2; }
     secs=$(left); (( secs > 240 )) && secs=240; (( secs < floor )) && secs=$floor
     if (( n == 1 )); then  # one process, no DDP: the one-GPU trainer's step
       step "bench_${preset}_1${unit}" $secs python3 benchmarks/multi_gpu/ddp_throughput.py --presets "$preset" \
@@ -91,9 +93,6 @@ if [[ $what == cpu ]]; then  # what can be checked without GPUs: gloo processes,
 fi
 nproc=${NPROC:-$(ngpu)}; (( nproc >= 1 )) || nproc=1
 echo "## NPROC $nproc"
-for n in ${SIZES:-}; do  # a size above the machine's GPUs would only fail later, inside torchrun
-  [[ $n =~ ^[1-9][0-9]*$ ]] && (( n <= nproc )) || { echo "run_on_device.sh: SIZES wants whole numbers 1..$nproc, got '$SIZES'"; exit 2; }
-done
 
 # the GPU tests in the order they run: (number, runs launched, compiles sublayers, pytest id)
 TESTS=(

@@ -52,7 +52,7 @@ if [[ $what == hyper ]]; then
 fi
 if [[ $what == fold ]]; then
   for config in "100m --vocab 8192" $presets; do
-    name=${TAG:-h100}_fold_${config// --vocab /_vocab}; t0=$SECONDS
+    name=${tag}_fold_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
       --methods baseline mhar --routing-backward ${BACKWARDS:-fold} --rounds 6 --profile --commit "$commit" \
       --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
