@@ -81,6 +81,10 @@ class RunOptions:
     cuda_graphs: bool | None = option(None, "replay each training step from CUDA graphs (default: on on CUDA, "
                                             "one process or DDP; FSDP2 steps eagerly; --no-cuda-graphs steps "
                                             "eagerly)", group="GPU step")
+    overlap_steps: bool | None = option(None, "launch each training step before reading the previous step's loss "
+                                              "back, so the GPU does not wait for the host between steps "
+                                              "(default: on on CUDA, one process; not under torchrun)",
+                                        group="GPU step")
     loss_kernel: str | None = option(None, "the training cross-entropy: 'fused' (Triton; default on CUDA) or "
                                            "'torch' (fp32 softmax)", choices=LOSS_KERNELS, group="GPU step")
     compile_sublayers: bool | None = option(None, "torch.compile each attention and MLP sublayer (default: on "
@@ -150,7 +154,7 @@ class TrainConfig(RunOptions):
 
 #: what a resumed run may do differently: more steps, another machine or display
 RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs",
-                     "loss_kernel", "compile_sublayers")
+                     "overlap_steps", "loss_kernel", "compile_sublayers")
 #: bookkeeping fields of a run's options, not settings of the run
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "time_limit", "explicit")
 

@@ -11,9 +11,13 @@ the CPU. `GraphStep` captures the same step once, in CUDA graphs -- the first
 micro-batch's forward and backward (which writes the gradients), the further micro-batches'
 (which add to them, replayed n - 1 times), and the clipping, update and `after_step` -- and
 afterwards launches n + 1 graphs per step instead of thousands of kernels, so the step is bound
-by the GPU, not by the host. Both return the
+by the GPU, not by the host. Both report the
 step's mean cross-entropy, the gradient norm before clipping and the extra loss terms, read back
-with one synchronisation per step.
+with one synchronisation per step: `step(batches, lr)` returns them (`StepResult`);
+`step.launch(batches, lr)` returns a `PendingStep` whose `result()` reads them, so the host may
+launch the next step before it waits for this one (`choose_overlap_steps`; the trainer does so on
+one CUDA process, which hides the host's time between two steps -- the batch's copy, the learning
+rate, the first graph's launch -- behind the device's work).
 
 The graph step's contract (what capture needs):
 - every micro-batch has the same shape, and `objective` / `after_step` run only device work on
@@ -91,6 +95,41 @@ class StepResult:
     extras: dict[str, float]  # mean of each extra loss term
 
 
+class PendingStep:
+    """A launched step whose report is read back when asked for (`result()`).
+
+    On CUDA the sums are copied into pinned host memory behind the step's work, with an event
+    recorded after the copy: `result()` waits for that event only, so the host may launch the next
+    step first (the next step overwrites the device sums only after this copy, in stream order).
+    Elsewhere (the CPU; the eager step, which reads its loss as it goes) the values are there
+    already."""
+
+    def __init__(self, values: "Tensor | StepResult", names: Sequence[str] = ()):
+        self._result = values if isinstance(values, StepResult) else None
+        self._names, self._event = list(names), None
+        if self._result is None:
+            if values.is_cuda:  # [2 + extras] float64
+                self._host = torch.empty(values.shape, dtype=values.dtype, pin_memory=True)
+                self._host.copy_(values, non_blocking=True)
+                self._event = torch.cuda.Event()
+                self._event.record()
+            else:
+                self._host = values
+
+    def done(self) -> bool:
+        """Whether `result()` would return without waiting for the device."""
+        return self._result is not None or self._event is None or self._event.query()
+
+    def result(self) -> StepResult:
+        """The step's loss, gradient norm and extra terms (waits for the step to finish)."""
+        if self._result is None:
+            if self._event is not None:
+                self._event.synchronize()
+            values = self._host.tolist()
+            self._result = StepResult(values[0], values[1], dict(zip(self._names, values[2:])))
+        return self._result
+
+
 class EagerStep:
     """The step issued op by op from Python (any device, DDP and FSDP2 included).
 
@@ -126,6 +165,10 @@ class EagerStep:
         self.optimizer.zero_grad(set_to_none=True)
         self.after_step()
         return StepResult(total, grad_norm, extras)
+
+    def launch(self, micro_batches: Sequence[Tensor], lr: float) -> PendingStep:
+        """The step, done (this step reads its loss back as it goes): its report as a `PendingStep`."""
+        return PendingStep(self(micro_batches, lr))
 
 
 class GraphStep:
@@ -285,6 +328,12 @@ class GraphStep:
 
     # ------------------------------------------------------------------ replay
     def __call__(self, micro_batches: Sequence[Tensor], lr: float) -> StepResult:
+        return self.launch(micro_batches, lr).result()
+
+    def launch(self, micro_batches: Sequence[Tensor], lr: float) -> PendingStep:
+        """Enqueue the step (capturing it first if needed) and return without waiting for the
+        device: its report is read by the returned `PendingStep`. The batch goes to the device from
+        pinned memory, so the host does not wait for the copy either."""
         n = len(micro_batches)
         if self.rows is None:
             self.warm_up(micro_batches)
@@ -299,7 +348,10 @@ class GraphStep:
             raise ValueError(f"the CUDA-graph step was captured for {self.n} micro-batches of "
                              f"{tuple(self.rows.shape)}, got {n} of {tuple(micro_batches[0].shape)}")
         self.lr.fill_(lr)
-        batch = torch.cat(list(micro_batches)).to(self.device, non_blocking=True)  # [n * m, T+1]
+        staged = torch.cat(list(micro_batches))  # [n * m, T+1]
+        if self.device.type == "cuda":
+            staged = staged.pin_memory()  # (the host allocator keeps it until the copy is done)
+        batch = staged.to(self.device, non_blocking=True)
         for role, rows in zip(self.roles, batch.split(self.rows.shape[0])):
             self.rows.copy_(rows)
             if self.graphs:
@@ -312,8 +364,8 @@ class GraphStep:
             self.update_graph.replay()
         else:
             self._update()
-        values = torch.stack([self.loss_sum, self.grad_norm.double(), *self.extra_sums.values()]).tolist()
-        return StepResult(values[0], values[1], dict(zip(self.extra_sums, values[2:])))
+        values = torch.stack([self.loss_sum, self.grad_norm.double(), *self.extra_sums.values()])  # [2 + extras]
+        return PendingStep(values, list(self.extra_sums))
 
 
 @contextlib.contextmanager
@@ -328,6 +380,21 @@ def gc_paused():
     finally:
         if was_enabled:
             gc.enable()
+
+
+def choose_overlap_steps(requested: bool | None, device: torch.device, world_size: int) -> bool:
+    """Whether the trainer launches step k + 1 before it reads step k's loss back (`PendingStep`):
+    by default on one CUDA process, where the host's time between two steps (the batch's copy, the
+    learning rate, the first launch: 0.5-0.7 ms a step on the H100 machine) would leave the GPU
+    idle; not on the CPU, whose steps finish before they return (`--overlap-steps` runs the same
+    loop there, for tests). Under torchrun every step's loss is all-reduced before the next step
+    starts (the same stop decision on every rank), so asking for it there is a `ValueError`."""
+    if requested and world_size > 1:
+        raise ValueError(f"--overlap-steps needs one process (this run has {world_size}): under torchrun each "
+                         "step's loss and the stop decision are all-reduced before the next step starts")
+    if requested is None:
+        return device.type == "cuda" and world_size == 1
+    return requested
 
 
 def choose_cuda_graphs(requested: bool | None, device: torch.device, fsdp: bool = False) -> bool:

@@ -38,7 +38,7 @@ from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimi
 from .tail import tail_mean
 from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import choose_loss_kernel, next_token_cross_entropy
-from .step import EagerStep, GraphStep, StepResult, choose_cuda_graphs
+from .step import EagerStep, GraphStep, PendingStep, choose_cuda_graphs, choose_overlap_steps
 from .outputs import check_device
 from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles
 from .runoptions import (NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, jsonable, saved_settings,  # noqa: F401
@@ -151,6 +151,20 @@ def process_started() -> float:
     return now - max(0.0, age)
 
 
+@dataclass(frozen=True)
+class LaunchedStep:
+    """A step the trainer has launched (`Trainer.launch_step`): its report, its counts after it,
+    its learning rate, and when it was launched (perf_counter, and the trainer's clock)."""
+
+    pending: PendingStep
+    step: int
+    tokens: int
+    flops: float
+    lr: float
+    started: float
+    clock_started: float
+
+
 class Trainer:
     """Owns one run: data, model, optimizer, evaluation, checkpoints and metrics.
 
@@ -171,6 +185,7 @@ class Trainer:
         self.clock = deadline.clock if deadline is not None else clock
         self.slowest = dict(evaluate=0.0, checkpoint=0.0)  # the longest of each, in seconds on `clock`
         self.time_up = False  # rank 0's deadline is near (the same on every rank)
+        self._last_done = (0.0, float("-inf"))  # when the last step read back ended (perf_counter, clock)
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
         # one writer per run directory; a second one is refused here, before any work
@@ -189,6 +204,7 @@ class Trainer:
         self.setup()  # option errors before any data work
         try:
             self.cuda_graphs = choose_cuda_graphs(cfg.cuda_graphs, self.device, self.fsdp)
+            self.overlap_steps = choose_overlap_steps(cfg.overlap_steps, self.device, self.info.world_size)
             self.loss_kernel = choose_loss_kernel(cfg.loss_kernel, self.device)
             self.compiled = choose_compile_sublayers(cfg.compile_sublayers, self.device)
         except ValueError as exc:
@@ -354,34 +370,59 @@ class Trainer:
                          after_step=self.after_optimizer_step)
 
     def train_step(self) -> dict[str, Any]:
+        """One training step, launched and read back: its metrics row."""
+        return self.finish_step(self.launch_step())
+
+    def launch_step(self) -> "LaunchedStep":
+        """Enqueue the next step (`PendingStep`: on CUDA the host does not wait for the device) and
+        count it as taken; `finish_step` reads it back."""
         cfg, info = self.cfg, self.info
-        t0 = time.perf_counter()
-        started = self.clock()
+        started, clock_started = time.perf_counter(), self.clock()
         if self.stepper is None:
             self.stepper = self.build_step()
         lr = self.lr(self.step)
         idx = batch_indices(self.step, cfg.batch_size, len(self.train_rows), cfg.seed)
         mine = idx[info.rank * self.local_batch:(info.rank + 1) * self.local_batch]
-        result: StepResult = self.stepper([self.train_rows[chunk] for chunk in mine.split(self.micro)], lr)
-        total, grad_norm, extras = result.loss, result.grad_norm, result.extras
+        pending = self.stepper.launch([self.train_rows[chunk] for chunk in mine.split(self.micro)], lr)
         step_tokens = cfg.batch_size * self.seq_len
         self.step += 1
         self.tokens += step_tokens
         self.flops += self.flops_per_token * step_tokens
-        dt = time.perf_counter() - t0
-        loss, self.time_up = all_reduce_loss_and_stop(total, self._near_deadline(started), info)
-        return dict(step=self.step, tokens=self.tokens, flops=self.flops, lr=lr,
-                    loss=loss, grad_norm=grad_norm,
-                    tokens_per_s=step_tokens / dt,
-                    **{name: all_reduce_mean(v, info) for name, v in extras.items()})
+        return LaunchedStep(pending, self.step, self.tokens, self.flops, lr, started, clock_started)
 
-    def _near_deadline(self, step_started: float) -> bool:
-        """Rank 0 (after a step that began at `step_started`): whether one more step, an evaluation
-        and a checkpoint write would pass the deadline (`Deadline`). Never at the last step."""
+    def finish_step(self, launched: "LaunchedStep", in_flight: bool = False) -> dict[str, Any]:
+        """Wait for a launched step and return its metrics row. Its time is from when the device
+        could start it (its launch, or the previous step's end if that came later) to its end, so
+        overlapped steps are timed back to back. `in_flight`: the next step is launched already
+        (the deadline then has to leave room for it as well)."""
+        result = launched.pending.result()
+        done, clock_done = time.perf_counter(), self.clock()
+        dt = done - max(launched.started, self._last_done[0])
+        step_time = clock_done - max(launched.clock_started, self._last_done[1])
+        self._last_done = (done, clock_done)
+        near = self._near_deadline(step_time * (2 if in_flight else 1))
+        loss, time_up = all_reduce_loss_and_stop(result.loss, near, self.info)
+        self.time_up = self.time_up or time_up
+        step_tokens = self.cfg.batch_size * self.seq_len
+        return dict(step=launched.step, tokens=launched.tokens, flops=launched.flops, lr=launched.lr,
+                    loss=loss, grad_norm=result.grad_norm,
+                    tokens_per_s=step_tokens / dt,
+                    **{name: all_reduce_mean(v, self.info) for name, v in result.extras.items()})
+
+    def _near_deadline(self, steps_time: float) -> bool:
+        """Rank 0 (after a step): whether `steps_time` more (the steps still to run before the loop
+        can stop), an evaluation and a checkpoint write would pass the deadline (`Deadline`). Never
+        at the last step."""
         if self.deadline is None or not self.info.is_main or self.step >= self.cfg.steps:
             return False
-        step_time = self.clock() - step_started
-        return self.deadline.passed(step_time + self.slowest["evaluate"] + self.slowest["checkpoint"])
+        return self.deadline.passed(steps_time + self.slowest["evaluate"] + self.slowest["checkpoint"])
+
+    def _must_settle(self, step: int) -> bool:
+        """Whether step `step` is read back before the next one is launched: the host then evaluates,
+        checkpoints or stops on the model as this step left it."""
+        cfg = self.cfg
+        return (step % cfg.eval_every == 0 or step % cfg.checkpoint_every == 0 or step >= cfg.steps
+                or (cfg.stop_after is not None and step >= cfg.stop_after))
 
     def _timed(self, what: str, started: float) -> None:
         """Record how long `what` (evaluate | checkpoint), begun at `started`, took if it is the longest."""
@@ -408,6 +449,15 @@ class Trainer:
                 self._loss(self.val_rows[: self.micro])  # result unused
         self.model.train()
         return all_reduce_mean(sum(losses) / max(1, len(losses)), self.info)
+
+    def _record(self, row: dict[str, Any], bar: tqdm) -> None:
+        """A finished step's row: refused if its loss is not finite, else kept and shown."""
+        if not math.isfinite(row["loss"]):
+            bar.close()
+            self._fail(f"the training loss is {row['loss']} at step {row['step']}", row["step"])
+        self.metrics.append(row)
+        bar.update(1)
+        bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
@@ -455,16 +505,23 @@ class Trainer:
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
                    desc=self.label, unit="step", dynamic_ncols=True)
         self.model.train()
+        lagged: LaunchedStep | None = None  # launched, not yet read back (overlapped steps only)
         while self.step < cfg.steps:
-            row = self.train_step()
-            if not math.isfinite(row["loss"]):
-                bar.close()
-                self._fail(f"the training loss is {row['loss']} at step {self.step}")
-            if self.step % cfg.eval_every == 0 or self.step == cfg.steps:
+            if not self.overlap_steps:
+                row = self.train_step()
+            else:  # launch step k + 1, then read step k back while the device runs k + 1
+                launched = self.launch_step()
+                if lagged is not None:
+                    self._record(self.finish_step(lagged, in_flight=True), bar)
+                    lagged = None
+                if not (self.time_up or self._must_settle(launched.step)):
+                    lagged = launched
+                    continue
+                row = self.finish_step(launched)
+            row_step = row["step"]
+            if row_step % cfg.eval_every == 0 or row_step == cfg.steps:
                 row["val_loss"] = self.evaluate()
-            self.metrics.append(row)
-            bar.update(1)
-            bar.set_postfix(loss=f"{row['loss']:.3f}", tok_s=f"{row['tokens_per_s']:.0f}")
+            self._record(row, bar)
             checkpointed = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
             if checkpointed:
                 self._checkpoint()
@@ -513,11 +570,12 @@ class Trainer:
         self.load_extra_state(extra)
         return state
 
-    def _fail(self, reason: str) -> None:
-        """Stop a diverged run: summary.json says failed (never finished); the last checkpoint stays."""
+    def _fail(self, reason: str, step: int) -> None:
+        """Stop a run diverged at `step`: summary.json says failed (never finished); the last
+        checkpoint stays."""
         if self.info.is_main:
             write_metrics(self.out / METRICS, self.metrics)
-            atomic.write_json(self.out / SUMMARY, dict(finished=False, failed=reason, steps=self.step,
+            atomic.write_json(self.out / SUMMARY, dict(finished=False, failed=reason, steps=step,
                                                               method=self.cfg.method, lr=self.cfg.lr))
         barrier(self.info)
         raise UserError(f"{reason}: the run diverged and is marked failed in {self.out / SUMMARY}; "
@@ -551,7 +609,7 @@ class Trainer:
             tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__, cuda_graphs=self.cuda_graphs,
-            loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,
+            overlap_steps=self.overlap_steps, loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,
             **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),
         )
 

@@ -42,6 +42,7 @@ NON_DEFAULT = {
     "fsdp": (["--fsdp"], True),
     "routing_douts": (["--routing-douts", "storage"], "storage"),
     "cuda_graphs": (["--no-cuda-graphs"], False),
+    "overlap_steps": (["--overlap-steps"], True),
     "loss_kernel": (["--loss-kernel", "torch"], "torch"),
     "compile_sublayers": (["--no-compile-sublayers"], False),
     "progress": (["--no-progress"], False),

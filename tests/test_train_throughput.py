@@ -28,7 +28,8 @@ def tt():
 def _args(**kw) -> argparse.Namespace:
     base = dict(presets=["tiny"], batch=2, seq=16, vocab=128, backend="eager", step="eager", warmup=1, rounds=3,
                 methods=["baseline", "mhar"], profile=False, trace=None, commit=None, loss_kernel="torch",
-                compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8, hyper_compile=["region"])
+                compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8, hyper_compile=["region"],
+                overlap=False)
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -55,6 +56,31 @@ def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
     assert mhar["params"] > base["params"]  # the routing sites' queries and key norms
     assert mhar["routing_heads"] == 2 and base["routing_heads"] is None
     assert "peak_memory_gb" not in mhar and mhar["mfu"] is None  # GPU-only measures
+
+
+def test_overlapped_timing_runs_steps_back_to_back_beside_one_synced_step(tt, monkeypatch):
+    """--overlap (the default): each round and arm launches OVERLAP_STEPS + 1 steps back to back
+    (one lead step, untimed), then one synchronised step; step_s is the overlapped mean, and
+    overlap_speedup the median over rounds of synced / overlapped."""
+    calls = []
+    real = tt.EagerStep.__call__
+
+    def spy(self, micro_batches, lr):
+        calls.append(self)
+        return real(self, micro_batches, lr)
+
+    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    rows = tt.bench_preset("tiny", _args(overlap=True, rounds=2), torch.device("cpu"))
+    base, mhar = rows
+    a, b = list(dict.fromkeys(calls))
+    per_round = [a] * (tt.OVERLAP_STEPS + 2) + [b] * (tt.OVERLAP_STEPS + 2)
+    assert calls == [a, b] + per_round * 3  # first steps, then 1 warm-up round and 2 timed
+    for row in rows:
+        assert row["overlap"] is True and row["steps_per_round"] == tt.OVERLAP_STEPS
+        assert len(row["step_s"]) == len(row["step_s_synced"]) == 2
+        assert row["overlap_speedup"] == pytest.approx(
+            statistics.median(s / o for s, o in zip(row["step_s_synced"], row["step_s"])))
+        assert row["step_s_synced_median"] == pytest.approx(statistics.median(row["step_s_synced"]))
 
 
 def test_routed_arms_once_per_stack_backward(tt, monkeypatch):

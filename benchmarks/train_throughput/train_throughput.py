@@ -23,8 +23,14 @@ every arm alike; each arm's ratio is the median over rounds of baseline step / a
         --vocab 4096 --step eager --backend eager                                     # CPU
 
 Measured per arm:
-- step time: host wall time of a whole step (batch copy, replays or launches, the read-back of
-  the loss: one synchronisation per step), median over rounds; tokens/s = B T / step time;
+- step time: as the trainer steps (`--overlap`, the default; `mhar_probe.step.choose_overlap_steps`),
+  OVERLAP_STEPS steps back to back per round, each launched before the previous one is read
+  back: the host wall time from the first step's read-back to the last's over the steps between,
+  so the host's time between steps (batch copy, learning rate, first launch) hides behind the
+  device's work; with `--no-overlap` (how this table was measured before 2026-11-27) one step
+  per round, from a synchronised device to its read-back, host gaps included; median over
+  rounds; tokens/s = B T / step time. With --overlap each round also times one synchronised
+  step (`step_s_synced`), and `overlap_speedup` is the median over rounds of synced / overlapped;
 - MFU: training FLOPs per token (`mhar_probe.flops`, LM head included) x tokens/s over the GPU's
   dense bf16 peak (H100 / H200 SXM: 989 TFLOP/s);
 - peak memory: the arm's resident state (parameters, gradients, optimizer state) plus the
@@ -122,6 +128,7 @@ class Arm:
             self.step = EagerStep(objective=objective, params=params, optimizer=self.opt, grad_clip=1.0,
                                   device=device, clip=clip_grad_norm)
         self.times: list[float] = []
+        self.synced_times: list[float] = []  # one synchronised step per round (= times without --overlap)
         self.peak_growth = 0
 
     def resident_bytes(self) -> int:
@@ -130,12 +137,31 @@ class Arm:
         return sum(t.numel() * t.element_size() for t in ts if t.device.type == "cuda")
 
 
-def timed_step(arm: Arm, batch: torch.Tensor, cuda: bool) -> float:
+#: steps timed back to back per round and arm with --overlap
+OVERLAP_STEPS = 4
+
+
+def timed_step(arm: Arm, batch: torch.Tensor, cuda: bool, overlap: bool) -> float:
+    """Seconds per step: one step from a synchronised device to its read-back, or (overlap) the
+    mean over OVERLAP_STEPS steps run as the trainer runs them, each launched before the previous
+    one is read back, timed from the read-back of a step launched before them (so the first timed
+    step is already queued) to the read-back of the last."""
     if cuda:
         torch.cuda.synchronize()
+    if not overlap:
+        t0 = time.perf_counter()
+        arm.step([batch], lr=1e-4)  # reads the loss back: the step has finished on the device
+        return time.perf_counter() - t0
+    lead = arm.step.launch([batch], lr=1e-4)
+    pending = arm.step.launch([batch], lr=1e-4)
+    lead.result()
     t0 = time.perf_counter()
-    arm.step([batch], lr=1e-4)  # reads the loss back: the step has finished on the device
-    return time.perf_counter() - t0
+    for _ in range(OVERLAP_STEPS - 1):
+        following = arm.step.launch([batch], lr=1e-4)
+        pending.result()
+        pending = following
+    pending.result()
+    return (time.perf_counter() - t0) / OVERLAP_STEPS
 
 
 def profile_step(arm: Arm, batch: torch.Tensor, trace: str | None = None) -> dict:
@@ -205,9 +231,11 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                          for method, kernels, label, hyper in arm_specs(args)), batch, cuda)
     for r in range(args.warmup + args.rounds):
         for arm in arms:
-            dt = timed_step(arm, batch, cuda)
+            dt = timed_step(arm, batch, cuda, args.overlap)
+            synced = timed_step(arm, batch, cuda, False) if args.overlap else dt  # the same round, one step
             if r >= args.warmup:
                 arm.times.append(dt)
+                arm.synced_times.append(synced)
     name = torch.cuda.get_device_name() if cuda else ""
     peak = next((v for k, v in PEAK_BF16_FLOPS.items() if k in name), None)
     base = next((a for a in arms if a.method == "baseline"), None)
@@ -217,12 +245,15 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         tok_s = B * T / median
         flops = flops_per_token(arm.config, T, count_lm_head=True)["total"]
         row = dict(preset=preset, method=arm.method, arm=arm.label, batch=B, seq=T, step=args.step,
+                   overlap=args.overlap, steps_per_round=OVERLAP_STEPS if args.overlap else 1,
                    backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
                    routing_douts=args.routing_douts, routing_backward=arm.kernels.stack_backward,
                    fold_calls=arm.kernels.fold_calls, hyper_compile=arm.hyper_compile,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
+                   step_s_synced=arm.synced_times, step_s_synced_median=statistics.median(arm.synced_times),
+                   overlap_speedup=statistics.median(sorted(a / b for a, b in zip(arm.synced_times, arm.times))),
                    mfu=flops * tok_s / peak if peak else None)
         if cuda:
             row["peak_memory_gb"] = (arm.resident_bytes() + arm.peak_growth) / 1e9
@@ -321,6 +352,9 @@ def main() -> None:
                         "one hyper arm each, labelled hyper/MODE after the first")
     p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
                    help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")
+    p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
+                   help="time steps back to back, each launched before the previous one is read back, as the "
+                        "trainer runs them (default); --no-overlap: one synchronised step per round")
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--rounds", type=int, default=8)
     p.add_argument("--profile", action="store_true", help="one more step per arm under torch.profiler")
@@ -347,8 +381,9 @@ def main() -> None:
     print(f"# {meta['device']}  torch {meta['torch']}  step={args.step}  backend={args.backend}  "
           f"loss={args.loss_kernel}  compiled sublayers={args.compile_sublayers}  "
           f"hyper compile={'/'.join(args.hyper_compile) if args.compile_sublayers else '-'}  {meta['date']}")
-    print("| preset | method | B x T | tokens/s | paper baseline | MFU | vs baseline (range) | peak GB (vs base) | GPU busy of step |")
-    print("|---|---|---|---:|---:|---:|---|---|---:|")
+    print("| preset | method | B x T | tokens/s | paper baseline | MFU | vs baseline (range) | peak GB (vs base) | "
+          "GPU busy of step | synced step / step |")
+    print("|---|---|---|---:|---:|---:|---|---|---:|---:|")
     for r in rows:
         paper = PAPER.get(r["preset"], (None, None))[1]
         ratio = f"{r['vs_baseline']:.3f}x ({r['vs_baseline_range'][0]:.3f}-{r['vs_baseline_range'][1]:.3f})" \
@@ -358,7 +393,7 @@ def main() -> None:
         mfu = f"{r['mfu']:.3f}" if r["mfu"] else "-"
         vs_paper = f"{r['tokens_per_s'] / paper:.2f}x" if paper else "-"
         print(f"| {r['preset']} | {r['arm']} | {r['batch']}x{r['seq']} | {r['tokens_per_s']:,.0f} | "
-              f"{vs_paper} | {mfu} | {ratio} | {mem} | {busy} |")
+              f"{vs_paper} | {mfu} | {ratio} | {mem} | {busy} | {r['overlap_speedup']:.3f} |")
 
 
 if __name__ == "__main__":
