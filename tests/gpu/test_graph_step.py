@@ -188,7 +188,7 @@ def test_trainer_graphs_follow_the_eager_curve_and_resume_exactly(tmp_path):
 
     # stopped after 5 steps (checkpoint), resumed in a new process state: the same bits as straight through
     part = TrainConfig(out=str(tmp_path / "resumed"), stop_after=5, **SMALL)
-    assert train(part) == {"stopped_at": 5}
+    assert train(part) == {"stopped_at": 5, "reason": "stop_after"}
     resumed = train(TrainConfig(out=str(tmp_path / "resumed"), resume=True, **SMALL))
     assert _losses(tmp_path / "resumed") == lg
     assert resumed["final_val_loss"] == graphs["final_val_loss"]
