@@ -417,12 +417,22 @@ class Trainer:
             return False
         return self.deadline.passed(steps_time + self.slowest["evaluate"] + self.slowest["checkpoint"])
 
+    def _evaluates_after(self, step: int) -> bool:
+        """Whether the validation loss is measured after step `step` (every --eval-every, and the last)."""
+        return step % self.cfg.eval_every == 0 or step == self.cfg.steps
+
+    def _checkpoints_after(self, step: int) -> bool:
+        """Whether a checkpoint is written after step `step` (every --checkpoint-every, and the last)."""
+        return step % self.cfg.checkpoint_every == 0 or step == self.cfg.steps
+
+    def _stops_after(self, step: int) -> bool:
+        """Whether --stop-after ends the run after step `step`."""
+        return self.cfg.stop_after is not None and step >= self.cfg.stop_after
+
     def _must_settle(self, step: int) -> bool:
         """Whether step `step` is read back before the next one is launched: the host then evaluates,
         checkpoints or stops on the model as this step left it."""
-        cfg = self.cfg
-        return (step % cfg.eval_every == 0 or step % cfg.checkpoint_every == 0 or step >= cfg.steps
-                or (cfg.stop_after is not None and step >= cfg.stop_after))
+        return self._evaluates_after(step) or self._checkpoints_after(step) or self._stops_after(step)
 
     def _timed(self, what: str, started: float) -> None:
         """Record how long `what` (evaluate | checkpoint), begun at `started`, took if it is the longest."""
@@ -518,15 +528,13 @@ class Trainer:
                     lagged = launched
                     continue
                 row = self.finish_step(launched)
-            row_step = row["step"]
-            if row_step % cfg.eval_every == 0 or row_step == cfg.steps:
+            if self._evaluates_after(self.step):  # (the row is this step's: nothing is in flight here)
                 row["val_loss"] = self.evaluate()
             self._record(row, bar)
-            checkpointed = self.step % cfg.checkpoint_every == 0 or self.step == cfg.steps
+            checkpointed = self._checkpoints_after(self.step)
             if checkpointed:
                 self._checkpoint()
-            stop = "time_limit" if self.time_up else "stop_after" if (
-                cfg.stop_after is not None and self.step >= cfg.stop_after) else None
+            stop = "time_limit" if self.time_up else "stop_after" if self._stops_after(self.step) else None
             if stop is not None and self.step < cfg.steps:
                 if not checkpointed:
                     self._checkpoint()
