@@ -33,7 +33,9 @@ def _args(**kw) -> argparse.Namespace:
     return argparse.Namespace(**{**base, **kw})
 
 
-def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
+@pytest.fixture
+def step_calls(tt, monkeypatch) -> list:
+    """Every eager step taken, in order (the stepper of each call)."""
     calls = []
     real = tt.EagerStep.__call__
 
@@ -42,6 +44,11 @@ def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
         return real(self, micro_batches, lr)
 
     monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    return calls
+
+
+def test_arms_interleaved_with_the_training_step(tt, step_calls):
+    calls = step_calls
     rows = tt.bench_preset("tiny", _args(), torch.device("cpu"))
     assert [r["method"] for r in rows] == ["baseline", "mhar"]
     base, mhar = rows
@@ -58,18 +65,11 @@ def test_arms_interleaved_with_the_training_step(tt, monkeypatch):
     assert "peak_memory_gb" not in mhar and mhar["mfu"] is None  # GPU-only measures
 
 
-def test_overlapped_timing_runs_steps_back_to_back_beside_one_synced_step(tt, monkeypatch):
+def test_overlapped_timing_runs_steps_back_to_back_beside_one_synced_step(tt, step_calls):
     """--overlap (the default): each round and arm launches OVERLAP_STEPS + 1 steps back to back
     (one lead step, untimed), then one synchronised step; step_s is the overlapped mean, and
     overlap_speedup the median over rounds of synced / overlapped."""
-    calls = []
-    real = tt.EagerStep.__call__
-
-    def spy(self, micro_batches, lr):
-        calls.append(self)
-        return real(self, micro_batches, lr)
-
-    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    calls = step_calls
     rows = tt.bench_preset("tiny", _args(overlap=True, rounds=2), torch.device("cpu"))
     base, mhar = rows
     a, b = list(dict.fromkeys(calls))
