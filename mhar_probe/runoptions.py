@@ -96,7 +96,8 @@ class RunOptions:
     time_limit: float | None = option(
         None, "stop cleanly once SECONDS of wall clock have passed since the command started: at the first step "
               "boundary where one more step, an evaluation and a checkpoint write (as long as the last ones took) "
-              "would pass the limit, with a checkpoint there; --resume continues exactly there. Checked after "
+              "would pass the limit, with a checkpoint there (with overlapped steps, two more steps: the one "
+              "already launched stops the run); --resume continues exactly there. Checked after "
               "every step (under torchrun rank 0's clock decides, its verdict carried by the all-reduce of the "
               "step's loss, so every rank stops at the same step); the last step is never cut: a run that "
               "reaches it finishes (summary, weights) however late. Give room for the first checkpoint write",
