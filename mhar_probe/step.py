@@ -116,10 +116,6 @@ class PendingStep:
             else:
                 self._host = values
 
-    def done(self) -> bool:
-        """Whether `result()` would return without waiting for the device."""
-        return self._result is not None or self._event is None or self._event.query()
-
     def result(self) -> StepResult:
         """The step's loss, gradient norm and extra terms (waits for the step to finish)."""
         if self._result is None:

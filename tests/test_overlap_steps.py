@@ -45,10 +45,9 @@ def test_choose_overlap_steps_defaults_and_refusal():
 
 def test_pending_step_off_cuda_reads_its_values_and_names():
     pending = PendingStep(torch.tensor([2.5, 0.75, 0.125], dtype=torch.float64), ["z_loss"])
-    assert pending.done()
     assert pending.result() == StepResult(2.5, 0.75, {"z_loss": 0.125})
     done = PendingStep(StepResult(1.0, 2.0, {}))
-    assert done.done() and done.result().loss == 1.0
+    assert done.result().loss == 1.0
 
 
 def test_overlapped_run_has_the_plain_runs_metrics_checkpoints_and_weights(tmp_path):
