@@ -253,7 +253,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
                    step_s_synced=arm.synced_times, step_s_synced_median=statistics.median(arm.synced_times),
-                   overlap_speedup=statistics.median(sorted(a / b for a, b in zip(arm.synced_times, arm.times))),
+                   overlap_speedup=statistics.median(a / b for a, b in zip(arm.synced_times, arm.times)),
                    mfu=flops * tok_s / peak if peak else None)
         if cuda:
             row["peak_memory_gb"] = (arm.resident_bytes() + arm.peak_growth) / 1e9
