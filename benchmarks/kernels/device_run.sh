@@ -30,6 +30,9 @@
 #   KINDS=.. BUDGET_S=.. bash benchmarks/kernels/device_run.sh launchsweep   launch_sweep.py: the fold-block
 #                                                         backward's probes (per-kernel split, bf16 douts, the
 #                                                         gather backward), then a card's gather (and fwd) rows
+#   bash benchmarks/kernels/device_run.sh adopt           ONE call: the card's gather and forward rows swept, those
+#                                                         winning by > 2% made its built-in rows (adopt_rows.py),
+#                                                         then the kernel GPU tests under them
 #   bash benchmarks/kernels/device_run.sh foldsweep       ONE call (<= 300 s on an H100): at the training
 #                                                         microbatches the gather backward, today's fold and the
 #                                                         fold kernel's own rows swept (two sources per reader
@@ -178,6 +181,18 @@ case "${1:-tests}" in
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-120} ${NO_PROBES:+--no-probes} \
       --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
+  adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
+    # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S), the rows that beat the card's by more
+    # than 2% made its built-in rows in this copy (adopt_rows.py), then the kernel GPU tests under them.
+    # Files: launch_sweep.json, adopt.log, launch_tables.json (the built-in table with them), pytest.log
+    timeout ${SWEEP_TIMEOUT:-320} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather,fwd} \
+      --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-240} --no-probes \
+      --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
+      | tee "$OUT/launch_sweep.log" | grep -E "chose|budget|Error"
+    python benchmarks/kernels/adopt_rows.py "$OUT/launch_sweep.json" 2>&1 | tee "$OUT/adopt.log"
+    cp mhar_probe/kernels/launch_tables.json "$OUT/launch_tables.json"
+    timeout ${TEST_TIMEOUT:-230} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
+      tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14 ;;
   foldsweep)  # launch_sweep.py --kinds fold: per shape (default the training microbatches, 1B first) the
     # probes fold (built-in rows: today's fold) and gather-backward, then the fold kind's rows (the built-in
     # row, then two sources, prefetch 2, both, the other warp count, ...) judged by stack_fold's device time
