@@ -22,6 +22,12 @@ H200_FOLD = {(1280, 8, 8, 4): (1, 2, 1, 0, 1, 2), (1024, 8, 8, 4): (1, 1, 0, 0, 
              (512, 8, 8, 4): (1, 1, 2, 0, 1, 1)}
 H100_FOLD = {(1280, 8, 8, 4): (1, 2, 0, 0, 1, 2), (1024, 8, 8, 4): (1, 2, 2, 0, 1, 2),
              (512, 8, 8, 4): (1, 1, 2, 0, 0, 2)}
+#: the H200's gather and forward rows where its sweep beat the default rows by more than 2%
+#: (benchmarks/kernels/h200_launch_sweep_8cce591.json through adopt_rows.py): 1B's gather and
+#: forward, 350M's forward; the other shapes keep the default rows
+H200_GATHER = {(1280, 8, 8, 4): (1, 1, 0, 0, 0)}
+H200_FWD = {(1280, 8, 4): (1, 1, 0, 5), (1024, 8, 4): (2, 1, 0, 3)}
+ADOPTED = {H200: ("h200_launch_sweep_8cce591.json", dict(gather=H200_GATHER, fwd=H200_FWD)), H100: (None, {})}
 
 
 def _rows(t: LaunchTables) -> dict:
@@ -31,15 +37,33 @@ def _rows(t: LaunchTables) -> dict:
 @pytest.mark.parametrize("card, record, rows", [(H200, "h200_fold_sweep.json", H200_FOLD),
                                                (H100, "h100_fold_sweep.json", H100_FOLD)])
 def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
-    """The built-in file's entry for a card holds the fold rows its sweep chose (the committed
-    record), and nothing else."""
-    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
+    """The built-in file's entry for a card holds the fold rows its fold sweep chose and the gather
+    and forward rows its launch sweep had adopted (the committed records), and nothing else."""
+    records = BUILTIN.parent.parents[1] / "benchmarks/kernels"
+    sweep = json.loads((records / record).read_text())
     assert sweep["meta"]["device"] == card
     dims = {"1B-train": 1280, "350M-train": 1024, "100M-train": 512}
     chosen = {(dims[r["shape"]], 8, 8, 4): tuple(r["fold_row"]) for r in sweep["summary"]}
     assert chosen == rows
     entry = load_tables(BUILTIN).devices[card]
-    assert entry.fold == rows and not any(getattr(entry, k) for k in KINDS if k != "fold")
+    launch_record, adopted = ADOPTED[card]
+    if launch_record is not None:
+        import importlib.util
+        import sys
+
+        sys.path.insert(0, str(records))
+        spec = importlib.util.spec_from_file_location("adopt_rows", records / "adopt_rows.py")
+        ar = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(ar)
+        launch = json.loads((records / launch_record).read_text())
+        assert launch["meta"]["device"] == card
+        decided = {}
+        for dec in ar.decisions(launch, margin=0.02):
+            if dec["adopt"]:
+                decided.setdefault(dec["kind"], {})[tuple(dec["key"])] = tuple(dec["best"])
+        assert decided == adopted
+    assert entry.fold == rows
+    assert {k: getattr(entry, k) for k in KINDS if k != "fold" and getattr(entry, k)} == adopted
 
 
 @pytest.mark.parametrize("name", [None, "NVIDIA A100-SXM4-80GB", "NVIDIA H100 PCIe", "NVIDIA H200 NVL",
@@ -56,15 +80,21 @@ def test_unknown_card_falls_back_to_the_default_rows(name):
 
 
 def test_h200_lookup_picks_the_h200_rows():
-    """On the H200 the fold rows are the card's; every other kernel's rows, and the fold at widths
-    the card has no row for, are the default ones."""
+    """On the H200 the fold rows are the card's, and so are its adopted gather and forward rows;
+    every other row, and every kernel at widths the card has no row for, is the default one."""
     default, h200 = tables_for(KernelConfig()), tables_for(KernelConfig(), H200)
     for key, row in H200_FOLD.items():
         bp, warps, pre, cap, first, sources = row
         assert h200.fold_config(*key) == (bp, warps, pre, cap or None, bool(first), sources)
         assert h200.fold_config(*key[:3], 2) == default.fold_config(*key[:3], 2)  # 16-bit douts: no row
-        assert h200.gather_config(*key) == default.gather_config(*key)
-        assert h200.fwd_config(key[0], key[1], 4) == default.fwd_config(key[0], key[1], 4)
+        assert h200.gather_config(*key[:3], 2) == default.gather_config(*key[:3], 2)
+        assert h200.fwd_config(key[0], key[1], 2) == default.fwd_config(key[0], key[1], 2)
+        if key not in H200_GATHER:
+            assert h200.gather_config(*key) == default.gather_config(*key)
+        if key[:2] + (4,) not in H200_FWD:
+            assert h200.fwd_config(key[0], key[1], 4) == default.fwd_config(key[0], key[1], 4)
+    assert h200.gather_config(1280, 8, 8, 4) == (1, 1, False, None, False)
+    assert h200.fwd_config(1024, 8, 4)[1:] == (2, 1, None, 3)
     assert h200.fold_config(1280, 8, 8, 4) != default.fold_config(1280, 8, 8, 4)
 
 
