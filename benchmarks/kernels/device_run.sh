@@ -30,6 +30,8 @@
 #   KINDS=.. BUDGET_S=.. bash benchmarks/kernels/device_run.sh launchsweep   launch_sweep.py: the fold-block
 #                                                         backward's probes (per-kernel split, bf16 douts, the
 #                                                         gather backward), then a card's gather (and fwd) rows
+#   AS_CARD=.. bash benchmarks/kernels/device_run.sh cardtests   the kernel GPU tests under the built-in rows of
+#                                                         AS_CARD (its name), on whatever card runs them
 #   bash benchmarks/kernels/device_run.sh adopt           ONE call: the card's gather and forward rows swept, those
 #                                                         winning by > 2% made its built-in rows (adopt_rows.py),
 #                                                         then the kernel GPU tests under them
@@ -93,6 +95,21 @@ fla_setup() {  # FLA's wheel from .whl (carried), unpacked onto PYTHONPATH; sets
   else
     echo "no FLA wheel under .whl/ (carry it): FLA is not timed"
   fi
+}
+as_card() {  # $1: a card's name; lays its built-in rows over this card's entry in this copy's table
+  # (launch-table rows are launch configurations: their correctness is the same on any sm_90 card)
+  python - "$1" <<'PY'
+import json, sys
+import torch
+sys.path.insert(0, "benchmarks/kernels")
+from adopt_rows import format_table
+from mhar_probe.kernels.launch_tables import BUILTIN
+doc, here = json.loads(BUILTIN.read_text()), torch.cuda.get_device_name()
+if here != sys.argv[1]:
+    doc["devices"][here] = doc["devices"][sys.argv[1]]
+    BUILTIN.write_text(format_table(doc))
+print(f"kernel tests under the built-in rows of {sys.argv[1]}, on {here}")
+PY
 }
 case "${1:-tests}" in
   tests)
@@ -181,6 +198,13 @@ case "${1:-tests}" in
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-120} ${NO_PROBES:+--no-probes} \
       --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
+  cardtests)  # the kernel GPU tests (4 processes) under the built-in rows of AS_CARD (default: this card's),
+    # whatever card runs them; the copy's table is restored afterwards. File: pytest.log
+    cp mhar_probe/kernels/launch_tables.json /tmp/launch_tables.orig.json
+    [ -n "${AS_CARD:-}" ] && as_card "$AS_CARD"
+    timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
+      tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
+    cp /tmp/launch_tables.orig.json mhar_probe/kernels/launch_tables.json ;;
   adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
     # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S), the rows that beat the card's by more
     # than 2% made its built-in rows in this copy (adopt_rows.py), then the kernel GPU tests under them.
