@@ -28,6 +28,34 @@ H100_FOLD = {(1280, 8, 8, 4): (1, 2, 0, 0, 1, 2), (1024, 8, 8, 4): (1, 2, 2, 0, 
 H200_GATHER = {(1280, 8, 8, 4): (1, 1, 0, 0, 0)}
 H200_FWD = {(1280, 8, 4): (1, 1, 0, 5), (1024, 8, 4): (2, 1, 0, 3)}
 ADOPTED = {H200: ("h200_launch_sweep_8cce591.json", dict(gather=H200_GATHER, fwd=H200_FWD)), H100: (None, {})}
+#: the H200's fold rows for 16-bit douts (bf16 chains at the kernel-table shapes, H = 1 and 8), each
+#: adopted from a fold sweep where it beat the gather's row by more than 2% (h200_fold_sweep_bf16_h*_cf05508.json)
+H200_FOLD_BF16 = {(1280, 1, 1, 2): (1, 1, 2, 0, 1, 1), (1024, 1, 1, 2): (1, 1, 0, 0, 0, 2),
+                  (512, 1, 1, 2): (1, 1, 1, 0, 0, 2), (1280, 8, 8, 2): (1, 2, 1, 0, 1, 2),
+                  (1024, 8, 8, 2): (1, 1, 1, 0, 1, 1), (512, 8, 8, 2): (1, 1, 2, 0, 0, 1)}
+FOLD_BF16_RECORDS = {H200: ("h200_fold_sweep_bf16_h1_cf05508.json", "h200_fold_sweep_bf16_h8_cf05508.json"), H100: ()}
+
+
+def _adopt_rows():
+    import importlib.util
+    import sys
+
+    records = BUILTIN.parent.parents[1] / "benchmarks/kernels"
+    sys.path.insert(0, str(records))
+    spec = importlib.util.spec_from_file_location("adopt_rows", records / "adopt_rows.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def _adopted(record: str) -> dict:
+    """kind -> {key: row} of what adopt_rows adopts from a committed sweep record (2% margin)."""
+    launch = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
+    out: dict = {}
+    for dec in _adopt_rows().decisions(launch, margin=0.02):
+        if dec["adopt"]:
+            out.setdefault(dec["kind"], {})[tuple(dec["key"])] = tuple(dec["best"])
+    return out
 
 
 def _rows(t: LaunchTables) -> dict:
@@ -48,21 +76,14 @@ def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
     entry = load_tables(BUILTIN).devices[card]
     launch_record, adopted = ADOPTED[card]
     if launch_record is not None:
-        import importlib.util
-        import sys
-
-        sys.path.insert(0, str(records))
-        spec = importlib.util.spec_from_file_location("adopt_rows", records / "adopt_rows.py")
-        ar = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(ar)
-        launch = json.loads((records / launch_record).read_text())
-        assert launch["meta"]["device"] == card
-        decided = {}
-        for dec in ar.decisions(launch, margin=0.02):
-            if dec["adopt"]:
-                decided.setdefault(dec["kind"], {})[tuple(dec["key"])] = tuple(dec["best"])
-        assert decided == adopted
-    assert entry.fold == rows
+        assert json.loads((records / launch_record).read_text())["meta"]["device"] == card
+        assert _adopted(launch_record) == adopted
+    bf16 = {}
+    for record in FOLD_BF16_RECORDS[card]:
+        assert json.loads((records / record).read_text())["meta"]["device"] == card
+        bf16.update(_adopted(record)["fold"])
+    assert bf16 == (H200_FOLD_BF16 if card == H200 else {})
+    assert entry.fold == {**rows, **bf16}
     assert {k: getattr(entry, k) for k in KINDS if k != "fold" and getattr(entry, k)} == adopted
 
 
@@ -80,13 +101,15 @@ def test_unknown_card_falls_back_to_the_default_rows(name):
 
 
 def test_h200_lookup_picks_the_h200_rows():
-    """On the H200 the fold rows are the card's, and so are its adopted gather and forward rows;
-    every other row, and every kernel at widths the card has no row for, is the default one."""
+    """On the H200 the fold rows are the card's (for fp32 and 16-bit douts), and so are its adopted
+    gather and forward rows; every other row is the default one."""
     default, h200 = tables_for(KernelConfig()), tables_for(KernelConfig(), H200)
     for key, row in H200_FOLD.items():
         bp, warps, pre, cap, first, sources = row
         assert h200.fold_config(*key) == (bp, warps, pre, cap or None, bool(first), sources)
-        assert h200.fold_config(*key[:3], 2) == default.fold_config(*key[:3], 2)  # 16-bit douts: no row
+        bp2, warps2, pre2, cap2, first2, sources2 = H200_FOLD_BF16[(*key[:3], 2)]  # 16-bit douts: rows of their own
+        assert h200.fold_config(*key[:3], 2) == (bp2, warps2, pre2, cap2 or None, bool(first2), sources2)
+        assert h200.fold_config(*key[:3], 2) != default.fold_config(*key[:3], 2)
         assert h200.gather_config(*key[:3], 2) == default.gather_config(*key[:3], 2)
         assert h200.fwd_config(key[0], key[1], 2) == default.fwd_config(key[0], key[1], 2)
         if key not in H200_GATHER:
