@@ -42,14 +42,17 @@ def test_builtin_row_is_the_launch_tables_row():
 
 
 def test_builtin_row_is_the_cards_row():
-    """On the H200 and the H100 the sweep starts from the card's own fold row (launch_tables.json's `devices`),
-    elsewhere from the gather's row with one source per iteration."""
+    """On the H200 and the H100 the sweep starts from the card's own rows (launch_tables.json's `devices`:
+    fold rows on both, gather and forward rows on the H200), elsewhere from the default rows (the fold
+    from the gather's row with one source per iteration)."""
     ls = _load()
     assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H200") == (1, 2, 1, 0, 1, 2)
     assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H100 80GB HBM3") == (1, 2, 0, 0, 1, 2)
     assert ls.builtin_row("fold", 1280, 8, 4) == ls.builtin_row("fold", 1280, 8, 4, "NVIDIA A100-SXM4-80GB") \
         == (1, 2, 0, 0, 1, 1)
-    assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H200") == (1, 2, 0, 0, 1)
+    assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H200") == (1, 1, 0, 0, 0)  # the H200's own row
+    assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H100 80GB HBM3") == (1, 2, 0, 0, 1)  # the default row
+    assert ls.builtin_row("fwd", 1024, 8, 4, "NVIDIA H200") == (2, 1, 0, 3)
 
 
 def test_choose_takes_the_fastest_row_with_the_reference_gradients():
