@@ -28,12 +28,16 @@ H100_FOLD = {(1280, 8, 8, 4): (1, 2, 0, 0, 1, 2), (1024, 8, 8, 4): (1, 2, 2, 0, 
 H200_GATHER = {(1280, 8, 8, 4): (1, 1, 0, 0, 0)}
 H200_FWD = {(1280, 8, 4): (1, 1, 0, 5), (1024, 8, 4): (2, 1, 0, 3)}
 ADOPTED = {H200: ("h200_launch_sweep_8cce591.json", dict(gather=H200_GATHER, fwd=H200_FWD)), H100: (None, {})}
-#: the H200's fold rows for 16-bit douts (bf16 chains at the kernel-table shapes, H = 1 and 8), each
-#: adopted from a fold sweep where it beat the gather's row by more than 2% (h200_fold_sweep_bf16_h*_cf05508.json)
+#: each card's fold rows for 16-bit douts (bf16 chains at the kernel-table shapes, H = 1 and 8), each
+#: adopted from a fold sweep where it beat the gather's row by more than 2% (<card>_fold_sweep_bf16_h*_*.json)
 H200_FOLD_BF16 = {(1280, 1, 1, 2): (1, 1, 2, 0, 1, 1), (1024, 1, 1, 2): (1, 1, 0, 0, 0, 2),
                   (512, 1, 1, 2): (1, 1, 1, 0, 0, 2), (1280, 8, 8, 2): (1, 2, 1, 0, 1, 2),
                   (1024, 8, 8, 2): (1, 1, 1, 0, 1, 1), (512, 8, 8, 2): (1, 1, 2, 0, 0, 1)}
-FOLD_BF16_RECORDS = {H200: ("h200_fold_sweep_bf16_h1_cf05508.json", "h200_fold_sweep_bf16_h8_cf05508.json"), H100: ()}
+H100_FOLD_BF16 = {(1280, 1, 1, 2): (1, 1, 1, 0, 0, 1), (1024, 1, 1, 2): (1, 1, 0, 0, 0, 2),
+                  (512, 1, 1, 2): (1, 1, 1, 0, 0, 2), (1280, 8, 8, 2): (1, 2, 1, 0, 1, 2),
+                  (1024, 8, 8, 2): (1, 1, 1, 0, 1, 1), (512, 8, 8, 2): (1, 1, 2, 0, 0, 1)}
+FOLD_BF16 = {H200: (H200_FOLD_BF16, ("h200_fold_sweep_bf16_h1_cf05508.json", "h200_fold_sweep_bf16_h8_cf05508.json")),
+             H100: (H100_FOLD_BF16, ("h100_fold_sweep_bf16_h1_623e4c7.json", "h100_fold_sweep_bf16_h8_623e4c7.json"))}
 
 
 def _adopt_rows():
@@ -78,11 +82,11 @@ def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
     if launch_record is not None:
         assert json.loads((records / launch_record).read_text())["meta"]["device"] == card
         assert _adopted(launch_record) == adopted
-    bf16 = {}
-    for record in FOLD_BF16_RECORDS[card]:
+    bf16, (expected, bf16_records) = {}, FOLD_BF16[card]
+    for record in bf16_records:
         assert json.loads((records / record).read_text())["meta"]["device"] == card
         bf16.update(_adopted(record)["fold"])
-    assert bf16 == (H200_FOLD_BF16 if card == H200 else {})
+    assert bf16 == expected
     assert entry.fold == {**rows, **bf16}
     assert {k: getattr(entry, k) for k in KINDS if k != "fold" and getattr(entry, k)} == adopted
 

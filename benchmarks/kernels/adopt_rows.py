@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the package, where it is not installed (the GPU machine)
 from launch_sweep import choose, parse_shape, table_key  # noqa: E402
 
 from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, load_tables  # noqa: E402
