@@ -206,3 +206,60 @@ def test_the_stack_launches_its_cards_fold_row(tmp_path, launches, monkeypatch):
     assert run() == {(default_row[5], default_row[2])}
     monkeypatch.setattr(kad, "card_name", lambda device: "FAKE CARD" if device.type == "cpu" else None)
     assert run() == {(card_row[5], card_row[2])}
+
+
+# resident rows (sources 0): every call with the same head count; fold_calls 3 (CB 4, one reader
+# masked off), 2 and 1; odd widths (d/H = 5, 3), H = 32, two positions per program
+@pytest.mark.parametrize("D,H,fold_calls,fold_row", [
+    (20, 4, 3, (1, 1, 0, 0, 0, 0)),
+    (96, 32, 2, (2, 1, 0, 0, 0, 0)),
+    (40, 8, 1, (1, 2, 0, 0, 0, 0)),
+])
+def test_resident_readers_match_float64_and_the_reader_loop(tmp_path, launches, D, H, fold_calls, fold_row):
+    """The fold with its block's readers resident (launch row `sources` 0): every gradient against
+    float64 autograd, within fp32 rounding of the reader loop's (`sources` 1; the sums over readers
+    are a reduction in another order), bitwise repeatable, launched as SOURCES 0 on the plan's
+    launches."""
+    seen, consts = launches
+    S = 6
+    heads = [H] * S
+
+    def run(row, poison=True):
+        leaves = _leaves(D, S, heads, 0, 17, torch.float32)
+        cfg = _tables(tmp_path / f"t{'_'.join(map(str, row))}.json", D, heads, 0, row)
+        stacks = []
+
+        def make(cap, params):
+            stacks.append(poisoned_stack(cap, params, cfg, poison=poison, fold_calls=fold_calls))
+            return stacks[-1]
+
+        loss, _, _ = _chain(make, leaves, S, heads)
+        return leaves, torch.autograd.grad(loss, leaves), stacks
+
+    leaves, got, stacks = run(fold_row)
+    _check_plan(seen, [(c.n, c.j0, c.j1) for c in stacks[0]._calls], fold_calls)
+    assert consts and set(consts) == {(0, 0)}
+    again = run(fold_row)[1]
+    loop = run(fold_row[:5] + (1,))[1]
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    for i, (a, b) in enumerate(zip(got, truth)):
+        assert torch.isfinite(a).all() and rel(a, b) < 2e-5, i
+    assert all(torch.equal(a, b) for a, b in zip(got, again))
+    assert max(rel(a, b) for a, b in zip(got, loop)) < 1e-5
+
+
+def test_resident_rows_fall_back_where_heads_differ(tmp_path, launches):
+    """A resident row on a stack whose calls have different head counts (here 4, 2, 1) runs the
+    reader loop (SOURCES 1): the resident path indexes every reader's rows with one head count."""
+    seen, consts = launches
+    S, D = 6, 20
+    heads = [4, 2, 1, 4, 2, 1]
+    leaves = _leaves(D, S, heads, 0, 9, torch.float32)
+    cfg = _tables(tmp_path / "t.json", D, heads, 0, (1, 1, 0, 0, 0, 0))
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=2), leaves, S, heads)
+    grads = torch.autograd.grad(loss, leaves)
+    assert consts and set(consts) == {(1, 0)}
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    assert all(rel(a, b) < 2e-5 for a, b in zip(grads, truth))
