@@ -159,7 +159,7 @@ def fold_job(d: int, cfg: tuple) -> tuple:
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1, CB=8)
+                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1)
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:

@@ -13,8 +13,7 @@ A table file holds one list of rows per kernel, each row its key columns then it
 
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
-loop, sharing each dout load) or 0 (the block's readers resident: their douts loaded once, the loop
-over the sources alone; where every call has the same head count, else 1). Where a shape has no fold row (tables written before the kind
+loop, sharing each dout load). Where a shape has no fold row (tables written before the kind
 existed among them) the fold runs under the gather's row with one source per iteration, as it
 did before it had a kind of its own.
 
@@ -183,9 +182,9 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
-            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
+            if kind == "fold" and (val[5] not in (1, 2) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
-                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (readers resident), 1 or 2")
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 1 or 2")
             rows[key] = val
         tables[kind] = rows
     return tables

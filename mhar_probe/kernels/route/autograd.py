@@ -710,15 +710,12 @@ class _StackState:
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
         block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
-        cb = next_pow2(self._fold)
-        if sources == 0 and (not self._same_h or self._frontier - call > cb):
-            sources = 1  # resident readers: one head count and at most CB readers, else the reader loop
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources, CB=cb)
+                      LOADS_FIRST=loads_first, SOURCES=sources)
         t = self._tables
         dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (

@@ -211,56 +211,6 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
 
 
 @triton.jit
-def _fold_resident(V, V0, stride_vn, jf, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                   cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U, CALL_N,
-                   CALL_WOFF, CALL_SOFF, ACC, reada, readb, P, eps, D: tl.constexpr, HM: tl.constexpr,
-                   CB: tl.constexpr):
-    """The fold with the block's readers resident (launch row `sources` 0; every call has HM
-    heads): the douts of the readers [call, top1) (at most CB), their q_c g_c, shift_c and S'_c
-    are loaded once, as [CB, BP, HM, BK] tiles, and the loop runs over the sources only. Per
-    source j every reader's terms at once:
-
-        dl_{c,j} = w_{c,j} (<dout_c, v_j> - shift_c - S'_c)      [CB, BP, HM], stored
-        dv_j     = sum_c w_{c,j} dout_c + r_j a - (r_j^3/d) <a, v_j> v_j,  a = sum_c dl_{c,j} u_c
-
-    so no dout is read again per source (the other variants re-read each one from cache per
-    (reader, source) pair) and the CB per-head dot products of one source are independent of
-    each other. The sums over readers are a reduction over the CB axis, not the sequential
-    reader loop's order: within fp32 rounding of the other variants, bitwise repeatable."""
-    offs_c = tl.arange(0, CB)
-    live = (call + offs_c) < top1  # [CB]
-    cs = tl.where(live, call + offs_c, call)
-    dofs = (dbase + cs.to(tl.int64) * stride_dc)[:, None, None, None]  # [CB, 1, 1, 1]
-    lc = live[:, None, None, None]
-    da = tl.load(DOUT_BUF + dofs + rowa[None], mask=lc & maska[None], other=0.0).to(tl.float32)
-    db = tl.load(DOUT_BUF + dofs + rowb[None], mask=lc & maskb[None], other=0.0).to(tl.float32)
-    ua = tl.load(U + cs[:, None, None, None] * D + cola[None, None], mask=lc & cmaska[None, None], other=0.0)
-    ub = tl.load(U + cs[:, None, None, None] * D + colb[None, None], mask=lc & cmaskb[None, None], other=0.0)
-    pidx = (offs_p[:, None] * HM + offs_hm[None, :])[None]  # [1, BP, HM]
-    m3 = live[:, None, None] & pmask[None, :, None] & (offs_hm < HM)[None, None, :]  # [CB, BP, HM]
-    so = tl.load(CALL_SOFF + cs)[:, None, None]
-    sh = tl.load(SHALL + so + pidx, mask=m3, other=0.0)
-    sr = tl.load(SALL + so + pidx, mask=m3, other=0.0)
-    nc = tl.load(CALL_N + cs)  # [CB]
-    wbase = tl.load(CALL_WOFF + cs)[:, None, None]
-    one_way = (nc > 1)[:, None, None]  # a call over one source: dl exactly 0 (_gather_collect)
-    for j in range(0, jf):
-        vga, vgb, r = _fold_source(V + j * stride_vn, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
-        mj = m3 & (nc > j)[:, None, None]
-        wo = wbase + j * P * HM
-        wg = tl.load(WALL + wo + pidx, mask=mj, other=0.0)  # [CB, BP, HM]
-        ds = tl.sum(da * vga[None], axis=3) + tl.sum(db * vgb[None], axis=3)
-        dl = tl.where(one_way, wg * ((ds - sh) - sr), 0.0)
-        tl.store(DALL + wo + pidx, dl, mask=mj)
-        acc_va = tl.sum(wg[:, :, :, None] * da, axis=0)  # [BP, HM, BKA]
-        acc_vb = tl.sum(wg[:, :, :, None] * db, axis=0)
-        acc_ka = tl.sum(dl[:, :, :, None] * ua, axis=0)
-        acc_kb = tl.sum(dl[:, :, :, None] * ub, axis=0)
-        dxa, dxb = source_grad_split(acc_va, acc_vb, acc_ka, acc_kb, vga, vgb, r, D)
-        _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
-
-
-@triton.jit
 def _acc_add(ACC, aoff, rowa, rowb, maska, maskb, reada, readb, dxa, dxb):
     """ACC_j (at ACC + aoff) = [ACC_j +] dx_j, over one position block's two tiles."""
     dxa = tl.load(ACC + aoff + rowa, mask=reada, other=0.0) + dxa
@@ -281,7 +231,7 @@ def stack_fold_kernel(
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    SOURCES: tl.constexpr = 1, CB: tl.constexpr = 8,
+    SOURCES: tl.constexpr = 1,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
@@ -291,19 +241,14 @@ def stack_fold_kernel(
     The launch row's variants (`launch_tables.fold_config`): SOURCES 2 takes the sources two at
     a time, each reader's dout loaded once for both (`_fold_collect`); PREFETCH 2 loads the next
     reader's w, shift and S' with its dout. SOURCES 1 with PREFETCH 0 / 1 is the loop over
-    `_gather_collect` the fold was built with (bitwise the same). SOURCES 0 holds the block's CB
-    readers resident and loops over the sources alone (`_fold_resident`; every call with HM heads)."""
+    `_gather_collect` the fold was built with (bitwise the same)."""
     blk = tl.program_id(0)
     offs_hm = tl.arange(0, HM)
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
     reada = maska & ((rowa * 0 + first) == 0)
     readb = maskb & ((rowb * 0 + first) == 0)
-    if SOURCES == 0:  # the block's readers resident (SAME_H only: the host falls back to 1 otherwise)
-        _fold_resident(V, V0, stride_vn, jf, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
-                       cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U, CALL_N,
-                       CALL_WOFF, CALL_SOFF, ACC, reada, readb, P, eps, D, HM, CB)
-    elif SOURCES == 1 and PREFETCH < 2:
+    if SOURCES == 1 and PREFETCH < 2:
         for j in range(0, jf):
             dxa, dxb, _r = _gather_collect(
                 V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
