@@ -215,7 +215,7 @@ case "${1:-tests}" in
       | tee "$OUT/launch_sweep.log" | grep -E "chose|budget|Error"
     python benchmarks/kernels/adopt_rows.py "$OUT/launch_sweep.json" 2>&1 | tee "$OUT/adopt.log"
     cp mhar_probe/kernels/launch_tables.json "$OUT/launch_tables.json"
-    timeout ${TEST_TIMEOUT:-230} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
+    timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
       tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14 ;;
   foldsweep)  # launch_sweep.py --kinds fold: per shape (default the training microbatches, 1B first) the
     # probes fold (built-in rows: today's fold) and gather-backward, then the fold kind's rows (the built-in
