@@ -2,25 +2,21 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
 from pathlib import Path
 
 import pytest
 
 from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, load_tables
 
+from script_checks import load_script  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 H100 = "NVIDIA H100 80GB HBM3"
 
 
 def _load():
-    sys.path.insert(0, str(ROOT / "benchmarks/kernels"))
-    spec = importlib.util.spec_from_file_location("adopt_rows", ROOT / "benchmarks/kernels/adopt_rows.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/kernels/adopt_rows.py")
 
 
 def _sweep(rows, device="NVIDIA H200", dtype="mixed", tol=0.02):

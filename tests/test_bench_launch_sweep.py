@@ -2,22 +2,15 @@
 
 from __future__ import annotations
 
-import importlib.util
 import json
-import sys
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from script_checks import load_script
 
 
 def _load():
-    spec = importlib.util.spec_from_file_location("launch_sweep", ROOT / "benchmarks/kernels/launch_sweep.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules["launch_sweep"] = mod
-    spec.loader.exec_module(mod)
-    return mod
+    return load_script("benchmarks/kernels/launch_sweep.py")
 
 
 def test_candidates_start_at_the_builtin_row_without_repeats_and_refuse_short_rows():

@@ -14,6 +14,8 @@ from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels import launch_tables as lt
 from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, LaunchTables, card_name, load_tables, tables_for
 
+from script_checks import load_script  # noqa: E402
+
 H200 = "NVIDIA H200"
 H100 = "NVIDIA H100 80GB HBM3"
 #: each card's fold rows as its sweep chose them (benchmarks/kernels/<card>_fold_sweep.json `summary`),
@@ -40,23 +42,11 @@ FOLD_BF16 = {H200: (H200_FOLD_BF16, ("h200_fold_sweep_bf16_h1_cf05508.json", "h2
              H100: (H100_FOLD_BF16, ("h100_fold_sweep_bf16_h1_623e4c7.json", "h100_fold_sweep_bf16_h8_623e4c7.json"))}
 
 
-def _adopt_rows():
-    import importlib.util
-    import sys
-
-    records = BUILTIN.parent.parents[1] / "benchmarks/kernels"
-    sys.path.insert(0, str(records))
-    spec = importlib.util.spec_from_file_location("adopt_rows", records / "adopt_rows.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def _adopted(record: str) -> dict:
     """kind -> {key: row} of what adopt_rows adopts from a committed sweep record (2% margin)."""
     launch = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
     out: dict = {}
-    for dec in _adopt_rows().decisions(launch, margin=0.02):
+    for dec in load_script("benchmarks/kernels/adopt_rows.py").decisions(launch, margin=0.02):
         if dec["adopt"]:
             out.setdefault(dec["kind"], {})[tuple(dec["key"])] = tuple(dec["best"])
     return out
