@@ -102,3 +102,58 @@ def test_a_cpu_sweep_is_refused(tmp_path):
     path.write_text(json.dumps(_sweep([], device="cpu (Triton interpreter)")))
     with pytest.raises(SystemExit, match="only a card's rows"):
         ar.main([str(path), "--dry-run"])
+
+
+@pytest.mark.parametrize("text, why", [(None, "cannot read"), ("not json", "cannot read"),
+                                       ("{}", "not a launch_sweep.py --out record"),
+                                       ('{"meta": {"device": "X"}, "rows": []}', "not a launch_sweep.py --out record")])
+def test_a_file_that_is_no_sweep_record_gets_one_line(tmp_path, text, why):
+    ar = _load()
+    path = tmp_path / "sweep.json"
+    if text is not None:
+        path.write_text(text)
+    with pytest.raises(SystemExit, match=why) as err:
+        ar.main([str(path), "--dry-run"])
+    assert "\n" not in str(err.value.code)
+
+
+def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
+    ar = _load()
+    table = tmp_path / "t.json"
+    table.write_text('{"fold": [[1, 2]]}')
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(_sweep([("1B-train", "gather", (1, 2, 0, 0, 1), 10.0, 0.0),
+                                       ("1B-train", "gather", (1, 1, 0, 0, 1), 8.0, 0.0)])))
+    with pytest.raises(SystemExit, match="t.json"):
+        ar.main([str(path), "--table", str(table)])
+    assert table.read_text() == '{"fold": [[1, 2]]}'
+
+
+def test_copy_card_runs_one_cards_rows_on_another():
+    """device_run.sh cardtests: the H100's rows laid over the H200's entry make the H200 look up
+    the H100's rows; the same card is a no-op; a card with no rows is refused with the names."""
+    ar = _load()
+    doc = json.loads(BUILTIN.read_text())
+    copied = ar.copy_card(doc, H100, "NVIDIA H200")
+    assert copied["devices"]["NVIDIA H200"] == doc["devices"][H100] == copied["devices"][H100]
+    assert doc["devices"]["NVIDIA H200"] != doc["devices"][H100]  # the input is not changed
+    assert ar.copy_card(doc, H100, H100) == doc
+    with pytest.raises(SystemExit, match="NVIDIA A100.*" + H100):
+        ar.copy_card(doc, "NVIDIA A100-SXM4-80GB", H100)
+
+
+def test_a_table_without_schema_or_columns_takes_the_rows(tmp_path):
+    """A hand-written table (rows only, as `--launch-table` files may be) gets the card's rows and
+    keeps to what it had; a margin outside [0, 1) is refused."""
+    ar = _load()
+    table = tmp_path / "t.json"
+    table.write_text('{"fold": [[512, 8, 8, 4, 1, 1, 2, 0, 0, 2]]}')
+    path = tmp_path / "sweep.json"
+    path.write_text(json.dumps(_sweep([("1B-train", "gather", (1, 2, 0, 0, 1), 10.0, 0.0),
+                                       ("1B-train", "gather", (1, 1, 0, 0, 1), 8.0, 0.0)])))
+    ar.main([str(path), "--table", str(table)])
+    doc = json.loads(table.read_text())
+    assert set(doc) == {"fold", "devices"} and doc["devices"] == {"NVIDIA H200": {"gather": [[1280, 8, 8, 4, 1, 1, 0, 0, 1]]}}
+    assert load_tables(table).for_device("NVIDIA H200").gather_config(1280, 8, 8, 4) == (1, 1, False, None, True)
+    with pytest.raises(SystemExit):
+        ar.main([str(path), "--margin", "1.5", "--dry-run"])

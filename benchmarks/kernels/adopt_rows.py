@@ -22,7 +22,36 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(1, str(Path(__file__).resolve().parents[2]))  # the package, where it is not installed (the GPU machine)
 from launch_sweep import choose, parse_shape, table_key  # noqa: E402
 
+from mhar_probe.errors import UserError  # noqa: E402
 from mhar_probe.kernels.launch_tables import BUILTIN, KINDS, load_tables  # noqa: E402
+
+
+def read_sweep(path: str) -> dict:
+    """A launch_sweep.py --out document, or one line saying why it is not one (SystemExit)."""
+    try:
+        sweep = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise SystemExit(f"{path}: cannot read a sweep record ({exc})") from None
+    meta = sweep.get("meta") if isinstance(sweep, dict) else None
+    if not isinstance(meta, dict) or not isinstance(sweep.get("rows"), list) \
+            or not {"device", "dtype", "heads", "tol"} <= set(meta):
+        raise SystemExit(f"{path}: not a launch_sweep.py --out record (needs `meta` with device, dtype, heads "
+                         "and tol, and `rows`)")
+    return sweep
+
+
+def copy_card(doc: dict, source: str, card: str) -> dict:
+    """`doc` (a launch table) with card `card`'s entry replaced by card `source`'s rows, so that
+    kernels on `card` run `source`'s rows (device_run.sh cardtests: a card's rows tested on
+    whichever card a call gets); unchanged where the two are the same card."""
+    cards = doc.get("devices", {})
+    if source not in cards:
+        raise SystemExit(f"no launch rows for card {source!r}; the table has rows for: {', '.join(cards) or 'none'}")
+    if source == card:
+        return doc
+    doc = json.loads(json.dumps(doc))
+    doc["devices"][card] = doc["devices"][source]
+    return doc
 
 
 def decisions(sweep: dict, margin: float) -> list[dict]:
@@ -54,9 +83,10 @@ def format_table(doc: dict) -> str:
     def kinds_block(block: dict, indent: str) -> list[str]:
         return [f'{indent}"{k}": {rows_block(block[k], indent)}' for k in KINDS if k in block]
 
-    parts = [f'  "schema": {json.dumps(doc["schema"])}',
-             '  "columns": {\n' + ",\n".join(f'    "{k}": {json.dumps(v)}' for k, v in doc["columns"].items())
-             + "\n  }"]
+    parts = [f'  "schema": {json.dumps(doc["schema"])}'] if "schema" in doc else []
+    if "columns" in doc:
+        parts.append('  "columns": {\n' + ",\n".join(f'    "{k}": {json.dumps(v)}' for k, v in doc["columns"].items())
+                     + "\n  }")
     parts += kinds_block(doc, "  ")
     if doc.get("devices"):
         cards = [f'    {json.dumps(name)}: {{\n' + ",\n".join(kinds_block(card, "      ")) + "\n    }"
@@ -64,7 +94,7 @@ def format_table(doc: dict) -> str:
         parts.append('  "devices": {\n' + ",\n".join(cards) + "\n  }")
     odd = sorted(set(doc) - {"schema", "columns", "devices", *KINDS})
     if odd:
-        raise ValueError(f"unknown top-level entries {odd}")
+        raise SystemExit(f"the launch table has entries this script does not write back: {odd}")
     return "{\n" + ",\n".join(parts) + "\n}\n"
 
 
@@ -94,7 +124,9 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--margin", type=float, default=0.02, help="fraction of the card's row's time a row must win by")
     ap.add_argument("--dry-run", action="store_true", help="print the decisions, write nothing")
     args = ap.parse_args(argv)
-    sweep = json.loads(Path(args.sweep).read_text())
+    if not 0.0 <= args.margin < 1.0:
+        ap.error(f"--margin {args.margin}: a fraction of the card's row's time, in [0, 1)")
+    sweep = read_sweep(args.sweep)
     card = sweep["meta"]["device"]
     if card.startswith("cpu"):
         raise SystemExit(f"{args.sweep}: the sweep ran on {card}; only a card's rows can be adopted")
@@ -107,6 +139,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.dry_run or not any(d["adopt"] for d in chosen):
         return
     path = Path(args.table)
+    try:
+        load_tables(path)  # the table to write into is one (a bad file is refused with its name)
+    except UserError as exc:
+        raise SystemExit(str(exc)) from None
     text = format_table(adopt(json.loads(path.read_text()), card, chosen))
     path.write_text(text)
     load_tables(path)  # the file still parses (a bad row would be refused here, with its name)

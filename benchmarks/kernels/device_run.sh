@@ -102,12 +102,10 @@ as_card() {  # $1: a card's name; lays its built-in rows over this card's entry 
 import json, sys
 import torch
 sys.path.insert(0, "benchmarks/kernels")
-from adopt_rows import format_table
+from adopt_rows import copy_card, format_table
 from mhar_probe.kernels.launch_tables import BUILTIN
-doc, here = json.loads(BUILTIN.read_text()), torch.cuda.get_device_name()
-if here != sys.argv[1]:
-    doc["devices"][here] = doc["devices"][sys.argv[1]]
-    BUILTIN.write_text(format_table(doc))
+here = torch.cuda.get_device_name()
+BUILTIN.write_text(format_table(copy_card(json.loads(BUILTIN.read_text()), sys.argv[1], here)))
 print(f"kernel tests under the built-in rows of {sys.argv[1]}, on {here}")
 PY
 }
@@ -201,7 +199,7 @@ case "${1:-tests}" in
   cardtests)  # the kernel GPU tests (4 processes) under the built-in rows of AS_CARD (default: this card's),
     # whatever card runs them; the copy's table is restored afterwards. File: pytest.log
     cp mhar_probe/kernels/launch_tables.json /tmp/launch_tables.orig.json
-    [ -n "${AS_CARD:-}" ] && as_card "$AS_CARD"
+    if [ -n "${AS_CARD:-}" ] && ! as_card "$AS_CARD"; then exit 2; fi
     timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
       tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     cp /tmp/launch_tables.orig.json mhar_probe/kernels/launch_tables.json ;;
