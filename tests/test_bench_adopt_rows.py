@@ -117,13 +117,19 @@ def test_a_file_that_is_no_sweep_record_gets_one_line(tmp_path, text, why):
     assert "\n" not in str(err.value.code)
 
 
-def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
-    ar = _load()
+def _winning_sweep_and_table(tmp_path, table_text: str):
+    """(a sweep record whose 1B-train gather row wins by 20%, a table file holding table_text)."""
     table = tmp_path / "t.json"
-    table.write_text('{"fold": [[1, 2]]}')
+    table.write_text(table_text)
     path = tmp_path / "sweep.json"
     path.write_text(json.dumps(_sweep([("1B-train", "gather", (1, 2, 0, 0, 1), 10.0, 0.0),
                                        ("1B-train", "gather", (1, 1, 0, 0, 1), 8.0, 0.0)])))
+    return path, table
+
+
+def test_a_bad_table_is_refused_before_anything_is_written(tmp_path):
+    ar = _load()
+    path, table = _winning_sweep_and_table(tmp_path, '{"fold": [[1, 2]]}')
     with pytest.raises(SystemExit, match="t.json"):
         ar.main([str(path), "--table", str(table)])
     assert table.read_text() == '{"fold": [[1, 2]]}'
@@ -146,11 +152,7 @@ def test_a_table_without_schema_or_columns_takes_the_rows(tmp_path):
     """A hand-written table (rows only, as `--launch-table` files may be) gets the card's rows and
     keeps to what it had; a margin outside [0, 1) is refused."""
     ar = _load()
-    table = tmp_path / "t.json"
-    table.write_text('{"fold": [[512, 8, 8, 4, 1, 1, 2, 0, 0, 2]]}')
-    path = tmp_path / "sweep.json"
-    path.write_text(json.dumps(_sweep([("1B-train", "gather", (1, 2, 0, 0, 1), 10.0, 0.0),
-                                       ("1B-train", "gather", (1, 1, 0, 0, 1), 8.0, 0.0)])))
+    path, table = _winning_sweep_and_table(tmp_path, '{"fold": [[512, 8, 8, 4, 1, 1, 2, 0, 0, 2]]}')
     ar.main([str(path), "--table", str(table)])
     doc = json.loads(table.read_text())
     assert set(doc) == {"fold", "devices"} and doc["devices"] == {"NVIDIA H200": {"gather": [[1280, 8, 8, 4, 1, 1, 0, 0, 1]]}}
