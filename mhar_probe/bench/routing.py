@@ -6,7 +6,7 @@ inputs, each checked against eager), the 8B delta per-call shape, and prints a t
     mhar bench routing --out results.json          (or: python -m mhar_probe.cli bench routing ...)
 
 Timing: CUDA events around the region, warm-up, median of repeats. The byte floor is
-4 bytes x d x (B*T) x pairs / copy bandwidth; pairs = sum_s N_s. The 4 bytes of a pair-element: the
+4 bytes x d x (B*T) x pairs / copy bandwidth; pairs = sum_s N_s (`kernels.route.floors.four_byte_floor`). The 4 bytes of a pair-element: the
 forward reads the source once (2 in bf16), the backward once more, in the gather (2); the
 derivation is mhar_probe/kernels/README.md, "Design".
 """
@@ -25,6 +25,8 @@ from typing import Any
 import torch
 
 from mhar_probe.errors import UserError
+from mhar_probe.kernels.route.bwd_fold import model_layout
+from mhar_probe.kernels.route.floors import four_byte_floor
 from mhar_probe.model.routing import get_backend
 
 SHAPES = {  # name: (d, L, B, T)
@@ -184,7 +186,7 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True
     S = 2 * L + 1
     pairs = S * (S + 1) // 2
     P = B * T
-    floor_bytes = 4 * d * P * pairs
+    floor_bytes = four_byte_floor(model_layout(S), d, P)
     rows = []
     with torch.no_grad():  # correctness of every backend's last (widest) output against eager's
         ref = chain_fwd(get_backend("eager"), xs, qs, gs, H)[-1].float()
