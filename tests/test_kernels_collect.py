@@ -183,9 +183,10 @@ def test_collect_half_sources_match_the_stack_bwd_backward():
         assert rel(a, b) < (1e-5 if a.dtype == torch.float32 else 1e-3), i
 
 
-def test_collect_autocast_layout_matches_the_stack_bwd_backward():
+def test_collect_autocast_layout_matches_the_stack_bwd_backward(monkeypatch):
     """Autocast's layout (fp32 source 0 beside half sublayer outputs, fp32 routed outputs: S' = 0)
-    gives the gradients of a stack built without the sites' parameters up to fp32 rounding."""
+    gives the gradients of a stack built without the sites' parameters up to fp32 rounding; its
+    query and key-norm gradients come from pair_e's split dot over the half buffer (r_j in dl)."""
     S, D = 5, 12
     heads = [1, 2, 4, 2, 1]
     leaves = _leaves(D, S, heads, 0, 11, torch.float32)
@@ -201,7 +202,17 @@ def test_collect_autocast_layout_matches_the_stack_bwd_backward():
         assert stacks[0].collect == collect and stacks[0].buffer.dtype == torch.float16
         return torch.autograd.grad(loss, leaves)
 
+    forms = []
+    pair_e = rbc.PAIR_E
+
+    def spy(grid, args, consts, *rest):  # which dot each pair_e launch takes
+        forms.append((args[0].dtype, consts["SPLIT_DOT"], consts["R_IN_DL"]))
+        pair_e(grid, args, consts, *rest)
+
+    monkeypatch.setattr(rbc, "PAIR_E", spy)
     new, old = run(True), run(False)
+    # source 0 (fp32 row) keeps the IEEE dot; the fp16 buffer takes the split dot with r in dl
+    assert forms == [(torch.float32, False, False), (torch.float16, True, True)]
     for a, b in zip(new, old):
         assert a.dtype == b.dtype and rel(a, b) < 1e-5
 
@@ -435,6 +446,13 @@ def test_pair_e_plan_rules():
     plan = lambda modes: rbc.pair_e_plan(1280, 8, frozenset(modes), cuda=True, tables=no_rows)[1]  # noqa: E731
     assert plan(bf16)["SPLIT_DOT"] and plan(fp16)["SPLIT_DOT"]
     assert not plan(fp32)["SPLIT_DOT"] and not plan(bf16 | fp32)["SPLIT_DOT"]
+    # unrounded keys over 16-bit rows (autocast's bf16 buffer): the split dot with r moved to dl
+    rows = lambda modes, narrow: rbc.pair_e_plan(1280, 8, frozenset(modes), cuda=True, tables=no_rows,  # noqa: E731
+                                                 narrow_rows=narrow)[1]
+    assert rows(fp32, True)["SPLIT_DOT"] and rows(fp32, True)["R_IN_DL"]
+    assert not rows(fp32, False)["SPLIT_DOT"] and not rows(fp32, False)["R_IN_DL"]  # fp32 rows: IEEE
+    assert rows(bf16, True)["SPLIT_DOT"] and not rows(bf16, True)["R_IN_DL"]  # rounded keys: as before
+    assert not rows(bf16 | fp32, True)["SPLIT_DOT"]  # readers rounding differently: per-reader path
     # bf16 and fp16 keys are exact in TF32 (19 bits: 10 of mantissa): rounding to TF32 keeps them
     k = torch.randn(4096).to(torch.bfloat16).float()
     h = torch.randn(4096).to(torch.float16).float()

@@ -32,6 +32,8 @@
 #                                                         gather backward), then a card's gather (and fwd) rows
 #   AS_CARD=.. bash benchmarks/kernels/device_run.sh cardtests   the kernel GPU tests under the built-in rows of
 #                                                         AS_CARD (its name), on whatever card runs them
+#   bash benchmarks/kernels/device_run.sh paire           the kernel GPU tests, then pair_e's split TF32 dot
+#                                                         against its IEEE dot (pair_e_dot.py)
 #   bash benchmarks/kernels/device_run.sh adopt           ONE call: the card's gather and forward rows swept, those
 #                                                         winning by > 2% made its built-in rows (adopt_rows.py),
 #                                                         then the kernel GPU tests under them
@@ -203,6 +205,12 @@ case "${1:-tests}" in
     timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
       tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     cp /tmp/launch_tables.orig.json mhar_probe/kernels/launch_tables.json ;;
+  paire)  # the kernel GPU tests (4 processes, pytest.log), then pair_e's split TF32 dot over the bf16
+    # buffer against its IEEE dot at the training microbatches (pair_e_dot.py -> pair_e_dot.json)
+    timeout ${TEST_TIMEOUT:-300} python -m pytest -v -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
+      tests/test_kernels_model.py > "$OUT/pytest.log" 2>&1; grep -E "passed|failed|Error|^E  " "$OUT/pytest.log" | tail -14
+    timeout ${PAIRE_TIMEOUT:-200} python benchmarks/kernels/pair_e_dot.py --out "$OUT/pair_e_dot.json" 2>&1 \
+      | grep -v -i warn | tee "$OUT/pair_e_dot.log" | tail -6 ;;
   adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
     # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S), the rows that beat the card's by more
     # than 2% made its built-in rows in this copy (adopt_rows.py), then the kernel GPU tests under them.

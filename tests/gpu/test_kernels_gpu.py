@@ -571,8 +571,8 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     Ms = [(torch.randn(D, D, device="cuda", generator=g) / D**0.5).half() for _ in range(S - 1)]
     plan = kad.pair_e_plan
 
-    def ieee_plan(*args):
-        block_c, consts, warps = plan(*args)
+    def ieee_plan(*args, **kwargs):
+        block_c, consts, warps = plan(*args, **kwargs)
         assert consts["SPLIT_DOT"]  # fp16 keys: the split dot is the default here
         return block_c, {**consts, "SPLIT_DOT": False}, warps
 
@@ -588,6 +588,57 @@ def test_pair_e_split_dot_matches_ieee_dot(monkeypatch, D):
     record(test="pair_e_split_dot", D=D, max_rel_dq_dg_vs_ieee=err,
            source_grad_bitwise=torch.equal(split[0], ieee[0]))
     assert all(a.dtype == torch.float32 for a in split[1:])
+    assert torch.equal(split[0], ieee[0])
+    assert err <= 1e-5, err
+
+
+@pytest.mark.parametrize("D", [512, 1280])
+def test_pair_e_split_dot_over_the_bf16_buffer_matches_ieee_dot(monkeypatch, D):
+    """Autocast's layout (fp32 source 0 beside a bf16 buffer, fp32 outputs: unrounded keys): the
+    query and key-norm gradients that pair_e forms over the buffer with the three-product TF32
+    dot, r_j moved into dl (v exact in TF32), agree with its IEEE fp32 dot (forced here) to fp32
+    rounding; source 0's launch keeps the IEEE dot; the source gradients do not go through
+    pair_e and stay bitwise equal."""
+    import mhar_probe.kernels.route.autograd as kad
+
+    S = 13
+    g = torch.Generator(device="cuda").manual_seed(23)
+    x0 = torch.randn(2, 37, D, device="cuda", generator=g)
+    qs = [torch.randn(D, device="cuda", generator=g) * 2 / D**0.5 for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, device="cuda", generator=g) for _ in range(S)]
+    Ms = [torch.randn(D, D, device="cuda", generator=g) / D**0.5 for _ in range(S - 1)]
+    plan = kad.pair_e_plan
+    forms = []
+
+    def split_plan(*args, **kwargs):
+        block_c, consts, warps = plan(*args, **kwargs)
+        forms.append((consts["SPLIT_DOT"], consts["R_IN_DL"]))
+        return block_c, consts, warps
+
+    def ieee_plan(*args, **kwargs):
+        block_c, consts, warps = plan(*args, **kwargs)
+        return block_c, {**consts, "SPLIT_DOT": False, "R_IN_DL": False}, warps
+
+    def grads(split_dot):
+        monkeypatch.setattr(kad, "pair_e_plan", split_plan if split_dot else ieee_plan)
+        leaves = [t.clone().requires_grad_() for t in [x0] + qs + gs]
+        stack = TritonSourceStack(S, params=list(zip(leaves[1:S + 1], leaves[S + 1:])))
+        stack.append(leaves[0])
+        outs = []
+        for s in range(S):
+            x, _ = stack.route(leaves[1 + s], leaves[1 + S + s], 8, EPS, len(stack))
+            outs.append(x)
+            if s < S - 1:
+                stack.append(torch.tanh(x @ Ms[s]).to(torch.bfloat16))
+        assert stack.buffer.dtype == torch.bfloat16 and outs[-1].dtype == torch.float32
+        loss = sum((o * (i + 1) / S).sin().sum() for i, o in enumerate(outs))
+        return torch.autograd.grad(loss, leaves)
+
+    split, ieee = grads(True), grads(False)
+    assert forms == [(False, False), (True, True)]  # row 0 (fp32), then the bf16 buffer
+    err = max(rel(a, b) for a, b in zip(split[1:], ieee[1:]))
+    record(test="pair_e_split_dot_bf16_buffer", D=D, max_rel_dq_dg_vs_ieee=err,
+           source_grad_bitwise=torch.equal(split[0], ieee[0]))
     assert torch.equal(split[0], ieee[0])
     assert err <= 1e-5, err
 

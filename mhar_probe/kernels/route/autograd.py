@@ -538,8 +538,11 @@ class _StackState:
             self._rall = _new((self._len, P), torch.float32, dev, poison)
             self._qg = torch.stack([qs, gs], 1)  # [calls, 2, d]
             self._e_pairs = _new((e_splits(P), poffs[-1], D), torch.float32, dev, poison)
-            self._e_plan = pair_e_plan(D, max(r.H for r in calls), frozenset(rmode),
-                                       dev.type == "cuda", self.launch_tables)
+            # one plan per launch (row 0, the buffer): their rows' widths choose the dot
+            self._e_plan, self._e_plan_rows = (
+                pair_e_plan(D, max(r.H for r in calls), frozenset(rmode), dev.type == "cuda",
+                            self.launch_tables, narrow_rows=rows is not None and rows.element_size() < 4)
+                for rows in (self.row0, self.buffer))
             self._build_items(calls, top, dev, self._e_plan[0])
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
@@ -571,7 +574,7 @@ class _StackState:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
         for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
-                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_acc"):
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc"):
             setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
@@ -680,7 +683,7 @@ class _StackState:
                           top1, P, self._e_plan)
             if self.buffer is not None:
                 launch_pair_e(self.buffer, items[n0:], nitems - n0, self._rall, self._d_flat, t,
-                              self._e_pairs, top1, P, self._e_plan)
+                              self._e_pairs, top1, P, self._e_plan_rows)
             ncalls = len(self._calls)
             self._dq_all = _new((ncalls, D), torch.float32, dev, self._poison)
             self._dg_all = _new((ncalls, D), torch.float32, dev, self._poison)

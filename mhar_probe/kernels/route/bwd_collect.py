@@ -303,7 +303,8 @@ def pair_e_kernel(
     K_STEP: tl.constexpr,  # columns per block (<= BLOCK_K; the rest of the tile is masked)
     ROUND: tl.constexpr,  # the readers' key rounding when they agree: 0 none, 1 bf16, 2 fp16
     MIXED: tl.constexpr,  # readers round differently: per-reader rounding (no dot)
-    SPLIT_DOT: tl.constexpr,  # rounded keys: the dot in three TF32 products (`pair_e_plan`)
+    SPLIT_DOT: tl.constexpr,  # the dot in three TF32 products (`pair_e_plan`)
+    R_IN_DL: tl.constexpr = False,  # SPLIT_DOT with unrounded keys over 16-bit rows: (dl r) . v
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
     over one split of the positions (grid: items x column blocks x splits); K_STEP divides
@@ -347,8 +348,11 @@ def pair_e_kernel(
                 kh = kh.to(tl.float16).to(tl.float32)
             # exact fp32: a broadcast multiply-and-sum here is turned into a TF32 dot by Triton's
             # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
-            if SPLIT_DOT:  # kh is a bf16/fp16 value, exact in TF32: see pair_e_plan
-                acc = tl.dot(dl, kh, acc, input_precision="tf32x3")
+            if SPLIT_DOT:
+                if R_IN_DL:  # v is a bf16/fp16 value, exact in TF32; r goes with dl: see pair_e_plan
+                    acc = tl.dot(dl * r[None, :], v, acc, input_precision="tf32x3")
+                else:  # kh is a bf16/fp16 value, exact in TF32: see pair_e_plan
+                    acc = tl.dot(dl, kh, acc, input_precision="tf32x3")
             else:
                 acc = tl.dot(dl, kh, acc, input_precision="ieee")
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
@@ -464,7 +468,7 @@ def e_splits(P: int) -> int:
 
 
 def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
-                tables: LaunchTables | None = None) -> tuple[int, dict, int]:
+                tables: LaunchTables | None = None, narrow_rows: bool = False) -> tuple[int, dict, int]:
     """(BLOCK_C, constexprs, num_warps) of every pair_e_kernel launch of one backward; BLOCK_C is
     also the reader-block step of its work items (`_StackState._build_items`); `tables`: the
     launch tables (default: the built-in ones, `KernelConfig()`'s).
@@ -479,7 +483,13 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     E_{c,j} as a dot of fp32 dl with a key that TF32 holds exactly (8 or 10 mantissa bits), so
     Triton's three-product TF32 dot ("tf32x3": dl split into two TF32 parts) is the fp32 dot up
     to dl's bits below 2^-22 and the order of the fp32 sums, on tensor cores instead of FMAs
-    (within 2.9e-7 of the IEEE dot on an H100). Unrounded fp32 keys keep the IEEE dot."""
+    (within 2.9e-7 of the IEEE dot on an H100).
+
+    R_IN_DL: readers that do not round their keys (fp32 outputs: autocast's layout) over source
+    rows stored in 16 bits (`narrow_rows`: the bf16 buffer) take the same dot with r_j moved from
+    the key to dl: E_{c,j} = sum_p (dl_{c,j,p} r_{j,p}) v_{j,p}, v exact in TF32 (the products
+    rounded once in another order, about an fp32 ulp each). Unrounded keys over fp32 rows (the
+    fp32 embedding, fp32 chains) keep the IEEE dot."""
     if tables is None:
         tables = tables_for(DEFAULT)
     block_c, block_p, num_warps = tables.pair_e_config(d, max_heads)
@@ -491,8 +501,9 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
     rnd = 0 if mixed else min(modes)
+    r_in_dl = not mixed and rnd == 0 and narrow_rows
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
-                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0)
+                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl)
     return block_c, consts, num_warps
 
 
