@@ -209,7 +209,7 @@ case "${1:-tests}" in
     # buffer against its IEEE dot at the training microbatches (pair_e_dot.py -> pair_e_dot.json)
     timeout ${TEST_TIMEOUT:-300} python -m pytest -v -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
       tests/test_kernels_model.py > "$OUT/pytest.log" 2>&1; grep -E "passed|failed|Error|^E  " "$OUT/pytest.log" | tail -14
-    timeout ${PAIRE_TIMEOUT:-200} python benchmarks/kernels/pair_e_dot.py --out "$OUT/pair_e_dot.json" 2>&1 \
+    timeout ${PAIRE_TIMEOUT:-200} python benchmarks/kernels/pair_e_dot.py $COMMIT_ARG --out "$OUT/pair_e_dot.json" 2>&1 \
       | grep -v -i warn | tee "$OUT/pair_e_dot.log" | tail -6 ;;
   adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
     # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S), the rows that beat the card's by more

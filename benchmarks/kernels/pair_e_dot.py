@@ -96,11 +96,12 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--heads", type=int, default=8)
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--out", default="pair_e_dot.json")
+    ap.add_argument("--commit", default=None, help="the commit measured (default: git's, where there is a .git)")
     args = ap.parse_args(argv)
     if not torch.cuda.is_available():
         raise SystemExit("pair_e_dot.py times CUDA kernels: no GPU here")
     bench.DTYPE = "mixed"
-    meta = dict(device=torch.cuda.get_device_name(), commit=git_commit(), **software())
+    meta = dict(device=torch.cuda.get_device_name(), commit=args.commit or git_commit(), **software())
     rows = []
     for name in args.shapes.split(","):
         rows.append(run_shape(name, args.heads, args.repeat))
