@@ -14,7 +14,9 @@ At the training microbatches by default (autocast's layout, H = 8):
 2. **Sweep** of the `gather` launch rows (which also launch the fold kernel, where the table has
    no `fold` row), of the fold kernel's own rows (`fold`: the gather's values plus `sources` per
    reader iteration, 1 or 2, and prefetch 2, the next reader's w, shift and S' with its dout;
-   judged by the fold kernel alone), then of the `fwd` rows: each candidate row laid over the
+   judged by the fold kernel alone), then of the `fwd` rows, and of pair_e's (`pair_e`: readers
+   per program, positions per dot step, warps; judged by pair_e_kernel alone; a GPU raises the
+   first two to 16 for its dot): each candidate row laid over the
    rows chosen so far, one fwd + bwd of the whole chain to compile, then `--repeat` profiled runs (median device time per kernel); a row is judged by
    the sum of its kind's kernels (gather: stack_gather + stack_fold, the default backward) and
    must give the built-in row's gradients (max |diff| / max |g| <= `--tol`; bf16 source
@@ -61,7 +63,7 @@ from pathlib import Path
 import torch
 
 from mhar_probe.bench.provenance import software
-from mhar_probe.bench.routing import SHAPES, SWEEP_FOLD, SWEEP_FWD, SWEEP_GATHER, chain_fwd
+from mhar_probe.bench.routing import SHAPES, SWEEP_FOLD, SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, chain_fwd
 from mhar_probe.bench.routing import sweep_key as table_key  # the key a kind's row is stored under
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import VALUE_COLUMNS, LaunchTables, tables_for
@@ -71,7 +73,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fold_split import split_row  # noqa: E402
 
 #: kernel-name prefixes a kind's rows are judged by (the gather rows also launch the fold kernel)
-JUDGED = {"gather": ("stack_gather", "stack_fold"), "fold": ("stack_fold",), "fwd": ("route_fwd",)}
+JUDGED = {"gather": ("stack_gather", "stack_fold"), "fold": ("stack_fold",), "fwd": ("route_fwd",),
+          "pair_e": ("pair_e",)}
 #: the kernels of the backward that read stored douts (the closing table's sums)
 DOUT_KERNELS = ("stack_gather", "stack_fold")
 #: the probes: name -> KernelConfig fields over the default
@@ -131,6 +134,8 @@ def builtin_row(kind: str, d: int, H: int, width: int, card: str | None = None) 
     if kind == "fold":
         bp, warps, pre, cap, first, sources = tables.fold_config(d, H, H, width)
         return bp, warps, int(pre), cap or 0, int(first), sources
+    if kind == "pair_e":
+        return tuple(tables.pair_e_config(d, H))
     _, bp, warps, cap, stages = tables.fwd_config(d, H, width)
     return bp, warps, cap or 0, stages
 
@@ -138,7 +143,7 @@ def builtin_row(kind: str, d: int, H: int, width: int, card: str | None = None) 
 def candidates(kind: str, builtin: tuple[int, ...], given: str | None) -> list[tuple[int, ...]]:
     """The built-in row, then `given` (a JSON list of rows) or the kind's default order (fold: the
     built-in row's variants first, `fold_variants`); no repeats."""
-    default = {"gather": GATHER_ORDER, "fwd": SWEEP_FWD}.get(kind) or \
+    default = {"gather": GATHER_ORDER, "fwd": SWEEP_FWD, "pair_e": SWEEP_PAIR_E}.get(kind) or \
         (fold_variants(tuple(builtin)) + FOLD_ORDER if len(builtin) == 6 else FOLD_ORDER)
     rows = [tuple(int(x) for x in r) for r in json.loads(given)] if given else list(default)
     bad = [r for r in rows if len(r) != len(VALUE_COLUMNS[kind])]
@@ -271,9 +276,11 @@ def main(argv: list[str] | None = None) -> None:
                     help="benchmark shapes (mhar_probe.bench.routing.SHAPES) or DxLxBxT")
     ap.add_argument("--dtype", default="mixed", help="mixed (autocast's layout), bfloat16 or float32")
     ap.add_argument("--heads", type=int, default=8)
-    ap.add_argument("--kinds", default="gather,fwd", help="launch-table kinds to sweep, in order: gather, fold, fwd")
+    ap.add_argument("--kinds", default="gather,fwd",
+                    help="launch-table kinds to sweep, in order: gather, fold, fwd, pair_e")
     ap.add_argument("--rows-gather", default=None, help="JSON list of gather rows to try (default: the sweep list)")
     ap.add_argument("--rows-fwd", default=None, help="JSON list of fwd rows to try (default: the sweep list)")
+    ap.add_argument("--rows-pair-e", default=None, help="JSON list of pair_e rows to try (default: the sweep list)")
     ap.add_argument("--rows-fold", default=None,
                     help="JSON list of fold rows to try (default: the built-in row's variants, then FOLD_ORDER)")
     ap.add_argument("--no-probes", action="store_true")
@@ -374,7 +381,8 @@ def main(argv: list[str] | None = None) -> None:
             key = table_key(kind, d, args.heads, width)
             tried: list[dict] = []
             t0 = time.monotonic()
-            given = {"gather": args.rows_gather, "fold": args.rows_fold, "fwd": args.rows_fwd}[kind]
+            given = {"gather": args.rows_gather, "fold": args.rows_fold, "fwd": args.rows_fwd,
+                     "pair_e": args.rows_pair_e}[kind]
             for i, cfg in enumerate(candidates(kind, builtin_row(kind, d, args.heads, width, card), given)):
                 if tried and time.monotonic() - t0 > share:
                     print(f"{shape} {kind}: budget of {share:.0f} s spent after {len(tried)} rows", flush=True)
