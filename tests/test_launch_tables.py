@@ -161,3 +161,16 @@ def test_card_name(monkeypatch):
     monkeypatch.setattr(torch.cuda, "get_device_name", name)
     assert card_name(torch.device("cuda", 1)) == "CARD 1"
     assert card_name(torch.device("cuda", 1)) == "CARD 1" and asked == [1]
+
+
+def test_h100_pair_e_sweep_adopts_nothing():
+    """The H100's pair_e sweep after its split TF32 dot under autocast (h100_pair_e_sweep_dbe53aa.json,
+    every candidate at every training microbatch): the heuristic's (16, 16, 4) was fastest at each,
+    so the card has no pair_e rows and keeps the heuristic."""
+    record = "h100_pair_e_sweep_dbe53aa.json"
+    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
+    assert sweep["meta"]["device"] == H100
+    assert {r["kind"] for r in sweep["rows"]} == {"pair_e"}
+    assert _adopted(record) == {}
+    assert not load_tables(BUILTIN).devices[H100].pair_e
+    assert tables_for(KernelConfig(), H100).pair_e_config(1280, 8) == (16, 16, 4)
