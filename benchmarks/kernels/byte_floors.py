@@ -14,7 +14,7 @@ whole routing category against F4 and the built floor, and 1.3 x F4 (issue 35's 
 the built floor: a target below it needs fewer bytes, not faster kernels.
 
     PYTHONPATH=. python benchmarks/kernels/byte_floors.py --copy-gbps 2933 \\
-        benchmarks/train_throughput/h100_overlap_100m.json ...
+        benchmarks/train_throughput/h100_step_100m.json ...
     PYTHONPATH=. python benchmarks/kernels/byte_floors.py --copy-gbps 2933   (the floors alone)
 """
 
