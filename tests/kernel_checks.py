@@ -73,3 +73,17 @@ def poisoned_route(*args, config: KernelConfig = POISON, **kwargs):
     from mhar_probe.kernels import route_triton
 
     return route_triton(*args, config=config, **kwargs)
+
+
+def spy_launcher(monkeypatch, module, name: str, record) -> list:
+    """Replace the launcher `module.<name>` (a `Launcher`, called as (grid, args, consts, ...)) by
+    one that appends record(args, consts) for every launch, then launches; returns that list."""
+    seen: list = []
+    launcher = getattr(module, name)
+
+    def spy(grid, args, consts, *rest):
+        seen.append(record(args, consts))
+        launcher(grid, args, consts, *rest)
+
+    monkeypatch.setattr(module, name, spy)
+    return seen

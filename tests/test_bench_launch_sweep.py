@@ -7,6 +7,7 @@ import json
 import pytest
 
 from script_checks import load_script
+from kernel_checks import spy_launcher
 
 
 def _load():
@@ -162,14 +163,7 @@ def test_fold_sweep_on_the_interpreter_writes_fold_rows_the_kernels_take(tmp_pat
     assert doc["summary"][0]["fold_rows_tried"] == 2
     assert sum(x.startswith("TABLE") for x in capsys.readouterr().out.splitlines()) == 3
     (tmp_path / "two.json").write_text(json.dumps({"fold": [[16, 2, 2, 4, 2, 1, 2, 0, 0, 2]]}))
-    seen = []
-    fold = kad.STACK_FOLD
-
-    def spy(grid, args, consts, *rest):
-        seen.append(consts["SOURCES"])
-        fold(grid, args, consts, *rest)
-
-    monkeypatch.setattr(kad, "STACK_FOLD", spy)
+    seen = spy_launcher(monkeypatch, kad, "STACK_FOLD", lambda args, consts: consts["SOURCES"])
     runner = ls.Runner((16, 1, 1, 4), 2, "float32", "cpu", 1)
     runner.backend = ls.get_backend("triton", KernelConfig(fold_calls=2))
     ref = runner.grads()
@@ -202,14 +196,7 @@ def test_pair_e_sweep_on_the_interpreter_writes_pair_e_rows_the_kernels_take(tmp
     assert ls.judged("pair_e", {"pair_e_kernel": 1.5, "stack_fold_kernel": 9.0}) == 1.5
     assert list(load_tables(table).pair_e[(16, 2)]) == min(tried, key=lambda r: r["judged_ms"])["cfg"]
     (tmp_path / "two.json").write_text(json.dumps({"pair_e": [[16, 2, 2, 2, 1]]}))
-    seen = []
-    pair_e = rbc.PAIR_E
-
-    def spy(grid, args, consts, *rest):
-        seen.append(consts["BLOCK_C"])
-        pair_e(grid, args, consts, *rest)
-
-    monkeypatch.setattr(rbc, "PAIR_E", spy)
+    seen = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: consts["BLOCK_C"])
     runner = ls.Runner((16, 1, 1, 4), 2, "mixed", "cpu", 1)
     ref = runner.grads()
     runner.backend = ls.get_backend("triton", KernelConfig(launch_table=str(tmp_path / "two.json")))

@@ -79,24 +79,14 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     import mhar_probe.kernels.route.autograd as kad
     import mhar_probe.kernels.route.bwd_collect as rbc
     import mhar_probe.kernels.route.fwd as rfwd
-    from kernel_checks import DEV, EPS, poisoned_stack
+    from kernel_checks import DEV, EPS, poisoned_stack, spy_launcher
 
-    fwd_seen, items_seen = [], []
-    plain, split, pair_e = rfwd._FWD, rfwd._FWD_SPLIT, rbc.PAIR_E
+    def fwd_launch(args, consts):  # (N, APPEND, H)
+        return args[13], bool(consts["APPEND"]), consts["H"]
 
-    def spy_fwd(launcher):
-        def run(grid, args, consts, *rest):
-            fwd_seen.append((args[13], bool(consts["APPEND"]), consts["H"]))
-            launcher(grid, args, consts, *rest)
-        return run
-
-    def spy_pair_e(grid, args, consts, *rest):
-        items_seen.extend(tuple(r) for r in args[4][: grid[0]].tolist())
-        pair_e(grid, args, consts, *rest)
-
-    monkeypatch.setattr(rfwd, "_FWD", spy_fwd(plain))
-    monkeypatch.setattr(rfwd, "_FWD_SPLIT", spy_fwd(split))
-    monkeypatch.setattr(rbc, "PAIR_E", spy_pair_e)
+    fwd_seen = spy_launcher(monkeypatch, rfwd, "_FWD", fwd_launch)
+    fwd_split_seen = spy_launcher(monkeypatch, rfwd, "_FWD_SPLIT", fwd_launch)
+    item_lists = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: args[4].tolist())  # (j, c0) rows
     S, D, H, P, block_c = 6, 8, 2, 3, 4
     gen = torch.Generator().manual_seed(0)
     qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
@@ -112,6 +102,8 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
         if s < S - 1:
             stack.append(torch.tanh(out).to(torch.bfloat16))
     sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    fwd_seen = fwd_seen + fwd_split_seen
+    items_seen = [tuple(r) for items in item_lists for r in items]
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S)
     widths = StackWidths(src0=4, src=2, out=4, dout=4)

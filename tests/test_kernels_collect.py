@@ -19,7 +19,7 @@ from mhar_probe.kernels.route.naive import collect_reference, route_reference_f6
 from mhar_probe.kernels.route.bwd_collect import e_block_k, tile_split  # noqa: E402
 from mhar_probe.model.routing import ListSourceStack, route_reference  # noqa: E402
 
-from kernel_checks import DEV, EPS, POISON, poisoned, poisoned_stack, rel  # noqa: E402
+from kernel_checks import DEV, EPS, POISON, poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
 from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
 
 
@@ -202,14 +202,9 @@ def test_collect_autocast_layout_matches_the_stack_bwd_backward(monkeypatch):
         assert stacks[0].collect == collect and stacks[0].buffer.dtype == torch.float16
         return torch.autograd.grad(loss, leaves)
 
-    forms = []
-    pair_e = rbc.PAIR_E
-
-    def spy(grid, args, consts, *rest):  # which dot each pair_e launch takes
-        forms.append((args[0].dtype, consts["SPLIT_DOT"], consts["R_IN_DL"]))
-        pair_e(grid, args, consts, *rest)
-
-    monkeypatch.setattr(rbc, "PAIR_E", spy)
+    # which dot each pair_e launch takes
+    forms = spy_launcher(monkeypatch, rbc, "PAIR_E",
+                         lambda args, consts: (args[0].dtype, consts["SPLIT_DOT"], consts["R_IN_DL"]))
     new, old = run(True), run(False)
     # source 0 (fp32 row) keeps the IEEE dot; the fp16 buffer takes the split dot with r in dl
     assert forms == [(torch.float32, False, False), (torch.float16, True, True)]
