@@ -47,8 +47,7 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
 # stack's gather backward (every source's gather reads all its readers' douts), the default
 # before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
-# the default 8 (`--backends triton,triton-gather` times the two backwards side by side); foldtc:
-# the fold's per-pair sums as tensor-core dots (`fold_kernel="tc"`, route/bwd_fold_tc.py). The
+# the default 8 (`--backends triton,triton-gather` times the two backwards side by side). The
 # variants that lost against today's kernels are gone (mhar_probe/kernels/README.md says which
 # commit last had each).
 VARIANTS: dict[str, dict[str, object]] = {
@@ -57,7 +56,6 @@ VARIANTS: dict[str, dict[str, object]] = {
     "triton-fold4": dict(fold_calls=4),
     "triton-fold12": dict(fold_calls=12),
     "triton-fold16": dict(fold_calls=16),
-    "triton-foldtc": dict(fold_kernel="tc"),
 }
 #: old names of a variant (in saved benchmark files and notes) -> today's
 OLD_VARIANTS = {"triton-bf16dout": "triton-storage-douts"}

@@ -25,7 +25,6 @@ from typing import Literal
 #: the dout policy (`--routing-douts`, `KernelConfig.routing_douts`): the one tuple of its choices
 ROUTING_DOUTS = ("promoted", "storage")
 STACK_BACKWARDS = ("fold", "gather")
-FOLD_KERNELS = ("fma", "tc")
 
 
 @dataclass(frozen=True)
@@ -45,18 +44,13 @@ class KernelConfig:
     calls' douts folded into per-source fp32 accumulators, so a dout is read about once per
     block instead of once per (call, source) pair. "gather": every source's gather reads the
     douts of all its readers (route/bwd_collect.py alone), kept to time against.
-    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1).
-    fold_kernel: the fold's kernel. "fma" (default): `stack_fold_kernel`, a reader loop per source.
-    "tc": `stack_fold_tc_kernel` (route/bwd_fold_tc.py), the block's per-pair sums as tensor-core
-    dots, one position per program; stacks whose calls all have the same heads, at most 256
-    (padded) columns a head and fold_calls <= 16 (others run "fma")."""
+    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1)."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
     launch_table: str | None = None
     stack_backward: Literal["fold", "gather"] = "fold"
     fold_calls: int = 8
-    fold_kernel: Literal["fma", "tc"] = "fma"
 
     def __post_init__(self) -> None:
         if self.routing_douts not in ROUTING_DOUTS:
@@ -65,8 +59,6 @@ class KernelConfig:
         if self.stack_backward not in STACK_BACKWARDS:
             raise ValueError(f"KernelConfig.stack_backward={self.stack_backward!r}: choose from "
                              f"{', '.join(STACK_BACKWARDS)}")
-        if self.fold_kernel not in FOLD_KERNELS:
-            raise ValueError(f"KernelConfig.fold_kernel={self.fold_kernel!r}: choose from {', '.join(FOLD_KERNELS)}")
         if isinstance(self.fold_calls, bool) or not isinstance(self.fold_calls, int) or self.fold_calls < 1:
             raise ValueError(f"KernelConfig.fold_calls={self.fold_calls!r}: a whole number of calls >= 1")
         if self.launch_table is not None and not isinstance(self.launch_table, str):

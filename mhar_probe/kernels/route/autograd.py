@@ -34,7 +34,6 @@ from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
 from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, fold_due
-from mhar_probe.kernels.route.bwd_fold_tc import TC_COLUMNS, TC_MIN_READERS, TC_SOURCES, launch_fold_tc
 from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -713,16 +712,6 @@ class _StackState:
         first = self._frontier == self._bwd_top + 1
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
-        t = self._tables
-        dstride, dbase = self._dout_slots()
-        args = (self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
-                self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
-                self._frontier, rec.j0, int(first), P, rec.eps)
-        tc = self._fold_tc_plan(D)
-        if tc is not None:
-            launch_fold_tc(args, tc, P)
-            self._frontier = call
-            return
         block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
@@ -730,18 +719,13 @@ class _StackState:
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
                       LOADS_FIRST=loads_first, SOURCES=sources)
-        STACK_FOLD(cdiv(P, block_p), args, consts, num_warps, maxnreg)
+        t = self._tables
+        dstride, dbase = self._dout_slots()
+        STACK_FOLD(cdiv(P, block_p), (
+            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
+            self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
+            self._frontier, rec.j0, int(first), P, rec.eps), consts, num_warps, maxnreg)
         self._frontier = call
-
-    def _fold_tc_plan(self, D: int) -> dict | None:
-        """Constexprs of `stack_fold_tc_kernel` where the configuration asks for it and it applies
-        (every call with the same heads, at most 16 readers a block); None: `stack_fold_kernel`."""
-        if self.config.fold_kernel != "tc" or not self._same_h or self._fold > TC_MIN_READERS:
-            return None
-        K = D // self._hmax
-        cuda = self.row0.device.type == "cuda"
-        return dict(D=D, H=self._hmax, K=K, BKC=min(TC_COLUMNS, next_pow2(K)), CB=TC_MIN_READERS, SC=TC_SOURCES,
-                    DOT="tf32x3" if cuda else "ieee")
 
 
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
