@@ -1,0 +1,75 @@
+"""benchmarks/kernels/byte_floors.py (the routing's floors against a profiled step) and
+benchmarks/kernels/pair_e_dot.py's plans and its refusal without a GPU."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from mhar_probe.kernels.route.bwd_fold import model_layout
+from mhar_probe.kernels.route.floors import built_bytes, four_byte_floor, stack_floor
+from script_checks import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP = ROOT / "benchmarks/train_throughput/h100_step_1b.json"
+
+
+def test_floors_are_the_floors_modules_bytes_over_the_bandwidth():
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    fl = bf.floors("350m", 4, 1024, 8, 8, 2000.0)
+    layout, heads, P = model_layout(49), [8] * 49, 4096
+    assert fl.f4 == pytest.approx(four_byte_floor(layout, 1024, P) / 2000e6)
+    assert fl.stack == pytest.approx(stack_floor(layout, 1024, heads, P) / 2000e6)
+    built = built_bytes(layout, 1024, heads, P, 8, 16)
+    assert fl.built_total == pytest.approx(built.total / 2000e6)
+    assert set(fl.built) == {"fwd", "bwd", "pair_e"}
+
+
+def test_step_rows_read_the_profiled_routing_kernels():
+    """The committed 1B step record: one MHAR row, its routing category and per-group kernel times
+    from the profile, each group's share of copy bandwidth = its built ms / its measured ms."""
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    doc = json.loads(STEP.read_text())
+    (row,) = bf.step_rows(doc, 2933.0)
+    mhar = next(r for r in doc["results"] if r["method"] == "mhar")
+    assert row["routing_ms"] == mhar["profile"]["categories_ms"]["routing"]
+    groups = row["groups"]
+    assert 0 < sum(g["ms"] for g in groups.values()) <= row["routing_ms"] * 1.001
+    for g in groups.values():
+        assert g["of_copy"] == pytest.approx(g["built_ms"] / g["ms"])
+    assert row["routing_x_f4"] == pytest.approx(row["routing_ms"] / row["f4_ms"])
+    assert row["target_x_built"] == pytest.approx(1.3 * row["f4_ms"] / row["built_ms"])
+
+
+def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    with pytest.raises(SystemExit, match="positive"):
+        bf.main(["--copy-gbps", "0"])
+    bad = tmp_path / "bad.json"
+    bad.write_text("{}")
+    with pytest.raises(SystemExit, match="bad.json: not a train_throughput.py result"):
+        bf.main(["--copy-gbps", "2933", str(bad)])
+    out = tmp_path / "rows.json"
+    bf.main(["--copy-gbps", "2933", str(STEP), "--out", str(out)])
+    assert [r["preset"] for r in json.loads(out.read_text())] == ["1b"]
+    assert "1b" in capsys.readouterr().out
+
+
+def test_pair_e_dot_plans_and_its_refusal_without_a_gpu(monkeypatch):
+    """Its IEEE plan turns the split dot off where the default takes it (unrounded keys over 16-bit
+    rows); on a machine without CUDA it stops with one line."""
+    import torch
+
+    pd = load_script("benchmarks/kernels/pair_e_dot.py")
+    args = (512, 8, frozenset({0}), True)
+    split = pd.PLANS["split"](*args, narrow_rows=True)[1]
+    ieee = pd.PLANS["ieee"](*args, narrow_rows=True)[1]
+    assert split["SPLIT_DOT"] and split["R_IN_DL"]
+    assert not ieee["SPLIT_DOT"] and not ieee["R_IN_DL"]
+    assert {k: v for k, v in ieee.items() if k not in ("SPLIT_DOT", "R_IN_DL")} == \
+        {k: v for k, v in split.items() if k not in ("SPLIT_DOT", "R_IN_DL")}
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    with pytest.raises(SystemExit, match="no GPU"):
+        pd.main([])
