@@ -12,7 +12,9 @@ and, for each row of the triton backends, splits the backward into its dout-read
     ns/pp_k   = time_k / (pairs_k x P)  (ns per pair and position: the per-pair cost)
 
 Pair-elements = sum_c n_c x d x P with n_c = c + 1 sources at call c (the model's stacks, 2L + 1
-calls), P = B x T. Douts are 4 bytes in `mixed` (autocast's layout), else 2; sources 2.
+calls), P = B x T. Douts are 4 bytes in `mixed` (autocast's layout), else 2; sources 2. The
+forward's column divides its bytes as launched (`kernels.route.floors.forward_bytes` at the run's
+widths) by its time.
 
     PYTHONPATH=. python benchmarks/kernels/fold_split.py benchmarks/kernels/h200_fold_train_microbatches.json
 """
@@ -25,9 +27,13 @@ from dataclasses import asdict, dataclass
 
 from mhar_probe.bench.routing import SHAPES
 from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan, model_layout, plan_bytes
+from mhar_probe.kernels.route.floors import StackWidths, forward_bytes
 
 KERNELS = {"gather": "stack_gather_kernel", "fold": "stack_fold_kernel"}
 FWD_KERNELS = ("route_fwd_kernel", "route_fwd_split_kernel")
+#: element widths of a benchmark run's stack by its `--dtype` (mixed: autocast's layout)
+WIDTHS = {"mixed": StackWidths(), "bfloat16": StackWidths(2, 2, 2, 2), "float16": StackWidths(2, 2, 2, 2),
+          "float32": StackWidths(4, 4, 4, 4)}
 
 
 @dataclass(frozen=True)
@@ -104,7 +110,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             fwd = next((r["kernels_ms"][k] for k in FWD_KERNELS if k in r["kernels_ms"]), None)
             d, L, B, T = SHAPES[r["shape"]]
-            fwd_gb = (2 * L + 1) * (2 * L + 2) // 2 * d * B * T * 2 / 1e9  # each source read once, bf16
+            fwd_gb = forward_bytes(model_layout(2 * L + 1), d, [r["H"]] * (2 * L + 1), B * T,
+                                   WIDTHS.get(meta.get("dtype"), WIDTHS["bfloat16"])) / 1e9  # as launched
             for s in split_row(r, meta["copy_gbps"], dout_bytes):
                 rows.append(dict(asdict(s), file=path))
                 print(f"{s.shape:11s} {s.H:2d} {s.backend:14s} {s.kernel:6s} {s.launches:6d} {s.pairs:5d} "

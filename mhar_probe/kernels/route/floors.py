@@ -76,8 +76,7 @@ def source_count(layout: Layout) -> int:
 def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
                 widths: StackWidths = StackWidths()) -> int:
     """F4 with the per-call and per-source tensors counted (module docstring), in bytes."""
-    per_call = sum(2 * (widths.src0 - 2) * d + (widths.out + widths.dout) * d + 8 * h
-                   for h, _ in zip(heads, layout))
+    per_call = sum(2 * (widths.src0 - 2) * d + (widths.out + widths.dout) * d + 8 * h for h in heads[:len(layout)])
     grads = widths.src0 * d + widths.src * d * (source_count(layout) - 1)
     return four_byte_floor(layout, d, positions) + positions * (per_call + grads)
 
