@@ -69,13 +69,11 @@ def test_built_kernels_at_the_paper_stacks_move_more_than_the_stack_floor():
 
 
 # ------------------------------------------------- against the launches of a stack in the interpreter
-triton = pytest.importorskip("triton")
-
-
 def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     """A model-shaped fp32-embedding / bf16-buffer chain of 6 calls (d 8, H 2) run through the
     triton stack in the interpreter: the bytes counted from each forward launch's N and APPEND
     and from pair_e's work items are `forward_bytes` and `pair_e_bytes` over the stack's layout."""
+    pytest.importorskip("triton")
     import mhar_probe.kernels.route.autograd as kad
     import mhar_probe.kernels.route.bwd_collect as rbc
     import mhar_probe.kernels.route.fwd as rfwd

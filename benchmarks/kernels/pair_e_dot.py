@@ -85,7 +85,6 @@ def run_shape(name: str, heads: int, repeat: int) -> dict:
         for plan in PLANS:
             kad.pair_e_plan = PLANS[plan]
             graphs[plan].append(bench.graph_ms(step, repeat))
-    kad.pair_e_plan = PLAN
     for plan in PLANS:
         row[f"pair_e_ms_{plan}"] = statistics.median(times[plan])
         row[f"graph_ms_{plan}"] = statistics.median(graphs[plan])
@@ -106,7 +105,10 @@ def main(argv: list[str] | None = None) -> None:
     meta = dict(device=torch.cuda.get_device_name(), commit=args.commit or git_commit(), **software())
     rows = []
     for name in args.shapes.split(","):
-        rows.append(run_shape(name, args.heads, args.repeat))
+        try:
+            rows.append(run_shape(name, args.heads, args.repeat))  # swaps kad.pair_e_plan
+        finally:
+            kad.pair_e_plan = PLAN
         json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
         r = rows[-1]
         print(f"{name:11s} pair_e split {r['pair_e_ms_split']:6.3f} ieee {r['pair_e_ms_ieee']:6.3f} ms "
