@@ -8,6 +8,7 @@ JSON file must hold, checked where it is read.
       corpus.json                          CORPUS: the corpus the run trained on
       metrics.jsonl                        METRICS: one line per step (`MetricsRow`)
       summary.json                         SUMMARY: written last (`SummaryDoc`)
+      sessions.json                        SESSIONS: each process that trained it (`mhar_probe.provenance`)
       checkpoint/state.json                CHECKPOINT, STATE: the resumable step
       routing.nc                           ROUTING: what `mhar capture` measured
 
@@ -20,6 +21,8 @@ raise `RunFileError` with one line that names the file (and line) and what is wr
     read_state(path, steps)    checkpoint/state.json: an object whose `step` is an integer in [0, steps]
     read_summary(path)         summary.json: an object, `finished` a bool, numbers where numbers belong
     read_metrics(path)         metrics.jsonl: every line checked by `check_metrics_row` ([] if missing)
+    read_sessions(path)        sessions.json: a list of objects, each with an integer `step` >= 0 and
+                               a string `time`
     check_metrics_row(row, at) one metrics.jsonl line: an object, `step` an integer >= 0, its values
                                numbers within `METRIC_LIMITS`
 
@@ -52,6 +55,7 @@ CORPUS = "corpus.json"  # name, fingerprint and composition of the corpus
 METRICS = "metrics.jsonl"  # one line per step; val_loss on evaluation steps
 METRICS_GZ = METRICS + ".gz"  # the same gzipped: how results folders commit it (`demo.export`)
 SUMMARY = "summary.json"  # written last: tail-mean, final losses, finished flag
+SESSIONS = "sessions.json"  # one record per process that trained the run: code, software, card
 CHECKPOINT = "checkpoint"  # the latest resumable state (a folder)
 STATE = "state.json"  # in CHECKPOINT/: the step, tokens and FLOPs it holds
 ROUTING = "routing.nc"  # the routing dataset `mhar capture RUN` writes by default
@@ -280,6 +284,24 @@ def read_metrics(path: str | Path) -> list[MetricsRow]:
     return [check_metrics_row(row, f"{path}:{lineno}") for lineno, row in read_jsonl(path, RunFileError)]
 
 
+def read_sessions(path: str | Path) -> list[dict[str, Any]]:
+    """sessions.json (`mhar_probe.provenance`): a list of objects, each with an integer `step`
+    >= 0 and a string `time`, steps not decreasing ([] when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return []
+    doc = read_json(path)
+    if not isinstance(doc, list):
+        raise RunFileError(f"{path}: the sessions must be a JSON list, got {type(doc).__name__}")
+    last = 0
+    for k, session in enumerate(doc):
+        step = session.get("step") if isinstance(session, dict) else None
+        if not isinstance(step, int) or isinstance(step, bool) or step < last or not isinstance(session.get("time"), str):
+            raise RunFileError(f"{path}: session {k} needs an integer step >= {last} and a string time")
+        last = step
+    return doc
+
+
 def read_model_config(path: str | Path, check: Callable[[dict[str, Any], str], None] | None = None
                       ) -> dict[str, Any]:
     """config.json as its raw object, before any model is built from it; `check(doc, where)`:
@@ -333,6 +355,10 @@ class RunFiles:
         return self.path / SUMMARY
 
     @property
+    def sessions_path(self) -> Path:
+        return self.path / SESSIONS
+
+    @property
     def checkpoint_path(self) -> Path:
         return self.path / CHECKPOINT
 
@@ -365,6 +391,11 @@ class RunFiles:
     def summary(self) -> SummaryDoc:
         """summary.json (`read_summary`; {} until the run has finished or failed)."""
         return read_summary(self.summary_path) if self.summary_path.exists() else SummaryDoc()
+
+    def sessions(self) -> list[dict[str, Any]]:
+        """sessions.json (`read_sessions`; [] before the run started, or for a run trained before
+        sessions were recorded)."""
+        return read_sessions(self.sessions_path)
 
     def metrics(self) -> list[MetricsRow]:
         """metrics.jsonl (`read_metrics`; [] before its first line is written)."""

@@ -27,11 +27,6 @@ from .outputs import refuse_together
 from .runfiles import RunFiles
 
 
-def _no_cap(value: int) -> int | None:
-    """--corpus-max-bytes 0 means no cap (None)."""
-    return value or None
-
-
 def _vocab(value: int) -> str | None:
     return None if value >= 257 else "must be at least 257 (256 bytes + <|endoftext|>)"
 
@@ -49,8 +44,9 @@ class RunOptions:
     seed: int = option(42, "fixes init and data order (paired runs)", group="basics")
     corpus: str | None = option(None, "text/jsonl/parquet file or directory, or 'installed' (the text of every "
                                       "installed package; default: embedded, the standard library)", group="data")
-    corpus_max_bytes: int | None = option(4_000_000, "cap on the corpus size in bytes (0: no cap)",
-                                          check=non_negative, cli=_no_cap, group="data")
+    corpus_max_bytes: int | None = option(None, "cap on the corpus size in bytes; 0: no cap (default: "
+                                                "4,000,000 for the embedded corpus, no cap for any other)",
+                                          check=non_negative, group="data")
     seq_len: int | None = option(None, "sequence length (default: the preset's)", check=_positive, group="data")
     lr: float = option(5e-4, "peak learning rate", check=finite_above_zero, group="schedule")
     warmup: int | None = option(None, "warm-up steps (default 5%% of steps)", check=non_negative,

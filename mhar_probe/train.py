@@ -16,6 +16,7 @@ from __future__ import annotations
 import functools
 import math
 import os
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,12 +41,17 @@ from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, PendingStep, choose_cuda_graphs, choose_overlap_steps
 from .outputs import check_device
-from .runfiles import CORPUS, METRICS, SUMMARY, TRAIN_CONFIG, RunFiles
+from .provenance import session_record
+from .runfiles import CORPUS, METRICS, SESSIONS, SUMMARY, TRAIN_CONFIG, RunFiles
 from .runoptions import (NOT_SETTINGS, RESUME_MAY_CHANGE, TrainConfig, jsonable, saved_settings,  # noqa: F401
                          settings_for_resume)
 #   (TrainConfig and its resume rules are declared in `runoptions`; imported from here too)
 from .rundir import (RunLock, check_run_dir, load_checkpoint, prepare_run_dir, read_checkpoint_state,
                      save_checkpoint, write_metrics)
+
+
+#: a run planned past this many epochs of its training split says so when it starts
+MANY_EPOCHS = 10
 
 
 def lr_at(step: int, cfg: TrainConfig) -> float:
@@ -237,9 +243,11 @@ class Trainer:
         if self.info.is_main:  # every input is checked: only now is anything removed
             prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite, inputs=inputs)
         barrier(self.info)
+        self._warn_about_data()  # (after every refusal: a refused run says one line only)
         self.resumed = will_resume
         self.step, self.tokens, self.flops = 0, 0, 0.0
         self.metrics: list[dict[str, Any]] = []
+        self.sessions: list[dict[str, Any]] = []  # rank 0's record of who trained it (`_run`)
         if self.resumed:
             state = self.restore()
             self.step, self.tokens, self.flops = state["step"], state["tokens"], state["flops"]
@@ -313,20 +321,42 @@ class Trainer:
 
     # ------------------------------------------------------------------ data
     def _load_data(self) -> None:
-        from .data import load_corpus, load_packed
+        from .data import load_packed, load_run_corpus, resolve_cap
 
         cfg = self.cfg
         seq_len = self.seq_len
+        cfg.corpus_max_bytes = resolve_cap(cfg.corpus, cfg.corpus_max_bytes)  # saved as resolved: 0 is no cap
         # rank 0 builds caches first (tokenizer training, token arrays); the others then read them
         for turn in ((0,) if self.info.world_size == 1 else (0, 1)):
             if (turn == 0) == self.info.is_main:
-                self.corpus = load_corpus(cfg.corpus, max_bytes=cfg.corpus_max_bytes)
+                self.corpus = load_run_corpus(vars(cfg))
                 self.tokenizer = self.get_tokenizer(self.corpus)
                 self.train_rows = load_packed(self.corpus, self.tokenizer, seq_len, "train")  # [M, T+1]
                 self.val_rows = load_packed(self.corpus, self.tokenizer, seq_len, "val")
             barrier(self.info)
         need = cfg.eval_batches * cfg.batch_size
         self.val_rows = self.val_rows[: min(need, len(self.val_rows))]
+
+    def _warn_about_data(self) -> None:
+        """Rank 0 says, one line each, when a cap drops text and when the run is planned past
+        `MANY_EPOCHS` epochs of its training split (both are recorded in summary.json too)."""
+        if not self.info.is_main:
+            return
+        cap = self.corpus.composition.meta.get("cap")
+        if cap and cap["bytes_dropped"] > 0:
+            print(f"{self.out}: --corpus-max-bytes {cap['max_bytes']:,} keeps {cap['bytes_kept'] / 1e6:,.1f} MB of "
+                  f"{self.corpus.name}'s {cap['bytes_before'] / 1e6:,.1f} MB and drops {cap['bytes_dropped'] / 1e6:,.1f} "
+                  f"MB ({100 * cap['bytes_dropped'] / cap['bytes_before']:.0f}%); --corpus-max-bytes 0 trains on all "
+                  f"of it", file=sys.stderr)
+        epochs = self.planned_epochs()
+        if epochs > MANY_EPOCHS:
+            print(f"{self.out}: {self.cfg.steps:,} steps of {self.cfg.batch_size} x {self.seq_len} tokens are "
+                  f"{epochs:,.1f} epochs of the {self.train_tokens_available():,} training tokens"
+                  + (" (capped: --corpus-max-bytes 0 trains on all of the corpus)" if cap else ""), file=sys.stderr)
+
+    def planned_epochs(self) -> float:
+        """Epochs of the training split the run's `steps` take."""
+        return self.cfg.steps * self.cfg.batch_size * self.seq_len / max(1, self.train_tokens_available())
 
     # ------------------------------------------------------------------ steps
     def _autocast(self):
@@ -500,6 +530,10 @@ class Trainer:
         cfg, info = self.cfg, self.info
         if info.is_main:  # a resumed run records what it was resumed with (more --steps)
             atomic.write_json(self.out / TRAIN_CONFIG, saved_settings(cfg))
+            # every session that trains the run: where it started, the code, the software, the card
+            self.sessions = [*(RunFiles(self.out).sessions() if self.resumed else []),
+                             session_record(self.step, self.device, info.world_size)]
+            atomic.write_json(self.out / SESSIONS, self.sessions)
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
             comp = self.corpus.composition
@@ -613,12 +647,14 @@ class Trainer:
             lr=self.cfg.lr, seed=self.cfg.seed, tokens=self.tokens, flops=self.flops,
             corpus_fingerprint=self.corpus.fingerprint, train_tokens=corpus_tokens,
             epochs=self.tokens / corpus_tokens if corpus_tokens else None,
+            corpus_cap=self.corpus.composition.meta.get("cap"),
             initial_val_loss=evals[0], final_val_loss=evals[-1],
             tail_mean_val_loss=tail, tail_k=tail_k,
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__, cuda_graphs=self.cuda_graphs,
             overlap_steps=self.overlap_steps, loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,
             **({"fsdp": True} if self.fsdp else {}), **self._kernel_record(),
+            provenance=dict(sessions=self.sessions),
         )
 
     def _kernel_record(self) -> dict[str, Any]:

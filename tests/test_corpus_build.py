@@ -18,7 +18,8 @@ import pytest
 
 from mhar_probe.data import extract
 from mhar_probe.data.build import MANIFEST, build_corpus
-from mhar_probe.data.corpus import hash_unit, load_corpus
+from mhar_probe.data.corpus import hash_unit
+from mhar_probe.data.load import load_corpus
 from mhar_probe.data.dedup import dedup_paragraphs, looks_like_code, normalise
 from mhar_probe.data.document import Document
 from mhar_probe.data.errors import DataError

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from mhar_probe.data import corpus as corpus_mod
+from mhar_probe.data import load as corpus_mod
 from mhar_probe.data import load_corpus
 from mhar_probe.data.installed import MAX_FILE_BYTES, scan_installed
 

@@ -97,3 +97,46 @@ def test_a_back_import_breaks_the_contract(graph, importer, imported):
     sabotaged = copy.deepcopy(graph)  # check() drops the ignored imports in place
     sabotaged.add_import(importer=importer, imported=imported)
     assert not contract.check(sabotaged, verbose=False).kept
+
+
+def test_no_two_modules_import_each_other(graph):
+    """No import circle between modules either, function-level imports included (issue 51: data/built.py
+    and data/corpus.py imported each other; the loader now lives in data/load.py above both)."""
+    edges = {m: {i for i in graph.find_modules_directly_imported_by(m) if i in graph.modules} for m in graph.modules}
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    circles: list[list[str]] = []
+
+    def visit(m: str) -> None:  # Tarjan's strongly connected components, recursively
+        index[m] = low[m] = len(index)
+        stack.append(m)
+        on_stack.add(m)
+        for i in edges[m]:
+            if i not in index:
+                visit(i)
+                low[m] = min(low[m], low[i])
+            elif i in on_stack:
+                low[m] = min(low[m], index[i])
+        if low[m] == index[m]:
+            component = []
+            while True:
+                top = stack.pop()
+                on_stack.discard(top)
+                component.append(top)
+                if top == m:
+                    break
+            if len(component) > 1:
+                circles.append(sorted(component))
+
+    import sys
+
+    sys.setrecursionlimit(max(sys.getrecursionlimit(), 10_000))
+    for m in sorted(edges):
+        if m not in index:
+            visit(m)
+    # a package's __init__ re-exports its modules, which import siblings through it: not a circle of code
+    circles = [c for c in circles if not any(m.rsplit(".", 1)[-1] != "__init__" and any(
+        o == m.rsplit(".", 1)[0] for o in c) for m in c)]
+    assert not circles, f"modules on an import circle: {circles}"

@@ -62,7 +62,7 @@ from pathlib import Path
 
 import torch
 
-from mhar_probe.bench.provenance import software
+from mhar_probe.provenance import software
 from mhar_probe.bench.routing import SHAPES, SWEEP_FOLD, SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, chain_fwd
 from mhar_probe.bench.routing import sweep_key as table_key  # the key a kind's row is stored under
 from mhar_probe.kernels import KernelConfig

@@ -26,7 +26,7 @@ import torch
 
 import mhar_probe.bench.routing as bench
 import mhar_probe.kernels.route.autograd as kad
-from mhar_probe.bench.provenance import git_commit, software
+from mhar_probe.provenance import git_commit, software
 from mhar_probe.model.routing import get_backend
 
 PLAN = kad.pair_e_plan

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
-from mhar_probe.bench.provenance import git_commit, software
+from mhar_probe.provenance import git_commit, software
 from mhar_probe.compiled import compile_sublayers
 from mhar_probe.distributed import init_distributed, shutdown
 from mhar_probe.loss import next_token_cross_entropy

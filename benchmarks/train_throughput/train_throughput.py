@@ -60,7 +60,7 @@ import torch
 
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
-from mhar_probe.bench.provenance import git_commit, software
+from mhar_probe.provenance import git_commit, software
 from mhar_probe.compiled import HYPER_COMPILES, choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import KernelConfig

@@ -434,7 +434,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     """Run the benchmark with parsed options (`mhar bench routing`: mhar_probe.cli.bench parses them)."""
     check_arguments(args)
-    from mhar_probe.bench.provenance import git_commit, software
+    from mhar_probe.provenance import git_commit, software
     from mhar_probe.kernels import KernelConfig, kernel_settings
     from mhar_probe.model.routing import register_triton_backend
 

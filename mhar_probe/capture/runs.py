@@ -62,11 +62,11 @@ def heldout_rows(tokenizer: Any, train_cfg: dict[str, Any], seq_len: int, split:
                  ) -> tuple[Tensor, Tensor]:
     """Packed rows [M, seq_len] of the run's corpus split (the same corpus and cap it trained on)
     and the document index of each of their tokens [M, seq_len] (see `data.document_index`)."""
-    from ..data import EOS_TOKEN, document_index, load_corpus, load_packed
+    from ..data import EOS_TOKEN, document_index, load_packed, load_run_corpus
 
     if split not in ("train", "val"):
         raise CaptureError(f"--split must be 'train' or 'val', got {split!r}")
-    corpus = load_corpus(train_cfg.get("corpus"), max_bytes=train_cfg.get("corpus_max_bytes"))
+    corpus = load_run_corpus(train_cfg)
     packed = load_packed(corpus, tokenizer, seq_len, split)  # [M, seq_len + 1]
     documents = document_index(packed, tokenizer.convert_tokens_to_ids(EOS_TOKEN))
     return packed[:, :seq_len], documents[:, :seq_len]

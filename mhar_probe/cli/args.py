@@ -76,7 +76,7 @@ def add_train_arguments(p: argparse.ArgumentParser, exclude: Sequence[str] = ("o
 
 def check_corpus(spec: str | None) -> None:
     """--corpus names a known corpus or an existing path (before any other work)."""
-    from ..data.corpus import NAMED_CORPORA, is_corpus_spec
+    from ..data.load import NAMED_CORPORA, is_corpus_spec
 
     if not is_corpus_spec(spec):
         raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")

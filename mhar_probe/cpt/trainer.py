@@ -158,7 +158,7 @@ class CPTTrainer(Trainer):
             routing_backend=None if cfg.control else cfg.routing_backend,
             checkpointing=cfg.checkpointing, fsdp=cfg.fsdp, world_size=self.info.world_size,
             cuda_graphs=self.cuda_graphs, overlap_steps=self.overlap_steps, loss_kernel=self.loss_kernel,
-            compiled_sublayers=self.compiled, package_version=__version__)
+            compiled_sublayers=self.compiled, package_version=__version__, provenance=dict(sessions=self.sessions))
 
     def save_final(self) -> None:
         """RUN/ (raw weights) and RUN/ema/ (EMA weights + tokenizer), Hugging Face format."""

@@ -9,10 +9,11 @@ Typical use::
 """
 
 from .cache import cache_root
-from .corpus import Composition, CompositionRow, Corpus, load_corpus
+from .corpus import Composition, CompositionRow, Corpus
 from .document import Document
 from .embedded import PROSE_SOURCES
 from .errors import DataError
+from .load import load_corpus, load_run_corpus, resolve_cap
 from .packing import document_index, load_packed, pack_tokens, tokenize_split
 from .tokenizer import EOS_TOKEN, get_tokenizer, load_tokenizer, tokenizer_fingerprint
 
@@ -28,6 +29,8 @@ __all__ = [
     "cache_root",
     "get_tokenizer",
     "load_corpus",
+    "load_run_corpus",
+    "resolve_cap",
     "load_packed",
     "load_tokenizer",
     "pack_tokens",

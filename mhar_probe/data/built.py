@@ -1,6 +1,6 @@
 """Read a corpus folder written by :mod:`mhar_probe.data.build` (``mhar corpus build``).
 
-``load_corpus(DIR)`` comes here when ``DIR`` holds ``mhar_corpus.json``: the split is the
+``mhar_probe.data.load.load_corpus(DIR)`` comes here when ``DIR`` holds ``mhar_corpus.json``: the split is the
 folder's own (documents in ``train/`` and ``val/``, never re-split), the fingerprint is
 recomputed from the texts and must equal the manifest's (a changed folder is refused), and
 the corpus carries its tokenizer (``DIR/tokenizer``), which :func:`get_tokenizer` uses when
@@ -13,7 +13,7 @@ import json
 from pathlib import Path
 
 from ..jsonl import read_jsonl
-from .corpus import Composition, Corpus, cap_documents, corpus_fingerprint
+from .corpus import Composition, Corpus, cap_splits, corpus_fingerprint
 from .document import Document
 from .errors import DataError
 
@@ -57,15 +57,14 @@ def load_built(spec: str | Path, max_bytes: int | None = None) -> Corpus:
     if fingerprint != manifest["fingerprint"]:
         raise DataError(f"{folder}: its texts do not match the fingerprint in {MANIFEST} "
                         f"({fingerprint[:12]} vs {manifest['fingerprint'][:12]}); rebuild it")
-    if max_bytes is not None:
-        val_budget = max(1, round(max_bytes * manifest["val_fraction"]))
-        train, val = cap_documents(train, max_bytes - val_budget), cap_documents(val, val_budget)
-        if not train or not val:
-            raise DataError(f"{folder}: max_bytes={max_bytes} leaves a split empty; raise it")
+    cap = None
+    if max_bytes:
+        train, val, cap = cap_splits(str(folder), train, val, max_bytes, manifest["val_fraction"])
         fingerprint = corpus_fingerprint(train, val)
     meta = {"corpus": str(folder), "built_fingerprint": manifest["fingerprint"],
             "train_tokens_full": manifest.get("train_tokens"), "vocab_size": manifest.get("vocab_size"),
-            "val_fraction": manifest["val_fraction"], "max_bytes": max_bytes, "documents": len(train) + len(val)}
+            "val_fraction": manifest["val_fraction"], "max_bytes": max_bytes, "documents": len(train) + len(val),
+            **({"cap": cap} if cap else {})}
     tok = folder / manifest.get("tokenizer", "tokenizer")
     return Corpus(name=f"built:{folder.name}", train=train, val=val,
                   composition=Composition.measure({"train": train, "val": val}, meta), fingerprint=fingerprint,

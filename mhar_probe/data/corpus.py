@@ -1,8 +1,9 @@
-"""Load a corpus (the embedded default or the user's files), split it, record its make-up.
+"""What a corpus is once loaded, and the rules that split, cap and fingerprint it.
 
-``load_corpus()`` returns a :class:`Corpus`: train and validation documents, a per-source
-composition table in the style of the paper's ``tab:datamix`` and a fingerprint used as
-the cache key for tokenizers and token arrays.
+A :class:`Corpus` holds train and validation documents, a per-source composition table in
+the style of the paper's ``tab:datamix`` and a fingerprint used as the cache key for
+tokenizers and token arrays. ``mhar_probe.data.load.load_corpus`` makes one from any source
+(the embedded default, the installed packages, the user's files, a built corpus folder).
 
 Split
     Each document gets a number ``u`` in [0, 1) from the SHA-1 of its id. Within each
@@ -33,20 +34,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .document import Document
-from .embedded import embedded_documents, embedded_meta
 from .errors import DataError
-from .files import read_path
-from .installed import INSTALLED, scan_installed
 
-EMBEDDED = "embedded"
-NAMED_CORPORA = (EMBEDDED, INSTALLED)
 SPLITS = ("train", "val")
-
-
-def is_corpus_spec(spec: str | None) -> bool:
-    """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path
-    (a built corpus folder is a directory, so an existing path)."""
-    return spec is None or spec in NAMED_CORPORA or Path(spec).exists()
 
 
 def hash_unit(doc_id: str) -> float:
@@ -204,78 +194,22 @@ def corpus_fingerprint(train: list[Document], val: list[Document]) -> str:
     return h.hexdigest()
 
 
-def load_corpus(
-    spec: str | None = None,
-    *,
-    val_fraction: float = 0.05,
-    max_bytes: int | None = None,
-    text_field: str = "text",
-) -> Corpus:
-    """Load, split and (optionally) cap a corpus.
-
-    Args:
-        spec: ``None`` or ``"embedded"`` for the stdlib/pydoc corpus shipped with Python;
-            ``"installed"`` for the text of every installed package as well
-            (:mod:`mhar_probe.data.installed`);
-            a folder written by ``mhar corpus build`` (its own split and tokenizer,
-            :mod:`mhar_probe.data.built`);
-            otherwise a ``.txt`` / ``.jsonl`` / ``.parquet`` file or a directory of them
-            (see :mod:`mhar_probe.data.files` for the conventions).
-        val_fraction: expected share of documents held out for validation, in (0, 1).
-        max_bytes: cap on the total UTF-8 bytes kept (train + val), chosen by hash order.
-        text_field: jsonl field / parquet column holding the text.
-
-    Raises:
-        DataError: the path is missing, empty or unusable, or a split ends up empty.
-    """
-    if not 0.0 < val_fraction < 1.0:
-        raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
-    if max_bytes is not None and max_bytes <= 0:
+def cap_splits(name: str, train: list[Document], val: list[Document], max_bytes: int,
+               val_fraction: float) -> tuple[list[Document], list[Document], dict[str, int]]:
+    """Both splits capped at ``max_bytes`` in all (validation gets ``val_fraction`` of it, each split
+    by :func:`cap_documents`), and what the cap kept and dropped: {"max_bytes", "bytes_before",
+    "bytes_kept", "bytes_dropped"}. A split the cap leaves empty is a `DataError`."""
+    if max_bytes <= 0:
         raise DataError(f"max_bytes must be positive, got {max_bytes}")
-    from .built import is_built_corpus, load_built
+    val_budget = max(1, round(max_bytes * val_fraction))
+    capped = {"train": cap_documents(train, max_bytes - val_budget), "val": cap_documents(val, val_budget)}
+    for split, full, budget in (("train", train, max_bytes - val_budget), ("val", val, val_budget)):
+        if not capped[split]:
+            smallest = min((d.n_bytes for d in full), default=0)
+            raise DataError(f"{name}: max_bytes={max_bytes} leaves the {split} split {budget} bytes, "
+                            f"less than its smallest document ({smallest} bytes); raise max_bytes")
+    before = sum(d.n_bytes for d in (*train, *val))
+    kept = sum(d.n_bytes for d in (*capped["train"], *capped["val"]))
+    return capped["train"], capped["val"], dict(max_bytes=max_bytes, bytes_before=before, bytes_kept=kept,
+                                                bytes_dropped=before - kept)
 
-    if spec is not None and spec not in NAMED_CORPORA and is_built_corpus(spec):
-        return load_built(spec, max_bytes=max_bytes)
-    if spec is None or spec == EMBEDDED:
-        name = EMBEDDED
-        docs = embedded_documents()
-        meta: dict[str, object] = {"corpus": name, **embedded_meta()}
-    elif spec == INSTALLED:
-        name = INSTALLED
-        scan = scan_installed()
-        docs = list(scan.documents)
-        meta = {"corpus": name, **scan.meta()}
-    else:
-        name = str(spec)
-        docs = read_path(spec, text_field=text_field)
-        meta = {"corpus": name, "text_field": text_field}
-    if len(docs) < 2:
-        raise DataError(
-            f"{name}: only {len(docs)} document(s); a train/val split needs at least two "
-            f"(use several files, a .jsonl with one document per line, or separate "
-            f"documents in a .txt file with <|endoftext|>)"
-        )
-    ids = [d.id for d in docs]
-    if len(set(ids)) != len(ids):
-        raise DataError(f"{name}: duplicate document ids")  # cannot happen for file-derived ids
-    train, val = split_documents(docs, val_fraction)
-    if max_bytes is not None:
-        full = {"train": train, "val": val}
-        val_budget = max(1, round(max_bytes * val_fraction))
-        train = cap_documents(train, max_bytes - val_budget)
-        val = cap_documents(val, val_budget)
-        for split, part, budget in (("train", train, max_bytes - val_budget), ("val", val, val_budget)):
-            if not part:
-                smallest = min(d.n_bytes for d in full[split])
-                raise DataError(
-                    f"{name}: max_bytes={max_bytes} leaves the {split} split {budget} bytes, "
-                    f"less than its smallest document ({smallest} bytes); raise max_bytes"
-                )
-    meta.update(val_fraction=val_fraction, max_bytes=max_bytes, documents=len(train) + len(val))
-    return Corpus(
-        name=name,
-        train=train,
-        val=val,
-        composition=Composition.measure({"train": train, "val": val}, meta),
-        fingerprint=corpus_fingerprint(train, val),
-    )

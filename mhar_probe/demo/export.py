@@ -6,7 +6,7 @@ stages (probe, stats, claims, figures, report) then read nothing else, so the fo
 committed and regenerated on any CPU.
 
 Copied: each sweep's manifest.json (merged: a run's row from the newer export wins), and of
-every run its RUN_FILES (configs, summary, corpus composition, metrics gzipped as
+every run its RUN_FILES (configs, summary, the sessions that trained it, corpus composition, metrics gzipped as
 metrics.jsonl.gz, routing dataset with its random-query null kept as the per-draw statistics the
 probes and claims read, `analysis.probes.null_summary`: 2.1 MB -> ~0.3 MB for 8 heads), and
 every file of the harness outputs under runs/evals/, its samples files in the compact form
@@ -24,12 +24,12 @@ import os
 import shutil
 from pathlib import Path
 
-from ..runfiles import CONFIG, CORPUS, METRICS, METRICS_GZ, ROUTING, SUMMARY, TRAIN_CONFIG
+from ..runfiles import CONFIG, CORPUS, METRICS, METRICS_GZ, ROUTING, SESSIONS, SUMMARY, TRAIN_CONFIG
 from ..samplestore import (PROMPTS_DIR, compact, compact_name, find_shard, is_compact, is_harness_samples, read_header,
                            read_shard, write_shard)
 from ..sweep.manifest import merge_into_manifest, read_manifest
 
-RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, CORPUS, METRICS, ROUTING)
+RUN_FILES = (CONFIG, TRAIN_CONFIG, SUMMARY, SESSIONS, CORPUS, METRICS, ROUTING)
 
 
 def sweep_dirs(out: Path) -> list[Path]:

@@ -187,14 +187,14 @@ def make_lm(model, tok, *, max_length: int, batch_size: int):
 # ----------------------------------------------------------------------------- tasks
 def shipped_task_files(run: Path, settings: dict[str, Any]) -> TaskFiles:
     """Materialise the held-out tasks for the corpus the run was trained on."""
-    from ..data import load_corpus
+    from ..data import load_run_corpus
     from ..data.errors import DataError
 
     if not settings:
         raise EvalError(f"{run}: no {TRAIN_CONFIG}, so the held-out split is unknown; the shipped tasks "
                         f"({', '.join(SHIPPED_TASKS)}) need a run made by `mhar train` (use --tasks-dir instead)")
     try:
-        corpus = load_corpus(settings.get("corpus"), max_bytes=settings.get("corpus_max_bytes"))
+        corpus = load_run_corpus(settings)
     except DataError as e:
         raise EvalError(f"{run}: cannot rebuild the training corpus for the held-out tasks: {e}") from None
     recorded = _recorded_fingerprint(run)
@@ -213,7 +213,7 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
     by exporting again). `dest` must be new or empty, or, with `overwrite`, an earlier export
     (one with counts.json); it is filled under a temporary name and renamed into place."""
     from ..atomic import build_dir
-    from ..data import load_corpus
+    from ..data import load_run_corpus
     from .heldout import write_heldout_tasks
 
     run_dir = check_run(run)
@@ -226,7 +226,7 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
             raise EvalError(f"--export-tasks {dest} exists and is not empty; give a new folder"
                             + ("" if overwrite else " (or --overwrite to replace an earlier export)"))
     shipped_task_files(run_dir, settings)  # checks the corpus is still the one the run was trained on
-    corpus = load_corpus(settings.get("corpus"), max_bytes=settings.get("corpus_max_bytes"))
+    corpus = load_run_corpus(settings)
 
     def fill(tmp: Path) -> None:
         counts = write_heldout_tasks(corpus.val, tmp, data_root=final)
