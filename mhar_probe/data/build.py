@@ -107,8 +107,10 @@ def _write_shards(folder: Path, docs: list[Document]) -> list[str]:
 
 
 def composition_rows(gathered: list[SourceDocs], train: list[Document], val: list[Document],
-                     stats: DedupStats, tokens: dict[str, dict[str, int]] | None = None) -> list[dict]:
-    """One row per source: provenance, documents / bytes per split, duplicates removed, code bytes."""
+                     stats: DedupStats, tokens: dict[str, dict[str, int]] | None = None,
+                     code: dict[str, int] | None = None) -> list[dict]:
+    """One row per source: provenance, documents / bytes per split, duplicates removed, code bytes
+    (`code`: per source, where the caller counted them already, e.g. in worker processes)."""
     rows = []
     for sd in gathered:
         name = sd.source.name
@@ -126,7 +128,7 @@ def composition_rows(gathered: list[SourceDocs], train: list[Document], val: lis
                 row[f"{split}_tokens"] = tokens[split].get(name, 0)
         kept = [d for d in (*train, *val) if d.source == name]
         total = sum(d.n_bytes for d in kept)
-        row["code_bytes"] = sum(code_bytes(d.text) for d in kept)
+        row["code_bytes"] = code[name] if code is not None else sum(code_bytes(d.text) for d in kept)
         row["code_share"] = row["code_bytes"] / total if total else 0.0
         rows.append(row)
     return rows

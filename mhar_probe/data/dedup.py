@@ -18,6 +18,7 @@ import hashlib
 import re
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Sequence
 
 from .document import Document
 
@@ -58,28 +59,47 @@ class DedupStats:
     documents_emptied: dict[str, int] = field(default_factory=lambda: defaultdict(int))
 
 
-def dedup_paragraphs(docs: list[Document]) -> tuple[list[Document], DedupStats]:
-    """``docs`` with every repeated paragraph (see module docstring) removed, in the same order."""
+#: a document's paragraphs with their dedup keys (None: shorter than MIN_DEDUP_CHARS, always kept)
+KeyedParagraphs = list[tuple[str, "bytes | None"]]
+
+
+def paragraph_keys(text: str) -> KeyedParagraphs:
+    """The paragraphs of ``text`` with their keys: SHA-1 of the normalised paragraph, or None for one
+    shorter than MIN_DEDUP_CHARS (pure, so builders compute it in worker processes)."""
+    out: KeyedParagraphs = []
+    for para in split_paragraphs(text):
+        norm = normalise(para)
+        out.append((para, hashlib.sha1(norm.encode("utf-8")).digest() if len(norm) >= MIN_DEDUP_CHARS else None))
+    return out
+
+
+def dedup_keyed(heads: Sequence[tuple[str, str]], keyed: Sequence[KeyedParagraphs]
+                ) -> tuple[list[Document], DedupStats]:
+    """The documents (``heads``: (id, source) each, with their `paragraph_keys`) with every repeated
+    paragraph removed, in the same order: the one sequential pass of the dedup."""
     seen: set[bytes] = set()
     stats = DedupStats()
     out: list[Document] = []
-    for doc in docs:
+    for (doc_id, source), paras in zip(heads, keyed, strict=True):
         kept: list[str] = []
-        for para in split_paragraphs(doc.text):
-            norm = normalise(para)
-            if len(norm) >= MIN_DEDUP_CHARS:
-                key = hashlib.sha1(norm.encode("utf-8")).digest()
+        for para, key in paras:
+            if key is not None:
                 if key in seen:
-                    stats.paragraphs_removed[doc.source] += 1
-                    stats.bytes_removed[doc.source] += len(para.encode("utf-8"))
+                    stats.paragraphs_removed[source] += 1
+                    stats.bytes_removed[source] += len(para.encode("utf-8"))
                     continue
                 seen.add(key)
             kept.append(para)
         if kept:
-            out.append(Document(id=doc.id, source=doc.source, text="\n\n".join(kept)))
+            out.append(Document(id=doc_id, source=source, text="\n\n".join(kept)))
         else:
-            stats.documents_emptied[doc.source] += 1
+            stats.documents_emptied[source] += 1
     return out, stats
+
+
+def dedup_paragraphs(docs: list[Document]) -> tuple[list[Document], DedupStats]:
+    """``docs`` with every repeated paragraph (see module docstring) removed, in the same order."""
+    return dedup_keyed([(d.id, d.source) for d in docs], [paragraph_keys(d.text) for d in docs])
 
 
 def code_bytes(text: str) -> int:

@@ -50,12 +50,16 @@ def _plain_backend(tokenizer: PreTrainedTokenizerBase) -> Tokenizer:
 
 
 def tokenize_split(
-    docs: list[Document], tokenizer: PreTrainedTokenizerBase, cache_key: str | None = None
+    docs: list[Document], tokenizer: PreTrainedTokenizerBase, cache_key: str | None = None, *,
+    batch_docs: int = BATCH_DOCS, lengths: list[int] | None = None,
 ) -> np.ndarray:
     """Token ids of ``docs`` joined as ``d1 <eos> d2 <eos> ... dn <eos>``.  # [N]
 
     Returns a 1-D uint16 (vocab <= 65,536) or int32 array. With ``cache_key`` the array is
-    read from / written to the token cache; the key must identify docs and tokenizer.
+    read from / written to the token cache; the key must identify docs and tokenizer
+    (:func:`token_cache_key`). ``batch_docs``: documents per Rust call (more keep more cores
+    busy); ``lengths``: filled with each document's tokens, its end-of-text id included (only
+    when the array is tokenized here, not read from the cache).
     """
     if cache_key is not None:
         path = token_cache_path(cache_key)
@@ -70,11 +74,13 @@ def tokenize_split(
     chunks: list[np.ndarray] = []
     total_bytes = sum(d.n_bytes for d in docs)
     with tqdm(total=total_bytes, unit="B", unit_scale=True, desc="tokenize", leave=False, disable=None) as bar:
-        for start in range(0, len(docs), BATCH_DOCS):
-            batch = docs[start : start + BATCH_DOCS]
+        for start in range(0, len(docs), batch_docs):
+            batch = docs[start : start + batch_docs]
             for enc in backend.encode_batch_fast([d.text for d in batch], add_special_tokens=False):
                 chunks.append(np.asarray(enc.ids, dtype=dtype))
                 chunks.append(eos_arr)
+                if lengths is not None:
+                    lengths.append(len(enc.ids) + 1)
             bar.update(sum(d.n_bytes for d in batch))
     ids = np.concatenate(chunks) if chunks else np.zeros(0, dtype=dtype)  # [N]
     if cache_key is not None:
@@ -114,11 +120,16 @@ def document_index(rows: torch.LongTensor, eos_id: int) -> torch.LongTensor:
     return (torch.cumsum(ends, 0) - ends).reshape(rows.shape)
 
 
+def token_cache_key(corpus_fingerprint: str, tokenizer: PreTrainedTokenizerBase, split: str) -> str:
+    """The token cache's key of one split of a corpus under a tokenizer."""
+    return f"{corpus_fingerprint[:24]}-{tokenizer_fingerprint(tokenizer)[:24]}-{split}"
+
+
 def load_packed(
     corpus: Corpus, tokenizer: PreTrainedTokenizerBase, seq_len: int, split: str
 ) -> torch.LongTensor:
     """Packed rows ``[M, seq_len + 1]`` of one split of ``corpus`` (token array cached)."""
-    key = f"{corpus.fingerprint[:24]}-{tokenizer_fingerprint(tokenizer)[:24]}-{split}"
+    key = token_cache_key(corpus.fingerprint, tokenizer, split)
     ids = tokenize_split(corpus.split(split), tokenizer, cache_key=key)  # [N]
     return pack_tokens(ids, seq_len, what=f"{corpus.name} ({split} split)")
 

@@ -111,13 +111,13 @@ def tokenizer_fingerprint(tokenizer: PreTrainedTokenizerFast) -> str:
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def train_corpus_tokenizer(train: list[Document], vocab_size: int
+def train_corpus_tokenizer(train: list[Document], vocab_size: int, sample_bytes: int = TRAIN_SAMPLE_BYTES
                            ) -> tuple[PreTrainedTokenizerFast, dict[str, object]]:
-    """The byte-level BPE of ``vocab_size`` trained on :func:`training_sample` of ``train``, and
-    what it was trained on (the study corpus builder saves both in its folder)."""
+    """The byte-level BPE of ``vocab_size`` trained on :func:`training_sample` of ``train`` (its first
+    ``sample_bytes``), and what it was trained on (the corpus builders save both in their folder)."""
     if vocab_size < 257:
         raise DataError(f"vocab_size must be at least 257 (256 bytes + {EOS_TOKEN}), got {vocab_size}")
-    sample = training_sample(train)
+    sample = training_sample(train, sample_bytes)
     start = time.perf_counter()
     tok = wrap_tokenizer(_train_bpe(sample, vocab_size))
     meta: dict[str, object] = {
