@@ -46,6 +46,8 @@ def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.Arg
                    help="BPE sizes to train and measure on the first build (default: 16384 32768 65536)")
     i.add_argument("--val-fraction", type=float, default=0.02, help="expected share of held-out documents")
     i.add_argument("--workers", type=bounded_int(1), default=None, help="processes (default: every core)")
+    i.add_argument("--exclude", nargs="+", default=(), help="folders under the roots not to read (e.g. where the "
+                                                             "call writes its outputs)")
     i.set_defaults(func=cmd_image)
     k = sub.add_parser("pack", help="pack a built corpus folder into one .tar.xz (xz -9) for a device call")
     k.add_argument("--corpus", required=True, help="the built corpus folder")
@@ -96,7 +98,8 @@ def cmd_image(args: argparse.Namespace) -> int:
     manifest = build_image_corpus(Path(args.out), Path(args.lock), roots=roots,
                                   carried=Path(args.carried) if args.carried else None,
                                   new_manifest=args.new_manifest, vocab_sizes=args.vocab_sizes or DEFAULT_VOCAB_SIZES,
-                                  val_fraction=args.val_fraction, workers=args.workers)
+                                  val_fraction=args.val_fraction, workers=args.workers,
+                                  exclude=[Path(e) for e in args.exclude])
     print(f"{args.out}: {manifest['train_tokens']:,} train / {manifest['val_tokens']:,} held-out tokens at a "
           f"{manifest['vocab_size']:,}-token vocabulary; the lock of this build: {Path(args.out) / 'lock'}")
     return 0

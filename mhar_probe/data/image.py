@@ -5,8 +5,8 @@ on the machine that trains, walked under its roots, together with a carried corp
     mhar corpus image --out DIR --lock LOCK [--with CORPUS_DIR] [--new-manifest] [--roots /usr /opt /root]
 
 Which files (the rules, in order: `file_kind`, `select_path`, `read_kept`)
-  path   under a root, in no folder of SKIP_DIRS, not a link, not under a SKIP_PREFIXES path, the
-         checkout that runs or the output; its suffix names a kind (KIND_BY_SUFFIX: code, docs, data);
+  path   under a root, in no folder of SKIP_DIRS nor a hidden one (but KEEP_HIDDEN), not a link, not under
+         a SKIP_PREFIXES path, the checkout that runs, the output or a folder the caller excludes; its suffix names a kind (KIND_BY_SUFFIX: code, docs, data);
          not a licence file (LICENCE_NAME) nor a generated one by its name (GENERATED_NAME); of
          MIN_FILE_BYTES to MAX_FILE_BYTES bytes.
   text   UTF-8 without a NUL byte (else binary); a mean line of at most MAX_MEAN_LINE characters and no
@@ -16,7 +16,7 @@ Which files (the rules, in order: `file_kind`, `select_path`, `read_kept`)
   A document's source tag is its area and kind ("python-code", "cuda-docs", ...: `area_of`).
 
 Manifest and lock
-  The files chosen by path, sorted, as "path<TAB>size<TAB>sha256" lines (image_manifest.tsv.gz);
+  The files chosen by path, sorted, as "path<TAB>size<TAB>SHA-256 prefix" lines (image_manifest.tsv.gz);
   its SHA-256 is the image's *source fingerprint*. A lock folder (committed with the study) holds the
   manifest a corpus was built from, its tokenizer, the carried corpus's fingerprint and the corpus
   fingerprint. A build on an image whose manifest differs from the lock's is refused in one line that
@@ -45,6 +45,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
+import multiprocessing
 import os
 import re
 import sys
@@ -72,9 +73,10 @@ KIND_BY_SUFFIX: dict[str, str] = {
     **dict.fromkeys((".json", ".yaml", ".yml", ".toml", ".cfg", ".ini", ".xml", ".csv"), "data"),
 }
 KINDS = ("code", "docs", "data")
-#: folders never walked: caches, version control, pseudo file systems, build trees
-SKIP_DIRS = frozenset({"__pycache__", ".git", ".hg", ".svn", ".cache", ".triton", ".nv", ".ipython", ".jupyter",
-                       "node_modules", "proc", "sys", "dev"})
+#: folders never walked: caches, pseudo file systems, build trees, and every hidden folder (version control,
+#: a home's caches and settings, which change as programs run) but a virtual environment's
+SKIP_DIRS = frozenset({"__pycache__", "node_modules", "proc", "sys", "dev"})
+KEEP_HIDDEN = frozenset({".venv"})
 #: paths never walked: the driver mount (it follows the host's driver, not the image), temporaries
 SKIP_PREFIXES = ("/usr/local/nvidia", "/tmp", "/var/tmp", "/proc", "/sys", "/dev")
 LICENCE_NAME = re.compile(r"^(LICEN[CS]E|COPYING|COPYRIGHT|NOTICE|AUTHORS|CONTRIBUTORS|THIRD[-_]PARTY)", re.I)
@@ -139,7 +141,8 @@ def select_path(roots: Sequence[str | Path], exclude: Sequence[Path] = ()) -> li
         excluded = tuple(p for p in (*SKIP_PREFIXES, *(str(Path(e).resolve()) for e in exclude))
                          if not (top == p or top.startswith(p + "/")))
         for folder, dirs, files in os.walk(root, followlinks=False):
-            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and not _skipped(os.path.join(folder, d), excluded)]
+            dirs[:] = [d for d in dirs if d not in SKIP_DIRS and (not d.startswith(".") or d in KEEP_HIDDEN)
+                       and not _skipped(os.path.join(folder, d), excluded)]
             for name in files:
                 path = os.path.join(folder, name)
                 kind = file_kind(Path(name))
@@ -201,9 +204,14 @@ def _keys_of(text: str) -> KeyedParagraphs:
 
 
 # ----------------------------------------------------------------------------- the manifest
+#: hex digits of each file's SHA-256 the manifest keeps (64 bits: a changed file is told apart, and the
+#: committed manifest stays a few MB for the ~10^5 files of an image)
+MANIFEST_HASH_DIGITS = 16
+
+
 def manifest_lines(files: Iterable[tuple[Candidate, str]]) -> list[str]:
-    """"path<TAB>size<TAB>sha256" per file (files with their hashes, in path order)."""
-    return [f"{c.path}\t{c.size}\t{sha}" for c, sha in files]
+    """"path<TAB>size<TAB>sha256 prefix" per file (files with their hashes, in path order)."""
+    return [f"{c.path}\t{c.size}\t{sha[:MANIFEST_HASH_DIGITS]}" for c, sha in files]
 
 
 def manifest_fingerprint(lines: Sequence[str]) -> str:
@@ -257,22 +265,37 @@ def measure_tokenizers(train: list[Document], held_out: list[Document], sizes: S
                        log: Callable[[str], None]) -> tuple[dict, dict]:
     """Train a BPE at each of `sizes` on the train sample, measure tokens per byte on `held_out`:
     ({size: tokenizer}, {size: {"tokens_per_byte", "train_seconds"}})."""
-    from .tokenizer import train_corpus_tokenizer, training_sample
+    from .tokenizer import training_sample
 
     sample = training_sample(train, TOKENIZER_SAMPLE)
-    probe_bytes = sum(d.n_bytes for d in held_out)
+    global _MEASURE
+    _MEASURE = (sample, held_out)  # read by the forked workers (one BPE each, all at once)
     tokenizers, measured = {}, {}
-    for size in sizes:
-        start = time.perf_counter()
-        tok, info = train_corpus_tokenizer(sample, size, sample_bytes=TOKENIZER_SAMPLE)
-        tokens = sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch_fast(
-            [d.text for d in held_out], add_special_tokens=False))
-        measured[size] = dict(tokens_per_byte=tokens / probe_bytes, train_seconds=round(time.perf_counter() - start, 1),
-                              vocab_size=len(tok), train_bytes=info["train_bytes"])
-        tokenizers[size] = tok
-        log(f"BPE {size:,}: {measured[size]['tokens_per_byte']:.4f} tokens per byte of the held-out split "
-            f"({measured[size]['train_seconds']} s)")
+    jobs = list(_pool_map(_train_and_measure, list(sizes), len(sizes), chunk=1))
+    _MEASURE = None
+    for size, (tok, result) in zip(sizes, jobs):
+        tokenizers[size], measured[size] = tok, result
+        log(f"BPE {size:,}: {result['tokens_per_byte']:.4f} tokens per byte of the held-out split "
+            f"({result['train_seconds']} s)")
     return tokenizers, measured
+
+
+_MEASURE: tuple[list[Document], list[Document]] | None = None
+
+
+def _train_and_measure(size: int) -> tuple:
+    """One candidate BPE of `size` trained on the sample and its tokens per byte of the held-out split."""
+    from .tokenizer import train_corpus_tokenizer
+
+    assert _MEASURE is not None
+    sample, held_out = _MEASURE
+    start = time.perf_counter()
+    tok, info = train_corpus_tokenizer(sample, size, sample_bytes=TOKENIZER_SAMPLE)
+    tokens = sum(len(e.ids) for e in tok.backend_tokenizer.encode_batch_fast(
+        [d.text for d in held_out], add_special_tokens=False))
+    return tok, dict(tokens_per_byte=tokens / sum(d.n_bytes for d in held_out),
+                     train_seconds=round(time.perf_counter() - start, 1), vocab_size=len(tok),
+                     train_bytes=info["train_bytes"])
 
 
 # ----------------------------------------------------------------------------- the composition
@@ -335,7 +358,7 @@ class ImageLock:
 def _pool_map(fn: Callable, items: Sequence, workers: int, chunk: int = 64) -> Iterator:
     if workers <= 1:
         return map(fn, items)
-    pool = ProcessPoolExecutor(max_workers=workers)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("fork"))
     try:
         return iter(list(pool.map(fn, items, chunksize=chunk)))
     finally:

@@ -5,8 +5,9 @@
     python results/study100m/device_runs.py --out /tmp/middle --stages capture eval middle
     python results/study100m/device_runs.py --out /tmp/study350m --stages sweep scale350m mhar 0
 
-GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest), `middle` (MIDDLE's main grid) or
-`scale350m` (STUDY350's main grid: the 350M pair). `--steps N` and `--tiny` exist for the CPU check
+GRID is a grid of STUDY (lrsweep, main, extra, hw, bestvsbest), `middle` (MIDDLE's main grid),
+`scale350m` (STUDY350's main grid: the 350M pair) or `paper350m` / `paper350m-extra` (PAPER350's grids:
+the 350M study, results/study350m/run_on_device.sh). `--steps N` and `--tiny` exist for the CPU check
 of the device script (a tiny stand-in model and corpus cap; the run names keep the plan's preset). Finished runs are skipped and interrupted runs
 resume from their checkpoint (mhar_probe.sweep). `--time-limit S` stops the sweep stage cleanly
 S seconds after it starts: the run training then stops at a step boundary with a checkpoint there
@@ -21,7 +22,7 @@ import dataclasses
 import sys
 from pathlib import Path
 
-from mhar_probe.demo.plan import MIDDLE, STUDY, STUDY350, Plan
+from mhar_probe.demo.plan import MIDDLE, PAPER350, STUDY, STUDY350, Plan
 
 #: the CPU stand-in: 2 layers of width 64, 8 heads (8 channels), KV 4 (the grid's), T = 128, 3 MB of the corpus
 TINY_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
@@ -29,7 +30,8 @@ TINY_MODEL = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=8,
 TINY_RECIPE = dict(batch_size=4, seq_len=128, eval_every=5, eval_batches=1, checkpoint_every=5,
                    corpus_max_bytes=3_000_000)
 #: grids trained by a plan of their own (name -> plan, its grid); every other GRID is one of STUDY's
-OWN_PLANS = {"middle": (MIDDLE, "main"), "scale350m": (STUDY350, "main")}
+OWN_PLANS = {"middle": (MIDDLE, "main"), "scale350m": (STUDY350, "main"), "paper350m": (PAPER350, "main"),
+             "paper350m-extra": (PAPER350, "extra")}
 
 
 def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool,

@@ -4,7 +4,8 @@
 
 run, status, steps, tokens, tokens/s (median over the logged steps after the first 20, which hold
 compilation and graph capture), final validation loss, tail-mean, epochs (tokens / the corpus's
-training tokens), card.
+training tokens), and the cards and commits that trained it (its sessions, `mhar_probe.provenance`;
+the card given on the command line for a run trained before sessions were recorded).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ import statistics
 import sys
 from pathlib import Path
 
+from mhar_probe.provenance import cards, commits
 from mhar_probe.runfiles import TRAIN_CONFIG, RunFiles
 
 
@@ -30,7 +32,8 @@ def rows_of(study: Path) -> list[dict]:
                         steps=summary.get("steps", metrics[-1]["step"] if metrics else 0), tokens=tokens,
                         tokens_per_s=statistics.median(rates) if rates else None,
                         final_val_loss=vals[-1] if vals else None, tail_mean=summary.get("tail_mean_val_loss"),
-                        epochs=tokens / train_tokens if train_tokens else None))
+                        epochs=tokens / train_tokens if train_tokens else None,
+                        cards=", ".join(cards(files.sessions())), commits=", ".join(commits(files.sessions()))))
     return out
 
 
@@ -40,12 +43,12 @@ def fmt(v: object, spec: str) -> str:
 
 def main(argv: list[str]) -> int:
     study, card = Path(argv[0]), (argv[1] if len(argv) > 1 else "") or "cpu"
-    print("| run | status | steps | tokens | tokens/s | final val loss | tail-mean | epochs | card |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|---|")
+    print("| run | status | steps | tokens | tokens/s | final val loss | tail-mean | epochs | card | commit |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---|---|")
     for r in rows_of(study):
         print(f"| {r['run']} | {r['status']} | {r['steps']} | {r['tokens']:,} | {fmt(r['tokens_per_s'], ',.0f')} "
               f"| {fmt(r['final_val_loss'], '.4f')} | {fmt(r['tail_mean'], '.4f')} | {fmt(r['epochs'], '.2f')} "
-              f"| {card} |")
+              f"| {r['cards'] or card} | {r['commits'] or '-'} |")
     return 0
 
 

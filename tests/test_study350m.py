@@ -1,0 +1,128 @@
+"""The 350M study (issue 52): the plan is the paper's 350M shape and recipe at 10,000 steps, and its
+device call runs end to end in its CPU mode: a stamped copy of the tree, a corpus built from a fake
+machine's text and a carried corpus against an empty lock, a tiny run trained, captured, evaluated
+and exported, with the stamp's commit in the run's record."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from mhar_probe.demo.plan import PAPER350, PAPER350_CARRIED, PAPER350_STEPS, tail_covers_last_quarter
+from mhar_probe.model.config import MHARConfig
+from mhar_probe.train import lr_at
+from mhar_probe.runoptions import TrainConfig
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_the_plan_is_the_papers_350m_shape_and_recipe_at_half_its_steps():
+    cfg = MHARConfig.from_preset(PAPER350.preset)
+    assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
+            cfg.intermediate_size) == (1024, 24, 16, 8, 4096)
+    r = PAPER350.recipe
+    assert (r["batch_size"], r["seq_len"], r["lr"]) == (32, 1024, 5e-4) and PAPER350_STEPS == 10_000
+    train = TrainConfig(out="x", preset="350m", steps=PAPER350.steps, **{k: v for k, v in r.items() if k != "lr"},
+                        lr=r["lr"])
+    assert (train.betas, train.weight_decay, train.grad_clip, train.min_lr_ratio) == ((0.9, 0.95), 0.1, 1.0, 0.1)
+    assert lr_at(499, train) == pytest.approx(5e-4) and lr_at(498, train) < 5e-4  # 5% warm-up
+    assert lr_at(10_000, train) == pytest.approx(5e-5)
+    assert tail_covers_last_quarter(PAPER350.steps, r["eval_every"])
+    grid = {(s.method, s.H, s.seed) for g in PAPER350.grids for s in PAPER350.grid(PAPER350.grids[g]).expand()}
+    assert {("baseline", None, s) for s in range(3)} | {("attnres", None, s) for s in range(3)} \
+        | {("mhar", 8, s) for s in range(3)} <= {(m, h if m == "mhar" else None, s) for m, h, s in grid}
+    assert {("mhar", 16, 0), ("hyper", None, 0)} <= {(m, h if m == "mhar" else None, s) for m, h, s in grid}
+
+
+def test_a_committed_lock_trains_at_the_plans_vocabulary():
+    """Once the corpus is built and its lock committed, the plan's vocabulary is the lock's (else a run
+    would train a tokenizer of its own)."""
+    from mhar_probe.demo.plan import PAPER350_LOCK, PAPER350_VOCAB
+
+    lock = ROOT / PAPER350_LOCK / "lock.json"
+    if lock.is_file():
+        assert json.loads(lock.read_text())["vocab_size"] == PAPER350_VOCAB
+    else:  # before the first build: the plan's guess is one of the sizes the build measures
+        from mhar_probe.data.image import DEFAULT_VOCAB_SIZES
+
+        assert PAPER350_VOCAB in DEFAULT_VOCAB_SIZES
+
+
+def _git(repo: Path, *args: str) -> None:
+    subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@t", *args], check=True,
+                   capture_output=True)
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_device_call_in_its_cpu_mode(tmp_path):
+    from mhar_probe.data.image import build_image_corpus
+    from corpus_checks import fake_image
+
+    tree = tmp_path / "tree"  # what the device gets: the files, a stamp, no (or stale) git metadata
+    for part in ("mhar_probe", "results/study100m", "results/study350m"):
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "runs", "evals",
+                                                                              "figures", "probes", "stats"))
+    shutil.copy(ROOT / "pyproject.toml", tree)
+    env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
+           "MHAR_CACHE_DIR": str(tmp_path / "cache")}
+    img = fake_image(tmp_path / "img", n=60)  # enough held-out text for one row of the tiny model
+    prose = tmp_path / "prose" / "usr" / "share" / "doc" / "tales"  # the carried prose stand-in: sentences
+    prose.mkdir(parents=True)  # whose last words the held-out tasks can ask for
+    words = "river stone lantern orchard harbour meadow violin compass".split()
+    for k in range(60):
+        prose.joinpath(f"tale{k:02d}.txt").write_text("\n\n".join(
+            f"In the tale number {k} the traveller walked past the {words[(k + j) % 8]} and then sat by the "
+            f"{words[(k * 3 + j) % 8]} until the evening came to the quiet {words[(k + 2 * j) % 8]}."
+            for j in range(6)) + "\n")
+    build_image_corpus(tree / PAPER350_CARRIED, tmp_path / "no-lock", roots=[tmp_path / "prose"], vocab_sizes=(300,),
+                       workers=1, log=lambda m: None)
+    cmd = ["bash", "results/study350m/run_on_device.sh", "--tiny", "--nproc", "1", "--steps", "8",
+           "--study", str(tmp_path / "study"), "--roots", str(img / "opt")]
+    refused = subprocess.run([*cmd, "prepare"], cwd=tree, env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "no stamp names this tree's code" in refused.stdout + refused.stderr
+    _git(tree, "init", "-q")
+    _git(tree, "add", ".")
+    _git(tree, "commit", "-q", "-m", "the tree that runs")
+    head = subprocess.run(["git", "-C", str(tree), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    subprocess.run([sys.executable, "-m", "mhar_probe.provenance", "stamp", str(tree)], check=True, env=env,
+                   capture_output=True)
+    shutil.rmtree(tree / ".git")
+    done = subprocess.run([*cmd, "paper350m", "mhar", "0"], cwd=tree, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    with tarfile.open(out / "corpus_lock.tar.gz") as tar:
+        names = set(tar.getnames())
+    assert {"corpus/lock.json", "corpus/image_manifest.tsv.gz", "corpus/tokenizer/tokenizer.json",
+            "corpus/composition.md"} <= names
+    run = tmp_path / "study" / "runs" / "350m-mhar-h8-kv8-lr5e-4-s0-n8"
+    summary = json.loads((run / "summary.json").read_text())
+    code = summary["provenance"]["sessions"][0]["code"]
+    assert (code["commit"], code["source"], code["dirty"]) == (head, "stamp", False)
+    assert (run / "routing.nc").is_file() and any((tmp_path / "study" / "runs" / "evals").iterdir())
+    with tarfile.open(out / "part_paper350m_mhar_0_tiny.tar.gz") as tar:
+        exported = set(tar.getnames())
+    assert f"runs/{run.name}/summary.json" in exported and f"runs/{run.name}/sessions.json" in exported
+    assert "| 350m-mhar-h8-kv8-lr5e-4-s0-n8 | finished |" in done.stdout
+
+
+def test_corpus_md_is_what_the_committed_lock_gives():
+    """results/study350m/corpus.md holds no number by hand: it is rendered from the lock's files."""
+    lock = ROOT / "results" / "study350m" / "corpus" / "lock.json"
+    if not lock.is_file():
+        assert not (ROOT / "results" / "study350m" / "corpus.md").exists()  # no report before the build
+        return
+    done = subprocess.run([sys.executable, str(ROOT / "results" / "study350m" / "corpus_report.py"), "--check"])
+    assert done.returncode == 0, "results/study350m/corpus.md is stale: run results/study350m/corpus_report.py"
+
+
+def test_the_readme_runs_table_is_what_the_committed_runs_give():
+    done = subprocess.run([sys.executable, str(ROOT / "results" / "study350m" / "readme_tables.py"), "--check"])
+    assert done.returncode == 0, "results/study350m/README.md is stale: run results/study350m/readme_tables.py"
