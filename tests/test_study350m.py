@@ -76,8 +76,8 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
     prose = tmp_path / "prose" / "usr" / "share" / "doc" / "tales"  # the carried prose stand-in: sentences
     prose.mkdir(parents=True)  # whose last words the held-out tasks can ask for
     words = "river stone lantern orchard harbour meadow violin compass".split()
-    for k in range(60):
-        prose.joinpath(f"tale{k:02d}.txt").write_text("\n\n".join(
+    for k in range(200):  # (two held-out tales at least: a next-line item's distractor is another's line)
+        prose.joinpath(f"tale{k:03d}.txt").write_text("\n".join(
             f"In the tale number {k} the traveller walked past the {words[(k + j) % 8]} and then sat by the "
             f"{words[(k * 3 + j) % 8]} until the evening came to the quiet {words[(k + 2 * j) % 8]}."
             for j in range(6)) + "\n")

@@ -46,10 +46,11 @@ def prepare(args: argparse.Namespace, out: Path) -> int:
                       "mhar_probe.provenance stamp` before the call and carry .mhar-stamp.json")
     carried = Path(PAPER350_CARRIED)
     if not (carried / "mhar_corpus.json").is_file():
-        archive = Path(f"{PAPER350_CARRIED}.tar.xz")
-        if not archive.is_file():
-            return refuse(f"no {carried}/ and no {archive}: carry {archive} (`mhar corpus pack`)")
-        subprocess.run(["tar", "-xJf", str(archive)], check=True)
+        archive = next((a for a in (Path(f"{PAPER350_CARRIED}.tar.xz"), Path(f"{PAPER350_CARRIED}.tar.gz"))
+                        if a.is_file()), None)
+        if archive is None:
+            return refuse(f"no {carried}/ and no {carried}.tar.xz (or .tar.gz): carry it (`mhar corpus pack`)")
+        subprocess.run(["tar", "-xf", str(archive)], check=True)  # (tar reads either compression)
     corpus = Path(PAPER350_CORPUS)
     if not (corpus / "mhar_corpus.json").is_file():
         cmd = [sys.executable, "-m", "mhar_probe.cli", "corpus", "image", "--out", str(corpus), "--lock",
