@@ -305,7 +305,7 @@ STUDY350 = Plan(
 PAPER350_CORPUS = "corpus350"  # relative to the repository root on the device (git-ignored)
 PAPER350_CARRIED = "corpus-prose"  # the prose sources of the registry corpus (mhar corpus build --sources ...), carried packed
 PAPER350_LOCK = "results/study350m/corpus"
-PAPER350_VOCAB = 32768
+PAPER350_VOCAB = 65536  # the size the first build chose (results/study350m/corpus.md)
 PAPER350_STEPS = 10_000
 PAPER350_RECIPE = {**STUDY_RECIPE, **dict(batch_size=32, seq_len=1024, micro_batch=8, eval_every=250,
                                           eval_batches=8, checkpoint_every=2500, corpus=PAPER350_CORPUS,
