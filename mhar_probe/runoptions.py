@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+from .data.load import resolve_cap
 from .errors import UserError
 from .kernels.config import ROUTING_DOUTS  # the triton backward's upstream-gradient policies
 from .loss import LOSS_KERNELS
@@ -108,6 +109,9 @@ class RunOptions:
     def __post_init__(self) -> None:
         check_options(self, self.WHAT)
         refuse_together(resume=self.resume, overwrite=self.overwrite)
+        # the cap as the run trains with it (an unset cap is the corpus's default; 0: none), so a resumed
+        # run's saved value and a sweep's unset one compare equal
+        self.corpus_max_bytes = resolve_cap(self.corpus, self.corpus_max_bytes)
         self.check()
 
     def check(self) -> None:
