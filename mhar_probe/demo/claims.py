@@ -299,6 +299,9 @@ def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any], study: "St
         return Claim("ceg", f"no seed has both {what} and the baseline", INCONCLUSIVE)
     mean, low, high = _t_interval([multi[s] - base[s] for s in seeds])
     flops = _flops_ratio(study, seeds)
+    if flops is None:
+        return Claim("ceg", f"no seed's {what} and baseline runs both record their FLOPs (summary.json flops)",
+                     INCONCLUSIVE)
     base_loss = sum(base[s] for s in seeds) / len(seeds)
 
     def gain_at(delta: float, a: float) -> float:
@@ -326,20 +329,17 @@ def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any], study: "St
     return Claim("ceg", ours, verdict, _with_origin(note, pairs))
 
 
-def _flops_ratio(study: "Study", seeds: list[int]) -> float:
-    """Seed mean of MHAR's training FLOPs over the same-seed baseline's (summary.json ``flops``)."""
-    runs = {key: RunFiles(path).summary().get("flops") for key, path in study.present.items()}
+def _flops_ratio(study: "Study", seeds: list[int]) -> float | None:
+    """Seed mean of MHAR's training FLOPs over the same-seed baseline's (summary.json ``flops``);
+    None where no seed has both."""
+    flops = {path: RunFiles(path).summary().get("flops") for path in study.present.values()}
     ratios = []
     for s in seeds:
-        multi = [f for (m, h, kv, seed), f in runs.items() if m == "mhar" and h == study.plan.mhar_heads
-                 and kv == study.plan.main_kv and seed == s and f]
-        base = [f for (m, h, kv, seed), f in runs.items() if m == "baseline" and kv == study.plan.main_kv
-                and seed == s and f]
+        multi = [flops[p] for p in _labelled(study, "mhar", study.plan.mhar_heads, [s]).values() if flops[p]]
+        base = [flops[p] for p in _labelled(study, "baseline", None, [s]).values() if flops[p]]
         if multi and base:
             ratios.append(multi[0] / base[0])
-    if not ratios:
-        raise UserError("no MHAR and baseline run of one seed records its FLOPs (summary.json flops)")
-    return sum(ratios) / len(ratios)
+    return sum(ratios) / len(ratios) if ratios else None
 
 
 def _labelled(study: "Study", method: str, heads: int | None, seeds: list[int]) -> dict[str, Path]:
