@@ -5,8 +5,11 @@ sources, the document-level held-out split, the composition counts, and loading 
 from __future__ import annotations
 
 import gzip
+import hashlib
 import io
 import json
+import os
+import shutil
 import struct
 import subprocess
 import sys
@@ -237,7 +240,7 @@ def test_cli_refuses_missing_archive_in_one_line(tmp_path):
                            "--work", str(tmp_path / "w"), "--no-fetch", "--sources", "devil"],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 2
-    assert proc.stderr.strip().count("\n") == 0 and "no archive of dict-devil" in proc.stderr
+    assert proc.stderr.strip().count("\n") == 0 and "no archive dict-devil_" in proc.stderr
     assert not (tmp_path / "c").exists()
 
 
@@ -257,3 +260,162 @@ def test_a_run_records_its_corpus_tokenizer_and_epochs(fake_work):
     rows = manifest["train_tokens"] // 33  # packed rows of T + 1 = 33 tokens, each giving 32 positions
     assert corpus["train_tokens"] == summary["train_tokens"] == rows * 32
     assert summary["epochs"] == pytest.approx(3 * 2 * 32 / (rows * 32))
+
+
+# ----------------------------------------------------------------------------- the corpus lock
+
+#: A stand-in for the three registry clients (installed as `npm`, `pip` and `apt-get` on PATH):
+#: it parses their real command lines and serves archives from $FAKE_REGISTRY, failing as the
+#: clients do when the version asked for is not there.
+FAKE_CLIENT = r'''
+import os, shutil, sys
+from pathlib import Path
+tool, args = Path(sys.argv[0]).name, sys.argv[1:]
+registry = Path(os.environ["FAKE_REGISTRY"])
+if tool == "npm":
+    assert args[0] == "pack" and args[2] == "--pack-destination"
+    name, _, version = args[1].partition("@"); dest = Path(args[3]); pattern = "{}-{}.tgz"
+elif tool == "pip":
+    assert args[:5] == ["download", "--no-deps", "--no-binary", ":all:", "-d"]
+    name, _, version = args[6].partition("=="); dest = Path(args[5]); pattern = "{}-{}.tar.gz"
+else:
+    assert args[0] == "download"
+    name, _, version = args[1].partition("="); dest = Path.cwd(); pattern = "{}_{}_all.deb"
+    version = version.replace(":", "%3a")
+found = sorted(registry.glob(pattern.format(name, version or "[0-9]*")))
+if not found:
+    print(f"ERR! 404 No matching version found for {name}@{version}", file=sys.stderr)
+    sys.exit(1)
+shutil.copy(found[-1], dest / found[-1].name)
+'''
+
+
+@pytest.fixture()
+def fake_registry(tmp_path, monkeypatch):
+    """A folder of archives served by fake `npm` / `pip` / `apt-get` clients first on PATH."""
+    registry, bin_dir = tmp_path / "registry", tmp_path / "bin"
+    registry.mkdir()
+    bin_dir.mkdir()
+    for tool in ("npm", "pip", "apt-get"):
+        exe = bin_dir / tool
+        exe.write_text(f"#!{sys.executable}\n{FAKE_CLIENT}")
+        exe.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}:{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_REGISTRY", str(registry))
+    return registry
+
+
+def _lock_fake(fake_work) -> tuple[Path, dict]:
+    """Lock the fake sources from the archives in the work folder (an --update-lock without fetching)."""
+    lock = fake_work / "lock.json"
+    manifest = build_corpus(fake_work / "locked", FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.25,
+                            vocab_size=300, lock=lock, update_lock=True, log=lambda m: None)
+    return lock, manifest
+
+
+def test_update_lock_pins_each_archive_and_the_fingerprints_it_gave(fake_work):
+    lock, manifest = _lock_fake(fake_work)
+    raw = json.loads(lock.read_text())
+    dl = fake_work / "work" / "downloads"
+    assert raw["sources"]["books"] == dict(registry="npm", package="fake-books", version="1.2.0",
+                                           archive="fake-books-1.2.0.tgz",
+                                           sha256=hashlib.sha256((dl / "fake-books-1.2.0.tgz").read_bytes()).hexdigest())
+    assert raw["sources"]["manual"]["version"] == "2.0" and raw["sources"]["words"]["archive"] == "fake-dict-0.9.tgz"
+    assert raw["corpus"]["fingerprint"] == manifest["fingerprint"] and manifest["lock"] == "updated"
+    assert raw["corpus"]["tokenizer_fingerprint"] == tokenizer_fingerprint(load_tokenizer(fake_work / "locked" / "tokenizer"))
+    assert raw["corpus"]["sources"] == ["books", "manual", "words"] and raw["corpus"]["val_fraction"] == 0.25
+    # the locked build takes exactly those archives and reproduces the fingerprints
+    again = build_corpus(fake_work / "again", FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.25,
+                         vocab_size=300, lock=lock, log=lambda m: None)
+    assert again["lock"] == "verified" and again["fingerprint"] == manifest["fingerprint"]
+    # other settings: archives still verified, the corpus not compared
+    other = build_corpus(fake_work / "other", FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.3,
+                         vocab_size=300, lock=lock, log=lambda m: None)
+    assert other["lock"] == "archives verified"
+
+
+@pytest.mark.parametrize("key", ["fingerprint", "tokenizer_fingerprint"])
+def test_locked_build_refuses_another_fingerprint_and_writes_nothing(fake_work, key):
+    lock, _ = _lock_fake(fake_work)
+    raw = json.loads(lock.read_text())
+    raw["corpus"][key] = "0" * 64
+    lock.write_text(json.dumps(raw))
+    what = "corpus" if key == "fingerprint" else "tokenizer"
+    with pytest.raises(DataError, match=f"the {what} fingerprint .* is not the 000000000000… that .*lock.json records"):
+        build_corpus(fake_work / "c2", FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.25,
+                     vocab_size=300, lock=lock, log=lambda m: None)
+    assert not (fake_work / "c2").exists()
+
+
+def test_locked_build_refuses_a_changed_archive(fake_work):
+    lock, _ = _lock_fake(fake_work)
+    _tgz(fake_work / "work" / "downloads" / "fake-books-1.2.0.tgz",
+         {"package/texts/b00.txt": BOOK.format(k=0, shared="Another text under the same name.").encode()})
+    with pytest.raises(DataError) as err:
+        build_corpus(fake_work / "c2", FAKE_SOURCES, fake_work / "work", fetch=False, val_fraction=0.25,
+                     vocab_size=300, lock=lock, log=lambda m: None)
+    assert "books:" in str(err.value) and "a changed archive is refused" in str(err.value)
+    assert "\n" not in str(err.value) and not (fake_work / "c2").exists()
+
+
+def test_locked_build_fetches_the_pinned_version_and_names_a_gone_one(fake_work, fake_registry):
+    lock, _ = _lock_fake(fake_work)
+    dl = fake_work / "work" / "downloads"
+    for archive in dl.glob("*"):  # the registry has the locked versions and a newer fake-books
+        shutil.copy(archive, fake_registry / archive.name)
+    _tgz(fake_registry / "fake-books-1.3.0.tgz", {"package/texts/new.txt": BOOK.format(k=99, shared="New.").encode()})
+    (dl / "fake-books-1.2.0.tgz").unlink()
+    build_corpus(fake_work / "c2", FAKE_SOURCES, fake_work / "work", fetch=True, val_fraction=0.25, vocab_size=300,
+                 lock=lock, log=lambda m: None)
+    assert (dl / "fake-books-1.2.0.tgz").exists() and not (dl / "fake-books-1.3.0.tgz").exists()
+    (dl / "fake-books-1.2.0.tgz").unlink()
+    (fake_registry / "fake-books-1.2.0.tgz").unlink()  # the locked version is gone from the registry
+    with pytest.raises(DataError) as err:
+        build_corpus(fake_work / "c3", FAKE_SOURCES, fake_work / "work", fetch=True, val_fraction=0.25,
+                     vocab_size=300, lock=lock, log=lambda m: None)
+    assert str(err.value).startswith("books: npm package fake-books@1.2.0 could not be fetched (version 1.2.0 may "
+                                     "be gone from the registry; `--update-lock` resolves anew")
+    assert "\n" not in str(err.value) and not (fake_work / "c3").exists()
+    # --update-lock resolves anew: the registry's current fake-books, and the fingerprint it gives
+    before = json.loads(lock.read_text())["corpus"]["fingerprint"]
+    manifest = build_corpus(fake_work / "c4", FAKE_SOURCES, fake_work / "work", fetch=True, val_fraction=0.25,
+                            vocab_size=300, lock=lock, update_lock=True, log=lambda m: None)
+    raw = json.loads(lock.read_text())
+    assert raw["sources"]["books"]["version"] == "1.3.0" and raw["sources"]["books"]["sha256"] == hashlib.sha256(
+        (fake_registry / "fake-books-1.3.0.tgz").read_bytes()).hexdigest()
+    assert raw["corpus"]["fingerprint"] == manifest["fingerprint"] != before
+
+
+def test_cli_build_is_locked_to_the_committed_versions(tmp_path, fake_registry):
+    """The real CLI and the committed lock: the client is asked for the pinned version, a gone
+    version is named in one line, and an archive whose bytes are not the pinned ones is refused."""
+    from mhar_probe.data.lock import DEFAULT_LOCK, load_lock
+
+    pinned = load_lock(DEFAULT_LOCK).sources["devil"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    cmd = [sys.executable, "-m", "mhar_probe.cli", "corpus", "build", "--out", str(tmp_path / "c"),
+           "--work", str(tmp_path / "w"), "--sources", "devil"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert f"dict-devil={pinned.version} could not be fetched (version {pinned.version} may be gone" in proc.stderr
+    (fake_registry / pinned.archive).write_bytes(b"not the locked archive")
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0
+    assert f"sha256 {hashlib.sha256(b'not the locked archive').hexdigest()[:16]}…, the lock pins " \
+           f"{pinned.sha256[:16]}…; a changed archive is refused" in proc.stderr
+    assert not (tmp_path / "c").exists()
+
+
+def test_committed_lock_pins_every_source_and_the_study_corpus():
+    from mhar_probe.data.lock import DEFAULT_LOCK, load_lock
+    from mhar_probe.data.sources import SOURCES
+
+    lock = load_lock(DEFAULT_LOCK)
+    assert {name: (p.registry, p.package) for name, p in lock.sources.items()} == {
+        s.name: (s.registry, s.package) for s in SOURCES}
+    assert all(len(p.sha256) == 64 and p.version for p in lock.sources.values())
+    study = json.loads((ROOT / "results/study100m/runs/100m-baseline-kv4-lr5e-4-s0-n3815/corpus.json").read_text())
+    assert lock.corpus["fingerprint"] == study["fingerprint"]
+    assert lock.corpus["tokenizer_fingerprint"] == study["tokenizer_fingerprint"]
+    assert lock.expected(dict(sources=[s.name for s in SOURCES], val_fraction=0.02, vocab_size=8192,
+                              installed_bytes=0)) is lock.corpus

@@ -4,11 +4,14 @@ so licence headers made up most contexts, and repeated headers made repeated ite
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from mhar_probe.data.document import Document
-from mhar_probe.evaluate.heldout import (BOILERPLATE_PATTERNS, body_start, is_boilerplate, lastword_candidates,
-                                         lastword_items, nextline_gen_items, nextline_items)
+from mhar_probe.evaluate.heldout import (BOILERPLATE_PATTERNS, BUILDER_VERSION, body_start, is_boilerplate,
+                                         is_navigation, item_version, lastword_candidates, lastword_items,
+                                         nextline_gen_items, nextline_items, write_heldout_tasks)
 
 APACHE = """# Copyright 2017 The Abseil Authors.
 #
@@ -179,3 +182,40 @@ def test_repeated_passages_give_one_item():
                        (nextline_items(docs), lambda it: (it["context"], it["choices"][it["label"]]))):
         keys = [key(it) for it in items]
         assert keys and len(set(keys)) == len(keys)
+
+
+# ----------------------------------------------------------------------------- navigation (issue 51)
+
+def manual_pages(n: int = 8) -> list[Document]:
+    """HTML-manual pages as the corpus extracts them: a navigation bar at the top and bottom of
+    each page around its own text (the PostgreSQL manual's "Prev / Up / Home / Next")."""
+    nav = "Prev\n\nUp\n\nHome\n\nNext"
+    return [Document(id=f"manual/p{k}.html", source="manual",
+                     text=f"{k}.1. Section {k}\n\n{nav}\n\n{body(k, 20)}\n{nav}\n\n{k}.2. Section {k} next\n")
+            for k in range(n)]
+
+
+@pytest.mark.parametrize("text, navigation", [
+    ("Prev\nUp\nHome\nNext", True),
+    ("Up\nChapter 54. System Views\nHome\nNext", True),
+    ("54.8. pg_group\n\nPrev\n\nUp\n\nChapter 54. System Views\n\nHome\n\nNext\n\n54.8. pg_group", True),
+    ("The next step is up to you.\nGo home early.\nPrevious results hold.", False),
+    ("Next\nThe view pg_policies provides access\nto useful information about\nrow-level security", False),
+])
+def test_navigation_predicate(text, navigation):
+    assert is_navigation(text) is navigation
+
+
+def test_item_set_7_drops_navigation_and_set_6_is_kept_for_committed_evaluations():
+    docs = manual_pages()
+    old, new = nextline_items(docs, version=6), nextline_items(docs, version=7)
+    assert [it for it in old if is_navigation(it["context"])]  # what set 6 let through
+    assert new and not [it for it in new if is_navigation(it["context"])
+                        or any(is_navigation(c) for c in it["choices"])]
+    assert [it for it in new if it["context"] in {o["context"] for o in old}]  # the same pages' own text
+    assert not [it for it in lastword_items(docs, version=7) if is_navigation(it["context"])]
+    assert nextline_items(docs) == new  # the builder's default is the newest set
+    assert item_version("f9930c4756897dd484a4c584e9c932512b578bcf94c799b3d79aa0f90b559b26") == 6  # the study's
+    assert item_version("0" * 64) == BUILDER_VERSION == 7
+    with pytest.raises(ValueError, match="item set version 5"):
+        write_heldout_tasks(docs, Path("."), version=5)

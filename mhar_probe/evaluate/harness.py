@@ -214,7 +214,7 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
     (one with counts.json); it is filled under a temporary name and renamed into place."""
     from ..atomic import build_dir
     from ..data import load_run_corpus
-    from .heldout import write_heldout_tasks
+    from .heldout import item_version, write_heldout_tasks
 
     run_dir = check_run(run)
     settings = train_settings(run_dir)
@@ -229,7 +229,7 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
     corpus = load_run_corpus(settings)
 
     def fill(tmp: Path) -> None:
-        counts = write_heldout_tasks(corpus.val, tmp, data_root=final)
+        counts = write_heldout_tasks(corpus.val, tmp, data_root=final, version=item_version(corpus.fingerprint))
         (tmp / "counts.json").write_text(json.dumps(counts, sort_keys=True) + "\n", encoding="utf-8")
 
     build_dir(final, fill, replace=final.exists())

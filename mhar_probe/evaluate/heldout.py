@@ -41,7 +41,12 @@ Where the items come from (`mhar_lastword`, `mhar_nextline`, `mhar_nextline_gen`
   never from the leading comment block (`body_start`), so a file's licence header does not
   become its item;
 * no context (or next line) is boilerplate: `is_boilerplate` refuses licence, copyright,
-  shebang, coding-cookie, author-metadata and generated-file text (`BOILERPLATE_PATTERNS`);
+  shebang, coding-cookie, author-metadata and generated-file text (`BOILERPLATE_PATTERNS`), and
+  from item set 7 on `is_navigation` refuses a manual's navigation bar ("Prev / Up / Home / Next"),
+  which repeats on every page: the 100M study's item set 6 holds 12 such `mhar_lastword` and 51
+  such `mhar_nextline` contexts, and `mhar_nextline` 995 distinct contexts in 1,000 items. Its
+  corpus keeps set 6 (`COMMITTED_ITEM_SETS`) so that new runs pair with the committed evaluations;
+  every other corpus gets set 7;
 * every item is distinct: documents with identical text are read once, and a repeated
   (context, target) pair is kept only the first time.
 
@@ -70,8 +75,14 @@ from ..atomic import build_dir
 from ..data.cache import cache_subdir
 from ..data.document import Document
 
-#: bump when the item selection or the YAMLs change (part of the cache key)
-BUILDER_VERSION = 6
+#: bump when the item selection or the YAMLs change (part of the cache key). 7 refuses navigation
+#: boilerplate (`is_navigation`) as well; 6 is kept, item for item, for the committed evaluations
+BUILDER_VERSION = 7
+ITEM_VERSIONS = (6, 7)
+#: corpora whose committed evaluations used an older item set, by fingerprint prefix (20 hex): new
+#: runs on them are evaluated on the same items, so their samples pair with the committed ones.
+#: f9930c47...: the 100M study's corpus (results/study100m and its parts, item set 6)
+COMMITTED_ITEM_SETS = {"f9930c4756897dd484a4": 6}
 #: the default seed of the item positions (part of the cache key)
 ITEM_SEED = 0
 PPL_TASK = "mhar_heldout_ppl"
@@ -125,6 +136,30 @@ _BOILERPLATE_WORDS = ("copyright", "(c)", "\N{COPYRIGHT SIGN}", "rights reserved
                       "generated", "do not edit")
 #: a line that can open a file without being its body: blank, or a comment
 _HEADER_LINE = re.compile(r"^\s*(?:$|#|//|/\*|\*|--|;|%|\.\.\s)")
+
+
+#: a line of a manual's navigation bar (the HTML manuals' "Prev / Up / Home / Next" links)
+_NAVIGATION_LINE = re.compile(r"^\s*(?:prev(?:ious)?|next|up|home|top|contents|table of contents|index|search|back)"
+                              r"\s*$", re.I)
+
+
+def is_navigation(text: str) -> bool:
+    """True when at least half the non-blank lines of `text` are navigation links (Prev, Next, Up,
+    Home, Contents, ...): a passage that repeats on every page of a manual, not text to read."""
+    lines = [ln for ln in text.splitlines() if ln.strip()]
+    return bool(lines) and 2 * sum(bool(_NAVIGATION_LINE.match(ln)) for ln in lines) >= len(lines)
+
+
+def item_version(fingerprint: str) -> int:
+    """The item-set version a corpus's tasks are built with: the committed one where its
+    evaluations are committed (`COMMITTED_ITEM_SETS`), else `BUILDER_VERSION`."""
+    return COMMITTED_ITEM_SETS.get(fingerprint[:20], BUILDER_VERSION)
+
+
+def _refused(text: str, version: int) -> bool:
+    """Whether item-set `version` refuses `text` as a context or line (boilerplate; from 7 on,
+    navigation too)."""
+    return is_boilerplate(text) or (version >= 7 and is_navigation(text))
 
 
 def is_boilerplate(text: str) -> bool:
@@ -190,7 +225,7 @@ def ppl_items(docs: Iterable[Document], chunk_chars: int = PPL_CHUNK_CHARS) -> l
 
 def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
                         min_words: int = LW_MIN_WORDS, max_items: int = LW_MAX_PER_DOC,
-                        seed: int | None = None) -> list[tuple[str, str]]:
+                        seed: int | None = None, version: int = BUILDER_VERSION) -> list[tuple[str, str]]:
     """(context, target) pairs from one text; `context + target` is a verbatim span of it.
 
     `target` starts with the single space that precedes the word (the harness's `lambada`
@@ -198,7 +233,7 @@ def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
 
     Candidates are found in text order, each context starting after the previous one's target
     (the contexts of one text do not overlap), never inside the document's header
-    (`body_start`), and never boilerplate (`is_boilerplate`). With `seed=None` the first
+    (`body_start`), and never boilerplate (`is_boilerplate`; from item set 7 on, nor navigation). With `seed=None` the first
     `max_items` are returned; with a seed, `max_items` of them drawn from the whole body by
     `numpy.random.default_rng(seed)`, in the order drawn.
     """
@@ -217,7 +252,7 @@ def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
             lo = nl + 1
         context = text[lo:pos - 1]
         if len(context.split()) < min_words or not re.search(rf"\b{re.escape(word)}\b", context) \
-                or is_boilerplate(context):
+                or _refused(context, version):
             continue
         out.append((context, " " + word))
         floor = m.end()
@@ -230,12 +265,13 @@ def lastword_candidates(text: str, *, context_chars: int = LW_CONTEXT_CHARS,
 
 
 def lastword_items(docs: Iterable[Document], max_total: int = LW_MAX_ITEMS,
-                   seed: int = ITEM_SEED) -> list[dict[str, Any]]:
+                   seed: int = ITEM_SEED, version: int = BUILDER_VERSION) -> list[dict[str, Any]]:
     """LAMBADA-style items from the body of every held-out document (positions drawn by `seed`),
     round-robin across documents in a seeded order, without duplicate (context, target) pairs."""
     per_doc = []
     for doc in _distinct_documents(docs, seed):
-        cands = lastword_candidates(doc.text, seed=_stable_int(str(seed), "lastword", _text_key(doc.text)))
+        cands = lastword_candidates(doc.text, seed=_stable_int(str(seed), "lastword", _text_key(doc.text)),
+                                    version=version)
         per_doc.append([{"id": f"{doc.id}@{k}", "source": doc.source, "context": c, "target": t}
                         for k, (c, t) in enumerate(cands)])
     return _distinct(_round_robin(per_doc), ("context", "target"))[:max_total]
@@ -288,19 +324,20 @@ class _LinePool:
 
 
 def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS,
-                   seed: int = ITEM_SEED) -> list[dict[str, Any]]:
+                   seed: int = ITEM_SEED, version: int = BUILDER_VERSION) -> list[dict[str, Any]]:
     """Two-way next-line items: context lines, [real next line, distractor] in a hashed order.
 
     Target lines are drawn from the body of each document in the order of a permutation from
     `seed` (at most `NL_MAX_PER_DOC` a document); the context is the `NL_CONTEXT_LINES` non-blank
-    lines before the target, all in the body; no context or target is boilerplate, and no
+    lines before the target, all in the body; no context or target is boilerplate (from item set 7
+    on, nor navigation), and no
     (context, target) pair is repeated. The distractor is an eligible, non-boilerplate body line
     of another document of the same source whose length is closest to the real line's (ties
     broken by a hash), so length alone gives no answer.
     """
     lo, hi = NL_LINE_CHARS
     docs = _distinct_documents(docs, seed)
-    eligible = lambda ln: lo < len(ln.strip()) <= hi and not is_boilerplate(ln)  # noqa: E731
+    eligible = lambda ln: lo < len(ln.strip()) <= hi and not _refused(ln, version)  # noqa: E731
     bodies = {doc.id: _body_lines(doc.text) for doc in docs}  # (first body line, lines)
     entries: dict[str, list[tuple[int, str, str]]] = {}  # source -> (length, doc id, line)
     for doc in docs:
@@ -329,7 +366,7 @@ def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS,
             if not eligible(target) or ctx_rows.size == 0:
                 continue
             context = "\n".join(lines[j] for j in ctx_rows.tolist())
-            if is_boilerplate(context):
+            if _refused(context, version):
                 continue
             h = _stable_int(doc.id, str(i))
             wrong = pool.distractor(doc.id, len(target), h)
@@ -345,11 +382,11 @@ def nextline_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS,
 
 
 def nextline_gen_items(docs: Iterable[Document], max_total: int = NL_MAX_ITEMS,
-                       seed: int = ITEM_SEED) -> list[dict[str, Any]]:
+                       seed: int = ITEM_SEED, version: int = BUILDER_VERSION) -> list[dict[str, Any]]:
     """The next-line items as generation items: the context lines and the real next line (with its
     indentation; trailing white space removed)."""
     return [{"id": it["id"], "source": it["source"], "context": it["context"],
-             "target": it["choices"][it["label"]]} for it in nextline_items(docs, max_total, seed)]
+             "target": it["choices"][it["label"]]} for it in nextline_items(docs, max_total, seed, version)]
 
 
 def _round_robin(groups: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
@@ -390,43 +427,43 @@ def _distinct_documents(docs: Iterable[Document], seed: int) -> list[Document]:
 
 # ----------------------------------------------------------------------------- YAMLs
 def task_yaml(title: str, task: str, data_file: Path, body: str,
-              metrics: list[tuple[str, str, bool]]) -> str:
+              metrics: list[tuple[str, str, bool]], version: int = BUILDER_VERSION) -> str:
     """A harness task YAML over one local jsonl file; `metrics` are (name, aggregation, higher_is_better)."""
     metric_list = "".join(f"  - metric: {m}\n    aggregation: {agg}\n    higher_is_better: {str(hib).lower()}\n"
                           for m, agg, hib in metrics)
     return (f"# {title} (built by mhar eval).\ntask: {task}\ndataset_path: json\ndataset_kwargs:\n"
             f"  data_files:\n    test: {json.dumps(str(data_file))}\n{body}test_split: test\n"
-            f"metric_list:\n{metric_list}metadata:\n  version: {BUILDER_VERSION}.0\n")
+            f"metric_list:\n{metric_list}metadata:\n  version: {version}.0\n")
 
 
-def ppl_yaml(data_file: Path) -> str:
+def ppl_yaml(data_file: Path, version: int = BUILDER_VERSION) -> str:
     return task_yaml("Held-out perplexity on the training corpus's validation split", PPL_TASK, data_file,
                      'output_type: loglikelihood_rolling\ndoc_to_text: ""\ndoc_to_target: "{{text}}"\n',
                      [("word_perplexity", "weighted_perplexity", False),
                       ("byte_perplexity", "weighted_perplexity", False),
-                      ("bits_per_byte", "bits_per_byte", False)])
+                      ("bits_per_byte", "bits_per_byte", False)], version)
 
 
-def lastword_yaml(data_file: Path) -> str:
+def lastword_yaml(data_file: Path, version: int = BUILDER_VERSION) -> str:
     return task_yaml("LAMBADA-style last-word prediction on held-out text", LASTWORD_TASK, data_file,
                      'output_type: loglikelihood\ndoc_to_text: "{{context}}"\ndoc_to_target: "{{target}}"\n',
-                     [("perplexity", "perplexity", False), ("acc", "mean", True)])
+                     [("perplexity", "perplexity", False), ("acc", "mean", True)], version)
 
 
-def nextline_yaml(data_file: Path) -> str:
+def nextline_yaml(data_file: Path, version: int = BUILDER_VERSION) -> str:
     return task_yaml("Two-way next-line choice on held-out text", NEXTLINE_TASK, data_file,
                      'output_type: multiple_choice\ndoc_to_text: "{{context}}\\n"\ndoc_to_target: label\n'
                      'doc_to_choice: "{{choices}}"\ntarget_delimiter: ""\n',
-                     [("acc", "mean", True), ("acc_norm", "mean", True)])
+                     [("acc", "mean", True), ("acc_norm", "mean", True)], version)
 
 
-def nextline_gen_yaml(data_file: Path) -> str:
+def nextline_gen_yaml(data_file: Path, version: int = BUILDER_VERSION) -> str:
     return task_yaml("Next-line generation on held-out text (greedy, until a newline)", NEXTLINE_GEN_TASK,
                      data_file,
                      'output_type: generate_until\ndoc_to_text: "{{context}}\\n"\ndoc_to_target: "{{target}}"\n'
                      'generation_kwargs:\n  until: ["\\n"]\n  do_sample: false\n'
                      f'  max_gen_toks: {NLG_MAX_TOKENS}\n',
-                     [("exact_match", "mean", True)])
+                     [("exact_match", "mean", True)], version)
 
 
 # ----------------------------------------------------------------------------- files
@@ -435,20 +472,24 @@ def _jsonl(rows: list[dict[str, Any]]) -> str:
 
 
 def write_heldout_tasks(val: list[Document], root: Path, data_root: Path | None = None,
-                        seed: int = ITEM_SEED) -> dict[str, int]:
+                        seed: int = ITEM_SEED, version: int = BUILDER_VERSION) -> dict[str, int]:
     """Write every shipped task's data files and YAMLs into `root` (which must exist).
 
     The YAMLs name their data files under `data_root` (default `root`): the directory's
-    final place when `root` is a temporary name for it. `seed` draws the items' positions.
+    final place when `root` is a temporary name for it. `seed` draws the items' positions;
+    `version` is the item set (`ITEM_VERSIONS`).
     """
-    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val, seed=seed),
-             NEXTLINE_TASK: nextline_items(val, seed=seed), NEXTLINE_GEN_TASK: nextline_gen_items(val, seed=seed)}
+    if version not in ITEM_VERSIONS:
+        raise ValueError(f"item set version {version} is not one of {ITEM_VERSIONS}")
+    items = {PPL_TASK: ppl_items(val), LASTWORD_TASK: lastword_items(val, seed=seed, version=version),
+             NEXTLINE_TASK: nextline_items(val, seed=seed, version=version),
+             NEXTLINE_GEN_TASK: nextline_gen_items(val, seed=seed, version=version)}
     yamls = {PPL_TASK: ppl_yaml, LASTWORD_TASK: lastword_yaml, NEXTLINE_TASK: nextline_yaml,
              NEXTLINE_GEN_TASK: nextline_gen_yaml}
     for task, rows in items.items():
         data = root / f"{task}.jsonl"
         data.write_text(_jsonl(rows), encoding="utf-8")
-        (root / f"{task}.yaml").write_text(yamls[task]((data_root or root) / data.name), encoding="utf-8")
+        (root / f"{task}.yaml").write_text(yamls[task]((data_root or root) / data.name, version), encoding="utf-8")
     return {t: len(r) for t, r in items.items()}
 
 
@@ -460,18 +501,21 @@ def sha256_file(path: Path, block: int = 1 << 20) -> str:
     return h.hexdigest()
 
 
-def heldout_tasks(val: list[Document], fingerprint: str, seed: int = ITEM_SEED) -> TaskFiles:
+def heldout_tasks(val: list[Document], fingerprint: str, seed: int = ITEM_SEED,
+                  version: int | None = None) -> TaskFiles:
     """The shipped tasks for a corpus, materialised once in `<cache>/eval_tasks/<key>/`.
 
     `fingerprint` is the corpus fingerprint (`Corpus.fingerprint`); the cache key also
-    holds `BUILDER_VERSION` and the item `seed`. YAMLs name their data files by absolute path: the directory is
+    holds the item-set `version` (default `item_version(fingerprint)`: a corpus with committed
+    evaluations keeps their item set) and the item `seed`. YAMLs name their data files by absolute path: the directory is
     filled under a temporary name with YAMLs that already point at the final path, then
     renamed atomically.
     """
-    final = cache_subdir("eval_tasks") / f"v{BUILDER_VERSION}-s{seed}-{fingerprint[:20]}"
+    version = item_version(fingerprint) if version is None else version
+    final = cache_subdir("eval_tasks") / f"v{version}-s{seed}-{fingerprint[:20]}"
     if not (final / "counts.json").exists():
         def fill(tmp: Path) -> None:
-            counts = write_heldout_tasks(val, tmp, data_root=final, seed=seed)
+            counts = write_heldout_tasks(val, tmp, data_root=final, seed=seed, version=version)
             (tmp / "counts.json").write_text(json.dumps(counts, sort_keys=True) + "\n", encoding="utf-8")
         build_dir(final, fill)  # the first writer wins
     counts = json.loads((final / "counts.json").read_text(encoding="utf-8"))

@@ -100,15 +100,21 @@ def _curve(method: str, loss_kernel: str, compiled: bool, steps: int = 8) -> lis
 @pytest.mark.parametrize("hyper", ["region-pointwise", "sublayers"])
 def test_inductor_hyper_modes_match_the_uncompiled_model_in_fp32(hyper):
     """The other two hyper compile modes (the default, "region", is in the test above); at B T =
-    10,240 tokens, where inductor lowers the stream mixing's bmms to pointwise work on CUDA."""
+    10,240 tokens, where inductor lowers the stream mixing's bmms to pointwise work on CUDA
+    (its decompose_bmm needs a first dimension of at least 10,240). T is the model's longest
+    sequence (max_position_embeddings, 256), so B = 40 rows make the 10,240 tokens."""
     from torch._dynamo.utils import counters
+    from torch._inductor.fx_passes.decompose_mem_bound_mm import MIN_FIRST_DIMENSION_DECOMPOSITION
 
     torch.backends.cuda.matmul.allow_tf32 = False
     torch._dynamo.reset()
     counters.clear()
     eager = _model("hyper")
     compiled = compile_sublayers(copy.deepcopy(eager), hyper=hyper)
-    rows = torch.randint(0, 512, (16, 641), generator=torch.Generator().manual_seed(1)).to(DEV)
+    T = eager.config.max_position_embeddings  # [B, T + 1] rows give T inputs per row
+    B = -(-MIN_FIRST_DIMENSION_DECOMPOSITION // T)
+    assert B * T == 10_240
+    rows = torch.randint(0, 512, (B, T + 1), generator=torch.Generator().manual_seed(1)).to(DEV)
     _assert_matches_eager(compiled, eager, rows)
     assert (counters["inductor"]["decompose_bmm"] > 0) == (hyper == "region-pointwise")
 

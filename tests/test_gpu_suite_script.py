@@ -1,0 +1,80 @@
+"""tests/gpu/run_gpu_suite.sh on a CPU: its dry run names the card (none here), the software and the
+commit this tree's code record gives, plans every gpu-marked test file (found here independently,
+with ast) on one visible GPU and the multi-GPU file on two, and prints its summary last; --collect
+also runs pytest's collection of each part; a bad argument is one line and exit 2."""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from mhar_probe.provenance import code_record
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "tests" / "gpu" / "run_gpu_suite.sh"
+
+
+def _marks_gpu(path: Path) -> bool:
+    """Whether a test module marks any test (or itself) with the gpu marker."""
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Attribute) and node.attr == "gpu" and isinstance(node.value, ast.Attribute) \
+                and node.value.attr == "mark" and isinstance(node.value.value, ast.Name) and node.value.value.id == "pytest":
+            return True
+    return False
+
+
+def _run(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {**os.environ, "OUT": str(tmp_path / "out"), "PYTHON": sys.executable}
+    env.pop("CUDA_VISIBLE_DEVICES", None)
+    return subprocess.run(["bash", str(SCRIPT), *args], capture_output=True, text=True, cwd=tmp_path, env=env)
+
+
+def _plan(stdout: str) -> dict[str, list[str]]:
+    parts = {}
+    for line in stdout.splitlines():
+        if line.startswith("## part ") and ": env " in line:
+            part, cmd = line.removeprefix("## part ").split(": env ", 1)
+            words = cmd.split()
+            assert words[1] == sys.executable and words[2:6] == ["-m", "pytest", "-m", "gpu"]
+            parts[part] = (words[0], [w for w in words if w.startswith("tests/")])
+    return parts
+
+
+def test_dry_run_plans_every_gpu_test_file_and_names_card_software_and_commit(tmp_path):
+    proc = _run(tmp_path, "--dry-run")
+    assert proc.returncode == 0, proc.stderr
+    gpu_files = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "tests").rglob("test_*.py") if _marks_gpu(p))
+    assert "tests/test_kernels_model.py" in gpu_files and "tests/gpu/test_fused_step.py" in gpu_files
+    plan = _plan(proc.stdout)
+    multi = "tests/gpu/test_distributed_gpu.py"
+    assert plan["1gpu"] == ("CUDA_VISIBLE_DEVICES=0", [f for f in gpu_files if f != multi])
+    assert plan["2gpu"] == ("CUDA_VISIBLE_DEVICES=0,1", [multi])
+    log = (tmp_path / "out" / "gpu_suite.log").read_text()
+    assert "## card: none" in log
+    software = json.loads(log.split("## software: ", 1)[1].split(" devices:", 1)[0])
+    assert software["torch"] and "triton" in software
+    recorded = json.loads(log.split("## code: ", 1)[1].splitlines()[0])
+    assert recorded["commit"] == code_record()["commit"] and recorded["code_sha256"] == code_record()["code_sha256"]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-4] == "## summary" and lines[-1].startswith("## dry run: ")
+
+
+@pytest.mark.parametrize("args", [["--bogus"], ["--only", "3gpu"]])
+def test_bad_arguments_are_one_line_and_exit_2(tmp_path, args):
+    proc = _run(tmp_path, *args)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and proc.stderr.startswith("usage:")
+
+
+@pytest.mark.slow
+def test_collect_runs_pytest_collection_of_each_part(tmp_path):
+    proc = _run(tmp_path, "--collect", "--only", "1gpu")
+    assert proc.returncode == 0, proc.stdout
+    part = (tmp_path / "out" / "gpu_suite_1gpu.log").read_text()
+    assert "tests/test_kernels_model.py::" in part  # its gpu tests are collected on a CPU too
+    assert proc.stdout.strip().splitlines()[-2].startswith("## 1gpu: exit 0: ")
