@@ -100,7 +100,7 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
     out = tmp_path / "out"
     with tarfile.open(out / "corpus_lock.tar.gz") as tar:
         names = set(tar.getnames())
-    assert {"corpus/lock.json", "corpus/image_manifest.tsv.gz", "corpus/tokenizer/tokenizer.json",
+    assert {"corpus/lock.json", "corpus/image_manifest.tsv.gz", "corpus/tokenizer.json.gz",
             "corpus/composition.md"} <= names
     run = tmp_path / "study" / "runs" / "350m-mhar-h8-kv8-lr5e-4-s0-n8"
     summary = json.loads((run / "summary.json").read_text())

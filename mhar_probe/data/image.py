@@ -18,7 +18,7 @@ Which files (the rules, in order: `file_kind`, `select_path`, `read_kept`)
 Manifest and lock
   The files chosen by path, sorted, as "path<TAB>size<TAB>SHA-256 prefix" lines (image_manifest.tsv.gz);
   its SHA-256 is the image's *source fingerprint*. A lock folder (committed with the study) holds the
-  manifest a corpus was built from, its tokenizer, the carried corpus's fingerprint and the corpus
+  manifest a corpus was built from, its tokenizer (tokenizer.json.gz), the carried corpus's fingerprint and the corpus
   fingerprint. A build on an image whose manifest differs from the lock's is refused in one line that
   counts the files added, removed and changed; `new_manifest` builds a new corpus under a new
   fingerprint instead. Either way the build writes the lock of what it built into DIR/lock/.
@@ -95,6 +95,9 @@ DEFAULT_VOCAB_SIZES = (16384, 32768, 65536)
 MANIFEST_FILE = "image_manifest.tsv.gz"
 LOCK_FILE = "lock.json"
 TOKENIZER_DIR = "tokenizer"
+#: the lock's tokenizer: the Rust tokenizer's JSON, gzipped (a 65,536-token BPE is 4.7 MB as text, and the
+#: lock travels with every device call)
+LOCK_TOKENIZER = "tokenizer.json.gz"
 #: areas of the image, by path (first match wins); the rest is "other"
 AREAS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("python", re.compile(r"/(site|dist)-packages/|/usr/lib/python3")),
@@ -222,10 +225,15 @@ def manifest_fingerprint(lines: Sequence[str]) -> str:
     return h.hexdigest()
 
 
-def write_manifest(path: Path, lines: Sequence[str]) -> None:
-    """The manifest, gzipped deterministically (no name or time in the gzip header)."""
+def write_bytes_gz(path: Path, data: bytes) -> None:
+    """`data` gzipped deterministically (no name or time in the gzip header)."""
     with open(path, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", mtime=0, filename="") as fh:
-        fh.write("".join(line + "\n" for line in lines).encode("utf-8"))
+        fh.write(data)
+
+
+def write_manifest(path: Path, lines: Sequence[str]) -> None:
+    """The manifest, gzipped deterministically."""
+    write_bytes_gz(path, "".join(line + "\n" for line in lines).encode("utf-8"))
 
 
 def read_manifest(path: Path) -> list[str]:
@@ -374,7 +382,9 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
     corpus folder, against the lock in `lock` (module docstring); returns its manifest
     (mhar_corpus.json). Raises `DataError` (one line) for what it refuses."""
     from .built import load_built
-    from .tokenizer import load_tokenizer, tokenizer_fingerprint
+    from tokenizers import Tokenizer
+
+    from .tokenizer import tokenizer_fingerprint, wrap_tokenizer
 
     out = Path(out)
     if out.exists():
@@ -439,8 +449,8 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
                         f"although its sources match: the build's rules changed; --new-manifest builds anew")
 
     choice = None
-    if lock_doc is not None and (locked.folder / TOKENIZER_DIR / "tokenizer.json").is_file():
-        tok = load_tokenizer(locked.folder / TOKENIZER_DIR)
+    if lock_doc is not None and (locked.folder / LOCK_TOKENIZER).is_file():
+        tok = wrap_tokenizer(Tokenizer.from_str(gzip.decompress((locked.folder / LOCK_TOKENIZER).read_bytes()).decode()))
         if tokenizer_fingerprint(tok) != lock_doc["tokenizer_fingerprint"]:
             raise DataError(f"{locked.folder / TOKENIZER_DIR}: its fingerprint is not the lock's")
         choice = lock_doc.get("tokenizer_choice")
@@ -497,7 +507,7 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
         lock_dir = tmp / "lock"
         lock_dir.mkdir()
         write_manifest(lock_dir / MANIFEST_FILE, lines)
-        tok.save_pretrained(str(lock_dir / TOKENIZER_DIR))
+        write_bytes_gz(lock_dir / LOCK_TOKENIZER, tok.backend_tokenizer.to_str().encode("utf-8"))
         (lock_dir / "composition.json").write_text(json.dumps(rows, indent=1) + "\n")
         (lock_dir / LOCK_FILE).write_text(json.dumps({**lock_out, "build_seconds": manifest["build_seconds"],
                                                       "workers": workers}, indent=1) + "\n")
