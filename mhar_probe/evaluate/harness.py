@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ..atomic import replace_dir, staging_dir
 from ..outputs import OutputKind, check_device, check_output
 from ..model import saved
-from ..rundir import load_pretrained
+from ..rundir import load_pretrained, unfinished_hint
 from ..runfiles import CONFIG, TRAIN_CONFIG, WEIGHTS, RunFiles, read_model_config
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
@@ -59,7 +59,7 @@ class EvalConfig:
     bootstrap_iters: int = 1000
 
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path(self.run) / "eval"
+        return Path(self.out) if self.out else RunFiles(Path(self.run)).eval_path
 
 
 @dataclass
@@ -108,8 +108,7 @@ def check_run(run: str | os.PathLike) -> Path:
     files = RunFiles(path)
     missing = [n for n in (CONFIG, WEIGHTS) if not (path / n).exists()]
     if missing:
-        hint = ("the run has a checkpoint but no final model; finish it with `mhar train --resume`"
-                if files.state_path.exists() else "not a finished run directory")
+        hint = unfinished_hint(path) or "not a finished run directory"
         raise EvalError(f"{path}: {' and '.join(missing)} missing ({hint})")
     if not files.has_tokenizer:
         raise EvalError(f"{path}: no tokenizer (tokenizer.json) saved in the run directory")
