@@ -342,3 +342,18 @@ def test_export_tasks_gives_stock_lm_eval_the_shipped_tasks(arms, tmp_path, caps
         mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
         assert cli("eval", run, "--export-tasks", dest, "--overwrite") == 0
     assert sha256_file(dest / "mhar_lastword.yaml") == before
+
+
+def test_a_malformed_task_yaml_is_named_not_skipped(tmp_path):
+    """The harness's task index skips a YAML it cannot read in silence; --tasks-dir refuses it by name."""
+    from mhar_probe.evaluate.harness import check_tasks_dirs
+
+    tasks = write_user_task(tmp_path / "tasks")
+    (tasks / "helper.yaml").write_text("task: toy_fn\nprocess_docs: !function utils.process\n")  # harness tag: fine
+    assert check_tasks_dirs([str(tasks)]) == [tasks.resolve()]
+    (tasks / "broken.yaml").write_text("task: toy_broken\ndoc_to_text: [unclosed\n")
+    with pytest.raises(EvalError, match=r"broken\.yaml is not a readable task YAML"):
+        check_tasks_dirs([str(tasks)])
+    (tasks / "broken.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(EvalError, match=r"broken\.yaml .*not a mapping"):
+        check_tasks_dirs([str(tasks)])

@@ -257,8 +257,28 @@ def check_tasks_dirs(dirs: Sequence[str]) -> list[Path]:
             raise EvalError(f"--tasks-dir {p} is not a directory of task YAML files")
         if not any(p.rglob("*.yaml")) and not any(p.rglob("*.yml")):
             raise EvalError(f"--tasks-dir {p} holds no task YAML files (*.yaml)")
+        for yaml_path in sorted(p.rglob("*.yaml")):
+            if problem := yaml_problem(yaml_path):
+                raise EvalError(f"--tasks-dir {p}: {yaml_path} is not a readable task YAML ({problem}); "
+                                "the harness would skip it in silence: fix or remove it")
         out.append(p.resolve())
     return out
+
+
+def yaml_problem(path: Path) -> str | None:
+    """Why the task file `path` cannot be read (YAML syntax, not a mapping), else None. The harness's
+    own tags (`!function`) are accepted unresolved, as its task index reads them."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return " ".join(str(e).split())[:200]
+    return None if isinstance(doc, dict) else f"a YAML {type(doc).__name__}, not a mapping of task fields"
 
 
 def task_manager(tasks: Sequence[str], local_dirs: Sequence[Path]):
