@@ -233,8 +233,8 @@ def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
 
     logs = []
     for run in routed:
-        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, draws=plan.null_draws, overwrite=overwrite,
-                         progress=False)
+        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, overwrite=overwrite, progress=False,
+                         draws=plan.capture_draws(run.method, run.heads, run.seed))
         if cfg.out_path().exists() and not overwrite:
             logs.append(f"{run.name}: routing.nc exists, skipped")
             continue
