@@ -357,3 +357,45 @@ def test_a_malformed_task_yaml_is_named_not_skipped(tmp_path):
     (tasks / "broken.yaml").write_text("- just\n- a list\n")
     with pytest.raises(EvalError, match=r"broken\.yaml .*not a mapping"):
         check_tasks_dirs([str(tasks)])
+
+
+def test_the_harness_git_lookup_is_quiet_outside_a_checkout(tmp_path, monkeypatch, capfd):
+    """lm_eval records `git describe` of the working directory with git's stderr left on the terminal:
+    outside a checkout that printed "fatal: not a git repository". `mhar eval` runs it quietly."""
+    import shutil
+
+    from lm_eval import evaluator
+
+    from mhar_probe.evaluate.harness import _quiet_git, quiet_git_hash
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: nothing prints")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    evaluator.get_git_commit_hash()
+    assert "fatal:" in capfd.readouterr().err  # the harness's own lookup, unpatched
+    with _quiet_git(evaluator):
+        assert evaluator.get_git_commit_hash() is None
+    assert quiet_git_hash() is None and "fatal:" not in capfd.readouterr().err
+    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.delenv("GIT_CEILING_DIRECTORIES")
+    if (Path(__file__).parents[1] / ".git").exists():
+        assert quiet_git_hash()  # inside the checkout: its commit, as the harness records it
+
+
+def test_an_evaluation_outside_a_checkout_prints_no_git_error_nor_harness_warning(arms, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from mhar_probe.evaluate.harness import PRETRAINED_OBJECT_WARNING
+
+    root, out, tasks_dir = arms
+    run, _ = out["baseline"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "MHAR_CACHE_DIR": str(root / "cache"), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
+    proc = subprocess.run([sys.executable, "-m", "mhar_probe.cli", "eval", str(run), "--tasks", "toy_nextline",
+                           "--tasks-dir", str(tasks_dir), "--limit", "2", "--out", str(tmp_path / "o")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fatal:" not in proc.stderr and PRETRAINED_OBJECT_WARNING not in proc.stderr, proc.stderr[-2000:]

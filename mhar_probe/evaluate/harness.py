@@ -175,12 +175,58 @@ def eval_max_length(run: Path, settings: dict[str, Any], model, override: int | 
     raise EvalError(f"{run}: cannot tell the model's context length; pass --max-length")
 
 
+#: the harness's warning for an in-memory model, which is what `make_lm` passes on purpose
+PRETRAINED_OBJECT_WARNING = "`pretrained` model kwarg is not of type `str`"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
 def make_lm(model, tok, *, max_length: int, batch_size: int):
-    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class."""
+    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class (without its warning
+    that an in-memory model ignores the model-loading arguments: none are given)."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tok, backend="causal", max_length=max_length,
-                batch_size=batch_size)
+    quiet = _DropMessage(PRETRAINED_OBJECT_WARNING)
+    logger = logging.getLogger("lm_eval.models.huggingface")
+    logger.addFilter(quiet)
+    try:
+        return HFLM(pretrained=model, tokenizer=tok, backend="causal", max_length=max_length,
+                    batch_size=batch_size)
+    finally:
+        logger.removeFilter(quiet)
+
+
+def quiet_git_hash() -> str | None:
+    """What the harness's `get_git_commit_hash` records (`git describe --always` of the working
+    directory), without git's "fatal: not a git repository" on stderr outside a checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def _quiet_git(evaluator_module):
+    """`evaluator_module.get_git_commit_hash` replaced by `quiet_git_hash` while the harness runs."""
+    original = getattr(evaluator_module, "get_git_commit_hash", None)
+    if original is None:  # a harness that records no commit
+        yield
+        return
+    evaluator_module.get_git_commit_hash = quiet_git_hash
+    try:
+        yield
+    finally:
+        evaluator_module.get_git_commit_hash = original
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -483,7 +529,7 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         tracker = EvaluationTracker(output_path=str(staging))
         log(f"evaluating {', '.join(cfg.tasks)} (limit {cfg.limit or 'none'}, batch {cfg.batch_size}, "
             f"context {max_length}) ...")
-        with _count_truncations() as truncated:
+        with _count_truncations() as truncated, _quiet_git(evaluator):
             try:
                 results = evaluator.simple_evaluate(
                     model=lm, model_args={"pretrained": _model_name(run)}, tasks=list(cfg.tasks), task_manager=tm,
