@@ -56,7 +56,7 @@ def test_a_partial_rerun_keeps_the_studys_cost_in_the_header(tmp_path):
     write_report(out, [Stage("sweep", 300.0, "trained 13 runs"), Stage("figures", 40.0, "")], 340.0, "T")
     text = write_report(out, [Stage("sweep", 2.0, "all finished, skipped"), Stage("claims", 3.0, "t")], 5.0,
                         "T").read_text()
-    assert "The study: 3 stages, 343 s in all (this call: 2 stages in 5 s" in text
+    assert "The study: 3 stages before this report, 343 s in all (this call: 2 stages in 5 s" in text
     assert "## sweep (300 s)" in text and "all finished, skipped" in text  # the latest log, the real cost
     record_stages(out, [Stage("sweep", 20.0, "retrained")], overwrite=True)  # --overwrite redoes the work
     assert json.loads((out / "stages.json").read_text())["sweep"]["seconds"] == 20.0
@@ -111,3 +111,18 @@ def test_committed_report_html_is_up_to_date(study_dir):
     html = (folder / "report.html").read_text(encoding="utf-8")
     assert html == render_html((folder / "report.md").read_text(encoding="utf-8"))
     assert_rendered(html)
+
+
+def test_the_stage_headers_run_to_n_of_n_with_the_report_last(tmp_path, capsys):
+    """Issue 54: the headers stopped at 7/8 (the report stage printed none) while the report counted 7."""
+    from mhar_probe.demo.plan import DEMO
+    from mhar_probe.demo.run import STAGES, run_demo
+    from mhar_probe.sweep.manifest import write_manifest
+
+    out = tmp_path / "study"
+    write_manifest(out / "runs", {}, [])  # a sweep with no finished run yet: the file stages skip
+    assert run_demo(out, plan=DEMO, stages=["probe", "report"]) == 0
+    headers = re.findall(r"stage (\d+)/(\d+): (\w+)", capsys.readouterr().out)
+    assert headers == [("1", "2", "probe"), ("2", "2", "report")]
+    assert "The study: 1 stage before this report" in (out / "report.md").read_text()
+    assert STAGES[-1] == "report"

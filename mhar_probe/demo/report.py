@@ -130,8 +130,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
     total = sum(float(v["seconds"]) for v in known.values())
     this_call = f"this call: {len(stages)} stage{'s' * (len(stages) != 1)} in {seconds:.0f} s"
     md = ["# mhar-probe report", "",
-          f"{title}. The study: {len(known)} stages, {total:.0f} s in all ({this_call}; each stage's time "
-          f"is in its heading). Runs: `{out / 'runs'}`.", ""]
+          f"{title}. The study: {len(known)} stage{'s' * (len(known) != 1)} before this report, {total:.0f} s in all ({this_call}; "
+          f"each stage's time is in its heading). Runs: `{out / 'runs'}`.", ""]
     from .export import sweep_dirs
     from .runs import finished, swept_runs
 
