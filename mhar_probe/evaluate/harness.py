@@ -283,6 +283,48 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
     return TaskFiles(root=final, tasks=SHIPPED_TASKS, sha256=sha, counts=counts)
 
 
+def stock_command(run: str | os.PathLike, files: TaskFiles, device: str | None = None,
+                  budget_s: float | None = None) -> list[str]:
+    """The stock `lm_eval` command for exported tasks, sized for this machine (its device, a batch
+    size, the run's context, and `--limit` when the whole set would take longer than `budget_s`),
+    then a comment line with the estimated time (`estimate`)."""
+    import torch
+
+    from ..flops import flops_per_token
+    from . import estimate
+
+    run_dir = check_run(run)
+    device = device or default_device()
+    batch = 64 if device.startswith("cuda") else 8
+    model, tok = load_model(run_dir, device)
+    max_length = eval_max_length(run_dir, train_settings(run_dir), model, None)
+    fpt = flops_per_token(model.config, max_length, count_lm_head=True, training=False)["total"]
+    torch_threads = torch.get_num_threads()
+    speed = estimate.measure_speed(model, batch=batch, max_length=max_length, device=device, flops_per_token=fpt)
+    usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    works = [estimate.task_work(t, estimate.read_rows(files.root, t), count, max_length) for t in usable]
+    kw = dict(batch=batch, flops_per_token=fpt, speed=speed)
+    full = sum(estimate.seconds(w, **kw) for w in works)
+    limit = estimate.fitting_limit(works, estimate.BUDGET_S if budget_s is None else budget_s, **kw)
+    command = (f"lm_eval --model hf --model_args pretrained={run},trust_remote_code=True,max_length={max_length} "
+               f"--tasks {','.join(usable)} --include_path {files.root} --device {device} --batch_size {batch}"
+               + (f" --limit {limit}" if limit else ""))
+    where = f"{device}" + (f", {torch_threads} threads" if device == "cpu" else "")
+    items = max(w.items for w in works) if works else 0
+    if limit:
+        took = sum(estimate.seconds(w, limit=limit, **kw) for w in works)
+        note = (f"# estimate: about {estimate.clock(took)} here ({where}) for the first {limit} items of each task; "
+                f"all of them (up to {items} a task, drop --limit): about {estimate.clock(full)}")
+    else:
+        note = f"# estimate: about {estimate.clock(full)} here ({where}) for every item"
+    return [command, note + " (from the model's forward FLOPs per item and its forward speed measured here; "
+                            "the harness's own overhead is not counted)"]
+
+
 def _recorded_fingerprint(run: Path) -> str | None:
     files = RunFiles(run)
     if not files.corpus_path.exists():
