@@ -1,6 +1,6 @@
 """The time estimate printed beside the stock `lm_eval` command (`mhar eval --export-tasks`): the
-work of each shipped task counted by hand on small rows, the time model's two regimes (FLOP-bound,
-per-pass floor), and the --limit that fits a budget."""
+work of each shipped task counted by hand on small rows, the time model (requests at the measured
+cost, longer ones in proportion; generation by batches), and the --limit that fits a budget."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import math
 
 import pytest
 
-from mhar_probe.evaluate.estimate import MachineSpeed, TaskWork, clock, fitting_limit, seconds, task_work
+from mhar_probe.evaluate.estimate import HarnessSpeed, TaskWork, clock, fitting_limit, seconds, task_work
 from mhar_probe.evaluate.heldout import (LASTWORD_TASK, NEXTLINE_GEN_TASK, NEXTLINE_TASK, NLG_MAX_TOKENS,
                                          PPL_TASK)
 
@@ -31,23 +31,23 @@ def test_task_work_counts_requests_and_tokens_as_the_harness_forms_them():
         task_work("other", [], words, 8)
 
 
-def test_seconds_are_flop_bound_or_floor_bound():
-    fast = MachineSpeed("cpu", flops_per_s=1e9, floor_s=0.01)
-    big = TaskWork("t", items=100, requests=100, tokens=100_000, prompts=0)
-    # 1e5 tokens x 1e6 FLOPs = 1e11 FLOPs at 1e9/s: 100 s, far above 13 passes x 0.01 s
-    assert seconds(big, batch=8, flops_per_token=1e6, speed=fast) == pytest.approx(100.0)
-    small = TaskWork("t", items=100, requests=100, tokens=1000, prompts=100)
-    # scored: 13 passes at the floor; generation: 13 batches x NLG_MAX_TOKENS steps at the floor
-    want = 13 * 0.01 + 13 * NLG_MAX_TOKENS * 0.01
-    assert seconds(small, batch=8, flops_per_token=1e3, speed=fast) == pytest.approx(want)
-    assert seconds(small, batch=8, flops_per_token=1e3, speed=fast, limit=8) == pytest.approx(0.01 + NLG_MAX_TOKENS * 0.01)
+def test_seconds_count_requests_at_the_measured_cost_and_generation_by_batches():
+    speed = HarnessSpeed(request_s=0.1, request_tokens=20.0, generate_batch_s=3.0)
+    short = TaskWork("t", items=100, requests=200, tokens=2000, prompts=0)  # 10 tokens a request: no faster
+    assert seconds(short, batch=8, speed=speed) == pytest.approx(200 * 0.1)
+    long = TaskWork("t", items=100, requests=100, tokens=8000, prompts=0)  # 80 tokens a request: 4x the FLOPs
+    assert seconds(long, batch=8, speed=speed) == pytest.approx(100 * 0.1 * 4)
+    gen = TaskWork("t", items=100, requests=100, tokens=1000, prompts=100)
+    assert seconds(gen, batch=8, speed=speed) == pytest.approx(13 * 3.0)  # ceil(100 / 8) batches
+    assert seconds(gen, batch=8, speed=speed, limit=8) == pytest.approx(3.0)
+    assert seconds(long, batch=8, speed=speed, limit=50) == pytest.approx(50 * 0.1 * 4)
 
 
 def test_the_limit_is_the_most_items_that_fit_the_budget():
-    speed = MachineSpeed("cpu", flops_per_s=1e9, floor_s=0.0)
-    works = [TaskWork("a", 1000, 1000, 1_000_000, 0), TaskWork("b", 10, 10, 10_000, 0)]
-    kw = dict(batch=8, flops_per_token=1e6, speed=speed)  # 1 s per 1,000 tokens
+    speed = HarnessSpeed(request_s=1.0, request_tokens=1.0, generate_batch_s=0.0)
+    works = [TaskWork("a", 1000, 1000, 1000, 0), TaskWork("b", 10, 10, 10, 0)]  # 1 s a request
+    kw = dict(batch=8, speed=speed)
     assert fitting_limit(works, 2000.0, **kw) is None  # 1,010 s: everything fits
     n = fitting_limit(works, 100.0, **kw)
-    assert sum(seconds(w, limit=n, **kw) for w in works) <= 100.0 < sum(seconds(w, limit=n + 1, **kw) for w in works)
+    assert n == 90 and sum(seconds(w, limit=n, **kw) for w in works) <= 100.0
     assert clock(45) == "45 s" and clock(600) == "10.0 min" and clock(7200) == "2.0 h"

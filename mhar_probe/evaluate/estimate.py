@@ -1,19 +1,19 @@
 """How long stock `lm_eval` will take on the exported tasks here, and the command sized for it.
 
-An estimate, not a measurement of the harness: the work is counted in forward passes and their
-FLOPs, and the machine's speed is measured on the run's own model.
+An estimate: the work of each task is counted from its items, and its cost per unit is measured
+here on the run's own model through the harness's own model class (HFLM), so the harness's per-request
+overhead, which dominates a small model on a CPU, is in it; its start-up (imports, task index, model
+load) is not.
 
-    requests   per item: ppl one per document (rolling windows of the context), lastword one,
-               nextline one per choice, nextline_gen one prompt then up to max_gen_toks steps
+    requests   per item: ppl one rolling window per `max_length` tokens of the document, lastword one,
+               nextline one per choice; nextline_gen one prompt, then up to max_gen_toks greedy steps
     tokens     of each request, with the run's tokenizer (context + continuation, at most the context)
-    FLOPs      tokens x forward FLOPs per token (`mhar_probe.flops`, training=False)
-    passes     ceil(requests / batch) for the scored tasks, ceil(items / batch) x (1 + max_gen_toks)
-               for generation; each pass costs at least the measured time of a one-token batch
-    time       sum over passes of max(FLOPs of the pass / rate, floor), rate = FLOP/s measured on a
-               full [batch, context] forward of the model (the harness's own overhead is left out)
+    scored     requests x seconds per request (measured on one batch of real lastword requests),
+               scaled by the task's tokens per request over the measured ones' (FLOPs grow with them)
+    generated  ceil(prompts / batch) x seconds of one batch of generation (measured on real prompts)
 
-`--limit N` is added when the whole set would take longer than `budget_s`: N items per task, the
-most that fit it.
+`--limit N` is added when the whole set would take longer than `BUDGET_S`: the most items per task
+that fit it.
 """
 
 from __future__ import annotations
@@ -33,22 +33,23 @@ BUDGET_S = 120.0
 
 @dataclass(frozen=True)
 class TaskWork:
-    """One task's items and the work they give: forward tokens, scored passes' requests, generation steps."""
+    """One task's items and the work they give: scored requests and their tokens, generation prompts."""
 
     task: str
     items: int
     requests: int  # scored sequences (loglikelihood requests, rolling windows)
     tokens: int  # tokens of those sequences (each capped at the context)
-    prompts: int  # generation prompts (each then up to max_gen_toks one-token steps)
+    prompts: int  # generation prompts (each then up to max_gen_toks greedy steps)
 
 
 @dataclass(frozen=True)
-class MachineSpeed:
-    """The measured forward speed of the model here: FLOP/s at a full batch, and one pass's floor."""
+class HarnessSpeed:
+    """Measured here: seconds per scored request (of `request_tokens` tokens on average) and per batch
+    of generation, both at the command's batch size."""
 
-    device: str
-    flops_per_s: float
-    floor_s: float  # a [batch, 1] forward: the least one pass costs
+    request_s: float
+    request_tokens: float
+    generate_batch_s: float
 
 
 def task_work(task: str, rows: list[dict[str, Any]], count, max_length: int) -> TaskWork:
@@ -69,38 +70,36 @@ def task_work(task: str, rows: list[dict[str, Any]], count, max_length: int) -> 
     raise ValueError(f"no work model for task {task!r}")
 
 
-def seconds(work: TaskWork, *, batch: int, flops_per_token: float, speed: MachineSpeed, limit: int | None = None
-            ) -> float:
-    """Estimated seconds of `work` (its first `limit` items) at `batch` on a machine of `speed`."""
+def seconds(work: TaskWork, *, batch: int, speed: HarnessSpeed, limit: int | None = None) -> float:
+    """Estimated seconds of `work` (its first `limit` items) at `batch`, at the measured `speed`."""
     share = 1.0 if limit is None or work.items == 0 else min(1.0, limit / work.items)
     requests, tokens, prompts = work.requests * share, work.tokens * share, work.prompts * share
     if requests == 0:
         return 0.0
-    passes = math.ceil(requests / batch)
-    scored = max(tokens * flops_per_token / speed.flops_per_s, passes * speed.floor_s)
-    steps = math.ceil(prompts / batch) * NLG_MAX_TOKENS
-    generated = max(prompts * NLG_MAX_TOKENS * flops_per_token / speed.flops_per_s, steps * speed.floor_s)
-    return scored + generated
+    if prompts:
+        return math.ceil(prompts / batch) * speed.generate_batch_s
+    length = max(1.0, (tokens / requests) / max(speed.request_tokens, 1.0))
+    return requests * speed.request_s * length
 
 
-def measure_speed(model, *, batch: int, max_length: int, device: str, flops_per_token: float,
-                  repeats: int = 2) -> MachineSpeed:
-    """Time the model's forward on [batch, max_length] and [batch, 1] token batches (after a warm-up)."""
-    import torch
+def measure_speed(lm, pairs: list[tuple[str, str]], prompts: list[str], *, batch: int, count) -> HarnessSpeed:
+    """Time the harness's model `lm` (an HFLM) on one batch of real scored requests `pairs`
+    (context, continuation) and one batch of generation from `prompts`, after a one-request warm-up."""
+    from lm_eval.api.instance import Instance
 
-    def timed(length: int) -> float:
-        ids = torch.zeros(batch, length, dtype=torch.long, device=device)
-        with torch.no_grad():
-            model(input_ids=ids)  # warm-up
-            t0 = time.perf_counter()
-            for _ in range(repeats):
-                model(input_ids=ids)
-            if device.startswith("cuda"):
-                torch.cuda.synchronize()
-        return (time.perf_counter() - t0) / repeats
-
-    full = timed(max_length)
-    return MachineSpeed(device, batch * max_length * flops_per_token / full, timed(1))
+    pairs, prompts = pairs[:batch], prompts[:batch]
+    scored = [Instance("loglikelihood", {}, pair, i) for i, pair in enumerate(pairs)]
+    lm.loglikelihood(scored[:1], disable_tqdm=True)  # warm-up
+    t0 = time.perf_counter()
+    lm.loglikelihood(scored, disable_tqdm=True)
+    request_s = (time.perf_counter() - t0) / len(scored)
+    until = {"until": ["\n"], "do_sample": False, "max_gen_toks": NLG_MAX_TOKENS}
+    t0 = time.perf_counter()
+    lm.generate_until([Instance("generate_until", {}, (p, dict(until)), i) for i, p in enumerate(prompts)],
+                      disable_tqdm=True)
+    generate_s = time.perf_counter() - t0 if prompts else 0.0
+    tokens = sum(count(c + t) for c, t in pairs) / len(pairs)
+    return HarnessSpeed(request_s, tokens, generate_s)
 
 
 def fitting_limit(works: list[TaskWork], budget_s: float, **kw: Any) -> int | None:

@@ -287,42 +287,48 @@ def stock_command(run: str | os.PathLike, files: TaskFiles, device: str | None =
                   budget_s: float | None = None) -> list[str]:
     """The stock `lm_eval` command for exported tasks, sized for this machine (its device, a batch
     size, the run's context, and `--limit` when the whole set would take longer than `budget_s`),
-    then a comment line with the estimated time (`estimate`)."""
+    then a comment line with its estimated time (`estimate`: the work counted from the items, its
+    cost measured here through the harness's model class on a batch of the tasks' own requests)."""
     import torch
 
-    from ..flops import flops_per_token
     from . import estimate
+    from .heldout import LASTWORD_TASK, NEXTLINE_GEN_TASK, NEXTLINE_TASK
 
     run_dir = check_run(run)
     device = device or default_device()
     batch = 64 if device.startswith("cuda") else 8
     model, tok = load_model(run_dir, device)
     max_length = eval_max_length(run_dir, train_settings(run_dir), model, None)
-    fpt = flops_per_token(model.config, max_length, count_lm_head=True, training=False)["total"]
-    torch_threads = torch.get_num_threads()
-    speed = estimate.measure_speed(model, batch=batch, max_length=max_length, device=device, flops_per_token=fpt)
     usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
+    command = (f"lm_eval --model hf --model_args pretrained={run},trust_remote_code=True,max_length={max_length} "
+               f"--tasks {','.join(usable)} --include_path {files.root} --device {device} --batch_size {batch}")
+    rows = {t: estimate.read_rows(files.root, t) for t in usable}
+    pairs = ([(r["context"], r["target"]) for r in rows.get(LASTWORD_TASK, [])]
+             or [(r["context"] + "\n", c) for r in rows.get(NEXTLINE_TASK, []) for c in r["choices"]])
+    if not pairs:
+        return [command, "# no estimate: no scored items to time"]
 
     def count(text: str) -> int:
         return len(tok(text, add_special_tokens=False)["input_ids"])
 
-    works = [estimate.task_work(t, estimate.read_rows(files.root, t), count, max_length) for t in usable]
-    kw = dict(batch=batch, flops_per_token=fpt, speed=speed)
+    prompts = [r["context"] + "\n" for r in rows.get(NEXTLINE_GEN_TASK, [])]
+    with torch.no_grad():
+        speed = estimate.measure_speed(make_lm(model, tok, max_length=max_length, batch_size=batch), pairs, prompts,
+                                       batch=batch, count=count)
+    works = [estimate.task_work(t, rows[t], count, max_length) for t in usable]
+    kw = dict(batch=batch, speed=speed)
     full = sum(estimate.seconds(w, **kw) for w in works)
     limit = estimate.fitting_limit(works, estimate.BUDGET_S if budget_s is None else budget_s, **kw)
-    command = (f"lm_eval --model hf --model_args pretrained={run},trust_remote_code=True,max_length={max_length} "
-               f"--tasks {','.join(usable)} --include_path {files.root} --device {device} --batch_size {batch}"
-               + (f" --limit {limit}" if limit else ""))
-    where = f"{device}" + (f", {torch_threads} threads" if device == "cpu" else "")
-    items = max(w.items for w in works) if works else 0
-    if limit:
-        took = sum(estimate.seconds(w, limit=limit, **kw) for w in works)
-        note = (f"# estimate: about {estimate.clock(took)} here ({where}) for the first {limit} items of each task; "
-                f"all of them (up to {items} a task, drop --limit): about {estimate.clock(full)}")
-    else:
-        note = f"# estimate: about {estimate.clock(full)} here ({where}) for every item"
-    return [command, note + " (from the model's forward FLOPs per item and its forward speed measured here; "
-                            "the harness's own overhead is not counted)"]
+    where = device + (f", {torch.get_num_threads()} threads" if device == "cpu" else "")
+    said = ("(an estimate: the items' requests at the speed measured here on one batch of them; the harness's "
+            "start-up is not counted)")
+    if not limit:
+        return [command, f"# estimate: about {estimate.clock(full)} here ({where}) for every item {said}"]
+    took = sum(estimate.seconds(w, limit=limit, **kw) for w in works)
+    items = max(w.items for w in works)
+    return [f"{command} --limit {limit}",
+            f"# estimate: about {estimate.clock(took)} here ({where}) for the first {limit} items of each task; "
+            f"all of them (up to {items} a task, without --limit): about {estimate.clock(full)} {said}"]
 
 
 def _recorded_fingerprint(run: Path) -> str | None:
