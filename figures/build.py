@@ -126,8 +126,7 @@ def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] |
 
 def write_index(report: BuildReport, registry: dict, into: Path) -> None:
     """index.json and index.md into the folder `into` (the staging folder of `report.out`)."""
-    out = into
-    write_json(out / "index.json", report.as_dict())
+    write_json(into / "index.json", report.as_dict())
     lines = ["# Figures and tables", ""]
     for name, outputs in report.made.items():
         gen = registry[name]
@@ -147,4 +146,4 @@ def write_index(report: BuildReport, registry: dict, into: Path) -> None:
                   for k, s in report.skipped.items()]
     if report.failed:
         lines += ["", "## Failed", ""] + [f"- **{k}**: {v.splitlines()[0]}" for k, v in report.failed.items()]
-    write_text(out / "index.md", "\n".join(lines).rstrip() + "\n")
+    write_text(into / "index.md", "\n".join(lines).rstrip() + "\n")
