@@ -52,7 +52,7 @@ def make(ctx) -> list[Output]:
                Cell.num(p["wikitext"], "{:.1f}"), Cell.num(p["lambada"]), Cell.num(p["hellaswag"]),
                *[Cell("-") for _ in others]], source="paper", rule_before=i == 0)
     t.notes.append("Metrics: " + ", ".join(f"{x}: {metric_of[x]}" for x in tasks))
-    if missing:
-        t.notes.append(missing_note(missing, ctx.evals))
     t.notes.append("Paper: " + ctx.paper["downstream"]["what"] + f" ({ctx.paper['downstream']['ref']}).")
-    return [Output("table_downstream", ctx.write_table(t), dict(table=t, metrics={k: v[1] for k, v in found.items()}))]
+    # the runs left out are said in the index (a study evaluates some runs only, by design), not in the table
+    return [Output("table_downstream", ctx.write_table(t), dict(table=t, metrics={k: v[1] for k, v in found.items()}),
+                   notes=[missing_note(missing, ctx.evals)] if missing else [])]

@@ -520,8 +520,7 @@ def test_figures_find_what_mhar_eval_writes_and_leave_out_runs_without_one(tmp_p
         rep = build(runs, tmp_path / f"out{i}", only=["table_downstream", "table_midtrain"], evals=evals)
         assert not rep.failed, rep.failed
         assert set(rep.made["table_downstream"][0].data["metrics"]) == {"base"}
-        note = (tmp_path / f"out{i}" / "table_downstream.md").read_text()
-        assert "No evaluation found for mhar2, mhar8" in note
+        assert "No evaluation found for mhar2, mhar8" in (tmp_path / f"out{i}" / "index.md").read_text()
         assert "no baseline/MHAR pair" in rep.skipped["table_midtrain"].reason
     # the committed study layout, RUNS_DIR/evals/<run>, is found first
     shutil.copytree(LM_EVAL / "arm_b", runs / "evals" / "mhar8")
