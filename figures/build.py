@@ -1,15 +1,22 @@
 """Run the generators: every figure and table the inputs make possible, a list of what was
-skipped and why, and an index (index.md, index.json) of both in the output directory."""
+skipped and why, and an index (index.md, index.json) of both in the output directory.
+
+Everything is built in a staging folder beside the output and renamed into place at the end
+(`mhar_probe.atomic.replace_dir`), so a call that refuses, raises or makes nothing leaves nothing
+behind; `--overwrite` replaces an earlier output of `mhar figures` (one with index.json) whole."""
 
 from __future__ import annotations
 
+import contextlib
+import shutil
 import traceback
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-from mhar_probe.atomic import write_json, write_text
+from mhar_probe.atomic import give_new_file_modes, replace_dir, staging_dir, write_json, write_text
 from mhar_probe.errors import UserError
+from mhar_probe.outputs import OutputKind, check_output
 
 from .context import Context
 from .registry import Output, Skip, load_generators
@@ -21,6 +28,7 @@ class BuildReport:
     made: dict[str, list[Output]] = field(default_factory=dict)
     skipped: dict[str, Skip] = field(default_factory=dict)
     failed: dict[str, str] = field(default_factory=dict)
+    written: bool = False  # whether `out` was written (nothing is when nothing could be made)
 
     def as_dict(self) -> dict[str, Any]:
         return dict(
@@ -37,7 +45,12 @@ class BuildReport:
         out += [f"skipped  {name}: {skip.reason}" + (f" -- needs: {'; '.join(skip.needs)}" if skip.needs else "")
                 for name, skip in self.skipped.items()]
         out += [f"FAILED   {name}: {err.splitlines()[0]}" for name, err in self.failed.items()]
-        return out + [f"index: {self.out / 'index.md'}"]
+        return out + ([f"index: {self.out / 'index.md'}"] if self.written else [])
+
+
+#: what `mhar figures` writes: --overwrite replaces only one of these
+FIGURES_OUTPUT = OutputKind("figures folder", directory=True, is_own=lambda p: (p / "index.json").is_file(),
+                            marker="index.json")
 
 
 def default_benchmark_dirs(runs_dir: Path | None) -> list[Path]:
@@ -64,39 +77,56 @@ def build(runs_dir: str | Path | None, out: str | Path, *, only: Sequence[str] |
             raise UserError(f"unknown figure/table name(s) {', '.join(unknown)}; known: {', '.join(registry)}")
     runs = Path(runs_dir) if runs_dir is not None else None
     if runs is not None and not runs.is_dir():
-        raise UserError(f"runs directory {runs} does not exist")
+        raise UserError(f"runs directory {runs} " + ("is not a directory" if runs.exists() else "does not exist"))
     if more and runs is None:
         raise UserError("further run folders need a runs directory beside them")
     for folder in {p for folders in more.values() for p in folders}:
         if not folder.is_dir():
             raise UserError(f"runs directory {folder} does not exist")
+    if evals is not None and not Path(evals).is_dir():
+        raise UserError(f"--evals {evals} " + ("is not a directory" if Path(evals).exists() else "does not exist"))
     out = Path(out)
     if (out / "index.json").exists() and not overwrite:
         raise UserError(f"{out} already holds figures (index.json); pass --overwrite to regenerate them")
-    ctx = Context(runs_dir=runs, out=out, overwrite=overwrite, mhar_heads=mhar_heads,
-                  benchmarks=[Path(b) for b in benchmarks] if benchmarks else default_benchmark_dirs(runs),
-                  evals=Path(evals) if evals else (runs / "evals" if runs and (runs / "evals").is_dir() else None))
-    report = BuildReport(out=out)
-    for name, gen in registry.items():
-        if only and name not in only:
-            continue
-        try:  # a generator with further folders gets its own context (its own runs dataset)
-            report.made[name] = gen.make(replace(ctx, more_runs=more[name]) if more.get(name) else ctx)
-        except Skip as skip:
-            report.skipped[name] = skip
-        except UserError:
-            raise
-        except Exception as exc:  # a bug in one generator must not hide the others' output
-            report.failed[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
-    write_index(report, registry)
+    check_output(out, FIGURES_OUTPUT, overwrite=overwrite, inputs=[("runs directory", runs)])
+    made_parents = [p for p in out.parents if not p.exists()]  # the staging folder's parents, made for it
+    staging = staging_dir(out)
+    try:
+        ctx = Context(runs_dir=runs, out=staging, mhar_heads=mhar_heads,
+                      benchmarks=[Path(b) for b in benchmarks] if benchmarks else default_benchmark_dirs(runs),
+                      evals=Path(evals) if evals else (runs / "evals" if runs and (runs / "evals").is_dir() else None))
+        report = BuildReport(out=staging)
+        for name, gen in registry.items():
+            if only and name not in only:
+                continue
+            try:  # a generator with further folders gets its own context (its own runs dataset)
+                report.made[name] = gen.make(replace(ctx, more_runs=more[name]) if more.get(name) else ctx)
+            except Skip as skip:
+                report.skipped[name] = skip
+            except UserError:
+                raise
+            except Exception as exc:  # a bug in one generator must not hide the others' output
+                report.failed[name] = f"{type(exc).__name__}: {exc}\n{traceback.format_exc(limit=4)}"
+        report.made = {name: [replace(o, paths=[out / p.relative_to(staging) for p in o.paths]) for o in outputs]
+                       for name, outputs in report.made.items()}
+        report.out = out
+        if report.made or report.failed:
+            write_index(report, registry, staging)
+            give_new_file_modes(staging)
+            replace_dir(staging, out)
+            report.written = True
+    finally:
+        if staging.exists():
+            shutil.rmtree(staging, ignore_errors=True)
+        for parent in made_parents if not out.exists() else ():  # nothing written: no empty folders left
+            with contextlib.suppress(OSError):
+                parent.rmdir()
     return report
 
 
-def write_index(report: BuildReport, registry: dict) -> None:
-    """index.json and index.md in the output directory (replaced atomically)."""
-    out = report.out
-    out.mkdir(parents=True, exist_ok=True)
-    write_json(out / "index.json", report.as_dict())
+def write_index(report: BuildReport, registry: dict, into: Path) -> None:
+    """index.json and index.md into the folder `into` (the staging folder of `report.out`)."""
+    write_json(into / "index.json", report.as_dict())
     lines = ["# Figures and tables", ""]
     for name, outputs in report.made.items():
         gen = registry[name]
@@ -108,7 +138,7 @@ def write_index(report: BuildReport, registry: dict) -> None:
             if png:
                 lines.append(f"![{o.name}]({png[0].name})")
             if md:
-                lines.append(md[0].read_text())
+                lines.append((into / md[0].name).read_text())
             lines += [f"- {n}" for n in o.notes] + [""]
     if report.skipped:
         lines += ["## Skipped", ""]
@@ -116,4 +146,4 @@ def write_index(report: BuildReport, registry: dict) -> None:
                   for k, s in report.skipped.items()]
     if report.failed:
         lines += ["", "## Failed", ""] + [f"- **{k}**: {v.splitlines()[0]}" for k, v in report.failed.items()]
-    write_text(out / "index.md", "\n".join(lines).rstrip() + "\n")
+    write_text(into / "index.md", "\n".join(lines).rstrip() + "\n")

@@ -8,7 +8,7 @@ import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, Iterable
 
 import xarray as xr
 
@@ -74,6 +74,13 @@ class Context:
         selection of `runs` holds, for analysis.stats.curves."""
         paths = set(ds["path"].values.tolist())
         return [r.record(full=False) for r in self.run_list if str(r.path) in paths]
+
+    def mhar_H(self, available: Iterable[int], kv: int | None) -> int | None:
+        """The H that stands for MHAR among `available` in every figure and table:
+        `common.choose_mhar_H` with the study's `mhar_heads` preferred (the H its claims use)."""
+        from .common import choose_mhar_H
+
+        return choose_mhar_H(available, kv, prefer=self.mhar_heads)
 
     @cached_property
     def paper(self) -> dict[str, Any]:

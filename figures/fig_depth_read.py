@@ -32,8 +32,8 @@ def routed_pair(ctx) -> list[Captured]:
     """The single-head and the MHAR run the pictures show (those present), same shape when possible."""
     runs = [c for c in load_captured(ctx.routing_datasets()) if c.method in ("attnres", "mhar")]
     single = pick(runs, "attnres")
-    mhar = pick(runs, "mhar", shape=single.shape) if single else None
-    mhar = mhar or pick(runs, "mhar")
+    mhar = pick(runs, "mhar", shape=single.shape, prefer=ctx.mhar_heads) if single else None
+    mhar = mhar or pick(runs, "mhar", prefer=ctx.mhar_heads)
     chosen = [c for c in (single, mhar) if c is not None]
     if not chosen:
         raise Skip("no captured attnres or mhar run", [NEEDS])

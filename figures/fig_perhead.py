@@ -30,7 +30,7 @@ def perhead_runs(ctx) -> list[Captured]:
     runs = [c for c in load_captured(ctx.routing_datasets()) if c.method == "mhar" and c.H > 1 and c.has_probes]
     chosen = {}
     for shape in sorted({c.shape for c in runs}):
-        chosen[shape] = pick(runs, "mhar", shape=shape)
+        chosen[shape] = pick(runs, "mhar", shape=shape, prefer=ctx.mhar_heads)
     if not chosen:
         raise Skip("no captured multi-head (mhar, H > 1) run with probes", [NEEDS])
     return list(chosen.values())

@@ -60,12 +60,14 @@ def make(ctx) -> list[Output]:
                                    ncols=2 if use_inset else 1)
             ax, inset = (axes[0], axes[1]) if use_inset else (axes, None)
             tail_vals = []
+            base_kv = int(select(sub, method="baseline")["kv"].values[0])
+            mhar_H = ctx.mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
             for method in [m for m in METHOD_ORDER if m in set(sub["method"].values.tolist())]:
                 run = select(sub, method=method)
                 # one run per method; among routed H, the lowest tail-mean H would be cherry-picking:
-                # take the H closest to 8 (the paper's MHAR), then the first
+                # MHAR is the H every table and figure uses (ctx.mhar_H: the study's --mhar-heads), then the first
                 hs = run["H"].values
-                i = int(np.argmin(np.abs(np.log2(np.maximum(hs, 1)) - 3))) if method == "mhar" else 0
+                i = int(np.flatnonzero(hs == mhar_H)[0]) if method == "mhar" else 0
                 y = run["train_loss"].isel(run=i).values
                 ok = np.isfinite(y) & (steps <= last)
                 smooth = ema(y[ok], span)

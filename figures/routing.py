@@ -85,12 +85,13 @@ def first_run(runs: list[Captured]) -> Captured | None:
 
 
 def pick(runs: list[Captured], method: str, *, shape: tuple[int, int, int] | None = None,
-         H: int | None = None) -> Captured | None:
-    """The run standing for `method` (of `shape` if given): for mhar the head count
-    `choose_mhar_H` picks (H = 8, else H = KV, else the largest <= 8), then the lowest seed."""
+         H: int | None = None, prefer: int | None = None) -> Captured | None:
+    """The run standing for `method` (of `shape` if given): for mhar `H`, else the head count
+    `choose_mhar_H` picks (`prefer`, the study's --mhar-heads, if captured; else H = 8, else H = KV,
+    else the largest <= 8), then the lowest seed."""
     cands = [c for c in runs if c.method == method and (shape is None or c.shape == shape)]
     if method == "mhar" and cands:
-        want = H if H is not None else choose_mhar_H([c.H for c in cands], cands[0].G)
+        want = H if H is not None else choose_mhar_H([c.H for c in cands], cands[0].G, prefer=prefer)
         cands = [c for c in cands if c.H == want]
     return first_run(cands)
 

@@ -4,13 +4,12 @@ paper's WikiText-2 / LAMBADA / HellaSwag columns filled where your tasks match t
 from __future__ import annotations
 
 from .common import scale_label
-from .evalfiles import eval_dir, headline_metrics
+from .evalfiles import WHERE, find_eval, headline_metrics, missing_note
 from .registry import Output, Skip, generator
 from .style import method_label
 from .tables import Cell, Table
 
-NEEDS = ("lm-eval harness output per run in EVALS/<run name>/ (lm_eval ... --output_path EVALS/<run name>), "
-         "EVALS = RUNS_DIR/evals or --evals")
+NEEDS = f"lm-eval harness output per run in {WHERE}"
 PAPER_TASKS = {"wikitext": "WikiText-2 PPL", "lambada": "LAMBADA", "hellaswag": "HellaSwag"}
 
 
@@ -21,15 +20,17 @@ def paper_key(task: str) -> str | None:
 @generator("table_downstream", kind="table", paper_ref="tab:downstream", needs=NEEDS)
 def make(ctx) -> list[Output]:
     ds = ctx.runs
-    found = {}
+    found, missing = {}, []
     for i in range(ds.sizes["run"]):
         r = ds.isel(run=i)
-        d = eval_dir(ctx.evals, str(r["run"].item()))
+        d = find_eval(ctx.evals, str(r["run"].item()), str(r["path"].item()))
         if d is not None and (m := headline_metrics(d)):
             found[str(r["run"].item())] = (r, m)
+        else:
+            missing.append(str(r["run"].item()))
     if not found:
-        raise Skip("no run has harness results" + (f" under {ctx.evals}" if ctx.evals else " (no evals directory)"),
-                   [NEEDS])
+        raise Skip("no run has harness results" + (f" under {ctx.evals} or RUN/eval" if ctx.evals else
+                                                   " (no evals directory, no RUN/eval)"), [NEEDS])
     tasks = sorted({t for _, m in found.values() for t in m})
     matched = {paper_key(t): t for t in tasks if paper_key(t)}
     others = [t for t in tasks if t not in matched.values()]
@@ -52,4 +53,6 @@ def make(ctx) -> list[Output]:
                *[Cell("-") for _ in others]], source="paper", rule_before=i == 0)
     t.notes.append("Metrics: " + ", ".join(f"{x}: {metric_of[x]}" for x in tasks))
     t.notes.append("Paper: " + ctx.paper["downstream"]["what"] + f" ({ctx.paper['downstream']['ref']}).")
-    return [Output("table_downstream", ctx.write_table(t), dict(table=t, metrics={k: v[1] for k, v in found.items()}))]
+    # the runs left out are said in the index (a study evaluates some runs only, by design), not in the table
+    return [Output("table_downstream", ctx.write_table(t), dict(table=t, metrics={k: v[1] for k, v in found.items()}),
+                   notes=[missing_note(missing, ctx.evals)] if missing else [])]

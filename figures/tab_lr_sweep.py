@@ -9,7 +9,7 @@ from analysis.runs import h_coord, select
 from analysis.stats.curves import best_vs_best
 from mhar_probe.model.methods import run_label
 
-from .common import choose_mhar_H, groups, scale_label, shared_seeds
+from .common import groups, scale_label, shared_seeds
 from .registry import Output, Skip, generator
 from .style import METHOD_ORDER, method_label
 from .tables import Cell, Table
@@ -56,7 +56,7 @@ def make(ctx) -> list[Output]:
             continue
         base_kv = int(select(sub, method="baseline")["kv"].values[0])
         sub = select(sub, kv=base_kv)
-        H = choose_mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
+        H = ctx.mhar_H(select(sub, method="mhar")["H"].values.tolist(), base_kv)
         sub, dropped = _paired_lr_cells(sub)
         if dropped:
             t.notes.append(f"{scale_label(key['preset'], key['hidden_size'], key['layers'])}, {key['corpus']}: each method's learning rates "

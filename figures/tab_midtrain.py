@@ -8,43 +8,51 @@ from analysis.runs import select
 from mhar_probe.model.methods import ROUTED_METHODS
 
 from .common import scale_label
-from .evalfiles import eval_dir
+from .evalfiles import WHERE, find_eval
 from .registry import Output, Skip, generator
 from .tables import Cell, Table
 
-NEEDS = ("harness output with --log_samples for a baseline run and its paired MHAR/delta run "
-         "in EVALS/<run name>/ (EVALS = RUNS_DIR/evals or --evals)")
+NEEDS = f"harness output with --log_samples for a baseline run and its paired MHAR/delta run in {WHERE}"
 COLUMNS = ["Pair", "Task", "Metric", "n", "Control", "+MHAR", "Delta", "b", "c", "p (McNemar)", "p (Holm)",
            "distinct", "p (distinct)"]
 
 
 def pairs(ctx):
-    """(control run name, MHAR run name) with eval outputs, paired on everything but the method."""
+    """(control run name, MHAR run name, preset, control eval dir, MHAR eval dir) of the runs with
+    eval outputs (`find_eval`), paired on everything but the method."""
     ds = ctx.runs
     out = []
     for i in range(ds.sizes["run"]):
         r = ds.isel(run=i)
-        if str(r["method"].item()) not in ROUTED_METHODS or eval_dir(ctx.evals, str(r["run"].item())) is None:
+        if str(r["method"].item()) not in ROUTED_METHODS:
+            continue
+        routed = find_eval(ctx.evals, str(r["run"].item()), str(r["path"].item()))
+        if routed is None:
             continue
         base = select(ds, method="baseline", preset=str(r["preset"].item()), corpus=str(r["corpus"].item()),
                       lr=float(r["lr"].item()), seed=int(r["seed"].item()), steps=int(r["steps"].item()))
-        for b in base["run"].values.tolist():
-            if eval_dir(ctx.evals, b) is not None:
-                out.append((b, str(r["run"].item()), str(r["preset"].item())))
+        for b, path in zip(base["run"].values.tolist(), base["path"].values.tolist()):
+            if (control := find_eval(ctx.evals, b, path)) is not None:
+                out.append((b, str(r["run"].item()), str(r["preset"].item()), control, routed))
     return out
 
 
 @generator("table_midtrain", kind="table", paper_ref="tab:midtrain", needs=NEEDS)
 def make(ctx) -> list[Output]:
     from analysis.stats.compare import compare_eval_dirs
+    from analysis.stats.errors import StatsError
 
     found = pairs(ctx)
     if not found:
         raise Skip("no baseline/MHAR pair with harness samples" + ("" if ctx.evals else " (no evals directory)"), [NEEDS])
     t = Table("table_midtrain", "Downstream accuracy, control vs +MHAR, with paired exact McNemar tests", COLUMNS)
-    comparisons = {}
-    for base, mhar, preset in found:
-        cmp = compare_eval_dirs(eval_dir(ctx.evals, base), eval_dir(ctx.evals, mhar), n_boot=1000)
+    comparisons, unpaired = {}, []
+    for base, mhar, preset, base_dir, mhar_dir in found:
+        try:
+            cmp = compare_eval_dirs(base_dir, mhar_dir, n_boot=1000)
+        except StatsError as e:  # e.g. an evaluation without --log_samples: that pair is left out, said why
+            unpaired.append(f"{base} vs {mhar} left out: {e}")
+            continue
         comparisons[(base, mhar)] = cmp
         for i, row in enumerate(cmp.rows):
             label = f"{scale_label(preset)}: {base} vs {mhar}"
@@ -56,6 +64,9 @@ def make(ctx) -> list[Output]:
                    Cell("?" if row.n_distinct is None else str(row.n_distinct), row.n_distinct),
                    Cell.num(row.p_distinct, "{:.3g}")], rule_before=i == 0 and bool(t.rows))
         t.notes += cmp.notes
+    if not comparisons:
+        raise Skip("no baseline/MHAR pair could be compared: " + "; ".join(unpaired), [NEEDS])
+    t.notes += unpaired
     for i, p in enumerate(ctx.paper["midtrain"]["rows"]):
         t.add([Cell("paper 8B (Marin-8B CPT)", "paper"), Cell(p["task"], p["task"]), Cell("accuracy"), Cell("-"),
                Cell.num(p["control"]), Cell.num(p["mhar"]), Cell.num(p["mhar"] - p["control"], "{:+.3f}"),

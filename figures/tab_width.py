@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from analysis.runs import select
 
-from .common import cell_mean, choose_mhar_H, groups, pick_lr, shared_seeds
+from .common import cell_mean, groups, pick_lr, shared_seeds
 from .registry import Output, Skip, generator
 from .tables import Cell, Table
 
@@ -28,7 +28,7 @@ def make(ctx) -> list[Output]:
             continue
         for i, d in enumerate(widths):
             w = select(sub, hidden_size=d)
-            H = choose_mhar_H(select(w, method="mhar")["H"].values.tolist(), key["kv"])
+            H = ctx.mhar_H(select(w, method="mhar")["H"].values.tolist(), key["kv"])
             cells = [dict(method="baseline"), dict(method="attnres"), dict(method="mhar", H=H)]
             seeds = shared_seeds(w, cells)  # the same seeds in all three cells: deltas stay paired
             if seeds and any(set(select(w, **c)["seed"].values.tolist()) - set(seeds) for c in cells):

@@ -262,11 +262,29 @@ def load_pretrained(loader: Callable[..., T], path: str | os.PathLike, what: str
                         f"complete model directory with uncorrupted files?") from exc
 
 
+def unfinished_hint(run: Path) -> str | None:
+    """Why the run directory `run` has no final model, and the `--resume` that finishes it: it has a
+    checkpoint (training, or stopped), a kill cut a checkpoint swap short, or it was stopped before
+    its first checkpoint; None when `run` is none of these (not a run directory at all)."""
+    resume = f"`mhar train --out {run} --resume`"
+    if RunFiles(run).state_path.is_file():
+        return f"it has a checkpoint but no final model (still training, or stopped); {resume} finishes it"
+    if _recoverable_checkpoint(run) is not None:
+        return f"it was stopped while writing a checkpoint; {resume} recovers that checkpoint and finishes the run"
+    if killed_before_checkpoint(run):
+        return (f"it was stopped before its first checkpoint (or is still before it); {resume} starts it again "
+                f"with its saved settings")
+    return None
+
+
 def require_run_dir(path: str | os.PathLike) -> Path:
-    """A finished or checkpointed run directory, or a clear error."""
+    """A finished or checkpointed run directory, or a clear error (pointing to --resume for a run
+    killed before or during a checkpoint)."""
     run = Path(path)
     if not run.is_dir():
         raise UserError(f"run directory {run} does not exist")
     if not (run / CONFIG).exists() and not RunFiles(run).state_path.exists():
-        raise UserError(f"{run} is not a run directory (no {CONFIG} and no {CHECKPOINT}/)")
+        hint = unfinished_hint(run)
+        raise UserError(f"{run} has no final model and no checkpoint: {hint}" if hint else
+                        f"{run} is not a run directory (no {CONFIG} and no {CHECKPOINT}/)")
     return run

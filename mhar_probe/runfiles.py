@@ -59,6 +59,7 @@ SESSIONS = "sessions.json"  # one record per process that trained the run: code,
 CHECKPOINT = "checkpoint"  # the latest resumable state (a folder)
 STATE = "state.json"  # in CHECKPOINT/: the step, tokens and FLOPs it holds
 ROUTING = "routing.nc"  # the routing dataset `mhar capture RUN` writes by default
+EVAL = "eval"  # the harness output `mhar eval RUN` writes by default (a study collects them in evals/<run>)
 
 
 class RunFileError(UserError):
@@ -369,6 +370,10 @@ class RunFiles:
     @property
     def routing_path(self) -> Path:
         return self.path / ROUTING
+
+    @property
+    def eval_path(self) -> Path:
+        return self.path / EVAL
 
     @property
     def has_tokenizer(self) -> bool:

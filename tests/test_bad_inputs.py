@@ -112,7 +112,7 @@ CASES: list[Case] = [
     ("probe-out-under-a-file", None, ["probe", "RUN", "--out", "FILE/pr", "--tokens", "64"], "Not a directory"),
     ("eval-out-under-a-file", None,
      ["eval", "RUN", "--tasks", "mhar_lastword", "--limit", "2", "--out", "FILE/ev"], "FILE is a file"),
-    ("figures-out-under-a-file", None, ["figures", "RUN", "--out", "FILE/figs"], "Not a directory"),
+    ("figures-out-under-a-file", None, ["figures", "RUN", "--out", "FILE/figs"], "FILE is a file, not a directory"),
     ("convert-dst-under-a-file", lambda r, t: qwen3_base(t), ["convert", "TMP/base", "FILE/conv"], "FILE"),
     ("demo-unknown-stage", None, ["demo", "--out", "TMP/d", "--stages", "plot"], "unknown stage plot"),
     ("demo-unknown-grid", None, ["demo", "--out", "TMP/d", "--plan", "ladder", "--grids", "wide"], "no grid wide"),

@@ -341,3 +341,20 @@ def test_replication_is_one_when_both_halves_hold_the_same_documents():
         batches, _ = row_batches((rows, document_index(rows, 0)), None, 4)
         r = float(per_head_deviation(capture_routing(model, batches, progress=False, draws=2)).replication_r)
         assert (r == pytest.approx(1.0, abs=1e-9)) is same, r
+
+
+def test_the_summary_says_when_the_split_held_fewer_tokens_than_asked():
+    """Issue 54: `mhar capture --tokens 65536` on the demo's runs read the whole 56,192-token split without a word."""
+    import numpy as np
+    import xarray as xr
+
+    from mhar_probe.capture.of_run import capture_summary
+
+    def ds(asked: int, seen: int) -> xr.Dataset:
+        return xr.Dataset({"w": (("site", "source", "head"), np.zeros((9, 9, 2)))},
+                          attrs=dict(tokens_seen=seen, tokens_requested=asked, split="val", method="mhar",
+                                     capture_seconds=1.0))
+
+    line = capture_summary(ds(65536, 56192), "r.nc")
+    assert "56192 tokens (all the val split holds; --tokens asked for 65536)" in line
+    assert "asked" not in capture_summary(ds(16384, 16384), "r.nc")

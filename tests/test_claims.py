@@ -11,7 +11,7 @@ import pytest
 from scipy import stats
 
 from mhar_probe.demo import claims
-from mhar_probe.demo.plan import LADDER, PLANS
+from mhar_probe.demo.plan import DEMO, LADDER, PLANS
 
 
 def _tails(base, single, multi):
@@ -72,6 +72,27 @@ def test_null_draws_give_the_sd_its_stated_precision():
         sds = rng.standard_normal((20000, draws)).std(axis=1, ddof=1)
         assert (sds.std() / sds.mean() <= claims.NULL_SD_REL_SE * 1.02) == ok, draws
     assert LADDER.null_draws >= n
+    for plan in PLANS.values():  # every run the claims read by z is captured with enough draws
+        routed = [(m, h) for g in plan.grids.values() for m in g["methods"] for h in g.get("heads", [None])
+                  if m in plan.routed_methods]
+        assert ("mhar", plan.mhar_heads) in routed, plan.name
+        for m, h in routed:
+            draws = plan.capture_draws(m, h, plan.main_seed)
+            assert draws >= n if (m, h) == ("mhar", plan.mhar_heads) or plan.spread_claims else draws > 0, plan.name
+        assert plan.capture_draws("mhar", plan.mhar_heads, plan.main_seed + 1) >= n  # every seed's z
+
+
+def test_the_advice_to_capture_again_keeps_the_plans_tokens():
+    """Issue 54: the advice once omitted --tokens, so following it on the demo captured the CLI's default
+    65,536 tokens (the whole 56,192-token split) instead of the demo's 16,384."""
+    from mhar_probe.capture.of_run import RunCapture
+
+    assert "--tokens 16384" in claims.capture_command(DEMO) and DEMO.capture_tokens == 16384
+    assert claims.capture_command(LADDER) == f"`mhar capture RUN --overwrite --draws {claims.ADVISED_DRAWS}`"
+    assert LADDER.capture_tokens == RunCapture.tokens  # the default: nothing to name
+    assert claims.ADVISED_DRAWS >= claims.MIN_NULL_DRAWS
+    few = claims.deviation_claim(DEMO, {42: claims.NullRead(0.25, 0.10, 0.05, 8)})
+    assert claims.capture_command(DEMO) in few.note
 
 
 def test_replication_claim_holds_only_above_the_nulls_split_half_r():

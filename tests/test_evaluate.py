@@ -324,6 +324,9 @@ def test_export_tasks_gives_stock_lm_eval_the_shipped_tasks(arms, tmp_path, caps
         cached = heldout_tasks(load_corpus(None, max_bytes=SMALL["corpus_max_bytes"]).val,
                                json.loads((run / "corpus.json").read_text())["fingerprint"])
     assert f"--include_path {dest}" in printed and "trust_remote_code=True" in printed
+    # sized for this machine (issue 54: the bare command took 555 s on a CPU), with its time said to be an estimate
+    assert "--device cpu --batch_size 8" in printed and f"max_length={SMALL['seq_len']}" in printed
+    assert "# estimate: about " in printed and "(an estimate: " in printed
     for name, sha in cached.sha256.items():
         if name.endswith(".jsonl"):
             assert sha256_file(dest / name) == sha, name
@@ -342,3 +345,60 @@ def test_export_tasks_gives_stock_lm_eval_the_shipped_tasks(arms, tmp_path, caps
         mp.setenv("MHAR_CACHE_DIR", str(root / "cache"))
         assert cli("eval", run, "--export-tasks", dest, "--overwrite") == 0
     assert sha256_file(dest / "mhar_lastword.yaml") == before
+
+
+def test_a_malformed_task_yaml_is_named_not_skipped(tmp_path):
+    """The harness's task index skips a YAML it cannot read in silence; --tasks-dir refuses it by name."""
+    from mhar_probe.evaluate.harness import check_tasks_dirs
+
+    tasks = write_user_task(tmp_path / "tasks")
+    (tasks / "helper.yaml").write_text("task: toy_fn\nprocess_docs: !function utils.process\n")  # harness tag: fine
+    assert check_tasks_dirs([str(tasks)]) == [tasks.resolve()]
+    (tasks / "broken.yaml").write_text("task: toy_broken\ndoc_to_text: [unclosed\n")
+    with pytest.raises(EvalError, match=r"broken\.yaml is not a readable task YAML"):
+        check_tasks_dirs([str(tasks)])
+    (tasks / "broken.yaml").write_text("- just\n- a list\n")
+    with pytest.raises(EvalError, match=r"broken\.yaml .*not a mapping"):
+        check_tasks_dirs([str(tasks)])
+
+
+def test_the_harness_git_lookup_is_quiet_outside_a_checkout(tmp_path, monkeypatch, capfd):
+    """lm_eval records `git describe` of the working directory with git's stderr left on the terminal:
+    outside a checkout that printed "fatal: not a git repository". `mhar eval` runs it quietly."""
+    import shutil
+
+    from lm_eval import evaluator
+
+    from mhar_probe.evaluate.harness import _quiet_git, quiet_git_hash
+
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed: nothing prints")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("GIT_CEILING_DIRECTORIES", str(tmp_path.parent))
+    evaluator.get_git_commit_hash()
+    assert "fatal:" in capfd.readouterr().err  # the harness's own lookup, unpatched
+    with _quiet_git(evaluator):
+        assert evaluator.get_git_commit_hash() is None
+    assert quiet_git_hash() is None and "fatal:" not in capfd.readouterr().err
+    monkeypatch.chdir(Path(__file__).parent)
+    monkeypatch.delenv("GIT_CEILING_DIRECTORIES")
+    if (Path(__file__).parents[1] / ".git").exists():
+        assert quiet_git_hash()  # inside the checkout: its commit, as the harness records it
+
+
+def test_an_evaluation_outside_a_checkout_prints_no_git_error_nor_harness_warning(arms, tmp_path):
+    import os
+    import subprocess
+    import sys
+
+    from mhar_probe.evaluate.harness import PRETRAINED_OBJECT_WARNING
+
+    root, out, tasks_dir = arms
+    run, _ = out["baseline"]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1]),
+           "MHAR_CACHE_DIR": str(root / "cache"), "GIT_CEILING_DIRECTORIES": str(tmp_path.parent)}
+    proc = subprocess.run([sys.executable, "-m", "mhar_probe.cli", "eval", str(run), "--tasks", "toy_nextline",
+                           "--tasks-dir", str(tasks_dir), "--limit", "2", "--out", str(tmp_path / "o")],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "fatal:" not in proc.stderr and PRETRAINED_OBJECT_WARNING not in proc.stderr, proc.stderr[-2000:]

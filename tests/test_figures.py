@@ -499,3 +499,91 @@ def test_more_runs_names_known_generators_and_existing_folders(runs, tmp_path):
         build(runs, tmp_path / "a", more_runs={"table_lr_swep": [runs]})
     with pytest.raises(UserError, match="does not exist"):
         build(runs, tmp_path / "b", more_runs={"table_lr_sweep": [tmp_path / "missing"]})
+
+
+# ---------------------------------------------------------------- eval layout, refusals, one MHAR (issue 54)
+def _eval_runs(root: Path) -> Path:
+    """A baseline and an MHAR run; only the baseline evaluated, the way `mhar eval RUN` leaves it (RUN/eval)."""
+    runs = root / "runs"
+    write_run(runs, "base", method="baseline", seed=1, steps=40)
+    write_run(runs, "mhar8", method="mhar", H=8, seed=1, steps=40)
+    write_run(runs, "mhar2", method="mhar", H=2, seed=1, steps=40)
+    shutil.copytree(LM_EVAL / "arm_a", runs / "base" / "eval")
+    return runs
+
+
+def test_figures_find_what_mhar_eval_writes_and_leave_out_runs_without_one(tmp_path):
+    """`mhar eval RUN` writes RUN/eval; the downstream table finds it with no --evals, and with
+    --evals RUNS_DIR, and names the runs without an evaluation instead of failing on them."""
+    runs = _eval_runs(tmp_path)
+    for i, evals in enumerate((None, runs)):
+        rep = build(runs, tmp_path / f"out{i}", only=["table_downstream", "table_midtrain"], evals=evals)
+        assert not rep.failed, rep.failed
+        assert set(rep.made["table_downstream"][0].data["metrics"]) == {"base"}
+        assert "No evaluation found for mhar2, mhar8" in (tmp_path / f"out{i}" / "index.md").read_text()
+        assert "no baseline/MHAR pair" in rep.skipped["table_midtrain"].reason
+    # the committed study layout, RUNS_DIR/evals/<run>, is found first
+    shutil.copytree(LM_EVAL / "arm_b", runs / "evals" / "mhar8")
+    rep = build(runs, tmp_path / "out2", only=["table_downstream", "table_midtrain"])
+    assert set(rep.made["table_downstream"][0].data["metrics"]) == {"base", "mhar8"}
+    assert list(rep.made["table_midtrain"][0].data["comparisons"]) == [("base", "mhar8")]
+
+
+def test_a_figures_call_that_refuses_or_makes_nothing_leaves_no_output(tmp_path, capsys):
+    from mhar_probe.cli import main
+
+    (tmp_path / "empty").mkdir()
+    runs = _eval_runs(tmp_path)
+    calls = {"empty": [str(tmp_path / "empty")],
+             "missing": [str(tmp_path / "nope")],
+             "only": [str(runs), "--only", "depth_read", "perhead"],  # no captures: nothing can be made
+             "evals": [str(runs), "--evals", str(tmp_path / "no-evals")]}
+    for name, argv in calls.items():
+        out = tmp_path / "o" / name / "figs"
+        assert main(["figures", *argv, "--out", str(out)]) == 2, name
+        assert not (tmp_path / "o").exists(), name  # neither --out nor the folders made for it
+    err = capsys.readouterr().err
+    assert f"runs directory {tmp_path / 'nope'} does not exist" in err
+    assert f"--evals {tmp_path / 'no-evals'} does not exist" in err
+    assert "nothing could be made" in err
+    # the correct call then needs no --overwrite, and a second one is refused naming it
+    assert main(["figures", str(runs), "--out", str(tmp_path / "o" / "only"), "--only", "table_main"]) == 0
+    assert main(["figures", str(runs), "--out", str(tmp_path / "o" / "only"), "--only", "table_main"]) == 2
+    assert "--overwrite" in capsys.readouterr().err
+
+
+def test_overwrite_replaces_a_figures_folder_whole_and_nothing_else(runs, tmp_path):
+    out = tmp_path / "figs"
+    build(runs, out, only=["kv_grid", "table_main"])
+    build(runs, out, only=["table_main"], overwrite=True)
+    assert sorted(p.name for p in out.iterdir() if p.name.startswith("kv_grid")) == []  # no stale figure left
+    assert (out / "table_main.md").is_file() and not list(tmp_path.glob(".figs*"))
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "notes.txt").write_text("keep")
+    with pytest.raises(UserError, match="not a figures folder"):
+        build(runs, tmp_path / "mine", only=["table_main"], overwrite=True)
+    assert (tmp_path / "mine" / "notes.txt").read_text() == "keep"
+
+
+def test_every_figure_and_table_shows_the_same_mhar(runs, tmp_path):
+    """--mhar-heads (the demo passes the H its claims use) is MHAR in the curves as in the tables; without
+    it the one default rule (H = 8 if trained) holds for both."""
+    for heads, want in ((16, 16), (None, 8)):
+        rep = build(runs, tmp_path / f"h{heads}", only=["training_curves", "table_main"], mhar_heads=heads)
+        mains = {c.H_main for c in rep.made["table_main"][0].data["comparisons"].values()}
+        assert mains == {want}
+        ds = load_runs(runs)
+        for o in rep.made["training_curves"]:
+            name = o.data["curves"]["mhar"]["run"]
+            assert int(select(ds, run=name)["H"].item()) == want, (heads, name)
+
+
+def test_routing_figures_pick_the_study_mhar():
+    from types import SimpleNamespace
+
+    from figures.routing import pick
+
+    runs = [SimpleNamespace(method="mhar", H=h, G=2, shape=(64, 4, 2), seed=0, name=f"m{h}") for h in (2, 4, 8)]
+    assert pick(runs, "mhar").H == 8
+    assert pick(runs, "mhar", prefer=2).H == 2
+    assert pick(runs, "mhar", prefer=16).H == 8  # not captured: the default rule

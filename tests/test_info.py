@@ -34,3 +34,30 @@ def test_the_text_names_the_vocabulary_it_counted():
 def test_vocab_size_is_refused_for_a_run(tmp_path):
     with pytest.raises(UserError, match="--vocab-size is for a preset"):
         describe(str(tmp_path), vocab_size=100)
+
+
+def test_a_killed_run_points_to_resume_in_info_capture_and_eval(tmp_path):
+    """A run stopped before its first checkpoint, or killed between a checkpoint's renames, has
+    neither a final model nor checkpoint/: info, capture and eval name the --resume that finishes it."""
+    import json
+
+    from mhar_probe.capture.runs import require_run
+    from mhar_probe.errors import UserError
+    from mhar_probe.evaluate.harness import check_run
+    from mhar_probe.rundir import require_run_dir
+
+    before = tmp_path / "before"
+    before.mkdir()
+    (before / "train_config.json").write_text(json.dumps({"steps": 10}))
+    during = tmp_path / "during"
+    (during / ".checkpoint.tmp-x1").mkdir(parents=True)
+    (during / "train_config.json").write_text(json.dumps({"steps": 10}))
+    (during / ".checkpoint.tmp-x1" / "state.json").write_text(json.dumps({"step": 5}))
+    for run, why in ((before, "before its first checkpoint"), (during, "while writing a checkpoint")):
+        for check in (require_run_dir, require_run, check_run):
+            with pytest.raises(UserError) as err:
+                check(run)
+            assert why in str(err.value) and f"mhar train --out {run} --resume" in str(err.value), check
+    (tmp_path / "other").mkdir()
+    with pytest.raises(UserError, match="is not a run directory"):
+        require_run_dir(tmp_path / "other")

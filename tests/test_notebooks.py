@@ -37,6 +37,22 @@ def venv_kernel(tmp_path: Path, monkeypatch) -> str:
     return "mhar-venv"
 
 
+def test_the_notebooks_extra_brings_what_tqdms_notebook_bars_need():
+    """Issue 54: without ipywidgets every progress bar in a notebook warned "TqdmWarning: IProgress not
+    found" (tqdm.auto, ours and Hugging Face's); the notebooks extra and the lock carry it."""
+    import re
+    import tomllib
+
+    from packaging.requirements import Requirement
+
+    root = Path(__file__).resolve().parents[1]
+    extra = tomllib.loads((root / "pyproject.toml").read_text())["project"]["optional-dependencies"]["notebooks"]
+    (req,) = [Requirement(r) for r in extra if Requirement(r).name == "ipywidgets"]
+    lock = dict(re.findall(r"^([A-Za-z0-9_.-]+)==(\S+)$", (root / "requirements-lock-cpu.txt").read_text(), re.M))
+    assert req.specifier.contains(lock["ipywidgets"])
+    assert {"widgetsnbextension", "jupyterlab-widgets"} <= set(lock)  # its own requirements, pinned too
+
+
 def test_there_are_six_notebooks():
     assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_", "06_"]
 

@@ -115,3 +115,16 @@ def test_the_readme_commands_on_the_demos_output(tmp_path, monkeypatch):
         assert "Traceback" not in proc.stderr, line
     assert (tmp_path / "demo_out" / "tasks" / "mhar_nextline.yaml").exists()
     assert (tmp_path / "demo_out" / "my_figures" / "index.md").exists()
+
+
+def test_the_readme_ceg_line_is_the_reports_computation():
+    """Issue 54, item 6: the README's `stats ceg` once averaged both seeds without the α columns while the
+    report read seed 42 with them; the line now names the demo's main seed, its ladder and its alphas."""
+    from mhar_probe.demo.plan import DEMO
+
+    (line,) = [ln for ln in bash_lines() if (mhar_argv(ln) or [None, None])[:2] == ["stats", "ceg"] and "demo_out" in ln]
+    argv = mhar_argv(line)
+    runs = [w for w in argv[2:] if not w.startswith("--")]
+    assert f"demo_out/runs/*-s{DEMO.main_seed}-*" in runs and "demo_out/ladder/d*/tiny-*" in runs
+    alphas = argv[argv.index("--alpha") + 1:]
+    assert [float(a) for a in alphas] == list(DEMO.ceg_alphas)

@@ -5,9 +5,17 @@ cost when only some stages run again (per-stage times in stages.json)."""
 from __future__ import annotations
 
 import json
+import re
+from html.parser import HTMLParser
 from pathlib import Path
 
-from mhar_probe.demo.report import Stage, figure_captions, record_stages, write_report
+import pytest
+
+from mhar_probe.demo.report import Stage, figure_captions, record_stages, render_html, write_report
+
+RESULTS = Path(__file__).resolve().parents[1] / "results"
+#: the committed studies' reports (each report.html is report.md rendered by the report stage)
+COMMITTED = ("ladder", "study100m", "study100m/middle", "study100m/scale350m")
 
 CLAIMS = "## Claims\n\n| claim (paper) | ours | verdict | how read |\n|---|---|---|---|\n| A < B | -0.1 | **replicated** | x |\n"
 
@@ -48,7 +56,73 @@ def test_a_partial_rerun_keeps_the_studys_cost_in_the_header(tmp_path):
     write_report(out, [Stage("sweep", 300.0, "trained 13 runs"), Stage("figures", 40.0, "")], 340.0, "T")
     text = write_report(out, [Stage("sweep", 2.0, "all finished, skipped"), Stage("claims", 3.0, "t")], 5.0,
                         "T").read_text()
-    assert "The study: 3 stages, 343 s in all (this call: 2 stages in 5 s" in text
+    assert "The study: 3 stages before this report, 343 s in all (this call: 2 stages in 5 s" in text
     assert "## sweep (300 s)" in text and "all finished, skipped" in text  # the latest log, the real cost
     record_stages(out, [Stage("sweep", 20.0, "retrained")], overwrite=True)  # --overwrite redoes the work
     assert json.loads((out / "stages.json").read_text())["sweep"]["seconds"] == 20.0
+
+
+class _Page(HTMLParser):
+    """The tags of an HTML page and its text outside <pre> and <code> (where Markdown syntax is literal)."""
+
+    def __init__(self, page: str) -> None:
+        super().__init__()
+        self.tags: dict[str, int] = {}
+        self._literal, self._text = 0, []
+        self.feed(page)
+        self.text = "".join(self._text)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags[tag] = self.tags.get(tag, 0) + 1
+        self._literal += tag in ("pre", "code")
+
+    def handle_endtag(self, tag):
+        self._literal -= tag in ("pre", "code")
+
+    def handle_data(self, data):
+        if not self._literal:
+            self._text.append(data)
+
+
+def assert_rendered(page: str) -> _Page:
+    """Real HTML: tables as <table>, no Markdown syntax left in the text (**, *emphasis*, backticks)."""
+    parsed = _Page(page)
+    assert parsed.tags.get("table") and parsed.tags.get("td"), parsed.tags
+    assert "**" not in parsed.text
+    assert "`" not in parsed.text
+    assert not re.search(r"(?<![\w*])\*[^\s*][^*\n]*\*(?![\w*])", parsed.text)
+    assert not re.search(r"^\|.*\|$", parsed.text, re.M)  # no pipe-table line left as text
+    return parsed
+
+
+def test_report_html_is_rendered_markdown(tmp_path):
+    out = study(tmp_path)
+    write_report(out, [Stage("claims", 2.0, "table"), Stage("figures", 3.0, "made")], 5.0, "Tiny `study`")
+    page = assert_rendered((out / "report.html").read_text())
+    assert page.tags.get("strong") and page.tags.get("em") and page.tags.get("img")
+    assert "<td><strong>replicated</strong></td>" in (out / "report.html").read_text()
+    assert "<code>study</code>" in (out / "report.html").read_text()
+    assert "&lt;b&gt;" in render_html("a <b>raw</b> tag")  # raw HTML in the Markdown is shown, not run
+
+
+@pytest.mark.parametrize("study_dir", COMMITTED)
+def test_committed_report_html_is_up_to_date(study_dir):
+    folder = RESULTS / study_dir
+    html = (folder / "report.html").read_text(encoding="utf-8")
+    assert html == render_html((folder / "report.md").read_text(encoding="utf-8"))
+    assert_rendered(html)
+
+
+def test_the_stage_headers_run_to_n_of_n_with_the_report_last(tmp_path, capsys):
+    """Issue 54: the headers stopped at 7/8 (the report stage printed none) while the report counted 7."""
+    from mhar_probe.demo.plan import DEMO
+    from mhar_probe.demo.run import STAGES, run_demo
+    from mhar_probe.sweep.manifest import write_manifest
+
+    out = tmp_path / "study"
+    write_manifest(out / "runs", {}, [])  # a sweep with no finished run yet: the file stages skip
+    assert run_demo(out, plan=DEMO, stages=["probe", "report"]) == 0
+    headers = re.findall(r"stage (\d+)/(\d+): (\w+)", capsys.readouterr().out)
+    assert headers == [("1", "2", "probe"), ("2", "2", "report")]
+    assert "The study: 1 stage before this report" in (out / "report.md").read_text()
+    assert STAGES[-1] == "report"

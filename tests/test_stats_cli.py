@@ -70,6 +70,13 @@ def test_tails_cli(tmp_path, capsys):
     assert {r["method"]: r["best_lr"] for r in doc["best_vs_best"]} == {"baseline": 1e-3, "mhar": 1e-3}
     assert main(["stats", "tails", *runs, "--k", "50"]) == 2
     assert "needs k=50" in capsys.readouterr().err
+    # CEG names the seeds each mean is over: all three here, one when only seed 2's runs are given
+    capsys.readouterr()
+    assert main(["stats", "ceg", *runs, "--alpha", "0.089"]) == 0
+    assert "1, 2, 3; 1, 2, 3" in capsys.readouterr().out
+    assert main(["stats", "ceg", *[r for r in runs if r.endswith("2")], "--alpha", "0.089"]) == 0
+    printed = capsys.readouterr().out
+    assert "2; 2" in printed and "1, 2" not in printed
 
 
 def test_ceg_cli_recovers_alpha_and_gain(tmp_path, capsys):

@@ -44,7 +44,7 @@ def test_grid_expansion_names_and_rules():
         SweepGrid(common=dict(lr=1e-3)).expand()
 
 
-def test_sweep_resumes_skips_and_feeds_figures(tmp_path):
+def test_sweep_resumes_skips_and_feeds_figures(tmp_path, capfd):
     out = tmp_path / "sweep"
     grid = dict(methods=["baseline", "mhar"], heads=[2], presets=["tiny"], steps=[4], seeds=[0], lrs=[3e-3],
                 common={**COMMON, "progress": False})
@@ -60,6 +60,9 @@ def test_sweep_resumes_skips_and_feeds_figures(tmp_path):
     actions = []
     r2 = run_sweep(grid, out, progress=False, on_run=lambda s, a: actions.append(a))
     assert actions == ["resume", "resume"] and r2.trained == names
+    assert "Writing model shards" not in capfd.readouterr().err  # no library bar inside the sweep's (issue 54)
+    from transformers.utils import logging as hf_logging
+    assert hf_logging.is_progress_bar_enabled()  # and put back afterwards
     assert [m["step"] for m in read_metrics(out / names[1] / "metrics.jsonl")] == list(range(5))
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(r["status"] == "finished" and r["tail_mean_val_loss"] > 0 for r in manifest["runs"])

@@ -32,6 +32,7 @@ class Gain:
     entries: list[dict[str, Any]]
     notes: list[str]
     divide_routing: bool = False
+    baseline_runs: int = 0  # how many baseline runs were given (fit and L_base)
     written: list[Path] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
@@ -48,11 +49,20 @@ class Gain:
         out += ["", "compute-equivalent gain (L_base / L_method)^(1/alpha)"
                 + (" / (1 + extra FLOP fraction)" if self.divide_routing else "")]
         out += text_table(
-            ["scale", "method", "L_base", "L_method", "extra FLOPs"] + [f"CEG {k}" for k in self.alphas] + ["bracket"],
-            [[r.scale, r.method, f"{r.L_base:.4f}", f"{r.L_method:.4f}", f"{100 * e['routing_fraction']:.2f}%"]
+            ["scale", "method", "seeds (base; method)", "L_base", "L_method", "extra FLOPs"]
+            + [f"CEG {k}" for k in self.alphas] + ["bracket"],
+            [[r.scale, r.method, f"{_seeds(e['base_seeds'])}; {_seeds(e['seeds'])}", f"{r.L_base:.4f}",
+              f"{r.L_method:.4f}", f"{100 * e['routing_fraction']:.2f}%"]
              + [f"{r.ceg[k]:.3f}x" for k in self.alphas] + [f"{r.low:.2f}-{r.high:.2f}x"]
              for r, e in zip(self.rows, self.entries)])
+        out.append("L_base, L_method: tail-means averaged over the seeds listed (runs given: "
+                   f"{sum(len(e['seeds']) for e in self.entries)} method, {self.baseline_runs} baseline)")
         return out + [f"note: {n}" for n in self.notes] + [f"wrote {p}" for p in self.written]
+
+
+def _seeds(seeds: Sequence[Any]) -> str:
+    """'42' or '42, 43' (the seeds a mean is over)."""
+    return ", ".join(str(s) for s in seeds) or "-"
 
 
 def extra_flops(method_runs: Sequence[RunRecord], base_runs: Sequence[RunRecord]) -> float:
@@ -121,9 +131,11 @@ def compute_equivalent_gain(runs: Sequence[str | Path], *, alpha: Sequence[float
         label = run_label(method, H) + (f" lr={lr:g}" if isinstance(lr, float) else "")
         entries.append(dict(scale=str(preset), method=label, L_base=float(np.mean([b["tail_mean"] for b in bs])),
                             L_method=float(np.mean([r["tail_mean"] for r in rs])),
-                            routing_fraction=extra_flops(rs, bs)))
+                            routing_fraction=extra_flops(rs, bs),
+                            seeds=sorted({r["seed"] for r in rs}, key=str),
+                            base_seeds=sorted({b["seed"] for b in bs}, key=str)))
     result = Gain(fits=fits, alphas=alphas, rows=ceg_table(entries, alphas, divide_routing=divide_routing),
-                  entries=entries, notes=notes, divide_routing=divide_routing)
+                  entries=entries, notes=notes, divide_routing=divide_routing, baseline_runs=len(base))
     if json:
         result.written.append(write_json_new(json, result.as_dict(), overwrite=overwrite))
     return result

@@ -56,12 +56,17 @@ def capture_run(cfg: RunCapture) -> xr.Dataset:
         model, batches, probes=cfg.probes, slices=cfg.slices, draws=cfg.draws, seed=cfg.seed,
         per_token=cfg.per_token, out=out, overwrite=cfg.overwrite, split=cfg.split,
         run_path=cfg.run, progress=cfg.progress, total=len(batches),
-        attrs={"seq_len": int(seq_len), "corpus": str(train_cfg.get("corpus") or "embedded"),
+        attrs={"seq_len": int(seq_len), "tokens_requested": int(cfg.tokens) if cfg.tokens else -1,
+               "corpus": str(train_cfg.get("corpus") or "embedded"),
                "train_preset": str(train_cfg.get("preset", ""))})
 
 
 def capture_summary(ds: xr.Dataset, out: str | Path) -> str:
-    """One line on what a capture wrote."""
-    return (f"wrote {out}: {ds.attrs['tokens_seen']} tokens, {ds.sizes['site']} sites x "
+    """One line on what a capture wrote (and, when --tokens asked for more than the split holds,
+    that it read the whole split instead)."""
+    asked, seen = int(ds.attrs.get("tokens_requested", -1)), int(ds.attrs["tokens_seen"])
+    short = (f" (all the {ds.attrs.get('split', 'held-out')} split holds; --tokens asked for {asked})"
+             if asked > seen else "")
+    return (f"wrote {out}: {seen} tokens{short}, {ds.sizes['site']} sites x "
             f"{ds.sizes['source']} sources x {ds.sizes['head']} heads ({ds.attrs['method']}, "
             f"{ds.attrs['capture_seconds']:.1f} s)")

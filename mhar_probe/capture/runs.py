@@ -10,6 +10,7 @@ import torch
 from torch import Tensor, nn
 
 from ..model.saved import load_model
+from ..rundir import unfinished_hint
 from ..runfiles import CONFIG, ROUTING, RunFiles
 from .errors import CaptureError
 from .schema import sha256_file
@@ -22,7 +23,9 @@ def require_run(run_dir: str | Path) -> Path:
     if not run.is_dir():
         raise CaptureError(f"run directory {run} does not exist")
     if not RunFiles(run).config_path.is_file():
-        raise CaptureError(f"{run} is not a finished run directory (no {CONFIG}; train one with `mhar train`)")
+        hint = unfinished_hint(run)
+        raise CaptureError(f"{run} has no final model ({CONFIG}): {hint}" if hint else
+                           f"{run} is not a finished run directory (no {CONFIG}; train one with `mhar train`)")
     return run
 
 

@@ -51,14 +51,13 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Handler of `mhar eval`: evaluate, print the headline metrics and the output paths (or,
     with --export-tasks, write the shipped tasks and print the stock `lm_eval` command)."""
     if args.export_tasks:
-        from ..evaluate.harness import export_tasks
+        from ..evaluate.harness import export_tasks, stock_command
 
         files = export_tasks(args.run, args.export_tasks, overwrite=args.overwrite)
         for task in files.tasks:
             print(f"{task:22s} {files.counts.get(task, 0):6d} items  {files.root / (task + '.yaml')}")
-        usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
-        print(f"lm_eval --model hf --model_args pretrained={args.run},trust_remote_code=True "
-              f"--tasks {','.join(usable)} --include_path {files.root}")
+        for line in stock_command(args.run, files, device=args.device):
+            print(line)
         return 0
     if not args.tasks:
         raise UserError("give --tasks TASK[,TASK...] (or --export-tasks DIR)")

@@ -22,7 +22,9 @@ def add_figures_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
                    help="the MHAR head count the comparison tables use (default: 8 if trained, else H = KV, "
                         "else the largest H <= 8); the demo passes the H it evaluates")
     p.add_argument("--evals", default=None, metavar="DIR",
-                   help="LM-eval harness outputs, one sub-directory per run name (default: RUNS_DIR/evals)")
+                   help="LM-eval harness outputs, one sub-directory per run name (default: RUNS_DIR/evals); "
+                        "a run without one there is read from RUN/eval (what `mhar eval RUN` writes), else "
+                        "left out with a note")
     p.add_argument("--overwrite", action="store_true", help="replace figures already in --out")
     p.add_argument("--list", action="store_true", help="list the generators and what each needs, then exit")
     p.set_defaults(func=cmd_figures)

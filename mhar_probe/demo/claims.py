@@ -60,6 +60,20 @@ LEVEL = 0.95
 NULL_SD_REL_SE = 0.10
 #: ... hence the fewest draws a z against the null is read with (51)
 MIN_NULL_DRAWS = math.ceil(1 + 1 / (2 * NULL_SD_REL_SE ** 2))
+#: the null draws the advice to capture again names (>= MIN_NULL_DRAWS; what the GPU studies capture)
+ADVISED_DRAWS = 64
+
+
+def capture_command(plan: Plan, overwrite: bool = True) -> str:
+    """The `mhar capture` call that gives a run of `plan` what its claims need: ADVISED_DRAWS null
+    draws, on the plan's own held-out tokens (named when they are not `mhar capture`'s default, so
+    that following the advice never changes what the capture reads)."""
+    from ..capture.of_run import RunCapture
+
+    tokens = "" if plan.capture_tokens == RunCapture.tokens else f" --tokens {plan.capture_tokens}"
+    return f"`mhar capture RUN{' --overwrite' * overwrite} --draws {ADVISED_DRAWS}{tokens}`"
+
+
 #: the paper's numbers each claim is read against (section / figure in the paper)
 PAPER = {
     "order": "MHAR < single-head < baseline in held-out loss at 100M-1B (Table main)",
@@ -228,7 +242,7 @@ class NullRead:
         return (self.value - self.null_mean) / self.null_sd if self.null_sd > 0 else math.nan
 
 
-def _z_verdict(reads: dict[int, NullRead], what: str) -> tuple[str, str]:
+def _z_verdict(plan: Plan, reads: dict[int, NullRead], what: str) -> tuple[str, str]:
     """(verdict, note) of per-seed z: above the null in every seed (z > 2) or below it in every seed
     (z < -2); pending where a seed's null lacks values or has fewer than MIN_NULL_DRAWS draws."""
     lacking = [s for s, r in reads.items() if math.isnan(r.null_mean)]
@@ -237,12 +251,12 @@ def _z_verdict(reads: dict[int, NullRead], what: str) -> tuple[str, str]:
             "z < -2 in every seed: below")
     if lacking:
         return PENDING, (f"{rule}. Pending: the capture of seed(s) {', '.join(map(str, lacking))} has no {what}; "
-                         f"capture again with >= {MIN_NULL_DRAWS} draws (`mhar capture RUN --overwrite --draws 64`)")
+                         f"capture again with >= {MIN_NULL_DRAWS} draws ({capture_command(plan)})")
     if few:
         draws = sorted({reads[s].draws for s in few})
         return PENDING, (f"{rule}. Pending: a stable z needs >= {MIN_NULL_DRAWS} null draws (sd within 10%); seed(s) "
                          f"{', '.join(map(str, few))} have {', '.join(map(str, draws))}: capture again "
-                         f"(`mhar capture RUN --overwrite --draws 64`)")
+                         f"({capture_command(plan)})")
     zs = [r.z for r in reads.values()]
     if any(math.isnan(z) for z in zs):
         return INCONCLUSIVE, rule
@@ -259,7 +273,7 @@ def deviation_claim(plan: Plan, reads: dict[int, NullRead]) -> Claim:
     """max |D| of the trained heads against the matched-norm random query's, every seed."""
     if not reads:
         return Claim("deviation", f"no routing dataset of {run_label('mhar', plan.mhar_heads)}", INCONCLUSIVE)
-    verdict, note = _z_verdict(reads, "null draws")
+    verdict, note = _z_verdict(plan, reads, "null draws")
     return Claim("deviation", f"max |D| of {run_label('mhar', plan.mhar_heads)}: {_per_seed(reads)}", verdict, note)
 
 
@@ -272,7 +286,7 @@ def replication_claim(plan: Plan, reads: dict[int, NullRead], halves: dict[int, 
     if shared:
         return Claim("replication", f"r by seed {_per_seed(reads)}; seed(s) {', '.join(map(str, shared))} split by "
                      f"{halves[shared[0]] or 'unknown'} (not disjoint text)", INCONCLUSIVE)
-    verdict, note = _z_verdict(reads, "null halves (null_weight_mean_half, recorded since issue 32)")
+    verdict, note = _z_verdict(plan, reads, "null halves (null_weight_mean_half, recorded since issue 32)")
     return Claim("replication", f"split-half r (halves by documents) of {run_label('mhar', plan.mhar_heads)}: "
                  f"{_per_seed(reads)}", verdict, note)
 
@@ -459,16 +473,18 @@ def label(method: str, heads: int | None, kv: int | None, seed: int) -> str:
     return f"{run_label(method, heads)} seed {seed}"
 
 
-def held_back(claim: Claim, missing: Sequence[str], uncaptured: Sequence[str] = ()) -> Claim:
+def held_back(claim: Claim, missing: Sequence[str], uncaptured: Sequence[str] = (), plan: Plan | None = None
+              ) -> Claim:
     """`claim` with its verdict held back while planned runs are missing (pending: runs missing) or
-    finished runs lack their routing dataset (pending: needs rerun); its `ours` keeps what the
-    runs present give."""
+    finished runs lack their routing dataset (pending: needs rerun: `plan`'s capture command); its
+    `ours` keeps what the runs present give."""
     if missing:
         return Claim(claim.key, claim.ours, PENDING_RUNS, f"runs missing: {', '.join(missing)}"
                      + (f". When in: {claim.note}" if claim.note else ""), claim.paper)
     if uncaptured:
-        return Claim(claim.key, claim.ours, PENDING, f"not captured: {', '.join(uncaptured)} (`mhar capture RUN "
-                     f"--draws 64`)" + (f". Then: {claim.note}" if claim.note else ""), claim.paper)
+        how = capture_command(plan, overwrite=False) if plan is not None else f"`mhar capture RUN --draws {ADVISED_DRAWS}`"
+        return Claim(claim.key, claim.ours, PENDING, f"not captured: {', '.join(uncaptured)} ({how})"
+                     + (f". Then: {claim.note}" if claim.note else ""), claim.paper)
     return claim
 
 
@@ -501,11 +517,11 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
         held_back(order_claim(plan, tails or none), miss_order),
         held_back(optimum_claim(plan, grid_runs, tails or none), miss_optimum),
         held_back(excess_claim(plan, seeds.excess), study.missing("attnres", seeds=probe),
-                  study.uncaptured("attnres", seeds=probe)),
+                  study.uncaptured("attnres", seeds=probe), plan),
         held_back(deviation_claim(plan, seeds.deviation), study.missing("mhar", h, probe),
-                  study.uncaptured("mhar", h, probe)),
+                  study.uncaptured("mhar", h, probe), plan),
         held_back(replication_claim(plan, seeds.replication, seeds.halves), study.missing("mhar", h, probe),
-                  study.uncaptured("mhar", h, probe)),
+                  study.uncaptured("mhar", h, probe), plan),
         held_back(ceg_claim(plan, ceg, tails or none, study) if ceg is not None
                   else Claim("ceg", "no stats/ceg.json (its runs are missing)", INCONCLUSIVE), miss_ceg),
     ]
@@ -877,13 +893,13 @@ def spread_claims(plan: Plan, study: Study) -> list[Claim]:
                 reads[seed], final = spread_read(RunFiles(path).routing_path)
                 finals.append(f"seed {seed} {final}")
         if reads:
-            verdict, rule = _z_verdict(reads, "null draws")
+            verdict, rule = _z_verdict(plan, reads, "null draws")
             ours = f"spread {_per_seed(reads)}; {'; '.join(finals)}"
             note = f"{note_rule}; {rule}"
         else:
             ours, verdict, note = "no routing dataset yet", INCONCLUSIVE, note_rule
         claims.append(held_back(Claim(f"spread_{what}", ours, verdict, note, paper),
-                                study.missing(method, heads, seeds), study.uncaptured(method, heads, seeds)))
+                                study.missing(method, heads, seeds), study.uncaptured(method, heads, seeds), plan))
     return claims
 
 

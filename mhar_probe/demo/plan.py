@@ -74,7 +74,10 @@ class Plan:
     capture_tokens: int = 16384
     mcnemar_bootstrap: int = 2000
     ceg_alphas: tuple[float, ...] = (0.089, 0.15)
-    null_draws: int = 8  # random-query draws per capture (the claim table's z needs demo.claims.MIN_NULL_DRAWS)
+    null_draws: int = 8  # random-query draws per capture of a routed run the claims' z does not read
+    # draws of the captures the claim table reads against their null by z (MHAR at mhar_heads; with
+    # spread_claims every routed run at the main seed): at least demo.claims.MIN_NULL_DRAWS
+    claim_draws: int = 64
     # extra claim rows (demo.claims): the paper's Table-main deltas vs the same-seed baseline that this
     # plan's shape can be read against, as (method, H, key in figures/paper_values.json main.rows[].deltas)
     paper_deltas: tuple[tuple[str, int | None, str], ...] = ()
@@ -130,6 +133,13 @@ class Plan:
     def ladder_extra(self, width: int) -> dict[str, int]:
         """Model overrides of a ladder baseline of width `width`."""
         return dict(hidden_size=width, intermediate_size=self.ladder_ffn_ratio * width)
+
+    def capture_draws(self, method: str, heads: int | None, seed: int) -> int:
+        """The null draws a capture of this run takes: `claim_draws` where the claim table reads the run's
+        z against its null (deviation, replication: MHAR at `mhar_heads`; spread: every routed run at the
+        main seed), else `null_draws`."""
+        z_read = (method == "mhar" and heads == self.mhar_heads) or (self.spread_claims and seed == self.main_seed)
+        return max(self.claim_draws, self.null_draws) if z_read else self.null_draws
 
     def run_names(self, grids: list[str], steps: int | None = None) -> set[str]:
         """Names of the runs in OUT/runs that `grids` train."""

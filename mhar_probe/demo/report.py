@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import html
 import json
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,8 +130,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
     total = sum(float(v["seconds"]) for v in known.values())
     this_call = f"this call: {len(stages)} stage{'s' * (len(stages) != 1)} in {seconds:.0f} s"
     md = ["# mhar-probe report", "",
-          f"{title}. The study: {len(known)} stages, {total:.0f} s in all ({this_call}; each stage's time "
-          f"is in its heading). Runs: `{out / 'runs'}`.", ""]
+          f"{title}. The study: {len(known)} stage{'s' * (len(known) != 1)} before this report, {total:.0f} s in all ({this_call}; "
+          f"each stage's time is in its heading). Runs: `{out / 'runs'}`.", ""]
     from .export import sweep_dirs
     from .runs import finished, swept_runs
 
@@ -162,7 +161,7 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
     from .. import atomic
 
     atomic.write_text(report, text)
-    atomic.write_text(out / "report.html", _html(text))
+    atomic.write_text(out / "report.html", render_html(text))
     return report
 
 
@@ -181,24 +180,19 @@ def _figures_section(out: Path, figs: Path) -> list[str]:
     return md
 
 
-def _html(markdown: str) -> str:
-    """A minimal, dependency-free rendering: headings, images, tables and code as <pre>."""
-    body, in_code = [], False
-    for line in markdown.splitlines():
-        if line.startswith("```"):
-            body.append("</pre>" if in_code else "<pre>")
-            in_code = not in_code
-        elif in_code or line.startswith("|"):
-            body.append(html.escape(line) if in_code else f"<pre class='t'>{html.escape(line)}</pre>")
-        elif m := re.match(r"!\[(.*)\]\((.*)\)", line):
-            body.append(f"<img alt='{html.escape(m[1])}' src='{html.escape(m[2])}' style='max-width:900px'>")
-        elif m := re.match(r"(#+) (.*)", line):
-            n = len(m[1])
-            body.append(f"<h{n}>{html.escape(m[2])}</h{n}>")
-        elif len(line) > 2 and line.startswith("*") and line.endswith("*") and not line.startswith("**"):
-            body.append(f"<p><em>{html.escape(line[1:-1])}</em></p>")  # a figure's caption
-        elif line.strip():
-            body.append(f"<p>{html.escape(line)}</p>")
-    style = "body{font-family:sans-serif;max-width:1000px;margin:auto} pre.t{margin:0}"
-    return f"<!doctype html><meta charset='utf-8'><title>mhar-probe demo</title><style>{style}</style>\n" + \
-        "\n".join(body) + "\n"
+#: the report's page style: readable tables (the comparison and figure tables are wide) and figures
+HTML_STYLE = ("body{font-family:sans-serif;max-width:1100px;margin:auto;padding:0 1em;line-height:1.4}"
+              "table{border-collapse:collapse;margin:0.5em 0 1em;font-size:0.85em;display:block;overflow-x:auto}"
+              "th,td{border:1px solid #ccc;padding:2px 6px}th{background:#f2f2f2}"
+              "img{max-width:100%}pre{background:#f6f6f6;padding:0.5em;overflow-x:auto}"
+              "code{font-size:0.9em}")
+
+
+def render_html(markdown: str, title: str = "mhar-probe report") -> str:
+    """report.md as an HTML page: CommonMark with pipe tables (markdown-it-py), raw HTML in the
+    Markdown escaped, not passed through."""
+    from markdown_it import MarkdownIt
+
+    body = MarkdownIt("commonmark", {"html": False}).enable("table").render(markdown)
+    return (f"<!doctype html>\n<html><head><meta charset='utf-8'><title>{html.escape(title)}</title>"
+            f"<style>{HTML_STYLE}</style></head>\n<body>\n{body}</body></html>\n")

@@ -83,12 +83,15 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     log: list[Stage] = []
     start = time.perf_counter()
 
-    def stage(name: str, fn: Callable[[], str | None]) -> None:
-        if name not in todo:
-            return
+    def header(name: str) -> None:
         k = todo.index(name) + 1
         print(f"\n[{plan.name}] ── stage {k}/{len(todo)}: {name} ── ({_clock(time.perf_counter() - start)} "
               f"elapsed)", flush=True)
+
+    def stage(name: str, fn: Callable[[], str | None]) -> None:
+        if name not in todo:
+            return
+        header(name)
         t0 = time.perf_counter()
         text = fn() or ""
         log.append(Stage(name, time.perf_counter() - t0, text))
@@ -115,6 +118,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     stage("claims", lambda: claims_stage(plan, out))
     stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads, second_rate_runs(plan, out)))
     if "report" in todo:
+        header("report")  # the last stage: the report counts the stages before it
         report = write_report(out, log, time.perf_counter() - start, plan.title, overwrite=overwrite)
         print(f"\n[{plan.name}] done in {time.perf_counter() - start:.0f} s")
         html_report = report.with_suffix(".html")
@@ -233,8 +237,8 @@ def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
 
     logs = []
     for run in routed:
-        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, draws=plan.null_draws, overwrite=overwrite,
-                         progress=False)
+        cfg = RunCapture(run=str(run.path), tokens=plan.capture_tokens, overwrite=overwrite, progress=False,
+                         draws=plan.capture_draws(run.method, run.heads, run.seed))
         if cfg.out_path().exists() and not overwrite:
             logs.append(f"{run.name}: routing.nc exists, skipped")
             continue

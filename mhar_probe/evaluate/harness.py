@@ -31,7 +31,7 @@ from typing import Any, Sequence
 from ..atomic import replace_dir, staging_dir
 from ..outputs import OutputKind, check_device, check_output
 from ..model import saved
-from ..rundir import load_pretrained
+from ..rundir import load_pretrained, unfinished_hint
 from ..runfiles import CONFIG, TRAIN_CONFIG, WEIGHTS, RunFiles, read_model_config
 from .errors import EvalError
 from .heldout import SHIPPED_TASKS, TaskFiles, heldout_tasks, sha256_file
@@ -59,7 +59,7 @@ class EvalConfig:
     bootstrap_iters: int = 1000
 
     def out_dir(self) -> Path:
-        return Path(self.out) if self.out else Path(self.run) / "eval"
+        return Path(self.out) if self.out else RunFiles(Path(self.run)).eval_path
 
 
 @dataclass
@@ -108,8 +108,7 @@ def check_run(run: str | os.PathLike) -> Path:
     files = RunFiles(path)
     missing = [n for n in (CONFIG, WEIGHTS) if not (path / n).exists()]
     if missing:
-        hint = ("the run has a checkpoint but no final model; finish it with `mhar train --resume`"
-                if files.state_path.exists() else "not a finished run directory")
+        hint = unfinished_hint(path) or "not a finished run directory"
         raise EvalError(f"{path}: {' and '.join(missing)} missing ({hint})")
     if not files.has_tokenizer:
         raise EvalError(f"{path}: no tokenizer (tokenizer.json) saved in the run directory")
@@ -176,12 +175,58 @@ def eval_max_length(run: Path, settings: dict[str, Any], model, override: int | 
     raise EvalError(f"{run}: cannot tell the model's context length; pass --max-length")
 
 
+#: the harness's warning for an in-memory model, which is what `make_lm` passes on purpose
+PRETRAINED_OBJECT_WARNING = "`pretrained` model kwarg is not of type `str`"
+
+
+class _DropMessage(logging.Filter):
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return self.text not in record.getMessage()
+
+
 def make_lm(model, tok, *, max_length: int, batch_size: int):
-    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class."""
+    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class (without its warning
+    that an in-memory model ignores the model-loading arguments: none are given)."""
     from lm_eval.models.huggingface import HFLM
 
-    return HFLM(pretrained=model, tokenizer=tok, backend="causal", max_length=max_length,
-                batch_size=batch_size)
+    quiet = _DropMessage(PRETRAINED_OBJECT_WARNING)
+    logger = logging.getLogger("lm_eval.models.huggingface")
+    logger.addFilter(quiet)
+    try:
+        return HFLM(pretrained=model, tokenizer=tok, backend="causal", max_length=max_length,
+                    batch_size=batch_size)
+    finally:
+        logger.removeFilter(quiet)
+
+
+def quiet_git_hash() -> str | None:
+    """What the harness's `get_git_commit_hash` records (`git describe --always` of the working
+    directory), without git's "fatal: not a git repository" on stderr outside a checkout."""
+    import subprocess
+
+    try:
+        done = subprocess.run(["git", "describe", "--always"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() or None if done.returncode == 0 else None
+
+
+@contextlib.contextmanager
+def _quiet_git(evaluator_module):
+    """`evaluator_module.get_git_commit_hash` replaced by `quiet_git_hash` while the harness runs."""
+    original = getattr(evaluator_module, "get_git_commit_hash", None)
+    if original is None:  # a harness that records no commit
+        yield
+        return
+    evaluator_module.get_git_commit_hash = quiet_git_hash
+    try:
+        yield
+    finally:
+        evaluator_module.get_git_commit_hash = original
 
 
 # ----------------------------------------------------------------------------- tasks
@@ -238,6 +283,54 @@ def export_tasks(run: str | os.PathLike, dest: str | os.PathLike, overwrite: boo
     return TaskFiles(root=final, tasks=SHIPPED_TASKS, sha256=sha, counts=counts)
 
 
+def stock_command(run: str | os.PathLike, files: TaskFiles, device: str | None = None,
+                  budget_s: float | None = None) -> list[str]:
+    """The stock `lm_eval` command for exported tasks, sized for this machine (its device, a batch
+    size, the run's context, and `--limit` when the whole set would take longer than `budget_s`),
+    then a comment line with its estimated time (`estimate`: the work counted from the items, its
+    cost measured here through the harness's model class on a batch of the tasks' own requests)."""
+    import torch
+
+    from . import estimate
+    from .heldout import LASTWORD_TASK, NEXTLINE_GEN_TASK, NEXTLINE_TASK
+
+    run_dir = check_run(run)
+    device = device or default_device()
+    batch = 64 if device.startswith("cuda") else 8
+    model, tok = load_model(run_dir, device)
+    max_length = eval_max_length(run_dir, train_settings(run_dir), model, None)
+    usable = [t for t in files.tasks if files.counts.get(t)]  # a small corpus can leave a task empty
+    command = (f"lm_eval --model hf --model_args pretrained={run},trust_remote_code=True,max_length={max_length} "
+               f"--tasks {','.join(usable)} --include_path {files.root} --device {device} --batch_size {batch}")
+    rows = {t: estimate.read_rows(files.root, t) for t in usable}
+    pairs = ([(r["context"], r["target"]) for r in rows.get(LASTWORD_TASK, [])]
+             or [(r["context"] + "\n", c) for r in rows.get(NEXTLINE_TASK, []) for c in r["choices"]])
+    if not pairs:
+        return [command, "# no estimate: no scored items to time"]
+
+    def count(text: str) -> int:
+        return len(tok(text, add_special_tokens=False)["input_ids"])
+
+    prompts = [r["context"] + "\n" for r in rows.get(NEXTLINE_GEN_TASK, [])]
+    with torch.no_grad():
+        speed = estimate.measure_speed(make_lm(model, tok, max_length=max_length, batch_size=batch), pairs, prompts,
+                                       batch=batch, count=count)
+    works = [estimate.task_work(t, rows[t], count, max_length) for t in usable]
+    kw = dict(batch=batch, speed=speed)
+    full = sum(estimate.seconds(w, **kw) for w in works)
+    limit = estimate.fitting_limit(works, estimate.BUDGET_S if budget_s is None else budget_s, **kw)
+    where = device + (f", {torch.get_num_threads()} threads" if device == "cpu" else "")
+    said = ("(an estimate: the items' requests at the speed measured here on one batch of them; the harness's "
+            "start-up is not counted)")
+    if not limit:
+        return [command, f"# estimate: about {estimate.clock(full)} here ({where}) for every item {said}"]
+    took = sum(estimate.seconds(w, limit=limit, **kw) for w in works)
+    items = max(w.items for w in works)
+    return [f"{command} --limit {limit}",
+            f"# estimate: about {estimate.clock(took)} here ({where}) for the first {limit} items of each task; "
+            f"all of them (up to {items} a task, without --limit): about {estimate.clock(full)} {said}"]
+
+
 def _recorded_fingerprint(run: Path) -> str | None:
     files = RunFiles(run)
     if not files.corpus_path.exists():
@@ -258,8 +351,28 @@ def check_tasks_dirs(dirs: Sequence[str]) -> list[Path]:
             raise EvalError(f"--tasks-dir {p} is not a directory of task YAML files")
         if not any(p.rglob("*.yaml")) and not any(p.rglob("*.yml")):
             raise EvalError(f"--tasks-dir {p} holds no task YAML files (*.yaml)")
+        for yaml_path in sorted(p.rglob("*.yaml")):
+            if problem := yaml_problem(yaml_path):
+                raise EvalError(f"--tasks-dir {p}: {yaml_path} is not a readable task YAML ({problem}); "
+                                "the harness would skip it in silence: fix or remove it")
         out.append(p.resolve())
     return out
+
+
+def yaml_problem(path: Path) -> str | None:
+    """Why the task file `path` cannot be read (YAML syntax, not a mapping), else None. The harness's
+    own tags (`!function`) are accepted unresolved, as its task index reads them."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        pass
+
+    Loader.add_multi_constructor("!", lambda loader, suffix, node: None)
+    try:
+        doc = yaml.load(path.read_text(encoding="utf-8"), Loader=Loader)  # noqa: S506 (a SafeLoader)
+    except (yaml.YAMLError, UnicodeDecodeError) as e:
+        return " ".join(str(e).split())[:200]
+    return None if isinstance(doc, dict) else f"a YAML {type(doc).__name__}, not a mapping of task fields"
 
 
 def task_manager(tasks: Sequence[str], local_dirs: Sequence[Path]):
@@ -464,7 +577,7 @@ def run_eval(cfg: EvalConfig, log=print) -> EvalSummary:
         tracker = EvaluationTracker(output_path=str(staging))
         log(f"evaluating {', '.join(cfg.tasks)} (limit {cfg.limit or 'none'}, batch {cfg.batch_size}, "
             f"context {max_length}) ...")
-        with _count_truncations() as truncated:
+        with _count_truncations() as truncated, _quiet_git(evaluator):
             try:
                 results = evaluator.simple_evaluate(
                     model=lm, model_args={"pretrained": _model_name(run)}, tasks=list(cfg.tasks), task_manager=tm,

@@ -165,6 +165,16 @@ def run_sweep(grid: SweepGrid | dict[str, Any], out: str | Path, *, overwrite: b
             lock.release()
 
 
+def library_bars_off() -> Callable[[], None]:
+    """Turn off transformers' own progress bars (each run's save prints "Writing model shards", a bar
+    nested in the sweep's); returns the function that puts them back as they were."""
+    from transformers.utils import logging as hf_logging
+
+    was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    return hf_logging.enable_progress_bar if was_on else (lambda: None)
+
+
 def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dict[str, Any]],
                 result: SweepResult, *, overwrite: bool, progress: bool, main: bool,
                 on_run: Callable[[RunSpec, str], None] | None, deadline: Any) -> SweepResult:
@@ -187,6 +197,7 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
     # the sweep's deadline stops its runs (passed to each trainer), not a limit per run
     runtime = {"progress": progress and main and grid.common.get("progress", True), "time_limit": None}
     bar = tqdm(specs, desc="sweep", unit="run", disable=not (progress and main), dynamic_ncols=True)
+    restore_bars = library_bars_off()
     try:
         for spec in bar:
             bar.set_postfix_str(spec.name)
@@ -221,6 +232,7 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
                 result.time_limited = True
                 break
     finally:
+        restore_bars()
         bar.close()
         shutdown(info)
     for spec in specs:  # the runs a time limit left untouched
