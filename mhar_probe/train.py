@@ -28,6 +28,7 @@ from tqdm.auto import tqdm
 from . import __version__, atomic
 from .distributed import (DistInfo, all_reduce_loss_and_stop, all_reduce_mean, barrier, init_distributed,
                           shutdown)
+from .cputhreads import ThreadChoice, choose_threads
 from .errors import UserError
 from .options import finite_above_zero
 from .kernels.config import ROUTING_DOUTS
@@ -194,9 +195,11 @@ class Trainer:
         self._last_done = (0.0, float("-inf"))  # when the last step read back ended (perf_counter, clock)
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
+        self.threads: tuple[ThreadChoice, int] | None = None
         # one writer per run directory; a second one is refused here, before any work
         self.lock = RunLock(self.out).acquire() if self.info.is_main else None
         try:
+            self.threads = self._set_threads(cfg.threads)  # (this machine's now: not a resumed run's setting)
             self._build(settings_for_resume(cfg))
         except BaseException:
             self.close()
@@ -254,9 +257,22 @@ class Trainer:
             self.metrics = [m for m in RunFiles(self.out).metrics() if m["step"] <= self.step]
 
     def close(self) -> None:
-        """Release the run directory's lock (the end of `run`, or a failed start)."""
+        """Release the run directory's lock and give the process its thread count back (the end of
+        `run`, or a failed start)."""
         if self.lock is not None:
             self.lock.release()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads[1])
+
+    def _set_threads(self, requested: int | None) -> tuple[ThreadChoice, int] | None:
+        """On a CPU (or with --threads): set the intra-op threads (`mhar_probe.cputhreads`);
+        (the choice, the count before) to say and restore, None where left alone."""
+        if self.info.device.type != "cpu" and requested is None:
+            return None
+        choice = choose_threads(requested)
+        before = torch.get_num_threads()
+        torch.set_num_threads(choice.threads)
+        return choice, before
 
     # ------------------------------------------------------------------ hooks (subclasses override)
     def setup(self) -> None:
@@ -531,8 +547,9 @@ class Trainer:
         if info.is_main:  # a resumed run records what it was resumed with (more --steps)
             atomic.write_json(self.out / TRAIN_CONFIG, saved_settings(cfg))
             # every session that trains the run: where it started, the code, the software, the card
-            self.sessions = [*(RunFiles(self.out).sessions() if self.resumed else []),
-                             session_record(self.step, self.device, info.world_size)]
+            session = session_record(self.step, self.device, info.world_size)
+            session["hardware"]["cpu_threads"] = torch.get_num_threads()
+            self.sessions = [*(RunFiles(self.out).sessions() if self.resumed else []), session]
             atomic.write_json(self.out / SESSIONS, self.sessions)
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
@@ -546,6 +563,8 @@ class Trainer:
                 composition=comp.to_rows(), meta=jsonable(comp.meta)))
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
+        if cfg.progress and info.is_main and self.threads is not None:  # the line above the bar
+            print(f"{self.out}: {self.threads[0].line()}", file=sys.stderr)
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
                    desc=self.label, unit="step", dynamic_ncols=True)
         self.model.train()
