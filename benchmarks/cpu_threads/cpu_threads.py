@@ -66,6 +66,7 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["torch", "1", "auto"])
     ap.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy neighbour processes to measure beside")
     ap.add_argument("--out", required=True)
+    ap.add_argument("--commit", default=None, help="the commit measured (default: git's HEAD here)")
     args = ap.parse_args()
     cpus = len(allowed_cpus())
     work = Path(tempfile.mkdtemp(prefix="cpu_threads_"))
@@ -85,7 +86,8 @@ def main() -> None:
             for p in neighbours:
                 p.kill()
                 p.wait()
-    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True).stdout.strip()
+    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
+                                           text=True).stdout.strip()
     doc = dict(benchmark="cpu_threads", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                commit=commit, package_version=__version__, torch=torch.__version__, python=platform.python_version(),
                platform=platform.platform(), device=f"cpu x{cpus} ({platform.processor() or platform.machine()})",
