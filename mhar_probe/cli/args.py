@@ -90,6 +90,17 @@ def check_corpus(spec: str | None) -> None:
         raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")
 
 
+def require_existing(what: str, *paths: str | None) -> None:
+    """Each of `paths` given exists, else one line: "{what} PATH does not exist". Commands call it
+    first, before their heavy imports (torch takes seconds to load), so that a mistyped path is
+    refused at once."""
+    from pathlib import Path
+
+    for path in paths:
+        if path is not None and not Path(path).exists():
+            raise UserError(f"{what} {path} does not exist")
+
+
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:
     """The options-dataclass fields (TrainConfig, CPTConfig) the user set on the command line
     (`argv` of one subcommand), told apart from defaults by parsing again with every default
