@@ -26,7 +26,7 @@ from mhar_probe.model.saved import check_config_values
 from mhar_probe.runfiles import (CONFIG, METRICS, METRICS_GZ, SUMMARY, TRAIN_CONFIG, MetricsRow, RunFiles,
                                  SummaryDoc, TrainConfigDoc, read_metrics)
 from mhar_probe.model.methods import routing_heads_of
-from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
+from mhar_probe.tail import TAIL_K, Tail, tail_of
 
 #: files any one of which makes a directory a run directory
 RUN_MARKERS = (TRAIN_CONFIG, SUMMARY, CONFIG, METRICS, METRICS_GZ)
@@ -233,27 +233,22 @@ class Run:
         """Metrics lines with a training loss, in step order."""
         return sorted((r for r in self.metrics if r.get("loss") is not None), key=lambda r: r["step"])
 
-    def tail(self, k: int = TAIL_K) -> tuple[float, int]:
-        """(tail-mean, evaluations averaged): a short run averages what it has (`mhar_probe.tail`)."""
-        return tail_mean([p["val_loss"] for p in self.evals], k)
+    def tail(self, k: int = TAIL_K) -> Tail:
+        """The run's tail-mean (`mhar_probe.tail`: None for a run too short for it)."""
+        return tail_of(((p["step"], p["val_loss"]) for p in self.evals), k)
 
     def record(self, k: int = TAIL_K, *, full: bool = True,
                error: type[UserError] = UserError) -> dict[str, Any]:
         """The run as `analysis.stats.curves` reads it: method, H, kv, lr, seed, preset, curve,
-        path, scale, tail_mean. `full`: the tail-mean needs k evaluations (else `error`), as the
-        statistics require; off, a short run averages what it has."""
+        path, scale, tail_mean. A run too short for the tail-mean (`mhar_probe.tail`) is an
+        `error` (`full`), as the statistics require, or has tail_mean NaN."""
         curve = self.evals
-        vals = [p["val_loss"] for p in curve]
-        if full:
-            try:
-                tail = full_tail_mean(vals, k, where=str(self.metrics_path))
-            except ValueError as exc:
-                raise error(str(exc)) from None
-        else:
-            tail = tail_mean(vals, k)[0]
+        tail = self.tail(k)
+        if tail.mean is None and full:
+            raise error(tail.note(str(self.metrics_path)) + " (lower it with --k)")
         return {"method": self.method, "H": self.heads, "kv": self.kv, "lr": self.lr, "seed": self.seed,
                 "preset": self.preset, "curve": curve, "path": str(self.path), "scale": self.scale,
-                "tail_mean": tail}
+                "tail_mean": math.nan if tail.mean is None else tail.mean}
 
     def scalar(self, key: str, default: float = math.nan) -> float:
         """A number from summary.json, else from the last metrics line, else `default`."""

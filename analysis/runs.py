@@ -15,9 +15,9 @@ and returns the *long form*:
               (NaN where a run has no value: other budgets, other eval cadence)
     attrs     source, tail_k, n_runs, package_version, created_by
 
-The tail-mean is the mean of the last k evaluations (k = 11, the paper's; fewer when a run
-has fewer, recorded in `tail_k`). `to_grid(ds)` pivots a variable onto method x H x kv x lr x
-seed (plus any dims you name), the array the figure generators read.
+The tail-mean is the mean of the last k evaluations after step 0 (k = 11, the paper's;
+`mhar_probe.tail`): NaN, with `tail_k` 0, for a run that has fewer. `to_grid(ds)` pivots a
+variable onto method x H x kv x lr x seed (plus any dims you name), the array the figure generators read.
 """
 
 from __future__ import annotations
@@ -62,12 +62,13 @@ def _flat(run: Run, root: Path, k: int) -> dict[str, Any]:
     """One run's coords, scalars and curves for the long form (H = 0 without routing heads)."""
     evals, train = run.evals, run.train_points
     vals = [p["val_loss"] for p in evals]
-    tail, tail_k = run.tail(k)
+    tail = run.tail(k)
     return dict(
         run=_rel(run.path, root), path=str(run.path), method=run.method, H=h_coord(run.heads), kv=run.kv or 0,
         lr=run.lr if run.lr is not None else math.nan, seed=run.seed if run.seed is not None else -1,
         preset=str(run.preset or ""), steps=run.steps, hidden_size=run.hidden_size or 0, layers=run.layers or 0,
-        corpus=run.corpus, finished=run.finished, tail_mean=tail, tail_k=tail_k,
+        corpus=run.corpus, finished=run.finished,
+        tail_mean=math.nan if tail.mean is None else tail.mean, tail_k=k if tail.mean is not None else 0,
         initial_val_loss=vals[0] if vals else math.nan, final_val_loss=vals[-1] if vals else math.nan,
         flops=run.scalar("flops"), tokens=run.scalar("tokens"),
         parameters=float(run.summary.get("parameters", math.nan)),

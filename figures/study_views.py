@@ -63,9 +63,9 @@ def curve_of(run: Run, label: str, k: int = TAIL_K) -> Curve:
     evals = [p for p in run.evals if p["tokens"] is not None]
     tokens = np.array([p["tokens"] for p in evals], dtype=float)  # [E]
     loss = np.array([p["val_loss"] for p in evals], dtype=float)  # [E]
-    if not run.finished or len(evals) < k:
+    tail = run.tail(k).mean  # (`mhar_probe.tail`: None for a run too short for it)
+    if not run.finished or tail is None or len(evals) < k:
         return Curve(label, tokens, loss, run.finished, math.nan, None)
-    tail, _ = run.tail(k)
     return Curve(label, tokens, loss, True, tail, (float(tokens[-k]), float(tokens[-1])))
 
 

@@ -55,17 +55,17 @@ def all_reduce_mean(value: float, info: DistInfo) -> float:
     return float(t.item()) / info.world_size
 
 
-def all_reduce_loss_and_stop(loss: float, stop: bool, info: DistInfo) -> tuple[float, bool]:
-    """(the mean of `loss` over the ranks, whether any rank said stop) in one all-reduce: the
-    step's loss is reduced anyway, so a stop decision taken on rank 0 reaches every rank at the
-    same step at no extra collective."""
+def all_reduce_loss_and_stop(loss: float, stops: tuple[bool, ...], info: DistInfo) -> tuple[float, tuple[bool, ...]]:
+    """(the mean of `loss` over the ranks, for each of `stops` whether any rank said it) in one
+    all-reduce: the step's loss is reduced anyway, so a stop decision taken on one rank (rank 0's
+    deadline, an interrupt) reaches every rank at the same step at no extra collective."""
     if info.world_size == 1:
-        return loss, stop
-    t = torch.tensor([loss, float(stop)], dtype=torch.float64,
+        return loss, tuple(stops)
+    t = torch.tensor([loss, *map(float, stops)], dtype=torch.float64,
                      device=info.device if info.device.type == "cuda" else "cpu")
     dist.all_reduce(t)
-    mean, flag = t.tolist()
-    return mean / info.world_size, flag > 0
+    mean, *flags = t.tolist()
+    return mean / info.world_size, tuple(flag > 0 for flag in flags)
 
 
 def barrier(info: DistInfo) -> None:

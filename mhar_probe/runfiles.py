@@ -214,6 +214,7 @@ class SummaryDoc(TypedDict, total=False):
     initial_val_loss: float | None
     final_val_loss: float | None
     tail_k: int
+    tail_evaluations: int  # evaluations after step 0 (`mhar_probe.tail`; absent before issue 54)
     method: str | None
     preset: str | None
 

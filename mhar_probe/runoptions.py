@@ -67,6 +67,9 @@ class RunOptions:
                                    check=_positive, group="schedule")
     device: str | None = option(None, "torch device, e.g. cpu, cuda, cuda:1 (default: cuda if available, "
                                       "else cpu)", group="GPU step")
+    threads: int | None = option(None, "CPU threads for a step's operations (default: on a CPU, the idle CPUs "
+                                       "this process may use, split between torchrun's ranks on the host; "
+                                       "torch's own choice on CUDA)", check=_positive, group="GPU step")
     routing_backend: str | None = option(None, "routing implementation: fused Triton kernels, torch.compile or "
                                                "the eager reference (default: triton on CUDA, eager on CPU)",
                                          choices=ROUTING_BACKENDS, group="GPU step")
@@ -154,8 +157,8 @@ class TrainConfig(RunOptions):
 
 
 #: what a resumed run may do differently: more steps, another machine or display
-RESUME_MAY_CHANGE = ("steps", "device", "routing_backend", "progress", "micro_batch", "fsdp", "cuda_graphs",
-                     "overlap_steps", "loss_kernel", "compile_sublayers")
+RESUME_MAY_CHANGE = ("steps", "device", "threads", "routing_backend", "progress", "micro_batch", "fsdp",
+                     "cuda_graphs", "overlap_steps", "loss_kernel", "compile_sublayers")
 #: bookkeeping fields of a run's options, not settings of the run
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "time_limit", "explicit")
 

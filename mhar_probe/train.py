@@ -13,14 +13,17 @@ The options (`TrainConfig`, and `RunOptions` that mid-training shares) live in `
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import os
+import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, Iterator
 
 import torch
 from tqdm.auto import tqdm
@@ -28,6 +31,7 @@ from tqdm.auto import tqdm
 from . import __version__, atomic
 from .distributed import (DistInfo, all_reduce_loss_and_stop, all_reduce_mean, barrier, init_distributed,
                           shutdown)
+from .cputhreads import ThreadChoice, choose_threads
 from .errors import UserError
 from .options import finite_above_zero
 from .kernels.config import ROUTING_DOUTS
@@ -36,7 +40,7 @@ from .model.routing import choose_backend, set_routing_backend
 from .parallel import (apply_fsdp, clip_grad_norm, full_model_state, full_optimizer_state, grad_sync,
                        load_full_checkpoint, load_full_model_state, load_full_optimizer_state,
                        save_full_checkpoint, save_hf_dir, sync_replicated_grads, wrap_ddp)
-from .tail import tail_mean
+from .tail import tail_of
 from .compiled import choose_compile_sublayers, compile_sublayers
 from .loss import choose_loss_kernel, next_token_cross_entropy
 from .step import EagerStep, GraphStep, PendingStep, choose_cuda_graphs, choose_overlap_steps
@@ -157,6 +161,47 @@ def process_started() -> float:
     return now - max(0.0, age)
 
 
+class Interrupts:
+    """Ctrl-C while a run trains: the first SIGINT is noted (`seen`), and the trainer stops after
+    the step it interrupted, with a checkpoint and the metrics so far, as at a time limit; a
+    second one, `ABORT_AFTER` seconds or more later, aborts at once (KeyboardInterrupt). One that
+    follows within that time is the same interrupt delivered twice: torchrun's agent passes the
+    terminal's SIGINT on to ranks that received it already.
+
+    Only in the main thread, and only where SIGINT still has Python's default handler (a host
+    application's own handler is left alone)."""
+
+    ABORT_AFTER = 1.0
+
+    def __init__(self) -> None:
+        self.seen: bool = False
+        self._first = 0.0
+
+    @contextlib.contextmanager
+    def caught(self, say: bool = True) -> Iterator[None]:
+        """Catch SIGINT in the `with` block (`say`: print one line on stderr at the first)."""
+        if (threading.current_thread() is not threading.main_thread()
+                or signal.getsignal(signal.SIGINT) is not signal.default_int_handler):
+            yield
+            return
+
+        def handler(signum: int, frame: Any) -> None:
+            now = time.monotonic()
+            if not self.seen:
+                self.seen, self._first = True, now
+                if say:
+                    print("\ninterrupted: finishing this step, then writing a checkpoint (Ctrl-C again to abort "
+                          "at once)", file=sys.stderr, flush=True)
+            elif now - self._first >= self.ABORT_AFTER:
+                raise KeyboardInterrupt
+
+        previous = signal.signal(signal.SIGINT, handler)
+        try:
+            yield
+        finally:
+            signal.signal(signal.SIGINT, previous)
+
+
 @dataclass(frozen=True)
 class LaunchedStep:
     """A step the trainer has launched (`Trainer.launch_step`): its report, its counts after it,
@@ -191,12 +236,16 @@ class Trainer:
         self.clock = deadline.clock if deadline is not None else clock
         self.slowest = dict(evaluate=0.0, checkpoint=0.0)  # the longest of each, in seconds on `clock`
         self.time_up = False  # rank 0's deadline is near (the same on every rank)
+        self.interrupts = Interrupts()  # Ctrl-C while the run trains (`_run`)
+        self.interrupted = False  # some rank was interrupted (the same on every rank)
         self._last_done = (0.0, float("-inf"))  # when the last step read back ended (perf_counter, clock)
         self.info = info or init_distributed(cfg.device)
         self.out = Path(cfg.out)
+        self.threads: tuple[ThreadChoice, int] | None = None
         # one writer per run directory; a second one is refused here, before any work
         self.lock = RunLock(self.out).acquire() if self.info.is_main else None
         try:
+            self.threads = self._set_threads(cfg.threads)  # (this machine's now: not a resumed run's setting)
             self._build(settings_for_resume(cfg))
         except BaseException:
             self.close()
@@ -254,9 +303,22 @@ class Trainer:
             self.metrics = [m for m in RunFiles(self.out).metrics() if m["step"] <= self.step]
 
     def close(self) -> None:
-        """Release the run directory's lock (the end of `run`, or a failed start)."""
+        """Release the run directory's lock and give the process its thread count back (the end of
+        `run`, or a failed start)."""
         if self.lock is not None:
             self.lock.release()
+        if self.threads is not None:
+            torch.set_num_threads(self.threads[1])
+
+    def _set_threads(self, requested: int | None) -> tuple[ThreadChoice, int] | None:
+        """On a CPU (or with --threads): set the intra-op threads (`mhar_probe.cputhreads`);
+        (the choice, the count before) to say and restore, None where left alone."""
+        if self.info.device.type != "cpu" and requested is None:
+            return None
+        choice = choose_threads(requested)
+        before = torch.get_num_threads()
+        torch.set_num_threads(choice.threads)
+        return choice, before
 
     # ------------------------------------------------------------------ hooks (subclasses override)
     def setup(self) -> None:
@@ -431,8 +493,9 @@ class Trainer:
         step_time = clock_done - max(launched.clock_started, self._last_done[1])
         self._last_done = (done, clock_done)
         near = self._near_deadline(step_time * (2 if in_flight else 1))
-        loss, time_up = all_reduce_loss_and_stop(result.loss, near, self.info)
+        loss, (time_up, interrupted) = all_reduce_loss_and_stop(result.loss, (near, self.interrupts.seen), self.info)
         self.time_up = self.time_up or time_up
+        self.interrupted = self.interrupted or interrupted
         step_tokens = self.cfg.batch_size * self.seq_len
         return dict(step=launched.step, tokens=launched.tokens, flops=launched.flops, lr=launched.lr,
                     loss=loss, grad_norm=result.grad_norm,
@@ -501,8 +564,12 @@ class Trainer:
 
     # ------------------------------------------------------------------ loop
     def run(self) -> dict[str, Any]:
+        """Train to `cfg.steps` (the summary), or stop early with a checkpoint ({"stopped_at": step,
+        "reason": "time_limit" | "interrupted" | "stop_after"}): Ctrl-C finishes the step it
+        interrupts (`Interrupts`)."""
         try:
-            return self._run()
+            with self.interrupts.caught(self.info.is_main):
+                return self._run()
         finally:
             self.release_step()
             self.close()
@@ -531,8 +598,9 @@ class Trainer:
         if info.is_main:  # a resumed run records what it was resumed with (more --steps)
             atomic.write_json(self.out / TRAIN_CONFIG, saved_settings(cfg))
             # every session that trains the run: where it started, the code, the software, the card
-            self.sessions = [*(RunFiles(self.out).sessions() if self.resumed else []),
-                             session_record(self.step, self.device, info.world_size)]
+            session = session_record(self.step, self.device, info.world_size)
+            session["hardware"]["cpu_threads"] = torch.get_num_threads()
+            self.sessions = [*(RunFiles(self.out).sessions() if self.resumed else []), session]
             atomic.write_json(self.out / SESSIONS, self.sessions)
         if info.is_main and not self.resumed:
             self.tokenizer.save_pretrained(self.out)
@@ -546,6 +614,8 @@ class Trainer:
                 composition=comp.to_rows(), meta=jsonable(comp.meta)))
         if self.step == 0:
             self.metrics.append(dict(step=0, tokens=0, flops=0.0, lr=0.0, val_loss=self.evaluate()))
+        if cfg.progress and info.is_main and self.threads is not None:  # the line above the bar
+            print(f"{self.out}: {self.threads[0].line()}", file=sys.stderr)
         bar = tqdm(total=cfg.steps, initial=self.step, disable=not (cfg.progress and info.is_main),
                    desc=self.label, unit="step", dynamic_ncols=True)
         self.model.train()
@@ -558,7 +628,7 @@ class Trainer:
                 if lagged is not None:
                     self._record(self.finish_step(lagged, in_flight=True), bar)
                     lagged = None
-                if not (self.time_up or self._must_settle(launched.step)):
+                if not (self.time_up or self.interrupted or self._must_settle(launched.step)):
                     lagged = launched
                     continue
                 row = self.finish_step(launched)
@@ -568,7 +638,8 @@ class Trainer:
             checkpointed = self._checkpoints_after(self.step)
             if checkpointed:
                 self._checkpoint()
-            stop = "time_limit" if self.time_up else "stop_after" if self._stops_after(self.step) else None
+            stop = ("interrupted" if self.interrupted else "time_limit" if self.time_up
+                    else "stop_after" if self._stops_after(self.step) else None)
             if stop is not None and self.step < cfg.steps:
                 if not checkpointed:
                     self._checkpoint()
@@ -637,7 +708,7 @@ class Trainer:
         return int(self.train_rows.shape[0]) * (int(self.train_rows.shape[1]) - 1)
 
     def summary(self, evals: list[float]) -> dict[str, Any]:
-        tail, tail_k = tail_mean(evals)
+        tail = tail_of((m["step"], m["val_loss"]) for m in self.metrics if "val_loss" in m)
         corpus_tokens = self.train_tokens_available()
         has_heads = methods.method(self.cfg.method).has_routing_heads
         return dict(
@@ -649,7 +720,7 @@ class Trainer:
             epochs=self.tokens / corpus_tokens if corpus_tokens else None,
             corpus_cap=self.corpus.composition.meta.get("cap"),
             initial_val_loss=evals[0], final_val_loss=evals[-1],
-            tail_mean_val_loss=tail, tail_k=tail_k,
+            tail_mean_val_loss=tail.mean, tail_k=tail.k, tail_evaluations=tail.evaluations,
             parameters=sum(p.numel() for p in self.model.parameters()),
             world_size=self.info.world_size, package_version=__version__, cuda_graphs=self.cuda_graphs,
             overlap_steps=self.overlap_steps, loss_kernel=self.loss_kernel, compiled_sublayers=self.compiled,

@@ -36,9 +36,47 @@ def test_train_help_shows_its_groups_in_order_and_every_default():
     assert positions == sorted(positions)
     grouped = {a.dest for g in parser._action_groups if g.title in TRAIN_GROUPS for a in g._group_actions}
     assert {a.dest for a in options(parser)} == grouped  # no option left in the catch-all group
-    for action in options(parser):  # a default is either printed by the formatter or said in the text
-        if action.default not in (None, False):
+    for action in options(parser):  # a value's default is either printed by the formatter or said in the text
+        if action.default not in (None, False) and action.nargs != 0:
             assert "default" in parser._get_formatter()._get_help_string(action), action.option_strings
+
+
+def every_parser(parser: argparse.ArgumentParser, name: str = "mhar"):
+    """(name, parser) of `parser` and of every sub-command under it, all the way down."""
+    yield name, parser
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub_name, sub in action.choices.items():
+                yield from every_parser(sub, f"{name} {sub_name}")
+
+
+def help_of(parser: argparse.ArgumentParser, action: argparse.Action) -> str:
+    """The help text `parser` prints for `action`, as one line."""
+    return " ".join(parser._get_formatter()._expand_help(action).split()) if action.help else ""
+
+
+def test_no_command_shows_a_default_for_a_required_option_or_a_switch():
+    """A required option has no default to show (`mhar train --out`), and a switch's default is the
+    switch left off (`--no-progress (default: True)` said the opposite of what the flag does)."""
+    from mhar_probe.cli.bench import routing_parser
+
+    parsers = [*every_parser(build_parser()), ("mhar bench routing", routing_parser())]
+    required = switches = values = 0
+    for name, parser in parsers:
+        for action in options(parser):
+            text = help_of(parser, action)
+            if action.required or action.nargs == 0:
+                assert f"(default: {action.default})" not in text, f"{name} {action.option_strings[0]}: {text}"
+                required += action.required
+                switches += action.nargs == 0
+            elif action.default is not None and action.help and "default" not in action.help:
+                assert f"(default: {action.default})" in text, f"{name} {action.option_strings[0]}: {text}"
+                values += 1
+    assert required >= 5 and switches >= 20 and values >= 20  # the walk reached every command
+    train = subcommand(build_parser(only="train"), "train")
+    lines = {a.option_strings[0]: help_of(train, a) for a in options(train)}
+    assert lines["--out"] == "run directory" and lines["--no-progress"] == "no progress bar (logs and CI)"
+    assert lines["--steps"].endswith("(default: 300)")
 
 
 def test_the_lazy_command_table_agrees_with_the_modules():

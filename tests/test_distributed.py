@@ -338,6 +338,51 @@ def test_time_limit_under_torchrun_stops_every_rank_at_rank_zeros_step(tmp_path)
     assert json.loads((tmp_path / "rank1_past" / "summary.json").read_text())["steps"] == SMALL["steps"]
 
 
+_INTERRUPT_SCRIPT = """
+import json, os, signal, sys
+from mhar_probe.distributed import init_distributed, shutdown
+from mhar_probe.train import TrainConfig, Trainer
+
+rank = int(os.environ["RANK"])
+info = init_distributed("cpu")
+
+
+class Interrupted(Trainer):
+    def after_optimizer_step(self):  # a real SIGINT on rank 1 only, inside its step 2
+        if rank == 1 and self.step == 1:
+            signal.raise_signal(signal.SIGINT)
+
+
+try:
+    cfg = TrainConfig.from_dict({**json.loads(sys.argv[1]), "out": sys.argv[2]})
+    outcome = Interrupted(cfg, info).run()
+    os.write(1, f"OUTCOME {rank} {json.dumps(outcome.get('stopped_at', 'finished'))}\\n".encode())
+finally:
+    shutdown(info)
+"""
+
+
+@pytest.mark.slow
+def test_an_interrupt_on_one_rank_stops_every_rank_at_the_same_step_with_a_checkpoint(tmp_path):
+    """Two gloo ranks; rank 1 alone gets SIGINT inside step 2: the interrupt travels with the step's
+    loss all-reduce, both ranks stop after step 2 with one checkpoint and the metrics so far (a
+    rank that stopped alone would leave the other waiting in a collective: the launch times out)."""
+    script = tmp_path / "interrupt.py"
+    script.write_text(_INTERRUPT_SCRIPT)
+    out = tmp_path / "run"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+                           "--master_port", str(free_port()), str(script), json.dumps(asdict(TrainConfig(out="unused",
+                                                                                                        **SMALL))),
+                           str(out)], env=env, timeout=300, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    outcomes = sorted(line.split()[1:] for line in proc.stdout.splitlines() if line.startswith("OUTCOME"))
+    assert outcomes == [["0", "2"], ["1", "2"]], repr(proc.stdout[-3000:])
+    assert json.loads((out / "checkpoint" / "state.json").read_text())["step"] == 2
+    assert [m["step"] for m in read_metrics(out / "metrics.jsonl")] == [0, 1, 2]
+    assert not (out / "summary.json").exists()
+
+
 # ---------------------------------------------------------------------------- FSDP2 with compiled sublayers
 def _fsdp_worker(rank: int, world: int, port: int, compiled: bool, out: str) -> None:
     import torch.distributed as dist

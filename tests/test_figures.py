@@ -36,7 +36,7 @@ def runs(tmp_path_factory) -> Path:
     for steps in (40, 80):
         for (kv, H) in GRID:
             write_run(root, f"mhar-h{H}-kv{kv}-n{steps}", method="mhar", H=H, kv=kv, steps=steps, lr=2e-3,
-                      final_loss=loss_of(kv, H, steps), noise=0.001)
+                      final_loss=loss_of(kv, H, steps), noise=0.001, eval_every=2 if steps == 40 else 5)
     for seed in (1, 2, 3):
         for lr in (5e-4, 1e-3):
             for method, final, H in (("baseline", 3.10, None), ("hyper", 3.08, None), ("attnres", 3.06, None),
@@ -443,11 +443,12 @@ def _two_rate_study(root: Path) -> tuple[Path, Path]:
         H = 8 if method == "mhar" else None
         for seed in (1, 2):
             write_run(main, f"{method}-s{seed}-lr5e-4", method=method, H=H, seed=seed, lr=5e-4, steps=40,
-                      final_loss=at_main + 0.002 * seed)
+                      eval_every=2, final_loss=at_main + 0.002 * seed)
         write_run(second, f"{method}-s1-lr1e-3", method=method, H=H, seed=1, lr=1e-3, steps=40,
-                  final_loss=at_second + 0.002)
+                  eval_every=2, final_loss=at_second + 0.002)
     for seed in (1, 2):  # at the main rate only: no best of its own
-        write_run(main, f"hyper-s{seed}-lr5e-4", method="hyper", seed=seed, lr=5e-4, steps=40, final_loss=3.04)
+        write_run(main, f"hyper-s{seed}-lr5e-4", method="hyper", seed=seed, lr=5e-4, steps=40, eval_every=2,
+                  final_loss=3.04)
     return main, second
 
 

@@ -69,7 +69,7 @@ def test_tails_cli(tmp_path, capsys):
     assert row["mean"] == pytest.approx(-0.05 + 0.002) and row["n"] == 3
     assert {r["method"]: r["best_lr"] for r in doc["best_vs_best"]} == {"baseline": 1e-3, "mhar": 1e-3}
     assert main(["stats", "tails", *runs, "--k", "50"]) == 2
-    assert "needs k=50" in capsys.readouterr().err
+    assert "needs the last k=50" in capsys.readouterr().err
     # CEG names the seeds each mean is over: all three here, one when only seed 2's runs are given
     capsys.readouterr()
     assert main(["stats", "ceg", *runs, "--alpha", "0.089"]) == 0
@@ -77,6 +77,29 @@ def test_tails_cli(tmp_path, capsys):
     assert main(["stats", "ceg", *[r for r in runs if r.endswith("2")], "--alpha", "0.089"]) == 0
     printed = capsys.readouterr().out
     assert "2; 2" in printed and "1, 2" not in printed
+
+
+def test_a_run_too_short_for_the_tail_is_skipped_with_a_note_not_fatal_to_the_others(tmp_path, capsys):
+    """Issue 54: a run with 6 evaluations after step 0 (as 150 steps evaluated every 25) in `mhar stats
+    tails runs/*` is skipped with a note; the others' numbers are those of the runs alone. Alone,
+    it is refused with the same reason; `mhar train` says it has no tail-mean (`tail_text`)."""
+    from mhar_probe.cli.train import tail_text
+
+    runs = [_run(tmp_path, f"{m}{seed}", m, "tiny", seed, 1e-3, 1.0, 0.01 * seed - 0.05 * (m == "mhar"))
+            for seed in (1, 2) for m in ("baseline", "mhar")]
+    short = _run(tmp_path, "short", "mhar", "tiny", 3, 1e-3, 1.0, 0.0, steps=180, every=30)
+    assert main(["stats", "tails", *runs, "--json", str(tmp_path / "alone.json")]) == 0
+    capsys.readouterr()
+    assert main(["stats", "tails", *runs, short, "--json", str(tmp_path / "with.json")]) == 0
+    err = capsys.readouterr().err
+    assert f"skipped {short}: {short}/metrics.jsonl has 6 evaluations after step 0; the tail-mean needs the last " \
+           "k=11" in err
+    assert json.loads((tmp_path / "with.json").read_text()) == json.loads((tmp_path / "alone.json").read_text())
+    assert main(["stats", "tails", short]) == 2
+    assert "has 6 evaluations after step 0" in capsys.readouterr().err
+    assert tail_text(dict(tail_mean_val_loss=None, tail_k=11, tail_evaluations=6)) == (
+        "no tail-mean: the run has 6 evaluations after step 0; the tail-mean needs the last k=11")
+    assert tail_text(dict(tail_mean_val_loss=5.5, tail_k=11, tail_evaluations=12)) == "tail-mean val loss 5.5000"
 
 
 def test_ceg_cli_recovers_alpha_and_gain(tmp_path, capsys):

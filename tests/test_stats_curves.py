@@ -7,17 +7,8 @@ import numpy as np
 import pytest
 from scipy import stats as sps
 
-from analysis.stats.curves import (best_vs_best, eval_curve, load_run, paired_seed_deltas, read_metrics,
-                                   t_interval, tail_mean)
+from analysis.stats.curves import best_vs_best, eval_curve, load_run, paired_seed_deltas, read_metrics, t_interval
 from analysis.stats.errors import StatsError
-
-
-def test_tail_mean_last_k():
-    vals = list(range(20))
-    assert tail_mean(vals) == np.mean(vals[-11:])
-    assert tail_mean(vals, 3) == 18.0
-    with pytest.raises(StatsError, match="needs k=11"):
-        tail_mean(vals[:5])
 
 
 def test_t_interval_matches_scipy():
@@ -119,13 +110,20 @@ def test_paired_seed_deltas_never_pair_runs_of_different_sizes():
 
 
 def test_the_one_tail_mean_definition():
-    """mhar_probe.tail: the last 11 evaluations; a short run averages what it has (summaries), the
-    comparisons require the full window."""
-    from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean
+    """mhar_probe.tail: the last 11 evaluations after step 0; a run with fewer has none (never a
+    mean over the whole curve, or one reaching back to step 0's untrained loss)."""
+    from mhar_probe.tail import TAIL_K, full_tail_mean, tail_mean, tail_of
 
-    values = [float(v) for v in range(1, 16)]
-    assert TAIL_K == 11 and tail_mean(values) == (10.0, 11)
-    assert tail_mean(values[:3]) == (2.0, 3) and math.isnan(tail_mean([])[0])
-    assert full_tail_mean(values) == 10.0
-    with pytest.raises(ValueError, match="has 3 evaluations"):
-        full_tail_mean(values[:3], where="run x")
+    points = [(25 * i, float(100 if i == 0 else i)) for i in range(13)]  # step 0 and 12 evaluations after it
+    assert TAIL_K == 11 and tail_mean(points) == np.mean(range(2, 13)) == 7.0
+    assert tail_mean(points[::-1]) == 7.0 and tail_mean(points, 3) == 11.0  # in step order, whatever the order given
+    assert tail_mean(points[1:]) == 7.0 and tail_mean(points[2:]) == 7.0  # step 0 is never in the window
+    issue_run = [(25 * i, v) for i, v in enumerate([8.31, 7.0, 6.5, 6.2, 5.9, 5.8, 5.62])]  # 150 steps, every 25
+    tail = tail_of(issue_run)
+    assert tail.mean is None and (tail.k, tail.evaluations) == (11, 6)
+    assert tail.note("runs/x") == "runs/x has 6 evaluations after step 0; the tail-mean needs the last k=11"
+    assert tail_mean(points[:11]) is None and tail_mean(points[:12]) == 6.0  # 11 points, but one is step 0
+    assert tail_mean([]) is None
+    assert full_tail_mean(points) == 7.0
+    with pytest.raises(ValueError, match="has 6 evaluations after step 0"):
+        full_tail_mean(issue_run, where="run x")

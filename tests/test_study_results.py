@@ -91,7 +91,7 @@ def test_missing_runs_are_skipped_with_a_note_and_their_claims_pending(regenerat
 
 def _tail(run: Path) -> float:
     """The run's tail-mean validation loss, read from its metrics file (the last 11 evaluations)."""
-    return full_tail_mean([row["val_loss"] for row in RunFiles(run).metrics() if "val_loss" in row])
+    return full_tail_mean([(row["step"], row["val_loss"]) for row in RunFiles(run).metrics() if "val_loss" in row])
 
 
 def test_the_best_vs_best_table_reads_both_rates_and_only_it_does(regenerated):

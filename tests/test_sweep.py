@@ -46,12 +46,13 @@ def test_grid_expansion_names_and_rules():
 
 def test_sweep_resumes_skips_and_feeds_figures(tmp_path, capfd):
     out = tmp_path / "sweep"
-    grid = dict(methods=["baseline", "mhar"], heads=[2], presets=["tiny"], steps=[4], seeds=[0], lrs=[3e-3],
-                common={**COMMON, "progress": False})
-    # 1) interrupted: every run stops after 2 of its 4 steps
+    # 12 steps evaluated at every one: 12 evaluations after step 0, enough for the tail-mean (the last 11)
+    grid = dict(methods=["baseline", "mhar"], heads=[2], presets=["tiny"], steps=[12], seeds=[0], lrs=[3e-3],
+                common={**COMMON, "eval_every": 1, "progress": False})
+    # 1) interrupted: every run stops after 2 of its 12 steps
     r1 = run_sweep({**grid, "common": {**grid["common"], "stop_after": 2}}, out, progress=False)
     names = [s.name for s in r1.runs]
-    assert names == ["tiny-baseline-kv2-lr3e-3-s0-n4", "tiny-mhar-h2-kv2-lr3e-3-s0-n4"]
+    assert names == ["tiny-baseline-kv2-lr3e-3-s0-n12", "tiny-mhar-h2-kv2-lr3e-3-s0-n12"]
     assert set(r1.after.values()) == {"interrupted"}
     manifest = json.loads((out / "manifest.json").read_text())
     assert [r["name"] for r in manifest["runs"]] == names
@@ -63,10 +64,10 @@ def test_sweep_resumes_skips_and_feeds_figures(tmp_path, capfd):
     assert "Writing model shards" not in capfd.readouterr().err  # no library bar inside the sweep's (issue 54)
     from transformers.utils import logging as hf_logging
     assert hf_logging.is_progress_bar_enabled()  # and put back afterwards
-    assert [m["step"] for m in read_metrics(out / names[1] / "metrics.jsonl")] == list(range(5))
+    assert [m["step"] for m in read_metrics(out / names[1] / "metrics.jsonl")] == list(range(13))
     manifest = json.loads((out / "manifest.json").read_text())
     assert all(r["status"] == "finished" and r["tail_mean_val_loss"] > 0 for r in manifest["runs"])
-    assert manifest["runs"][1]["axes"] == dict(preset="tiny", method="mhar", H=2, kv=2, lr=3e-3, seed=0, steps=4)
+    assert manifest["runs"][1]["axes"] == dict(preset="tiny", method="mhar", H=2, kv=2, lr=3e-3, seed=0, steps=12)
     # 3) finished runs are skipped
     actions.clear()
     r3 = run_sweep(grid, out, progress=False, on_run=lambda s, a: actions.append(a))

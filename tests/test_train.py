@@ -52,7 +52,7 @@ def test_data_order_depends_on_seed_only_and_covers_epoch():
 
 
 def test_run_directory_contents_and_learning(tmp_path):
-    summary = train(small(tmp_path / "run", steps=12, method="mhar"))
+    summary = train(small(tmp_path / "run", steps=12, method="mhar", eval_every=1))
     run = tmp_path / "run"
     for name in ("config.json", "model.safetensors", "tokenizer.json", "train_config.json",
                  "metrics.jsonl", "summary.json", "corpus.json", "checkpoint/state.json"):
@@ -62,7 +62,7 @@ def test_run_directory_contents_and_learning(tmp_path):
     assert {"tokens", "flops", "lr", "loss", "grad_norm", "tokens_per_s"} <= set(rows[-1])
     assert rows[-1]["tokens"] == 12 * 4 * 32 and rows[-1]["flops"] > 0
     evals = [r["val_loss"] for r in rows if "val_loss" in r]
-    assert summary["tail_mean_val_loss"] == pytest.approx(sum(evals[-11:]) / len(evals[-11:]))
+    assert len(evals) == 13 and summary["tail_mean_val_loss"] == pytest.approx(sum(evals[-11:]) / 11)  # not step 0's
     assert summary["final_val_loss"] < summary["initial_val_loss"]
     assert "routing_kernels" not in summary  # eager routing (the CPU default)
 

@@ -7,7 +7,7 @@ run's `metrics.jsonl` (lines with `step`, `tokens`, `flops`, `lr`, `loss`, `grad
 `tokens_per_s`, and `val_loss` on evaluation steps).
 
 Definitions (paper, Experiments "Metric" and appendix "Robustness"):
-    tail-mean          = mean of the last k evaluations' val_loss (k = 11)
+    tail-mean          = mean of the last k evaluations' val_loss after step 0 (k = 11; `mhar_probe.tail`)
     paired delta, seed = tail(method, seed) - tail(baseline, seed)   (same seed => same data order)
     mean, sd (n-1), SE = sd / sqrt(n), t-interval mean +- t_{(1+level)/2, n-1} SE, |mean| / SE,
     p                  = two-sided paired t-test (= scipy.stats.ttest_rel)
@@ -26,7 +26,7 @@ from typing import Any, Sequence
 import numpy as np
 from scipy import stats as sps
 
-from mhar_probe.tail import TAIL_K, full_tail_mean
+from mhar_probe.tail import TAIL_K
 
 from ..run import Run, eval_curve, parse_metrics, scale_label  # noqa: F401 (eval_curve, scale_label: re-exported)
 from .errors import StatsError
@@ -46,21 +46,17 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     return rows
 
 
-def tail_mean(values: Sequence[float], k: int = TAIL_K, *, where: str = "run") -> float:
-    """Mean of the last k values; at least k are required (`mhar_probe.tail.full_tail_mean`)."""
-    try:
-        return full_tail_mean(values, k, where=where)
-    except ValueError as exc:
-        raise StatsError(str(exc)) from None
+class ShortRun(StatsError):
+    """A run with too few evaluations after step 0 for the tail-mean (`mhar_probe.tail`)."""
 
 
 def load_run(path: str | Path, k: int = TAIL_K) -> RunRecord:
-    """Run record (`analysis.run.Run.record`) of a run directory or a metrics.jsonl path; the
-    tail-mean needs k evaluations."""
+    """Run record (`analysis.run.Run.record`) of a run directory or a metrics.jsonl path; a run
+    too short for the tail-mean (k evaluations after step 0) is a `ShortRun`."""
     run = Run.read(path, error=StatsError)
     if not run.metrics:
         read_metrics(run.metrics_path)  # raises: the file is missing or empty
-    return run.record(k, error=StatsError)
+    return run.record(k, error=ShortRun)
 
 
 @dataclass

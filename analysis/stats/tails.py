@@ -4,20 +4,35 @@ definitions are `analysis.stats.curves`'."""
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 from ..run import run_paths
-from .curves import TAIL_K, BestLR, RunRecord, SeedDeltas, best_vs_best, load_run, paired_seed_deltas
+from .curves import TAIL_K, BestLR, RunRecord, SeedDeltas, ShortRun, best_vs_best, load_run, paired_seed_deltas
 from .errors import StatsError
 from .text import fmt, text_table, write_json_new
 
 
-def load_runs(paths: Sequence[str | Path], k: int = TAIL_K) -> list[RunRecord]:
+def load_runs(paths: Sequence[str | Path], k: int = TAIL_K,
+              note: Callable[[str], object] = lambda line: print(line, file=sys.stderr)) -> list[RunRecord]:
     """The run records of the runs among `paths` (`analysis.run.run_paths`: what is not a run is
-    skipped with a note)."""
-    return [load_run(p, k) for p in run_paths([str(p) for p in paths], error=StatsError)]
+    skipped with a note). Of several runs, one too short for the tail-mean (`mhar_probe.tail`)
+    is skipped with a `note` too; a single one, or none left, is an error that says why."""
+    found = run_paths([str(p) for p in paths], error=StatsError)
+    records, short = [], []
+    for path in found:
+        try:
+            records.append(load_run(path, k))
+        except ShortRun as exc:
+            if len(found) == 1:
+                raise
+            short.append(str(exc))
+            note(f"skipped {path}: {exc}")
+    if not records:
+        raise StatsError(f"none of the {len(found)} runs has a tail-mean: {short[0]}")
+    return records
 
 
 @dataclass

@@ -52,16 +52,24 @@ def positive_float(text: str) -> float:
 positive_int, nonnegative_int = bounded_int(1), bounded_int(0)
 
 
+def shows_default(action: argparse.Action) -> bool:
+    """Whether help appends "(default: X)" to `action`: not when its text already says it, the
+    default is None (the help then says what is used) or SUPPRESS, the option is required (it
+    has no default), or it is a switch (--x, --no-x: store_true/false/const, a --x/--no-x pair),
+    whose default is the switch left off, not a value to show."""
+    return not ("default" in (action.help or "") or action.default in (None, argparse.SUPPRESS)
+                or action.required or action.nargs == 0 or isinstance(action, argparse.BooleanOptionalAction))
+
+
 class DefaultsHelpFormatter(argparse.ArgumentDefaultsHelpFormatter):
-    """Help that shows each option's default, "(default: X)", unless the text already says it,
-    the default is None (the help then says what is used) or the option is an on/off switch."""
+    """Help that shows each option's default, "(default: X)", where `shows_default` says so."""
 
     def _get_help_string(self, action: argparse.Action) -> str:
-        text = action.help or ""
-        if ("default" in text or action.default in (None, False, argparse.SUPPRESS)
-                or isinstance(action, argparse.BooleanOptionalAction)):
-            return text
-        return super()._get_help_string(action)
+        return super()._get_help_string(action) if shows_default(action) else action.help or ""
+
+
+class RawDescriptionDefaultsHelpFormatter(argparse.RawDescriptionHelpFormatter, DefaultsHelpFormatter):
+    """`DefaultsHelpFormatter` for a command whose description is laid out by hand (kept as written)."""
 
 
 def add_train_arguments(p: argparse.ArgumentParser, exclude: Sequence[str] = ("out", "resume", "overwrite")
@@ -80,6 +88,17 @@ def check_corpus(spec: str | None) -> None:
 
     if not is_corpus_spec(spec):
         raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")
+
+
+def require_existing(what: str, *paths: str | None) -> None:
+    """Each of `paths` given exists, else one line: "{what} PATH does not exist". Commands call it
+    first, before their heavy imports (torch takes seconds to load), so that a mistyped path is
+    refused at once."""
+    from pathlib import Path
+
+    for path in paths:
+        if path is not None and not Path(path).exists():
+            raise UserError(f"{what} {path} does not exist")
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:

@@ -6,6 +6,8 @@ from __future__ import annotations
 import argparse
 from typing import Sequence
 
+from .args import RawDescriptionDefaultsHelpFormatter
+
 
 def routing_parser() -> argparse.ArgumentParser:
     """The options of `mhar bench routing` (imports the benchmark, hence torch)."""
@@ -13,7 +15,7 @@ def routing_parser() -> argparse.ArgumentParser:
     from ..bench.routing import __doc__ as description
 
     ap = argparse.ArgumentParser(prog="mhar bench routing", description=description,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+                                 formatter_class=RawDescriptionDefaultsHelpFormatter)
     ap.add_argument("--out", default="results.json")
     ap.add_argument("--backends", default="triton,compile,eager",
                     help="comma-separated, timed in this order in one process: triton, compile, eager, "

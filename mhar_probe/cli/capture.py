@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import argparse
 
-from ..capture.of_run import RunCapture, capture_run, capture_summary
-from ..capture.runs import DEFAULT_DATASET
+from ..runfiles import ROUTING as DEFAULT_DATASET  # (`capture.runs`' default, without its imports)
+from .args import require_existing
 
 
 def add_capture_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -33,6 +33,9 @@ def add_capture_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
 
 def cmd_capture(args: argparse.Namespace) -> int:
     """Capture; prints what was written."""
+    require_existing("run directory", args.run)  # (before the imports: torch takes seconds)
+    from ..capture.of_run import RunCapture, capture_run, capture_summary
+
     cfg = RunCapture(run=args.run, out=args.out, tokens=args.tokens, batch_size=args.batch_size,
                      seq_len=args.seq_len, split=args.split, per_token=args.per_token, probes=not args.no_probes,
                      slices=args.slices, draws=args.draws, seed=args.seed, backend=args.backend,

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from ..errors import UserError
-from .args import bounded_int, nonnegative_int
+from .args import bounded_int, nonnegative_int, require_existing
 
 
 def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -116,6 +116,7 @@ def cmd_image(args: argparse.Namespace) -> int:
 
 def cmd_pack(args: argparse.Namespace) -> int:
     """`tar | xz -9` of the folder (its name kept as the archive's top folder)."""
+    require_existing("corpus folder", args.corpus)  # (before the imports)
     from ..data.built import is_built_corpus
 
     folder = Path(args.corpus).expanduser().resolve()

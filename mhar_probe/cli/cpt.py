@@ -45,6 +45,7 @@ def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
     from ..cpt.trainer import cpt
     from .args import check_corpus, command_deadline
+    from .train import stopped_early, tail_text
 
     check_corpus(args.corpus)
     cfg = config_from_args(args)
@@ -52,12 +53,10 @@ def cmd_cpt(args: argparse.Namespace) -> int:
     if summary.get("finished"):
         ema = summary.get("final_ema_val_loss")
         print(f"{args.out}: {summary['kind']} val loss {summary['initial_val_loss']:.4f} -> "
-              f"{summary['final_val_loss']:.4f} (tail-mean {summary['tail_mean_val_loss']:.4f}"
+              f"{summary['final_val_loss']:.4f} ({tail_text(summary)}"
               + (f", EMA {ema:.4f}" if ema is not None else "") + ")")
-    elif summary.get("reason") == "time_limit":
-        from .train import time_limit_line
-
-        print(time_limit_line(args.out, summary["stopped_at"]))
+    else:
+        return stopped_early(args.out, summary)
     return 0
 
 

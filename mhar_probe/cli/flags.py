@@ -99,7 +99,8 @@ def add_option_flags(p: argparse.ArgumentParser, cls: type, exclude: Iterable[st
         if not flag.startswith("-"):  # positional
             where.add_argument(f.name, metavar=flag, help=meta["help"])
             continue
-        kw: dict[str, Any] = dict(dest=f.name, default=default, help=meta["help"])
+        # a required flag has no default (its field's is for code that builds the options itself)
+        kw: dict[str, Any] = dict(dest=f.name, default=None if meta.get("required") else default, help=meta["help"])
         if hint is bool or _scalar(hint) is bool:
             if typing.get_args(hint):  # bool | None: --x / --no-x, None = the device's default
                 kw["action"] = argparse.BooleanOptionalAction

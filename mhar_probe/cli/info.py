@@ -23,6 +23,9 @@ def add_info_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 
 def cmd_info(args: argparse.Namespace) -> int:
     """Print the description as text, or as JSON with --json."""
+    from .args import require_existing
+
+    require_existing("run directory", args.run)  # (before the imports: torch takes seconds)
     from ..info import describe
 
     options = dict(preset=args.preset, method=args.method, heads=args.heads, vocab_size=args.vocab_size)

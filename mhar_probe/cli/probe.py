@@ -23,6 +23,9 @@ def add_probe_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
 
 
 def cmd_probe(args: argparse.Namespace) -> int:
+    from .args import require_existing
+
+    require_existing("run or routing dataset", *args.inputs)  # (before the imports: torch takes seconds)
     from analysis.probes.probe import probe
 
     tables = probe(args.inputs, args.out, slices=args.slices, draws=args.draws, tokens=args.tokens,

@@ -13,6 +13,7 @@ import argparse
 from analysis.stats.compare import MAX_UNPAIRED
 
 from ..tail import TAIL_K
+from .args import require_existing
 
 
 def add_stats_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -68,6 +69,7 @@ def _print(lines: list[str]) -> int:
 
 
 def cmd_mcnemar(args: argparse.Namespace) -> int:
+    require_existing("eval output", args.dir_a, args.dir_b)  # (before the imports: torch takes seconds)
     from analysis.stats.paired_eval import mcnemar_eval_dirs
 
     return _print(mcnemar_eval_dirs(
@@ -77,6 +79,7 @@ def cmd_mcnemar(args: argparse.Namespace) -> int:
 
 
 def cmd_tails(args: argparse.Namespace) -> int:
+    require_existing("run", *args.runs)
     from analysis.stats.tails import tails
 
     return _print(tails(args.runs, k=args.k, baseline=args.baseline, level=args.level, json=args.json,
@@ -84,6 +87,7 @@ def cmd_tails(args: argparse.Namespace) -> int:
 
 
 def cmd_ceg(args: argparse.Namespace) -> int:
+    require_existing("run", *args.runs)
     from analysis.stats.gain import compute_equivalent_gain
 
     return _print(compute_equivalent_gain(args.runs, alpha=args.alpha, baseline=args.baseline, k=args.k,

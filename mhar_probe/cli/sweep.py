@@ -18,7 +18,7 @@ from typing import Any
 
 from ..errors import UserError
 from ..sweep.grid import AXES, SweepGrid
-from .args import add_train_arguments, check_corpus, command_deadline
+from .args import RawDescriptionDefaultsHelpFormatter, add_train_arguments, check_corpus, command_deadline
 from .flags import flag_fields, option_values
 
 #: `TrainConfig` fields that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
@@ -41,7 +41,7 @@ def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     """Register `sweep` on the `mhar` sub-command parser; handler: cmd_sweep."""
     p = subparsers.add_parser("sweep", help="train a grid of runs (method x H x KV x lr x seed x preset x steps)",
                               conflict_handler="resolve", description=__doc__,
-                              formatter_class=argparse.RawDescriptionHelpFormatter)
+                              formatter_class=RawDescriptionDefaultsHelpFormatter)
     add_train_arguments(p)  # shared options; the grid axes below replace the single-valued ones
     p.add_argument("--out", required=True, help="sweep directory (one sub-directory per run)")
     p.add_argument("--grid", default=None, help="JSON file with the grid (keys: " + ", ".join(AXES) + ", common)")

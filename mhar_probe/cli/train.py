@@ -33,11 +33,33 @@ def cmd_train(args: argparse.Namespace) -> int:
     cfg = train_config_from_args(args)
     summary = train(cfg, deadline=command_deadline(cfg.time_limit))
     if summary.get("finished"):
-        print(f"{args.out}: tail-mean val loss {summary['tail_mean_val_loss']:.4f} "
-              f"(step 0: {summary['initial_val_loss']:.4f}, final: {summary['final_val_loss']:.4f})")
-    elif summary.get("reason") == "time_limit":
-        print(time_limit_line(args.out, summary["stopped_at"]))
+        print(f"{args.out}: {tail_text(summary)} (step 0: {summary['initial_val_loss']:.4f}, "
+              f"final: {summary['final_val_loss']:.4f})")
+    else:
+        return stopped_early(args.out, summary)
     return 0
+
+
+def stopped_early(out: str, summary: dict) -> int:
+    """What `mhar train` / `mhar cpt` say and return when the run stopped before its last step:
+    0 at the time limit, 130 (as for Ctrl-C) when interrupted; both kept a checkpoint."""
+    if summary.get("reason") == "time_limit":
+        print(time_limit_line(out, summary["stopped_at"]))
+    elif summary.get("reason") == "interrupted":
+        print(f"{out}: interrupted after step {summary['stopped_at']}, with a checkpoint there; "
+              f"rerun with --resume to continue")
+        return 130
+    return 0
+
+
+def tail_text(summary: dict) -> str:
+    """The run's tail-mean val loss as `mhar train` / `mhar cpt` print it, or why it has none
+    (`mhar_probe.tail`: too few evaluations after step 0)."""
+    if summary.get("tail_mean_val_loss") is not None:
+        return f"tail-mean val loss {summary['tail_mean_val_loss']:.4f}"
+    from ..tail import short_tail_note
+
+    return "no tail-mean: " + short_tail_note("the run", summary.get("tail_evaluations", 0), summary["tail_k"])
 
 
 def time_limit_line(out: str, step: int) -> str:

@@ -33,7 +33,7 @@ from ..errors import UserError
 from ..model.routing import choose_backend
 from ..model.saved import position_limit
 from ..parallel import enable_checkpointing, full_model_state, save_hf_dir
-from ..tail import tail_mean
+from ..tail import tail_of
 from ..outputs import check_device, refuse_together
 from ..train import Deadline, Trainer, check_backend_runs_on
 from .attention import REPLACES, attention_implementation, check_training_rows, use_training_attention
@@ -145,13 +145,13 @@ class CPTTrainer(Trainer):
         cfg = self.cfg
         first = next((m["loss"] for m in self.metrics if m["step"] == 1 and "loss" in m), None)
         decay, keep = decay_split(self.model)
-        tail, tail_k = tail_mean(evals)
+        tail = tail_of((m["step"], m["val_loss"]) for m in self.metrics if "val_loss" in m)
         return dict(
             finished=True, kind=self.label, src=str(self.src), steps=self.step, lr=cfg.lr,
             min_lr=cfg.floor, warmup=cfg.warmup_steps, decay=cfg.decay, seed=cfg.seed,
             batch_size=cfg.batch_size, seq_len=self.seq_len, tokens=self.tokens, flops=self.flops,
             first_step_loss=first, initial_val_loss=evals[0], final_val_loss=evals[-1],
-            tail_mean_val_loss=tail, tail_k=tail_k,
+            tail_mean_val_loss=tail.mean, tail_k=tail.k, tail_evaluations=tail.evaluations,
             ema=cfg.ema, final_ema_val_loss=self.evaluate_ema(), z_loss=cfg.z_loss,
             weight_decay=cfg.weight_decay, decayed_parameters=sum(p.numel() for _, p in decay),
             parameters=sum(p.numel() for _, p in decay + keep),

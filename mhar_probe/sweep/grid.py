@@ -22,7 +22,7 @@ from ..errors import UserError
 from ..model.config import PRESETS, ConfigError, MHARConfig
 from ..model.methods import METHODS, routing_heads_of
 #: TrainConfig fields that describe how a process runs, not which model is trained
-RUNTIME_FIELDS = ("progress", "device", "resume", "overwrite", "stop_after", "time_limit", "out", "fsdp",
+RUNTIME_FIELDS = ("progress", "device", "threads", "resume", "overwrite", "stop_after", "time_limit", "out", "fsdp",
                   "cuda_graphs", "overlap_steps", "loss_kernel", "compile_sublayers")
 AXES = ("methods", "heads", "kv_heads", "lrs", "seeds", "presets", "steps")
 

@@ -231,6 +231,8 @@ def _run_locked(grid: SweepGrid, out: Path, specs: list[RunSpec], kept: list[dic
             if outcome.get("reason") == "time_limit":
                 result.time_limited = True
                 break
+            if outcome.get("reason") == "interrupted":  # Ctrl-C: the run kept a checkpoint; the sweep stops
+                raise KeyboardInterrupt
     finally:
         restore_bars()
         bar.close()
