@@ -23,6 +23,10 @@ What each supported mode becomes (site 2l: layer l's attention input, 2l+1: its 
       attnres / mhar / mhar_hw: sources [emb, attn_0, mlp_0, ...], site s reads [0, s+1);
         query_s <- {attn,mlp}_res_proj (full_hw attention: [G, d]), final site <- final_res_*.
 
+A plain `llama` / `qwen3` checkpoint (the paper's schedule-matched control) is imported as it is
+(mode "plain", method baseline): the same checks, streaming load and provenance, the model
+unchanged, so that both arms of a comparison come through one command.
+
 Refused with one line: the other modes (block and block_mh, whose site plan this workbench does
 not have, and the V-stream, split, hyper-connection and depth-attention variants), gates other
 than the ones above, delta_block without null sources (its first attention site reads no source
@@ -61,6 +65,8 @@ from .errors import ConversionError
 
 #: the authors' model types and the Hugging Face base each one extends
 AUTHOR_TYPES = {"llama_attnres": "llama", "qwen3_attnres": "qwen3"}
+#: plain bases imported unchanged (the control arm)
+PLAIN_TYPES = ("llama", "qwen3")
 #: supported attnres_mode -> our method
 MODES = {"delta_mh": "delta", "delta_block": "delta", "full": "attnres", "full_mh": "mhar", "full_hw": "mhar_hw"}
 DELTA_GATES = ("bias", "sigmoid_scalar", "learnable_alpha")
@@ -73,8 +79,8 @@ TORCH_DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16
 
 
 def supported_text() -> str:
-    return (f"supported attnres_mode: {', '.join(MODES)} (full, full_mh, full_hw on qwen3_attnres only); "
-            f"model_type {' or '.join(AUTHOR_TYPES)}")
+    return (f"supported attnres_mode: {', '.join(MODES)} (full, full_mh, full_hw on qwen3_attnres only) of "
+            f"model_type {' or '.join(AUTHOR_TYPES)}, or a plain {' or '.join(PLAIN_TYPES)} model")
 
 
 @dataclass(frozen=True)
@@ -91,7 +97,7 @@ class AuthorsConfig:
 
     @property
     def method(self) -> str:
-        return MODES[self.mode]
+        return "baseline" if self.mode == "plain" else MODES[self.mode]
 
     @property
     def delta(self) -> bool:
@@ -108,10 +114,15 @@ def read_authors_config(src: Path) -> AuthorsConfig:
     raw = read_json_object(path, "a model config")
     check_config_values(raw, str(path))
     model_type = raw.get("model_type")
+    if model_type in PLAIN_TYPES:  # the control arm: a plain base, imported unchanged
+        try:
+            base = AutoConfig.for_model(model_type, **{k: v for k, v in raw.items() if k not in CLASS_FIELDS})
+        except (ValueError, KeyError, TypeError) as exc:
+            raise ConversionError(f"{path}: not a valid {model_type} config ({type(exc).__name__}: {exc})") from None
+        return AuthorsConfig(model_type, "plain", base, 1, 1, False, "bias")
     if model_type not in AUTHOR_TYPES:
         raise ConversionError(f"{path}: model_type {model_type!r} is not the authors' format; {supported_text()}"
-                              + ("; a plain Hugging Face model is converted with `mhar convert`"
-                                 if model_type in ("llama", "qwen3") else ""))
+)
     mode = raw.get("attnres_mode", "block")
     if mode not in MODES:
         raise ConversionError(f"{path}: attnres_mode {mode!r} cannot be imported; {supported_text()}")
@@ -171,9 +182,12 @@ def _check_expressible(cfg: AuthorsConfig, path: Path) -> None:
                               f"full-width query, which mhar_hw (H heads there) does not; not supported")
 
 
-def target_config(cfg: AuthorsConfig) -> MHARDeltaConfig | MHARConfig:
-    """Our config for the authors' checkpoint (the mapping in the module docstring)."""
+def target_config(cfg: AuthorsConfig) -> Any:
+    """Our config for the authors' checkpoint (the mapping in the module docstring); a plain
+    base keeps its own."""
     base = cfg.base
+    if cfg.mode == "plain":
+        return base
     if cfg.delta:
         return MHARDeltaConfig(text_config=base, num_blocks=cfg.num_blocks, routing_heads=cfg.heads,
                                routing_eps=float(base.rms_norm_eps), delta_sources="boundary_chain",
@@ -215,6 +229,8 @@ def weight_plan(cfg: AuthorsConfig, ours: dict[str, tuple[int, ...]], alpha_shap
     constants: dict[str, Tensor] = {}
     prefix = "base." if cfg.delta else ""
     sites = "sites" if cfg.delta else "model.sites"
+    if cfg.mode == "plain":
+        L = 0  # no routing tensors
     routing = {n for n in ours if n.startswith(sites + ".") or n == "null_source"}
     tied = bool(cfg.base.tie_word_embeddings)
     for name, shape in ours.items():
@@ -246,7 +262,9 @@ def weight_plan(cfg: AuthorsConfig, ours: dict[str, tuple[int, ...]], alpha_shap
                 plan[key + "res_alpha"] = Entry(f"{sites}.{s}.gate", shape if shape in ((), (1,)) else (1,),
                                                 lambda t: t.reshape(()))
     final = 2 * L
-    if cfg.delta:  # no final routing in the authors' delta modes: the final site passes h through
+    if cfg.mode == "plain":
+        pass
+    elif cfg.delta:  # no final routing in the authors' delta modes: the final site passes h through
         constants.update({f"{sites}.{final}.query": torch.zeros(d), f"{sites}.{final}.key_norm.weight": torch.ones(d),
                           f"{sites}.{final}.gate": torch.zeros(()), f"{sites}.{final}.null": torch.zeros(d)})
     else:
@@ -334,14 +352,19 @@ def load_streaming(model: nn.Module, files: list[Path], plan: dict[str, Entry], 
         raise RuntimeError(f"import left {len(left)} parameter(s) unset, e.g. {', '.join(left[:3])}")
 
 
-def build_model(config: MHARDeltaConfig | MHARConfig) -> nn.Module:
-    """Our model for `config` with its parameters on the meta device."""
+def build_model(config: Any) -> nn.Module:
+    """Our model for `config` (or the plain base's) with its parameters on the meta device."""
+    from transformers import AutoModelForCausalLM
+
     from ..model.delta_modeling import MHARDeltaForCausalLM
     from ..model.modeling import MHARForCausalLM
 
-    cls = MHARDeltaForCausalLM if isinstance(config, MHARDeltaConfig) else MHARForCausalLM
     with parameters_on_meta():
-        return cls(config)
+        if isinstance(config, MHARDeltaConfig):
+            return MHARDeltaForCausalLM(config)
+        if isinstance(config, MHARConfig):
+            return MHARForCausalLM(config)
+        return AutoModelForCausalLM.from_config(config)
 
 
 # ---------------------------------------------------------------------------- the import
