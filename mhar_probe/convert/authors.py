@@ -60,7 +60,6 @@ from ..model.delta_config import MHARDeltaConfig
 from ..model.saved import FLOAT_DTYPES, check_config_values, weight_index
 from ..outputs import OutputKind, check_output
 from ..runfiles import read_json_object
-from .convert import _copy_tokenizer
 from .errors import ConversionError
 
 #: the authors' model types and the Hugging Face base each one extends
@@ -410,6 +409,26 @@ def resolve_source(src: str, revision: str | None = None) -> tuple[Path, dict[st
     return local, {"source": str(local), "hub_id": src, "revision": local.name}
 
 
+#: the files of a Hugging Face tokenizer, copied byte for byte (loading it through AutoTokenizer
+#: would read the authors' config.json, whose model_type transformers does not know)
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "added_tokens.json",
+                   "tokenizer.model", "vocab.json", "merges.txt", "spiece.model", "chat_template.jinja")
+
+
+def copy_tokenizer_files(src: Path, dst: Path) -> bool:
+    """Copy the tokenizer files of `src` into `dst`; False (and a warning) when it has none."""
+    import shutil
+    import warnings
+
+    found = [name for name in TOKENIZER_FILES if (src / name).is_file()]
+    for name in found:
+        shutil.copyfile(src / name, dst / name)
+    if not found:
+        warnings.warn(f"{src} has no tokenizer ({', '.join(TOKENIZER_FILES[:3])}, ...); the imported model is "
+                      f"saved without one: copy the base model's tokenizer files into it", stacklevel=4)
+    return bool(found)
+
+
 def sha256_of(path: Path, chunk: int = 1 << 24) -> str:
     h = hashlib.sha256()
     with path.open("rb") as f:
@@ -468,7 +487,7 @@ def import_checkpoint(src: str | Path, dst: str | Path, *, revision: str | None 
     def fill(tmp: Path) -> None:
         nonlocal copied
         model.save_pretrained(tmp)
-        copied = _copy_tokenizer(local, tmp)
+        copied = copy_tokenizer_files(local, tmp)
         (tmp / PROVENANCE).write_text(json.dumps(provenance, indent=2, sort_keys=True) + "\n")
 
     build_dir(dst, fill, replace=True, mode=0o755)
