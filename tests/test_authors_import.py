@@ -153,3 +153,25 @@ def test_parameters_on_meta_allocates_no_weights_but_real_buffers():
     assert all(p.device.type == "meta" for p in model.parameters())
     assert all(b.device.type == "cpu" for b in model.buffers())
     assert torch.nn.Linear(2, 2).weight.device.type == "cpu"  # restored after the block
+
+
+def test_capture_of_a_delta_model_holds_one_sites_sources_at_a_time(tmp_path, monkeypatch):
+    """Delta sites' sources are folded into the probe sums when the site's weights arrive: when a
+    site hands over its sources, no earlier site's are still held (streaming at the 8B shape)."""
+    from mhar_probe.capture import capture as capture_module
+    from mhar_probe.capture import capture_routing
+
+    cfg = authors_config("llama", "delta_mh")
+    model = imported(tmp_path, cfg, random_weights(cfg))
+    held_before: list[int] = []
+    keep = capture_module._Collector._keep_sources
+
+    def spy(self, act, hook):
+        held_before.append(len(self.sources))
+        keep(self, act, hook)
+
+    monkeypatch.setattr(capture_module._Collector, "_keep_sources", spy)
+    ids = torch.randint(0, cfg["vocab_size"], (2, 3, 16), generator=torch.Generator().manual_seed(0))
+    ds = capture_routing(model, list(ids), draws=2, progress=False)
+    assert len(held_before) == 2 * (2 * cfg["num_hidden_layers"] + 1) and set(held_before) == {0}
+    assert ds.attrs["recompute_max_abs_err"] < 1e-5 and int(ds.attrs["tokens_seen"]) == 2 * 3 * 16
