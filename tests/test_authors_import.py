@@ -24,6 +24,7 @@ from mhar_probe.model.saved import load_model
 CASES = [  # (base, mode, gate, shards)
     ("llama", "delta_mh", "bias", 2),  # the released model's form (Marin-8B is a Llama-3.1)
     ("llama", "delta_mh", "sigmoid_scalar", 1),
+    ("llama", "delta_mh", "learnable_alpha", 2),  # h = partial + alpha * routed, the paper's description
     ("llama", "delta_block", "learnable_alpha", 1),
     ("qwen3", "delta_mh", "bias", 1),
     ("qwen3", "delta_block", "bias", 3),
