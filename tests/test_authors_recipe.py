@@ -1,6 +1,7 @@
 """The offline part of the README recipe "Probe the paper's released 8B pair", end to end on a
 tiny pair in the authors' format: `mhar import` of a delta_mh model and of its plain control,
-`mhar capture` with the random-query null and the probes, `mhar probe`, `mhar eval` of both arms
+`mhar capture` with the random-query null and the probes, `mhar probe`, `mhar figures` (the
+per-head deviation map), `mhar eval` of both arms
 on a local task (samples logged), and `mhar stats mcnemar` between them."""
 
 from __future__ import annotations
@@ -48,13 +49,13 @@ def test_recipe_runs_offline_end_to_end(pair, capsys, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_DATASETS_OFFLINE", "1")
     root, src_mhar, src_plain = pair
-    arms = {"mhar": root / "mhar", "plain": root / "plain"}
+    arms = {"mhar": root / "models" / "mhar", "plain": root / "models" / "plain"}
     assert mhar("import", src_mhar, arms["mhar"]) == 0
     assert mhar("import", src_plain, arms["plain"]) == 0
     assert json.loads((arms["plain"] / "import.json").read_text())["imported_as"]["method"] == "baseline"
 
-    routing = root / "routing.nc"
-    assert mhar("capture", arms["mhar"], "--out", routing, "--tokens", 256, "--seq-len", 32, "--batch-size", 4,
+    routing = arms["mhar"] / "routing.nc"  # the default output
+    assert mhar("capture", arms["mhar"], "--tokens", 256, "--seq-len", 32, "--batch-size", 4,
                 "--draws", 2, "--device", "cpu", "--no-progress") == 0
     ds = xr.open_dataset(routing)
     L = 6
@@ -66,6 +67,8 @@ def test_recipe_runs_offline_end_to_end(pair, capsys, monkeypatch):
     ds.close()
     assert mhar("probe", routing, "--out", root / "probes", "--no-progress") == 0
     assert any((root / "probes").iterdir())
+    assert mhar("figures", root / "models", "--out", root / "figures", "--only", "perhead") == 0
+    assert (root / "figures" / "perhead.png").is_file()  # the per-head deviation map of the imported model
 
     tasks = write_user_task(root / "tasks")
     evals = {}
