@@ -13,12 +13,16 @@ import numpy as np
 from matplotlib.colors import TwoSlopeNorm
 
 from analysis.probes import per_head_deviation
+from mhar_probe.model.methods import run_label
 
 from .registry import Output, Skip, generator
 from .routing import Captured, load_captured, load_paper_routing, pick
 from .style import FULL, new_figure, paper_style
 
-NEEDS = "a captured MHAR run (H > 1) with probes (mhar capture RUN, without --no-probes)"
+NEEDS = ("a captured MHAR run (H > 1) with probes (mhar capture RUN, without --no-probes); a delta-form "
+         "model (mhar convert / mhar import) with H > 1 gets its own map")
+#: the multi-head methods drawn: the from-scratch replacement form and the delta form
+METHODS = ("mhar", "delta")
 FIRST_SITES = 10
 DIVERGING = "vlag"  # seaborn blue-white-red, colour-blind safe, white at 0
 UNREACHABLE = "#2b2b2b"
@@ -26,11 +30,12 @@ MAX_COLS = 4
 
 
 def perhead_runs(ctx) -> list[Captured]:
-    """One MHAR run per model shape (the chosen H, lowest seed) that has the probe sums."""
-    runs = [c for c in load_captured(ctx.routing_datasets()) if c.method == "mhar" and c.H > 1 and c.has_probes]
+    """One run per multi-head method and model shape (mhar: the chosen H; lowest seed) that has the
+    probe sums: MHAR runs, and delta-form models (converted or imported, e.g. the released 8B)."""
+    runs = [c for c in load_captured(ctx.routing_datasets()) if c.method in METHODS and c.H > 1 and c.has_probes]
     chosen = {}
-    for shape in sorted({c.shape for c in runs}):
-        chosen[shape] = pick(runs, "mhar", shape=shape, prefer=ctx.mhar_heads)
+    for method, shape in sorted({(c.method, c.shape) for c in runs}):
+        chosen[method, shape] = pick(runs, method, shape=shape, prefer=ctx.mhar_heads)
     if not chosen:
         raise Skip("no captured multi-head (mhar, H > 1) run with probes", [NEEDS])
     return list(chosen.values())
@@ -99,7 +104,8 @@ def make(ctx) -> list[Output]:
             cbar = fig.colorbar(im, ax=list(axes.flat), shrink=0.85, pad=0.01)
             cbar.set_label(r"$\bar w_h - \bar w$")
             cbar.outline.set_visible(False)
-            fig.suptitle(f"Per-head deviation from the head consensus (MHAR, H={c.H}, {c.scale})",
+            fig.suptitle(f"Per-head deviation from the head consensus ({run_label(c.method, c.H, 'display')}, "
+                         f"{c.scale})",
                          x=0.0, ha="left", fontsize=8.5, fontweight="bold")
             text = caption(stats, paper)
             fig.supxlabel(text, x=0.0, ha="left", fontsize=6.5, color="#333333")

@@ -15,7 +15,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 BENCH = ROOT / "benchmarks"
-TOPICS = ["kernels", "train_throughput", "capture_overhead", "cpt", "multi_gpu", "cpu_threads"]
+TOPICS = ["kernels", "train_throughput", "capture_overhead", "capture8b", "cpt", "multi_gpu", "cpu_threads"]
 TOP = ("benchmarks/", "mhar_probe/", "tests/", "figures/", "notebooks/", "analysis/", "results/ladder/", "results/study100m/")
 SUFFIXES = (".json", ".md", ".py", ".sh", ".ipynb")
 PAGES = sorted([BENCH / "README.md", *BENCH.glob("*/results.md")])

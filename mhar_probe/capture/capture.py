@@ -2,8 +2,11 @@
 
 Per batch the hooks collect every site's weights [n_s, B, T, h_s] and the sources (only the
 final site's [N, B, T, d] for replacement forms, since site s reads their prefix [0, s+1);
-every site's for the delta form, whose partial-block source changes from site to site);
-`RoutingAccumulator` folds them into fixed-size sums; the batch is then dropped. The result
+for the delta form, whose sources change from site to site, each site's sources are folded
+into the probe sums as soon as its weights arrive and dropped, so at most one site's
+[n_s, B, T, d] is held at a time -- at the 8B shape, 65 sites' sources would otherwise stay on
+the device until the batch ends); `RoutingAccumulator` folds them into fixed-size sums; the
+batch is then dropped. The result
 is an `xarray.Dataset` (schema in `schema.py`), NaN where a site cannot see a source.
 
 Variables (means over the tokens seen, mask-weighted):
@@ -29,7 +32,7 @@ from __future__ import annotations
 
 import os
 import time
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 import numpy as np
 import torch
@@ -143,6 +146,8 @@ class _Collector:
         self.want_sources = sources
         self.weights: list[Tensor | None] = [None] * self.S
         self.sources: dict[int, Tensor] = {}
+        #: per-site sources: called with (site, sources, weights) when the site's weights arrive
+        self.on_site: Callable[[int, Tensor, Tensor], None] | None = None
 
     def fwd_hooks(self) -> list:
         fwd = [("sites.*.hook_weights", self._keep_weights)]
@@ -152,7 +157,10 @@ class _Collector:
         return fwd
 
     def _keep_weights(self, act: Tensor, hook) -> None:
-        self.weights[int(hook.name.split(".")[1])] = act.detach()
+        s = int(hook.name.split(".")[1])
+        self.weights[s] = act.detach()
+        if self.per_site_sources and self.on_site is not None and s in self.sources:
+            self.on_site(s, self.sources.pop(s), self.weights[s])  # the site reads its sources before it weighs
 
     def _keep_sources(self, act: Tensor, hook) -> None:
         self.sources[int(hook.name.split(".")[1])] = act.detach()
@@ -196,20 +204,24 @@ def _capture_batch(model: nn.Module, layout: Layout, acc: RoutingAccumulator, co
     kwargs = {"use_cache": False}
     if masked:
         kwargs["attention_mask"] = mask.to(ids.device)
-    with torch.no_grad():
-        model(ids, **kwargs)
-    weights, sources = collector.take()
     m, half_one = acc.update_tokens(m_in, half)
     half1 = half.reshape(-1).to(m.device, torch.float32) if acc.probes is not None else None  # [P]
+    if acc.probes is not None and collector.per_site_sources:  # fold each site's sources as they come
+        collector.on_site = lambda s, src, w: acc.update_sources(s, src, m, w, geometry=True, half1=half1)
+    try:
+        with torch.no_grad():
+            model(ids, **kwargs)
+    finally:
+        collector.on_site = None
+    weights, sources = collector.take()
     for s in range(S):
         w = weights[s]
         if w is None:
             raise CaptureError(f"routing site {s} produced no weights (is the model's forward hooked?)")
         acc.update_weights(s, w, m_in if masked else None, half_one)
-        if acc.probes is not None:
+        if acc.probes is not None and not collector.per_site_sources:
             n = w.shape[0]
-            src = sources[s] if collector.per_site_sources else sources[S - 1][:n]
-            acc.update_sources(s, src, m, w, geometry=collector.per_site_sources or s == S - 1, half1=half1)
+            acc.update_sources(s, sources[S - 1][:n], m, w, geometry=s == S - 1, half1=half1)
     if writer is not None:
         writer.append(weights, ids, m_in)
 

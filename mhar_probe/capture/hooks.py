@@ -41,6 +41,12 @@ def _decoder(model: nn.Module) -> nn.Module:
     return inner if isinstance(inner, nn.Module) else model
 
 
+def routing_sites(model: nn.Module) -> nn.ModuleList:
+    """The model's routing sites in call order: `model.model.sites` (MHARForCausalLM) or
+    `model.sites` (a converted / imported delta model, whose decoder is the wrapped base)."""
+    return _decoder(model).sites
+
+
 def hook_points(model: nn.Module) -> dict[str, HookPoint]:
     """All hook points of `model` by name (`sites.3.hook_weights`, ...), in module order."""
     root = _decoder(model)

@@ -8,11 +8,17 @@ from pathlib import Path
 
 import xarray as xr
 
+from ..model.saved import position_limit
 from .capture import capture_routing
 from ..outputs import check_device
 from .errors import CaptureError
 from .io import check_output
 from .runs import DEFAULT_DATASET, heldout_rows, load_run, row_batches
+
+
+#: rows captured when neither --seq-len nor the run's training length says (a converted or
+#: imported model has no train_config.json; half its position limit would be 65,536 at 8B)
+DEFAULT_SEQ_LEN = 2048
 
 
 @dataclass
@@ -23,7 +29,7 @@ class RunCapture:
     out: str | None = None  # default: RUN/routing.nc
     tokens: int = 65536  # held-out tokens to stream
     batch_size: int = 8  # sequences per forward pass
-    seq_len: int | None = None  # default: the run's
+    seq_len: int | None = None  # default: the run's (else min(half the position limit, DEFAULT_SEQ_LEN))
     split: str = "val"
     per_token: bool = False  # also stream every token's weights to the file
     probes: bool = True  # source-based probe sums besides the token means
@@ -46,10 +52,10 @@ def capture_run(cfg: RunCapture) -> xr.Dataset:
     check_output(out, cfg.overwrite, inputs=[("run", cfg.run)])  # fail before loading anything
     check_device(cfg.device)
     model, tokenizer, train_cfg = load_run(cfg.run, cfg.device, cfg.backend)
-    seq_len = cfg.seq_len or train_cfg.get("seq_len") or model.config.max_position_embeddings // 2
-    if seq_len > model.config.max_position_embeddings:
-        raise CaptureError(f"--seq-len {seq_len} exceeds the model's position limit "
-                           f"({model.config.max_position_embeddings})")
+    limit = position_limit(model.config) or 2 * DEFAULT_SEQ_LEN  # a converted / imported model nests it
+    seq_len = cfg.seq_len or train_cfg.get("seq_len") or min(limit // 2, DEFAULT_SEQ_LEN)
+    if seq_len > limit:
+        raise CaptureError(f"--seq-len {seq_len} exceeds the model's position limit ({limit})")
     rows = heldout_rows(tokenizer, train_cfg, seq_len, cfg.split)
     batches, _ = row_batches(rows, cfg.tokens, cfg.batch_size)
     return capture_routing(

@@ -24,6 +24,7 @@ import torch
 from torch import Tensor
 
 from ..model.routing import rms_norm_keys
+from .hooks import routing_sites
 from .heads import SLICINGS, head_queries, matched_norm_draws, probe_matrix, slice_kl
 from .schema import Layout
 
@@ -55,7 +56,7 @@ class RoutingAccumulator:
         self.max_recompute_err = 0.0
         cfg = model.config
         self.d, self.head_dim = cfg.hidden_size, cfg.head_dim
-        self.sites = list(model.model.sites)
+        self.sites = list(routing_sites(model))
         if probes is None:
             return
         V = 1 + probes.draws

@@ -1,6 +1,6 @@
 """`mhar`: the command line, the top floor of the house. One module per subcommand
 (`train`, `info`, `demo`, `sweep`, `capture`, `probe`, `eval`, `stats`, `figures`, `convert`,
-`cpt`, `bench`, `corpus`), shared argument helpers in `args`, and the one error handler in `errors`
+`import`, `cpt`, `bench`, `corpus`), shared argument helpers in `args`, and the one error handler in `errors`
 (user errors become one line on stderr and exit status 2). Nothing below imports this package.
 
 Command modules are imported lazily: `mhar --help` lists the commands from `COMMANDS` alone
@@ -38,6 +38,8 @@ COMMANDS: tuple[tuple[str, str, str], ...] = (
     ("figures", "mhar_probe.cli.figures:add_figures_subparser", "regenerate the paper's figures and tables from your runs"),
     ("convert", "mhar_probe.cli.convert:add_convert_subparser",
      "identity-preserving conversion of a pretrained Llama/Qwen3 model to MHAR (delta form)"),
+    ("import", "mhar_probe.cli.importing:add_import_subparser",
+     "import a checkpoint in the paper authors' format (llama_attnres / qwen3_attnres)"),
     ("cpt", "mhar_probe.cli.cpt:add_cpt_subparser", "mid-train a converted model (or its plain-base control)"),
     ("bench", "mhar_probe.cli.bench:add_bench_subparser", "GPU benchmarks: `mhar bench routing --help`"),
     ("corpus", "mhar_probe.cli.corpus:add_corpus_subparser", "build or pack the study corpus folder"),

@@ -105,8 +105,7 @@ def flops_per_token(model: nn.Module, seq_len: int) -> float:
     head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
     total = 6 * n + 6 * len(layers) * seq_len * cfg.num_attention_heads * head_dim
     if is_converted(model.config):
-        from ..model.residual import DeltaSources
+        from ..model.siteplan import site_plan_of
 
-        sources = DeltaSources(model.block_of_layer, model.null_source)
-        total += 3 * sum(4 * cfg.hidden_size * sources.num_sources(s) for s in range(len(model.sites)))
+        total += 3 * sum(4 * cfg.hidden_size * site.num_sources for site in site_plan_of(model.config).sites)
     return float(total)

@@ -13,6 +13,7 @@ from transformers import AutoConfig, PretrainedConfig
 
 from .config import drop_saved_backend
 from .errors import UserError
+from .siteplan import DELTA_SOURCES
 
 # model_type of the base -> what the wrapper relies on: decoder at `.model` with `.layers` (each
 # with `input_layernorm` and `post_attention_layernorm` in front of attention / MLP, the
@@ -44,6 +45,11 @@ class MHARDeltaConfig(PretrainedConfig):
         sublayer_s(norm_s(x_s)),   with the residual add still reading h,
 
     so gate_s = 0 (its initial value) reproduces the base model exactly.
+
+    `delta_sources` picks the source rule (siteplan.py): "block_deltas" (what `mhar convert`
+    grafts, above) or "boundary_chain" (the paper's released checkpoints, `mhar import`), and
+    `null_per_site` gives every site a null source of its own (the released layout) instead of
+    one shared null.
     """
 
     model_type = "mhar_delta"
@@ -55,6 +61,8 @@ class MHARDeltaConfig(PretrainedConfig):
         num_blocks: int | None = None,
         routing_heads: int = DEFAULT_ROUTING_HEADS,
         routing_eps: float | None = None,
+        delta_sources: str = "block_deltas",
+        null_per_site: bool = False,
         **kwargs: Any,
     ) -> None:
         if isinstance(text_config, dict):
@@ -67,6 +75,8 @@ class MHARDeltaConfig(PretrainedConfig):
         self.num_blocks = num_blocks
         self.routing_heads = routing_heads
         self.routing_eps = routing_eps
+        self.delta_sources = delta_sources
+        self.null_per_site = null_per_site
         drop_saved_backend(kwargs)  # an old config.json's routing_backend
         if text_config is not None:
             if self.num_blocks is None:
@@ -92,6 +102,26 @@ class MHARDeltaConfig(PretrainedConfig):
     def vocab_size(self) -> int:
         return self.text_config.vocab_size
 
+    # what the capture and the site plan read of a model config (the names of `MHARConfig`)
+    residual_method = "delta"
+    preset = None
+
+    @property
+    def delta_num_blocks(self) -> int:
+        return self.num_blocks
+
+    @property
+    def num_attention_heads(self) -> int:
+        return self.text_config.num_attention_heads
+
+    @property
+    def num_key_value_heads(self) -> int:
+        return getattr(self.text_config, "num_key_value_heads", None) or self.num_attention_heads
+
+    @property
+    def head_dim(self) -> int:
+        return getattr(self.text_config, "head_dim", None) or self.hidden_size // self.num_attention_heads
+
     @property
     def num_sites(self) -> int:
         """2L + 1 routing sites: attention and MLP input of every layer, plus the final norm."""
@@ -106,6 +136,10 @@ class MHARDeltaConfig(PretrainedConfig):
         if not isinstance(self.num_blocks, int) or not 1 <= self.num_blocks <= L:
             raise ConversionError(f"num_blocks={self.num_blocks} is impossible for a {L}-layer model; "
                                   f"choose 1 <= num_blocks <= {L} (default L//4 = {default_num_blocks(L)})")
+        if self.delta_sources not in DELTA_SOURCES:
+            raise ConversionError(f"delta_sources={self.delta_sources!r}; choose one of {', '.join(DELTA_SOURCES)}")
+        if not isinstance(self.null_per_site, bool):
+            raise ConversionError(f"null_per_site={self.null_per_site!r} must be true or false")
         if not isinstance(H, int) or H < 1 or d % H:
             divisors = [h for h in (1, 2, 4, 8, 16, 32, 64) if d % h == 0]
             raise ConversionError(f"routing heads H={H} must divide the hidden size d={d}; "

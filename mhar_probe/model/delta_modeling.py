@@ -29,8 +29,8 @@ from transformers.modeling_outputs import CausalLMOutputWithPast
 from .delta_config import ConversionError, MHARDeltaConfig, supported_text
 from .hf_compat import cache_field, one_cache
 from .layers import RMSNorm
-from .residual import DeltaSite, DeltaSources
-from .siteplan import delta_block_of_layer, site_plan
+from .residual import ChainSources, DeltaSite, DeltaSources
+from .siteplan import chain_layers_per_block, delta_block_of_layer, site_plan
 
 try:  # transformers >= 5: init functions that skip weights already loaded from a checkpoint
     from transformers import initialization as _init
@@ -70,9 +70,11 @@ class MHARDeltaPreTrainedModel(PreTrainedModel):
         if isinstance(module, DeltaSite):
             _init.zeros_(module.query)
             _init.zeros_(module.gate)
+            if hasattr(module, "null"):
+                _init.zeros_(module.null)
         elif isinstance(module, RMSNorm):
             _init.ones_(module.weight)
-        elif isinstance(module, MHARDeltaForCausalLM):
+        elif isinstance(module, MHARDeltaForCausalLM) and hasattr(module, "null_source"):
             _init.zeros_(module.null_source)
 
 
@@ -95,10 +97,12 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
         if len(decoder.layers) != L:
             raise ConversionError(f"base has {len(decoder.layers)} layers but its config says {L}")
         self.block_of_layer = delta_block_of_layer(L, config.num_blocks)
-        self.null_source = nn.Parameter(torch.zeros(d))  # learnable null source  [d]
-        plan = site_plan("delta", L, routing_heads=config.routing_heads, delta_num_blocks=config.num_blocks)
-        self.sites = nn.ModuleList(DeltaSite(d, config.routing_heads, config.routing_eps, s.index, s.layer, s.kind)
-                                   for s in plan.sites)
+        if not config.null_per_site:
+            self.null_source = nn.Parameter(torch.zeros(d))  # learnable null source  [d]
+        plan = site_plan("delta", L, routing_heads=config.routing_heads, delta_num_blocks=config.num_blocks,
+                         delta_sources=config.delta_sources)
+        self.sites = nn.ModuleList(DeltaSite(d, config.routing_heads, config.routing_eps, s.index, s.layer, s.kind,
+                                             own_null=config.null_per_site) for s in plan.sites)
         norms = [n for layer in decoder.layers for n in (layer.input_layernorm, layer.post_attention_layernorm)]
         for s, norm in enumerate([*norms, decoder.norm]):
             norm.register_forward_pre_hook(partial(self._route_into_norm, s))
@@ -110,10 +114,19 @@ class MHARDeltaForCausalLM(MHARDeltaPreTrainedModel, GenerationMixin):
         """Pre-hook of norm s: its input h [B, T, d] becomes h + gate_s * route(sources_s(h))."""
         h = args[0]
         if site == 0:  # the first site of a pass (layer 0's attention) opens a new source list
-            self._sources = DeltaSources(self.block_of_layer, self.null_source)
+            self._sources = self._new_sources()
         if self._sources is None:
             raise RuntimeError("delta routing hooks ran out of order: the decoder must be called from layer 0")
         return (self.sites[site](h, self._sources(site, h)), *args[1:])
+
+    def _new_sources(self) -> DeltaSources | ChainSources:
+        """The source bookkeeping of one forward pass, by the config's rule (siteplan.py)."""
+        cfg = self.config
+        nulls = [site.null for site in self.sites] if cfg.null_per_site else [self.null_source] * len(self.sites)
+        if cfg.delta_sources == "boundary_chain":
+            L = cfg.num_hidden_layers
+            return ChainSources(L, chain_layers_per_block(L, cfg.num_blocks), nulls)
+        return DeltaSources(self.block_of_layer, nulls[0])
 
     # ------------------------------------------------------------------ HF plumbing
     def get_input_embeddings(self) -> nn.Module:

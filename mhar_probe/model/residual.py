@@ -27,7 +27,7 @@ from torch import Tensor, nn
 from .hooks import HookPoint
 from .layers import RMSNorm
 from .routing import DEFAULT_BACKEND, SourceStack, get_backend
-from .siteplan import delta_site_plan, delta_sources_read, site_label
+from .siteplan import chain_num_sources, delta_site_plan, delta_sources_read, site_label
 
 
 class RoutingSite(nn.Module):
@@ -75,9 +75,12 @@ class DeltaSite(nn.Module):
     """Identity-preserving read (delta form): x = h + gate * route([null, block deltas]).
 
     With gate = 0 (its initial value) the sublayer sees exactly the additive stream h.
+    `own_null`: the site holds its own null source `null` [d] (the released checkpoints' layout)
+    instead of reading the model's shared one.
     """
 
-    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str) -> None:
+    def __init__(self, d: int, num_heads: int, eps: float, index: int, layer: int, kind: str,
+                 own_null: bool = False) -> None:
         super().__init__()
         self.index, self.layer, self.kind = index, layer, kind
         self.num_heads, self.eps = num_heads, eps
@@ -86,6 +89,8 @@ class DeltaSite(nn.Module):
         self.query = nn.Parameter(torch.zeros(d))
         self.key_norm = RMSNorm(d, eps)
         self.gate = nn.Parameter(torch.zeros(()))
+        if own_null:
+            self.null = nn.Parameter(torch.zeros(d))
         self.hook_sources = HookPoint()
         self.hook_weights = HookPoint()
         self.hook_out = HookPoint()
@@ -146,3 +151,32 @@ class DeltaSources:
             self.starts[block] = h
         current = [] if opens else [h - self.starts[block]]
         return torch.stack([self._null, *(self.deltas[b] for b in range(block)), *current])
+
+
+class ChainSources:
+    """The chained boundary sources of the released checkpoints (siteplan.py, "chained boundary
+    sources") for one forward pass. With p layers per block and h_l the stream entering layer l:
+
+        c_0 = h_0,   c_k = h_{kp} - c_{k-1}
+        sources(site s, stream h) = [null_s, c_0, ..., c_{j_s - 1}]
+
+    where c_0 .. c_{j_s - 1} are the boundary sources written before site s reads: the attention
+    site of boundary layer kp reads first and then writes c_k. Call it once per site, in forward
+    order, with the stream h the site reads. c_k is stored by k, so re-running a layer under
+    activation checkpointing recomputes the same sources.
+    """
+
+    def __init__(self, num_layers: int, layers_per_block: int, nulls: Sequence[Tensor]) -> None:
+        self.L, self.p = num_layers, layers_per_block
+        self.nulls = nulls  # one null [d] per site, in site order
+        self.reads = [n - 1 for n in chain_num_sources(num_layers, layers_per_block)]  # j_s
+        self.chain: dict[int, Tensor] = {}  # k -> c_k  [B, T, d]
+
+    def __call__(self, site: int, h: Tensor) -> Tensor:  # h [B, T, d] -> [1 + j_s, B, T, d]
+        read = torch.stack([self.nulls[site].to(h.dtype).expand_as(h),
+                            *(self.chain[k] for k in range(self.reads[site]))])
+        layer, sublayer = divmod(site, 2)
+        if sublayer == 0 and layer < self.L and layer % self.p == 0:  # a boundary layer's attention site
+            k = layer // self.p
+            self.chain[k] = h if k == 0 else h - self.chain[k - 1]
+        return read

@@ -27,6 +27,19 @@ Delta form (delta), sources 1 + B for B blocks of consecutive layers:
     N_s = 1 + b (opens) or 2 + b; the final site opens the virtual block B (N_s = 1 + B).
     Q_s = 1, H_s = H.
 
+Delta form, chained boundary sources (`delta_sources="boundary_chain"`: the layout of the
+paper's released checkpoints, `mhar import`). With p = ceil(L / num_blocks) layers per block,
+boundary layers l = 0, p, 2p, ... and h_l the additive stream entering layer l:
+
+    source 0     the site's own null          (kind null,  layer -1, label "null")
+    source 1     c_0 = h_0, the embedding      (kind embed, layer 0,  label "emb")
+    source 1+k   c_k = h_{kp} - c_{k-1}        (kind block, layer kp, label "C{k}")
+
+    site 2l   (attention of layer l) reads the null and c_0 .. c_{j-1}, j = ceil(l / p)
+              (the boundaries before l: layer l's own boundary source is written after its read)
+    site 2l+1 (MLP of layer l)       reads the null and c_0 .. c_{j-1}, j = floor(l / p) + 1
+    site 2L   (final)                reads the null and every c_k (K = ceil(L / p) of them)
+
 baseline, hyper: no routing sites (and no sources).
 
 This module is part of the code a saved run carries (`auto_map`): it imports only the
@@ -97,10 +110,14 @@ def site_positions(num_layers: int) -> list[tuple[int, SiteKind]]:
     return [(layer, kind) for layer in range(num_layers) for kind in ("attn", "mlp")] + [(num_layers, "final")]
 
 
+#: how the delta form builds its sources: our block deltas, or the released checkpoints' chain
+DELTA_SOURCES = ("block_deltas", "boundary_chain")
+
+
 def site_plan(method_name: str, num_layers: int, *, routing_heads: int, num_key_value_heads: int = 1,
-              delta_num_blocks: int = 1) -> SitePlan:
+              delta_num_blocks: int = 1, delta_sources: str = "block_deltas") -> SitePlan:
     """The site plan of a `method_name` model with `num_layers` layers (module table);
-    ValueError for an unknown method."""
+    ValueError for an unknown method or source rule."""
     props = method(method_name)
     positions = site_positions(num_layers)
     if props.replaces:
@@ -114,6 +131,15 @@ def site_plan(method_name: str, num_layers: int, *, routing_heads: int, num_key_
             Source(1 + 2 * layer + i, layer, kind, f"L{layer}.{kind}")
             for layer in range(num_layers) for i, kind in enumerate(("attn", "mlp"))]
         return SitePlan(method_name, tuple(sites), tuple(sources))
+    if props.delta and delta_sources == "boundary_chain":
+        p = chain_layers_per_block(num_layers, delta_num_blocks)
+        sites = [Site(s, layer, kind, num_sources=n, num_queries=1, num_heads=routing_heads)
+                 for s, ((layer, kind), n) in enumerate(zip(positions, chain_num_sources(num_layers, p)))]
+        sources = [Source(0, -1, "null", "null"), Source(1, 0, "embed", "emb")] + [
+            Source(1 + k, k * p, "block", f"C{k}") for k in range(1, chain_num_boundaries(num_layers, p))]
+        return SitePlan(method_name, tuple(sites), tuple(sources))
+    if props.delta and delta_sources != "block_deltas":
+        raise ValueError(f"unknown delta source rule {delta_sources!r}; choose one of {', '.join(DELTA_SOURCES)}")
     if props.delta:
         blocks = delta_block_of_layer(num_layers, delta_num_blocks)
         sites = [Site(s, layer, kind, num_sources=n, num_queries=1, num_heads=routing_heads)
@@ -128,7 +154,8 @@ def site_plan_of(config: Any) -> SitePlan:
     """The site plan of an `MHARConfig` (or any object with its fields)."""
     return site_plan(config.residual_method, config.num_hidden_layers, routing_heads=config.routing_heads,
                      num_key_value_heads=config.num_key_value_heads,
-                     delta_num_blocks=getattr(config, "delta_num_blocks", 1))
+                     delta_num_blocks=getattr(config, "delta_num_blocks", 1),
+                     delta_sources=getattr(config, "delta_sources", "block_deltas"))
 
 
 # ---------------------------------------------------------------------- the delta form's blocks
@@ -160,3 +187,24 @@ def delta_sources_read(block: int, opens: bool) -> int:
 def delta_num_sources(block_of_layer: Sequence[int]) -> list[int]:
     """Sources each of the 2L+1 delta sites reads, in site order (see `delta_site_plan`)."""
     return [delta_sources_read(block, opens) for block, opens in delta_site_plan(block_of_layer)]
+
+
+# ---------------------------------------------------------------------- chained boundary sources
+def chain_layers_per_block(num_layers: int, num_blocks: int) -> int:
+    """p = ceil(L / num_blocks): layers 0, p, 2p, ... are the boundaries of the chained rule."""
+    return max(1, -(-num_layers // num_blocks))
+
+
+def chain_num_boundaries(num_layers: int, layers_per_block: int) -> int:
+    """K = ceil(L / p) boundary sources c_0 .. c_{K-1} (can be fewer than num_blocks)."""
+    return -(-num_layers // layers_per_block)
+
+
+def chain_num_sources(num_layers: int, layers_per_block: int) -> list[int]:
+    """Sources each of the 2L+1 chained-rule sites reads (its null + the boundary sources written
+    before its read), in site order (see the module table)."""
+    p = layers_per_block
+    counts = []
+    for layer in range(num_layers):
+        counts += [1 + -(-layer // p), 1 + layer // p + 1]
+    return counts + [1 + chain_num_boundaries(num_layers, p)]

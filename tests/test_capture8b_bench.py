@@ -1,0 +1,44 @@
+"""benchmarks/capture8b/run.py in its CPU mode at the tiny config: the model it builds is the
+importer's delta_mh mapping with random routing, and its record has one timed row per (T, B)."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+
+from script_checks import load_script
+
+
+def test_cpu_mode_records_every_length_and_batch(tmp_path):
+    torch.set_num_threads(1)
+    bench = load_script("benchmarks/capture8b/run.py")
+    out = tmp_path / "tiny.json"
+    record = bench.main(["--config", "tiny", "--lengths", "8", "16", "--batch-sizes", "1", "2", "--batches", "1",
+                         "--draws", "2", "--device", "cpu", "--out", str(out)])
+    assert json.loads(out.read_text()) == record
+    assert [(r["seq_len"], r["batch"]) for r in record["rows"]] == [(8, 1), (8, 2), (16, 1), (16, 2)]
+    for row in record["rows"]:
+        assert row["tokens"] == row["seq_len"] * row["batch"]
+        assert all(row[arm]["seconds"] > 0 and row[arm]["tokens_per_s"] > 0 for arm in ("forward", "weights", "probes"))
+    assert record["authors_config"]["attnres_mode"] == "delta_mh" and record["commit"]
+
+
+def test_random_model_is_the_imported_layout_with_routing_away_from_uniform():
+    bench = load_script("benchmarks/capture8b/run.py")
+    model = bench.random_model(bench.authors_config("tiny"), torch.device("cpu"), torch.float32)
+    cfg = model.config
+    assert cfg.delta_sources == "boundary_chain" and cfg.null_per_site and cfg.routing_heads == 8
+    assert float(model.sites[0].gate) == 1.0 and float(model.sites[2 * cfg.num_hidden_layers].gate) == 0.0
+    assert all(p.device.type == "cpu" and torch.isfinite(p).all() for p in model.parameters())
+    assert float(model.sites[3].query.abs().mean()) > 0.1  # queries drawn, not the zero init
+
+
+def test_via_import_writes_a_sharded_authors_checkpoint_and_imports_it(tmp_path):
+    torch.set_num_threads(1)
+    bench = load_script("benchmarks/capture8b/run.py")
+    record = bench.main(["--config", "tiny", "--lengths", "8", "--batch-sizes", "1", "--batches", "1", "--draws", "1",
+                         "--device", "cpu", "--via-import", str(tmp_path)])
+    assert record["import"]["seconds"] > 0 and (tmp_path / "imported" / "import.json").is_file()
+    index = json.loads((tmp_path / "src" / "model.safetensors.index.json").read_text())
+    assert "model.layers.3.mlp_null_source" in index["weight_map"]
