@@ -292,7 +292,6 @@ class Trainer:
         if self.info.is_main:  # every input is checked: only now is anything removed
             prepare_run_dir(self.out, resume=cfg.resume, overwrite=cfg.overwrite, inputs=inputs)
         barrier(self.info)
-        self._warn_about_data()  # (after every refusal: a refused run says one line only)
         self.resumed = will_resume
         self.step, self.tokens, self.flops = 0, 0, 0.0
         self.metrics: list[dict[str, Any]] = []
@@ -301,6 +300,7 @@ class Trainer:
             state = self.restore()
             self.step, self.tokens, self.flops = state["step"], state["tokens"], state["flops"]
             self.metrics = [m for m in RunFiles(self.out).metrics() if m["step"] <= self.step]
+        self._warn_about_data()  # last: after every refusal (a damaged checkpoint too), a refused run says one line
 
     def close(self) -> None:
         """Release the run directory's lock and give the process its thread count back (the end of

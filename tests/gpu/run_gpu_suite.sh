@@ -8,7 +8,7 @@
 # commit its log beside the change (tests/gpu/README.md):
 #   python -m mhar_probe.provenance stamp          # here, before the tree is copied: the commit that runs
 #   bash tests/gpu/run_gpu_suite.sh                # on the GPU machine (2 GPUs for the second part;
-#                                                  # carry .mhar-stamp.json, which git ignores)
+#                                                  # carry .mhar-stamp.json, which git ignores, and .whl)
 #   bash tests/gpu/run_gpu_suite.sh --only 1gpu    # one part (--only 2gpu: the other), e.g. one per call
 #   bash tests/gpu/run_gpu_suite.sh --dry-run      # any machine: the header and the plan, nothing run
 #   bash tests/gpu/run_gpu_suite.sh --collect      # any machine: ... and pytest's collection of each part
@@ -39,7 +39,13 @@ cd "$(dirname "$0")/../.." || exit 2
 PY=${PYTHON:-python3}
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 LOG=$OUT/gpu_suite.log
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1
+# the wheels the GPU image lacks (hyper-connections for the hyper modes, h5netcdf, ...: benchmarks/device_wheels.py),
+# carried as .whl/ like every device script's; without them the hyper-mode tests fail to import
+if (( ! dry )) && compgen -G ".whl/*.whl" > /dev/null; then
+  "${PYTHON:-python3}" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site \
+    .whl/*.whl || { echo "wheel install failed" >&2; exit 1; }
+fi
 : > "$LOG"
 say() { echo "$*" | tee -a "$LOG"; }
 
