@@ -97,3 +97,13 @@ def flops_per_token(
 def routing_fraction(config: Any, seq_len: int, **kw: Any) -> float:
     """Extra FLOPs of the method's residual mechanism relative to the same model's baseline."""
     return flops_per_token(config, seq_len, **kw)["routing_fraction"]
+
+
+def preset_flops_per_token(preset: str, vocab_size: int, seq_len: int | None = None) -> float:
+    """Training FLOPs per token of `preset`'s baseline at `vocab_size` (at the preset's sequence length
+    unless `seq_len`): what a corpus's vocabulary costs the model (`mhar corpus image` chooses by it)."""
+    from .model.config import MHARConfig
+
+    config = MHARConfig.from_preset(preset, vocab_size=vocab_size)
+    return float(flops_per_token(config, seq_len or MHARConfig.preset_seq_len(preset))["total"])
+

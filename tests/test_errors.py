@@ -34,30 +34,30 @@ def test_config_error_derives_from_the_base():
 
 
 @pytest.mark.parametrize("cls", [UserError, ConfigError, *DERIVED], ids=lambda c: c.__name__)
-def test_the_cli_prints_each_user_error_on_one_line_and_exits_2(cls, monkeypatch, capsys):
+def test_the_cli_prints_each_user_error_on_one_line_and_exits_2(cls, monkeypatch, capsys, tmp_path):
     def refuse(*args, **kwargs):
         raise cls("bad   input:\n  fix\tthis")
 
     monkeypatch.setattr(mhar_probe.info, "describe", refuse)
-    assert cli("info", "somewhere") == 2
+    assert cli("info", str(tmp_path)) == 2  # (a folder that exists: a missing one is refused before describe)
     out, err = capsys.readouterr()
     assert out == "" and err == "mhar info: error: bad input: fix this\n"
 
 
-def test_the_cli_does_not_swallow_other_value_errors(monkeypatch):
+def test_the_cli_does_not_swallow_other_value_errors(monkeypatch, tmp_path):
     """A plain ValueError is a bug, not a user error: it keeps its traceback."""
     def bug(*args, **kwargs):
         raise ValueError("a bug")
 
     monkeypatch.setattr(mhar_probe.info, "describe", bug)
     with pytest.raises(ValueError, match="a bug"):
-        cli("info", "somewhere")
+        cli("info", str(tmp_path))
 
 
-def test_debug_shows_the_traceback_of_a_user_error(monkeypatch):
+def test_debug_shows_the_traceback_of_a_user_error(monkeypatch, tmp_path):
     def refuse(*args, **kwargs):
         raise DataError("no corpus")
 
     monkeypatch.setattr(mhar_probe.info, "describe", refuse)
     with pytest.raises(DataError, match="no corpus"):
-        cli("--debug", "info", "somewhere")
+        cli("--debug", "info", str(tmp_path))

@@ -16,8 +16,13 @@ from mhar_probe.cli import main
 from mhar_probe.data import image
 from mhar_probe.data.corpus import hash_unit
 from mhar_probe.data.errors import DataError
+from mhar_probe.flops import preset_flops_per_token
 
 from corpus_checks import SHARED, fake_image, write_file
+
+def FLOPS_350M(vocab_size: int) -> float:
+    return preset_flops_per_token("350m", vocab_size)
+
 
 @pytest.fixture
 def env(tmp_path, monkeypatch):
@@ -31,14 +36,14 @@ def env(tmp_path, monkeypatch):
         write_file(prose / f"usr/share/doc/book/ch{k}.txt", f"Chapter {k}.\n\n{SHARED}\n\nThe tale of the number {k}, "
                f"told in a chapter of its own, with words enough to make a paragraph of prose.\n")
     image.build_image_corpus(carried, tmp_path / "no-lock", roots=[prose], vocab_sizes=(300,), workers=1,
-                             log=lambda m: None)
+                             log=lambda m: None, flops_per_token=FLOPS_350M)
     return tmp_path, img, carried
 
 
 def build(env, out: str, lock: Path | None = None, **kw) -> dict:
     tmp, img, carried = env
     kw = {"roots": [img / "usr", img / "opt"], "carried": carried, "vocab_sizes": (300, 420), "workers": 1,
-          "val_fraction": 0.25, "log": lambda m: None, **kw}
+          "val_fraction": 0.25, "log": lambda m: None, "flops_per_token": FLOPS_350M, **kw}
     return image.build_image_corpus(tmp / out, lock if lock is not None else tmp / "no-lock", **kw)
 
 
@@ -91,7 +96,7 @@ def test_first_build_measures_the_sizes_and_keeps_the_cheapest_per_byte(env):
     choice = json.loads((tmp / "corpus" / "lock" / image.LOCK_FILE).read_text())["tokenizer_choice"]
     measured = {int(v): m for v, m in choice["measured"].items()}
     assert set(measured) == {300, 420}
-    cost = {v: m["tokens_per_byte"] * image.flops_per_token_350m(v) for v, m in measured.items()}
+    cost = {v: m["tokens_per_byte"] * preset_flops_per_token("350m", v) for v, m in measured.items()}
     assert choice["chosen"] == min(cost, key=cost.get)
     assert measured[420]["tokens_per_byte"] < measured[300]["tokens_per_byte"]
     manifest = json.loads((tmp / "corpus" / "mhar_corpus.json").read_text())

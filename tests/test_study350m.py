@@ -67,22 +67,22 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
 
     tree = tmp_path / "tree"  # what the device gets: the files, a stamp, no (or stale) git metadata
     for part in ("mhar_probe", "results/study100m", "results/study350m"):
-        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns("__pycache__", "runs", "evals",
-                                                                              "figures", "probes", "stats"))
+        shutil.copytree(ROOT / part, tree / part, ignore=shutil.ignore_patterns(  # the study's lock left out:
+            "__pycache__", "runs", "evals", "figures", "probes", "stats", "corpus"))  # this is a first build
     shutil.copy(ROOT / "pyproject.toml", tree)
     env = {**os.environ, "PYTHON": sys.executable, "OUT": str(tmp_path / "out"),
            "MHAR_CACHE_DIR": str(tmp_path / "cache")}
     img = fake_image(tmp_path / "img", n=60)  # enough held-out text for one row of the tiny model
     prose = tmp_path / "prose" / "usr" / "share" / "doc" / "tales"  # the carried prose stand-in: sentences
-    prose.mkdir(parents=True)  # whose last words the held-out tasks can ask for
+    prose.mkdir(parents=True)  # whose last words and next lines (of at most 80 characters) the tasks ask for
     words = "river stone lantern orchard harbour meadow violin compass".split()
-    for k in range(200):  # (two held-out tales at least: a next-line item's distractor is another's line)
+    for k in range(500):  # (held-out tales enough: a next-line item's distractor is another one's line)
         prose.joinpath(f"tale{k:03d}.txt").write_text("\n".join(
-            f"In the tale number {k} the traveller walked past the {words[(k + j) % 8]} and then sat by the "
+            f"In the tale number {k} the traveller walked past the {words[(k + j) % 8]}\nand then sat by the "
             f"{words[(k * 3 + j) % 8]} until the evening came to the quiet {words[(k + 2 * j) % 8]}."
             for j in range(6)) + "\n")
     build_image_corpus(tree / PAPER350_CARRIED, tmp_path / "no-lock", roots=[tmp_path / "prose"], vocab_sizes=(300,),
-                       workers=1, log=lambda m: None)
+                       workers=1, log=lambda m: None, flops_per_token=lambda v: 1.0)
     cmd = ["bash", "results/study350m/run_on_device.sh", "--tiny", "--nproc", "1", "--steps", "8",
            "--study", str(tmp_path / "study"), "--roots", str(img / "opt")]
     refused = subprocess.run([*cmd, "prepare"], cwd=tree, env=env, capture_output=True, text=True)

@@ -27,7 +27,7 @@ AXIS_DESTS = {"preset", "method", "heads", "kv_heads", "lr", "seed", "steps"}
 #: `mhar train` flag is missing here, so each one is checked to reach the swept runs.
 NON_DEFAULT = {
     "corpus": (["--corpus", "installed"], "installed"),
-    "corpus_max_bytes": (["--corpus-max-bytes", "0"], None),
+    "corpus_max_bytes": (["--corpus-max-bytes", "12345"], 12345),
     "seq_len": (["--seq-len", "16"], 16),
     "warmup": (["--warmup", "1"], 1),
     "weight_decay": (["--weight-decay", "0.125"], 0.125),
@@ -38,6 +38,7 @@ NON_DEFAULT = {
     "eval_batches": (["--eval-batches", "1"], 1),
     "checkpoint_every": (["--checkpoint-every", "1"], 1),
     "device": (["--device", "cpu"], "cpu"),
+    "threads": (["--threads", "1"], 1),
     "routing_backend": (["--routing-backend", "eager"], "eager"),
     "fsdp": (["--fsdp"], True),
     "routing_douts": (["--routing-douts", "storage"], "storage"),

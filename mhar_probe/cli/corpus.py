@@ -8,6 +8,7 @@ documentation (with a carried corpus folder), checked against a committed lock;
 from __future__ import annotations
 
 import argparse
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -52,6 +53,8 @@ def add_corpus_subparser(subparsers: argparse._SubParsersAction) -> argparse.Arg
                    help="BPE sizes to train and measure on the first build (default: 16384 32768 65536)")
     i.add_argument("--val-fraction", type=float, default=0.02, help="expected share of held-out documents")
     i.add_argument("--workers", type=bounded_int(1), default=None, help="processes (default: every core)")
+    i.add_argument("--for-preset", default="350m", help="the model preset whose training FLOPs per byte choose the "
+                                                        "vocabulary on a first build")
     i.add_argument("--exclude", nargs="+", default=(), help="folders under the roots not to read (e.g. where the "
                                                              "call writes its outputs)")
     i.set_defaults(func=cmd_image)
@@ -92,6 +95,7 @@ def cmd_build(args: argparse.Namespace) -> int:
 def cmd_image(args: argparse.Namespace) -> int:
     """Build; prints where the lock of what was built lies, and the token counts."""
     from ..data.image import DEFAULT_ROOTS, DEFAULT_VOCAB_SIZES, build_image_corpus
+    from ..flops import preset_flops_per_token
 
     if not 0.0 < args.val_fraction < 1.0:
         raise UserError(f"--val-fraction must be in (0, 1), got {args.val_fraction}")
@@ -108,7 +112,8 @@ def cmd_image(args: argparse.Namespace) -> int:
                                   carried=Path(args.carried) if args.carried else None,
                                   new_manifest=args.new_manifest, vocab_sizes=args.vocab_sizes or DEFAULT_VOCAB_SIZES,
                                   val_fraction=args.val_fraction, workers=args.workers,
-                                  exclude=[Path(e) for e in args.exclude])
+                                  exclude=[Path(e) for e in args.exclude],
+                                  flops_per_token=functools.partial(preset_flops_per_token, args.for_preset))
     print(f"{args.out}: {manifest['train_tokens']:,} train / {manifest['val_tokens']:,} held-out tokens at a "
           f"{manifest['vocab_size']:,}-token vocabulary; the lock of this build: {Path(args.out) / 'lock'}")
     return 0

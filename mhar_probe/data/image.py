@@ -261,14 +261,6 @@ def choose_vocab(tokens_per_byte: dict[int, float], flops_per_token: Callable[[i
     return min(sorted(tokens_per_byte), key=lambda v: tokens_per_byte[v] * flops_per_token(v))
 
 
-def flops_per_token_350m(vocab_size: int, seq_len: int = 1024) -> float:
-    """Training FLOPs per token of the 350M preset's baseline at `vocab_size` (`mhar_probe.flops`)."""
-    from ..model.config import MHARConfig
-    from ..flops import flops_per_token
-
-    return float(flops_per_token(MHARConfig.from_preset("350m", vocab_size=vocab_size), seq_len)["total"])
-
-
 def measure_tokenizers(train: list[Document], held_out: list[Document], sizes: Sequence[int],
                        log: Callable[[str], None]) -> tuple[dict, dict]:
     """Train a BPE at each of `sizes` on the train sample, measure tokens per byte on `held_out`:
@@ -377,10 +369,14 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
                        carried: Path | None = None, new_manifest: bool = False,
                        vocab_sizes: Sequence[int] = DEFAULT_VOCAB_SIZES, val_fraction: float = 0.02,
                        workers: int | None = None, exclude: Sequence[Path] = (),
+                       flops_per_token: Callable[[int], float] | None = None,
                        log: Callable[[str], None] = lambda m: print(m, file=sys.stderr)) -> dict:
     """Build the corpus folder `out` (must not exist) from the image under `roots` and the `carried`
     corpus folder, against the lock in `lock` (module docstring); returns its manifest
-    (mhar_corpus.json). Raises `DataError` (one line) for what it refuses."""
+    (mhar_corpus.json). `flops_per_token(vocab_size)`: the training FLOPs per token of the model the
+    corpus is for, by which a first build chooses its vocabulary (`mhar_probe.flops.preset_flops_per_token`,
+    passed by the command line: the data layer knows no model). Raises `DataError` (one line) for what
+    it refuses."""
     from .built import load_built
     from tokenizers import Tokenizer
 
@@ -456,10 +452,12 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
         choice = lock_doc.get("tokenizer_choice")
     else:
         tokenizers, measured = measure_tokenizers(train, val, vocab_sizes, log)
-        chosen = choose_vocab({v: m["tokens_per_byte"] for v, m in measured.items()}, flops_per_token_350m)
+        if flops_per_token is None:
+            raise DataError("a first build chooses its vocabulary by training FLOPs per byte: pass flops_per_token")
+        chosen = choose_vocab({v: m["tokens_per_byte"] for v, m in measured.items()}, flops_per_token)
         tok = tokenizers[chosen]
         choice = dict(chosen=chosen, rule="least training FLOPs per byte at the 350M shape",
-                      measured={str(v): {**m, "flops_per_byte": m["tokens_per_byte"] * flops_per_token_350m(v)}
+                      measured={str(v): {**m, "flops_per_byte": m["tokens_per_byte"] * flops_per_token(v)}
                                 for v, m in measured.items()})
         log(f"tokenizer: {chosen:,} tokens chosen")
 

@@ -47,13 +47,14 @@ def comparison_table(run_dirs: list[Path]) -> str:
              "| tokens/s | train s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for path, s in rows:
-        tail = s["tail_mean_val_loss"]
+        tail = s["tail_mean_val_loss"]  # None: a run too short for the tail rule (mhar_probe.tail)
         b = base.get(s["seed"])
-        delta = f"{tail - b:+.4f}" if b is not None and s["method"] != "baseline" else "–"
+        delta = f"{tail - b:+.4f}" if None not in (tail, b) and s["method"] != "baseline" else "–"
         drop = 1 - s["final_val_loss"] / s["initial_val_loss"]
         heads = s.get("routing_heads")
         rate, seconds = step_speed(path)
-        lines.append(f"| {path.name} | {heads if heads is not None else '–'} | {tail:.4f} | {delta} | "
+        tail_text = f"{tail:.4f}" if tail is not None else "– (too short)"
+        lines.append(f"| {path.name} | {heads if heads is not None else '–'} | {tail_text} | {delta} | "
                      f"{s['initial_val_loss']:.4f} | {100 * drop:.0f}% | {s['parameters']:,} | "
                      f"{s['tokens'] / s['parameters']:.1f} | {rate:,.0f} | {seconds:.0f} |")
     return "\n".join(lines)
