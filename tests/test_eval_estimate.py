@@ -9,7 +9,7 @@ import math
 import pytest
 
 from mhar_probe.evaluate.estimate import HarnessSpeed, TaskWork, clock, fitting_limit, seconds, task_work
-from mhar_probe.evaluate.heldout import (LASTWORD_TASK, NEXTLINE_GEN_TASK, NEXTLINE_TASK, NLG_MAX_TOKENS,
+from mhar_probe.evaluate.heldout import (LASTWORD_TASK, NEXTLINE_GEN_TASK, NEXTLINE_TASK,
                                          PPL_TASK)
 
 

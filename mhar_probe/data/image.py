@@ -202,10 +202,6 @@ def read_kept(path: str) -> ReadFile:
     return ReadFile(hashlib.sha256(raw).hexdigest(), paragraph_keys(text) if text is not None else None, reason)
 
 
-def _keys_of(text: str) -> KeyedParagraphs:
-    return paragraph_keys(text)
-
-
 # ----------------------------------------------------------------------------- the manifest
 #: hex digits of each file's SHA-256 the manifest keeps (64 bits: a changed file is told apart, and the
 #: committed manifest stays a few MB for the ~10^5 files of an image)
@@ -415,7 +411,7 @@ def build_image_corpus(out: Path, lock: Path, *, roots: Sequence[str | Path] = D
         docs = [*prior.train, *prior.val]
         docs.sort(key=lambda d: d.id)
         heads += [(d.id, d.source) for d in docs]
-        keyed += list(_pool_map(_keys_of, [d.text for d in docs], workers))
+        keyed += list(_pool_map(paragraph_keys, [d.text for d in docs], workers))
         carried_doc = dict(folder=Path(carried).name, fingerprint=prior.fingerprint, documents=len(docs))
         log(f"carried: {len(docs):,} documents of {carried} ({prior.fingerprint[:12]})")
         if lock_doc is not None and lock_doc.get("carried") and not new_manifest \

@@ -48,7 +48,7 @@ def render(lock: dict, rows: list[dict], paper: dict) -> str:
         f"({lock['files']:,} files under {', '.join(lock['roots'])}); carried "
         + (f"`{lock['carried']['folder']}` `{lock['carried']['fingerprint'][:16]}` "
            f"({lock['carried']['documents']:,} documents)" if lock.get("carried") else "nothing"),
-        f"- left out by the text rules: " + ", ".join(f"{n:,} {why}" for why, n in lock["text_rules_dropped"].items()),
+        "- left out by the text rules: " + ", ".join(f"{n:,} {why}" for why, n in lock["text_rules_dropped"].items()),
         f"- build: {lock['build_seconds']:,.0f} s on {lock['workers']} processes",
         "",
         "## Composition by kind, beside the paper's Table datamix",
