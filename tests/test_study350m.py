@@ -42,17 +42,12 @@ def test_the_plan_is_the_papers_350m_shape_and_recipe_at_half_its_steps():
 
 
 def test_a_committed_lock_trains_at_the_plans_vocabulary():
-    """Once the corpus is built and its lock committed, the plan's vocabulary is the lock's (else a run
-    would train a tokenizer of its own)."""
+    """The plan's vocabulary is the committed lock's, the size its first build chose (else a run would
+    train a tokenizer of its own)."""
     from mhar_probe.demo.plan import PAPER350_LOCK, PAPER350_VOCAB
 
-    lock = ROOT / PAPER350_LOCK / "lock.json"
-    if lock.is_file():
-        assert json.loads(lock.read_text())["vocab_size"] == PAPER350_VOCAB
-    else:  # before the first build: the plan's guess is one of the sizes the build measures
-        from mhar_probe.data.image import DEFAULT_VOCAB_SIZES
-
-        assert PAPER350_VOCAB in DEFAULT_VOCAB_SIZES
+    lock = json.loads((ROOT / PAPER350_LOCK / "lock.json").read_text())
+    assert lock["vocab_size"] == PAPER350_VOCAB == lock["tokenizer_choice"]["chosen"]
 
 
 def _git(repo: Path, *args: str) -> None:
@@ -115,10 +110,6 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
 
 def test_corpus_md_is_what_the_committed_lock_gives():
     """results/study350m/corpus.md holds no number by hand: it is rendered from the lock's files."""
-    lock = ROOT / "results" / "study350m" / "corpus" / "lock.json"
-    if not lock.is_file():
-        assert not (ROOT / "results" / "study350m" / "corpus.md").exists()  # no report before the build
-        return
     done = subprocess.run([sys.executable, str(ROOT / "results" / "study350m" / "corpus_report.py"), "--check"])
     assert done.returncode == 0, "results/study350m/corpus.md is stale: run results/study350m/corpus_report.py"
 
