@@ -1,6 +1,6 @@
 """`mhar import`: checkpoints in the paper authors' format computed exactly by our models.
 
-Each supported mode: a tiny authors-format checkpoint with random weights (tests/authors_format.py)
+Each supported mode: a tiny authors-format checkpoint with random weights (convert/tiny_authors.py)
 is imported and loaded through the workbench's own loader, and its logits must match the float64
 reference written from the paper's equations and the authors' layout (max |dlogit| <= 1e-5 in
 fp32); greedy generation with and without the KV cache must equal the reference's. Refusals are
