@@ -160,11 +160,17 @@ def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
     seeds, d1, d2, verdict = order_deltas(_tail_means(tails, "baseline", None, kv),
                                           _tail_means(tails, "attnres", None, kv),
                                           _tail_means(tails, "mhar", plan.mhar_heads, kv))
+    paper = ""
+    if plan.paper_scale:  # the paper's two steps of the order at the plan's scale
+        row = _paper_deltas(plan.paper_scale)
+        d = row["deltas"]
+        paper = (f"{PAPER['order']}; at {plan.paper_scale.upper()} attnres - baseline {d['attnres']:+.3f}, "
+                 f"{run_label('mhar', row['mhar_H'])} - attnres {d['mhar'] - d['attnres']:+.3f}")
     if not seeds:
-        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE)
+        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE, paper=paper)
     ours = (f"attnres - baseline {_fmt_interval(*d1)}; {run_label('mhar', plan.mhar_heads)} - attnres "
             f"{_fmt_interval(*d2)} ({len(seeds)} seeds, tail-mean loss)")
-    return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order")
+    return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order", paper)
 
 
 def optimum_margin(plan: Plan, tails: dict[str, Any]) -> tuple[float, list[float]]:
@@ -1021,12 +1027,15 @@ def spread_claims(plan: Plan, study: Study) -> list[Claim]:
 
 
 def _grid_runs(runs: Path) -> list[dict[str, Any]]:
-    """Every finished run of the sweep (all KV values) with its tail-mean loss, from the manifest."""
+    """Every finished run of the sweep (all KV values) with its tail-mean loss, from the manifest (a run
+    too short for a tail-mean, as a CPU check's, left out)."""
     from .runs import finished, swept_so_far
 
     rows = []
     for r in finished(swept_so_far(runs)):
         summary = RunFiles(r.path).summary()
+        if summary.get("tail_mean_val_loss") is None:
+            continue
         rows.append(dict(method=r.method, H=r.heads, kv=r.kv, seed=r.seed, tail_mean=summary["tail_mean_val_loss"]))
     return rows
 

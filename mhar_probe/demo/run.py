@@ -286,6 +286,7 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
     (stats/gain_curves.json and .md) and the compute-equivalent gain.
     On a partial study an analysis whose runs (or their evaluations) are missing is skipped with a
     one-line note, and a file an earlier call wrote for it is removed, so no stale table survives."""
+    from analysis.run import Run
     from analysis.stats.gain import compute_equivalent_gain
     from analysis.stats.gain_curves import gain_curves
     from analysis.stats.paired_eval import mcnemar_eval_dirs
@@ -319,12 +320,19 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         run_a, run_b = evaluated[a], evaluated[b]
         logs.append(_lines(mcnemar_eval_dirs(evals / run_a.name, evals / run_b.name, out=stats / name,
                                              overwrite=True, n_boot=plan.mcnemar_bootstrap).lines()))
+    k = TAIL_K  # (a plan's runs have it: `Plan` refuses a tail window outside the last quarter)
     compared = main_runs(plan, swept)
+    short = [r for r in compared if Run.read(r.path).tail(k).mean is None]  # (a CPU check's few steps)
+    if short:
+        line = (f"left out of the tail-means, gain over training and CEG: {', '.join(r.name for r in short)} "
+                f"(fewer than {k} evaluations after step 0: no tail-mean)")
+        print(line)
+        logs.append(line)
+        compared = [r for r in compared if r not in short]
     if not compared:
-        skip("tail-means, gain over training and CEG", "no finished run", stats / "tails.json",
+        skip("tail-means, gain over training and CEG", "no finished run with a tail-mean", stats / "tails.json",
              stats / "gain_curves.json", stats / "gain_curves.md", stats / "ceg.json")
         return "\n".join(logs)
-    k = TAIL_K  # (a plan's runs have it: `Plan` refuses a tail window outside the last quarter)
     logs.append(_lines(tails([r.path for r in compared], k=k, json=stats / "tails.json", overwrite=True).lines()))
     logs.append(_lines(gain_curves([r.path for r in compared], k=k, json=stats / "gain_curves.json",
                                    md=stats / "gain_curves.md", overwrite=True).lines()))
