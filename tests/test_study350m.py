@@ -20,6 +20,7 @@ from mhar_probe.demo.plan import PAPER350, PAPER350_CARRIED, PAPER350_STEPS, tai
 from mhar_probe.model.config import MHARConfig
 from mhar_probe.train import lr_at
 from mhar_probe.runoptions import TrainConfig
+from results_checks import synthetic_loss, synthetic_paper350_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -145,53 +146,6 @@ def test_the_study_regenerates_with_no_run_in(tmp_path):
     assert not (out / "figures").exists() and not (out / "stats" / "tails.json").exists()
 
 
-#: a synthetic study: held-out loss per evaluation of the plan's schedule, per seed, and each arm's gain
-BASE_LOSS = {0: 3.00, 1: 3.02, 2: 2.99}
-GAIN = {("attnres", None): (-0.12, [0.000, 0.004, -0.003]), ("mhar", 8): (-0.15, [0.001, 0.003, -0.002]),
-        ("mhar", 16): (-0.10, [0.0]), ("hyper", None): (-0.07, [0.0])}
-
-
-def _loss(method: str, H: int | None, seed: int, step: int) -> float:
-    """3 + 6 / (1 + step / 500) plus the seed's offset; an arm's gain grows to its end value by the last quarter."""
-    base = BASE_LOSS[seed] + 6.0 / (1 + step / 500)
-    if method == "baseline":
-        return base
-    end, noise = GAIN[(method, H)]
-    return base + (end + noise[seed]) * min(1.0, step / 7500)
-
-
-def _synthetic_study(out: Path, arms: list[tuple[str, int | None, int]]) -> None:
-    """The runs of PAPER350 named by (method, H, seed), as an export holds them (summary, train options,
-    metrics, the sweep's manifest), with the losses of `_loss` at every 250th step."""
-    from mhar_probe.demo.plan import evaluation_steps
-    from mhar_probe.sweep.manifest import write_manifest
-    from mhar_probe.tail import full_tail_mean
-
-    specs = {(s.method, s.H if s.method == "mhar" else None, s.seed): s
-             for g in PAPER350.grids.values() for s in PAPER350.grid(g).expand()}
-    rows = []
-    for method, H, seed in arms:
-        spec = specs[(method, H, seed)]
-        run = out / "runs" / spec.name
-        run.mkdir(parents=True)
-        steps = evaluation_steps(PAPER350.steps, PAPER350.recipe["eval_every"])
-        points = [(t, _loss(method, H, seed, t)) for t in steps]
-        (run / "metrics.jsonl").write_text("".join(json.dumps(dict(
-            step=t, tokens=t * 32768, flops=t * 1e15, loss=v + 0.01, tokens_per_s=4.7e5, val_loss=v)) + "\n"
-            for t, v in points))
-        options = dict(method=method, preset="350m", seed=seed, lr=5e-4, kv_heads=8, heads=H, steps=PAPER350.steps,
-                       corpus="corpus350")
-        (run / "train_config.json").write_text(json.dumps(options))
-        (run / "config.json").write_text(json.dumps(dict(hidden_size=1024, num_hidden_layers=24,
-                                                         num_key_value_heads=8)))
-        (run / "summary.json").write_text(json.dumps(dict(
-            options, finished=True, routing_heads=H, tail_mean_val_loss=full_tail_mean(points), tokens=327_680_000,
-            parameters=385_929_216, flops=3.3e18 * (1.01 if method != "baseline" else 1.0),
-            initial_val_loss=points[0][1], final_val_loss=points[-1][1])))
-        rows.append(dict(name=spec.name, axes=spec.axes(), status="finished"))
-    write_manifest(out / "runs", {}, rows)
-
-
 def test_the_claim_rows_read_the_runs_in_and_wait_for_the_others(tmp_path):
     """The main grid and MHAR H=16 in, hyper not: the Table-main deltas and the order are Student t
     intervals over the three seeds (scipy), H=16 is read at seed 0 against the seed margin, the gain's
@@ -203,7 +157,7 @@ def test_the_claim_rows_read_the_runs_in_and_wait_for_the_others(tmp_path):
 
     out = tmp_path / "study350m"
     arms = [(m, h, s) for m, h in (("baseline", None), ("attnres", None), ("mhar", 8)) for s in (0, 1, 2)]
-    _synthetic_study(out, arms + [("mhar", 16, 0)])
+    synthetic_paper350_study(out, arms + [("mhar", 16, 0)])
     assert run_demo(out, plan=PAPER350, stages=["stats", "claims"]) == 0
     claims = {c["key"]: c for c in json.loads((out / "claims.json").read_text())}
     summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")]
@@ -223,7 +177,7 @@ def test_the_claim_rows_read_the_runs_in_and_wait_for_the_others(tmp_path):
     assert gap > margin and over["verdict"] == REPLICATED
     # the gain's path: at steps 2,500 / 5,000 / 7,500 / 10,000, the last the verdict's
     path = claims["gain_path"]
-    at = {t: [_loss("mhar", 8, s, t) - _loss("baseline", None, s, t) for s in range(3)] for t in (2500, 10_000)}
+    at = {t: [synthetic_loss("mhar", 8, s, t) - synthetic_loss("baseline", None, s, t) for s in range(3)] for t in (2500, 10_000)}
     for t, x in at.items():
         lo, hi = stats.t.interval(0.95, 2, loc=np.mean(x), scale=stats.sem(x))
         assert f"{t:,} {np.mean(x):+.3f} [{lo:+.3f}, {hi:+.3f}]" in path["ours"]
@@ -237,7 +191,7 @@ def test_the_gain_figure_draws_a_band_over_seeds_and_none_for_one(tmp_path):
     from figures.build import build
 
     out = tmp_path / "study350m"
-    _synthetic_study(out, [(m, h, s) for m, h in (("baseline", None), ("mhar", 8)) for s in (0, 1)]
+    synthetic_paper350_study(out, [(m, h, s) for m, h in (("baseline", None), ("mhar", 8)) for s in (0, 1)]
                      + [("mhar", 16, 0)])
     report = build(out / "runs", out / "figures", only=["gain_curve"], mhar_heads=8)
     (made,) = report.made["gain_curve"]

@@ -16,10 +16,29 @@ from mhar_probe.model.methods import run_label
 from .curves import TAIL_K, GainCurve, study_gain_curves
 from .output import write_text_new
 from .tails import load_runs
-from .text import json_text
+from .text import json_default
 
 #: the markdown shows every evaluation up to this many rows, else every k-th (and the last)
 MAX_ROWS = 45
+#: decimals the JSON keeps of a loss difference (1e-6 nats: far below any interval it is read with)
+DECIMALS = 6
+
+
+def compact_json(doc: Any) -> str:
+    """`doc` as one-line JSON with every float rounded to DECIMALS (a study's curves: thousands of
+    numbers, committed with its results and carried to the device with them)."""
+    import json
+
+    def rounded(o: Any) -> Any:
+        if isinstance(o, float):
+            return o if math.isnan(o) else round(o, DECIMALS)
+        if isinstance(o, dict):
+            return {k: rounded(v) for k, v in o.items()}
+        if isinstance(o, list):
+            return [rounded(v) for v in o]
+        return o
+
+    return json.dumps(rounded(doc), separators=(",", ":"), default=json_default) + "\n"
 
 
 def comparison_label(c: GainCurve) -> str:
@@ -100,7 +119,7 @@ def gain_curves(runs: Sequence[str | Path], *, k: int = TAIL_K, level: float = 0
     also write them there."""
     result = GainCurves(study_gain_curves(load_runs(runs, k), level), k)
     if json:
-        result.written.append(write_text_new(json, json_text(result.as_dict()), overwrite=overwrite))
+        result.written.append(write_text_new(json, compact_json(result.as_dict()), overwrite=overwrite))
     if md:
         result.written.append(write_text_new(md, gain_markdown(result.curves, k), overwrite=overwrite))
     return result
