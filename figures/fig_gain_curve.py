@@ -102,8 +102,9 @@ def make(ctx) -> list[Output]:
             fig.legend(list(handles.values()), list(handles), loc="outside lower center", ncol=2, fontsize=6,
                        frameon=False)
             scale = scale_label(key["preset"], key["hidden_size"], key["layers"])
+            seeds = max(c.n for c in curves)
             fig.suptitle(f"{scale} (KV {kv}), {key['corpus']}, lr {lrs[0]:g}: paired gain over training, "
-                         "mean over seeds and 95% t band", fontsize=8)
+                         + ("mean over seeds and 95% t band" if seeds > 1 else "one seed, no band"), fontsize=8)
             name = f"gain_curve_{key['preset']}"
             paths = ctx.save_figure(fig, name)
         single = sorted({f"{run_label(c.method, c.H)} - {c.reference} (seed {c.seeds[0]})" for c in curves if c.n == 1})

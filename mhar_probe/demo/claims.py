@@ -439,18 +439,22 @@ def gain_path_claim(plan: Plan, study: "Study", gains: dict[str, Any] | None) ->
         ours, verdict = f"no seed has both {what} and the baseline yet", INCONCLUSIVE
     else:
         steps = base["steps"]
-        seeds = f"{base['n']} seeds" if base["n"] > 1 else f"seed {base['seeds'][0]}, one seed: no interval"
+        one = base["n"] == 1
+
+        def value(mean: float, low: float, high: float) -> str:
+            return f"{mean:+.3f}" if one else _fmt_interval(mean, low, high)
+
+        seeds = f"seed {base['seeds'][0]}; one seed, no interval" if one else f"{base['n']} seeds"
         ours = f"{what} - baseline ({seeds}) at step " + "; ".join(
-            f"{s:,} {_fmt_interval(*(base[k][steps.index(s)] for k in ('mean', 'low', 'high')))}"
-            for s in _quarter_steps(steps, plan.steps))
-        first = evaluation_steps(plan.steps, plan.recipe.get("eval_every", 25))[-TAIL_K]
-        if first in steps and steps[-1] > first:
-            i = steps.index(first)
-            drift = _t_interval([d[-1] - d[i] for d in base["deltas"]])
-            ours += f"; change over the tail window (step {first:,} -> {steps[-1]:,}) {_fmt_interval(*drift)}"
+            f"{s:,} {value(*(base[k][steps.index(s)] for k in ('mean', 'low', 'high')))}"
+            for s in _quarter_steps(steps, steps[-1]))
+        if len(steps) > TAIL_K:  # the tail-mean window of the curve: its last TAIL_K evaluations
+            first = steps[-TAIL_K]
+            drift = _t_interval([d[-1] - d[-TAIL_K] for d in base["deltas"]])
+            ours += f"; change over the tail window (step {first:,} -> {steps[-1]:,}) {value(*drift)}"
         single = curves.get("attnres")
         if single is not None:
-            ours += f"; {what} - attnres at step {single['steps'][-1]:,} " + _fmt_interval(
+            ours += f"; {what} - attnres at step {single['steps'][-1]:,} " + value(
                 single["mean"][-1], single["low"][-1], single["high"][-1])
         verdict = side(base["low"][-1], base["high"][-1], 0.0)
     note = ("paired held-out loss delta at every evaluation (stats/gain_curves.json, figure gain_curve), mean over "
