@@ -89,7 +89,8 @@ def gain_markdown(curves: Sequence[GainCurve], k: int = TAIL_K) -> str:
         lines.append("|---:|---:|" + "---:|" * len(group))
         index = [{s: i for i, s in enumerate(c.steps)} for c in group]
         for s in shown:
-            t = "-" if s not in tokens else f"{tokens[s] / 1e6:.1f}" if tokens[s] >= 1e6 else f"{tokens[s] / 1e6:.3f}"
+            t = ("-" if s not in tokens else f"{tokens[s] / 1e6:.1f}" if tokens[s] >= 1e6 or tokens[s] == 0
+                 else f"{tokens[s] / 1e6:.3f}")  # (a CPU check's runs: thousands of tokens)
             lines.append(f"| {s:,} | {t} | " + " | ".join(cell(c, at[s]) if s in at else "-"
                                                           for c, at in zip(group, index)) + " |")
         lines.append("")
