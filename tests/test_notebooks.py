@@ -16,7 +16,7 @@ import pytest
 from nbclient import NotebookClient
 
 from mhar_probe.runfiles import RunFiles
-from results_checks import baseline_only_study
+from results_checks import baseline_only_study, synthetic_paper350_study
 
 NOTEBOOKS = sorted((Path(__file__).resolve().parents[1] / "notebooks").glob("*.ipynb"))
 BUDGET_S = 600  # per cell: catches a hung kernel only, not a slow machine (no wall-clock budget in tests)
@@ -54,7 +54,7 @@ def test_the_notebooks_extra_brings_what_tqdms_notebook_bars_need():
 
 
 def test_the_notebooks_are_these():
-    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_", "06_", "08_"]
+    assert [p.name[:3] for p in NOTEBOOKS] == ["01_", "02_", "03_", "04_", "05_", "06_", "07_", "08_"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=lambda p: p.stem)
@@ -86,6 +86,7 @@ def test_notebook_runs_top_to_bottom(path, tmp_path, monkeypatch):
 
 STUDY_NOTEBOOK = next(p for p in NOTEBOOKS if p.name.startswith("06_"))  # 06_study100m: opens results/study100m ($MHAR_STUDY_DIR) from its files alone
 STUDY_DIR = STUDY_NOTEBOOK.parents[1] / "results" / "study100m"
+STUDY350_NOTEBOOK = next(p for p in NOTEBOOKS if p.name.startswith("07_"))  # 07_study350m: opens results/study350m ($MHAR_STUDY_DIR) the same way
 
 
 def _executed_text(path: Path, study: Path, tmp_path: Path, monkeypatch) -> str:
@@ -246,3 +247,31 @@ def test_the_recipe_notebook_reads_each_steps_needs_from_the_readme_and_repeats_
         assert len([r for r in rows if r.startswith(f"| {step}")]) == 1, step
     assert _notebook_constant("SECTION") == RECIPE_SECTION
     assert not re.search(r"\d\s*(GB|GiB|MB|min\b|minutes|hours?\b)", source)
+
+
+def test_the_350m_notebook_with_no_run_in(tmp_path, monkeypatch):
+    """Before the study's first run: one line says so, the claim table shows every row pending, the
+    corpus section reads the committed lock, and no cell raises."""
+    study = tmp_path / "study350m"
+    shutil.copytree(STUDY350_NOTEBOOK.parents[1] / "results" / "study350m" / "corpus", study / "corpus")
+    text = _executed_text(STUDY350_NOTEBOOK, study, tmp_path, monkeypatch)
+    assert "No run is in yet (" in text and "baseline seed 2, attnres seed 0" in text
+    assert "No gain over training yet: no finished run pairs with the baseline." in text
+    assert "paper350m: pending: runs missing: 15\n" in text
+    lock = json.loads((study / "corpus" / "lock.json").read_text())
+    assert f"distinct training tokens {lock['train_tokens']:,}" in text
+    assert "Traceback" not in text
+
+
+@pytest.mark.slow  # ~60 s on two cores: every figure generator runs over eleven runs
+def test_the_350m_notebook_on_a_filled_study(tmp_path, monkeypatch):
+    """The main grid and MHAR H=16 in (synthetic losses): the runs table, the gain figure with its
+    one-seed note and the gain table, the claim rows read."""
+    study = tmp_path / "study350m"
+    synthetic_paper350_study(study, [(m, h, s) for m, h in (("baseline", None), ("attnres", None), ("mhar", 8))
+                                     for s in (0, 1, 2)] + [("mhar", 16, 0)])
+    text = _executed_text(STUDY350_NOTEBOOK, study, tmp_path, monkeypatch)
+    assert "10 of 11 planned runs of plan 'paper350m' are in." in text
+    assert "one seed, drawn dashed with no band: mhar H=16 - attnres (seed 0), mhar H=16 - baseline (seed 0)" in text
+    assert "| 10,000 | 327.7 |" in text and "No corpus lock in" in text
+    assert list((tmp_path / "work").rglob("gain_curve_350m.png"))

@@ -148,8 +148,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
         log = str(known.get(name, {}).get("log", ""))
         if name == "claims":
             md += [*_claims_table(out), ""]
-        elif name == "figures":
-            md += _figures_section(out, figs)
+        elif name == "figures":  # (no figure or table: the stage's log says why)
+            md += _figures_section(out, figs) or (["```", log.strip(), "```", ""] if log.strip() else [])
         elif name == "probe":
             if log.strip():
                 md += ["```", log.strip(), "```", ""]
