@@ -198,3 +198,16 @@ def test_the_gain_figure_draws_a_band_over_seeds_and_none_for_one(tmp_path):
     assert made.name == "gain_curve_350m" and (out / "figures" / "gain_curve_350m.png").is_file()
     assert {(c.method, c.H, c.n) for c in made.data["curves"]} == {("mhar", 8, 2), ("mhar", 16, 1)}
     assert any(n.startswith("one seed, drawn dashed with no band: mhar H=16 - baseline (seed 0)") for n in made.notes)
+
+
+def test_the_readmes_one_gpu_numbers_are_the_committed_records():
+    """'Where it stands' gives the one-H200 350M step speeds of benchmarks/multi_gpu and the hours a
+    10,000-step run would take at them: both from the record, so they cannot drift from it."""
+    readme = (ROOT / "results" / "study350m" / "README.md").read_text()
+    record = json.loads((ROOT / "benchmarks" / "multi_gpu" / "h200x4_ddp_350m_1gpu.json").read_text())
+    speed = {r["method"]: r["tokens_per_s_total"] for r in record["rows"] if r["step"] == "graph"}
+    tokens = PAPER350_STEPS * PAPER350.recipe["batch_size"] * PAPER350.recipe["seq_len"]
+    said = " ".join(readme.split())
+    assert f"measured {speed['baseline']:,.0f} tokens/s for the baseline and {speed['mhar']:,.0f} for MHAR H=8" in said
+    assert f"({tokens / 1e6:.1f}M tokens) would train for about {tokens / speed['baseline'] / 60:.0f} and " \
+           f"{tokens / speed['mhar'] / 60:.0f} minutes" in said
