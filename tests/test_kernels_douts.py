@@ -279,3 +279,26 @@ def test_in_place_wide_stack_of_129_sources(launches):
     truth = torch.autograd.grad(ref_loss, ref_leaves)
     for i, (a, b) in enumerate(zip(grads, truth)):
         assert rel(a, b) < 2e-5, i
+
+
+def test_the_bench_times_the_in_place_variant_after_checking_its_gradients(monkeypatch):
+    """`mhar bench routing --backends triton,triton-douts-in-place --check-grads` (device_run.sh
+    douts): the variant's backend carries stack_douts="in_place" over the run's configuration;
+    --check-grads needs triton first; the gradient comparison reports bitwise equality or the
+    largest relative difference."""
+    from kernel_checks import POISON
+
+    from mhar_probe.bench.routing import GRAD_TOL, check_arguments, grad_difference, variant_backend
+    from mhar_probe.cli.bench import routing_parser
+    from mhar_probe.errors import UserError
+
+    cfg = variant_backend("triton-douts-in-place", POISON).options
+    assert (cfg.stack_douts, cfg.poison, cfg.stack_backward) == ("in_place", True, "fold")
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # check the arguments alone
+    check_arguments(routing_parser().parse_args(["--backends", "triton,triton-douts-in-place", "--check-grads"]))
+    with pytest.raises(UserError, match="must start with triton"):
+        check_arguments(routing_parser().parse_args(["--backends", "triton-douts-in-place,triton", "--check-grads"]))
+    a = (torch.tensor([1.0, -2.0]), torch.tensor([4.0]))
+    assert grad_difference(a, tuple(t.clone() for t in a)) == (True, 0.0)
+    same, diff = grad_difference((a[0], a[1] + 1e-3), a)
+    assert not same and diff == pytest.approx(1e-3 / 4, rel=1e-3) and diff > GRAD_TOL
