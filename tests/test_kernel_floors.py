@@ -77,7 +77,7 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     import mhar_probe.kernels.route.autograd as kad
     import mhar_probe.kernels.route.bwd_collect as rbc
     import mhar_probe.kernels.route.fwd as rfwd
-    from kernel_checks import DEV, EPS, poisoned_stack, spy_launcher
+    from kernel_checks import poisoned_stack, spy_launcher
 
     def fwd_launch(args, consts):  # (N, APPEND, H)
         return args[13], bool(consts["APPEND"]), consts["H"]
@@ -86,20 +86,8 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     fwd_split_seen = spy_launcher(monkeypatch, rfwd, "_FWD_SPLIT", fwd_launch)
     item_lists = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: args[4].tolist())  # (j, c0) rows
     S, D, H, P, block_c = 6, 8, 2, 3, 4
-    gen = torch.Generator().manual_seed(0)
-    qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
-    gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
-    stack = poisoned_stack(S, list(zip(qs, gs)))
     monkeypatch.setattr(kad, "pair_e_plan", _with_block_c(kad.pair_e_plan, block_c))
-    x = torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_()
-    stack.append(x)
-    outs = []
-    for s in range(S):
-        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
-        outs.append(out)
-        if s < S - 1:
-            stack.append(torch.tanh(out).to(torch.bfloat16))
-    sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    stack = _mixed_chain(poisoned_stack, S, D, H, P)
     fwd_seen = fwd_seen + fwd_split_seen
     items_seen = [tuple(r) for items in item_lists for r in items]
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
@@ -116,6 +104,27 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
         + sum(4 * H * n for n, _, _ in layout)
     assert sorted(reads) == list(range(S))
     assert pair_e_bytes(layout, D, [H] * S, P, block_c, widths) == P * counted_e
+
+
+def _mixed_chain(make_stack, S, D, H, P):
+    """A model-shaped chain of S calls (d D, H heads, P positions) through make_stack(S, params):
+    an fp32 source 0, bf16 sublayer outputs (tanh of each routed output), fp32 routed outputs;
+    forward and backward run. Returns the stack."""
+    from kernel_checks import DEV, EPS
+
+    gen = torch.Generator().manual_seed(0)
+    qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
+    stack = make_stack(S, list(zip(qs, gs)))
+    stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
+    outs = []
+    for s in range(S):
+        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
+        outs.append(out)
+        if s < S - 1:
+            stack.append(torch.tanh(out).to(torch.bfloat16))
+    sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    return stack
 
 
 def _with_block_c(plan_fn, block_c):
@@ -203,7 +212,7 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_
     re-read that came back to the in-place kernels would fail here."""
     pytest.importorskip("triton")
     import mhar_probe.kernels.route.autograd as kad
-    from kernel_checks import DEV, EPS, poisoned_stack
+    from kernel_checks import poisoned_stack
 
     from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, plan_dout_bytes
 
@@ -231,21 +240,13 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_
     for douts in ("slots", "in_place"):
         seen.clear()
         traffic.bytes.clear()
-        gen = torch.Generator().manual_seed(0)
-        qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
-        gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
-        stacks.append(poisoned_stack(S, list(zip(qs, gs)), stack_backward=stack_backward, fold_calls=fold_calls,
-                                     stack_douts=douts))
-        stack = stacks[-1]
-        x = torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_()
-        stack.append(x)
-        outs = []
-        for s in range(S):
-            out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
-            outs.append(out)
-            if s < S - 1:
-                stack.append(torch.tanh(out).to(torch.bfloat16))
-        sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+
+        def make(cap, params):
+            stacks.append(poisoned_stack(cap, params, stack_backward=stack_backward, fold_calls=fold_calls,
+                                         stack_douts=douts))
+            return stacks[-1]
+
+        stack = _mixed_chain(make, S, D, H, P)
         layout = [(c.n, c.j0, c.j1) for c in stack._calls]
         assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
         assert any(x.kind == "fold" for x in seen) == (stack_backward == "fold")

@@ -5,7 +5,8 @@ Every kernel output is poisoned (NaN) before the kernels write it. The truth is 
 through eq. (mh) over a Python list of sources; the in-place design must also give bitwise the
 slots design's gradients (the kernels read the same values, a slot being a plain copy), be bitwise
 repeatable, copy a dout it cannot read in place (another dtype, an offset not 16-byte aligned),
-and refuse a dout changed in place before it was read. Its bytes: tests/test_kernel_floors.py."""
+and refuse a dout changed in place before it was read. Its bytes: tests/test_kernel_floors.py;
+its bitwise repeats and 129 sources: tests/test_kernels_fold.py (parametrised over the designs)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan  # n
 from kernel_checks import EPS, poisoned, poisoned_stack, rel  # noqa: E402
 from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
 from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
-from test_kernels_fold import _wide  # noqa: E402
 
 
 @pytest.fixture
@@ -104,28 +104,6 @@ def test_in_place_douts_match_float64_and_the_slots_bitwise(tmp_path, launches, 
         assert torch.equal(a, b), i
 
 
-def test_in_place_douts_are_bitwise_repeatable():
-    """The same inputs give bitwise the same gradients, also after a backward over other values in
-    between and in a second backward through the same graph (retain_graph); outputs not poisoned,
-    so a read of memory no kernel wrote (an offset table entry not yet stored) would show."""
-    S, D = 5, 12
-    heads = [1, 2, 4, 2, 1]
-    cfg = KernelConfig(stack_douts="in_place", fold_calls=2)
-
-    def run(seed, twice=False):
-        leaves = _leaves(D, S, heads, 0, seed, torch.float32)
-        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg), leaves, S, heads)
-        grads = torch.autograd.grad(loss, leaves, retain_graph=twice)
-        return (grads, torch.autograd.grad(loss, leaves)) if twice else grads
-
-    first = run(8)
-    run(9)
-    again, retained = run(8, twice=True)
-    assert all(torch.isfinite(a).all() for a in first)
-    assert all(torch.equal(a, b) for a, b in zip(first, again))
-    assert all(torch.equal(a, b) for a, b in zip(first, retained))
-
-
 @pytest.mark.parametrize("dtype,half_sources", [(torch.float32, True), (torch.float16, False)])
 def test_in_place_mixed_and_half_chains_are_the_slots_bitwise(launches, dtype, half_sources):
     """Autocast's layout (fp32 source 0 beside fp16 sublayer outputs, fp32 routed outputs and
@@ -141,21 +119,26 @@ def test_in_place_mixed_and_half_chains_are_the_slots_bitwise(launches, dtype, h
         assert torch.isfinite(a).all() and torch.equal(a, b), i
 
 
-class _Shifted(torch.autograd.Function):
-    """Identity whose backward hands on the incoming gradient as a view `shift` elements into a
-    larger buffer (shift 1: 4 bytes, not 16-byte aligned; 4: 16 bytes, aligned)."""
+class _Hook(torch.autograd.Function):
+    """Identity whose backward hands on fn(incoming gradient)."""
 
     @staticmethod
-    def forward(ctx, x, shift):
-        ctx.shift = shift
+    def forward(ctx, x, fn):
+        ctx.fn = fn
         return x.view_as(x)
 
     @staticmethod
     def backward(ctx, g):
-        buf = torch.empty(g.numel() + ctx.shift, dtype=g.dtype, device=g.device)
-        view = buf[ctx.shift:].view_as(g)
-        view.copy_(g)
-        return view, None
+        return ctx.fn(g), None
+
+
+def _shifted(shift):
+    """The gradient as a view `shift` elements into a larger buffer (shift 1: 4 bytes, not
+    16-byte aligned; 4: 16 bytes, aligned)."""
+    def fn(g):
+        view = torch.empty(g.numel() + shift, dtype=g.dtype, device=g.device)[shift:].view_as(g)
+        return view.copy_(g)
+    return fn
 
 
 def _chain_through(cfg, leaves, S, heads, through):
@@ -192,7 +175,7 @@ def test_unaligned_douts_are_copied(monkeypatch):
     monkeypatch.setattr(kad._StackState, "_hold_dout", spy)
 
     def through(s, x):
-        return _Shifted.apply(x, shifts[s])
+        return _Hook.apply(x, _shifted(shifts[s]))
 
     got = []
     for douts in ("in_place", "slots"):
@@ -212,25 +195,13 @@ def test_a_dout_changed_in_place_before_it_is_read_is_refused():
     leaves = _leaves(D, S, heads, 0, 6, torch.float32)
     kept: list[torch.Tensor] = []
 
-    class Keep(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.view_as(x)
+    def keep(g):
+        kept.append(g)
+        return g
 
-        @staticmethod
-        def backward(ctx, g):
-            kept.append(g)
-            return g
-
-    class Spoil(torch.autograd.Function):
-        @staticmethod
-        def forward(ctx, x):
-            return x.view_as(x)
-
-        @staticmethod
-        def backward(ctx, g):
-            kept[0].mul_(2)
-            return g
+    def spoil(g):
+        kept[0].mul_(2)
+        return g
 
     x0, qs, gs, Ms = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
     stack = poisoned_stack(S, list(zip(qs, gs)), poisoned(stack_douts="in_place", fold_calls=8))
@@ -238,10 +209,10 @@ def test_a_dout_changed_in_place_before_it_is_read_is_refused():
     outs = []
     for s in range(S):
         x, _ = stack.route(qs[s], gs[s], heads[s], EPS, len(stack))
-        outs.append(Keep.apply(x) if s == S - 1 else x)
+        outs.append(_Hook.apply(x, keep) if s == S - 1 else x)
         if s < S - 1:
             nxt = torch.tanh(x @ Ms[s])
-            stack.append(Spoil.apply(nxt) if s == S - 2 else nxt)
+            stack.append(_Hook.apply(nxt, spoil) if s == S - 2 else nxt)
     loss = sum((o * (i + 1)).sin().sum() for i, o in enumerate(outs))
     with pytest.raises(RuntimeError, match="upstream gradient of routing call 3 was modified in place"):
         torch.autograd.grad(loss, leaves)
@@ -253,32 +224,6 @@ def test_in_place_needs_promoted_douts():
     with pytest.raises(ValueError, match="routing_douts='promoted'"):
         KernelConfig(stack_douts="in_place", routing_douts="storage")
     assert KernelConfig().stack_douts == "slots"  # the default until a GPU measurement
-
-
-@pytest.mark.slow
-def test_in_place_wide_stack_of_129_sources(launches):
-    """Six calls over 100 to 129 sources (d = 24, H = 8 and 2: d/H = 3 and 12), folds over 100+
-    sources reading their douts in place: every gradient against float64 autograd."""
-    D = 24
-    groups = [100, 4, 4, 4, 5, 7]
-    heads = [8, 2, 8, 2, 8, 8]
-    gen = torch.Generator().manual_seed(7)
-    xs = [torch.randn(1, 2, D, generator=gen) for _ in range(sum(groups))]
-    qs = [torch.randn(D, generator=gen) * 0.7 for _ in groups]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in groups]
-    leaves = [t.requires_grad_() for t in xs + qs + gs]
-    n = len(xs)
-    cfg = poisoned(stack_douts="in_place", fold_calls=2)
-    loss, stack = _wide(lambda cap, p: poisoned_stack(cap, p, cfg), leaves[:n], leaves[n:n + 6], leaves[n + 6:],
-                        heads, groups)
-    grads = torch.autograd.grad(loss, leaves)
-    assert stack._calls[-1].n == 129 and {mode for _, mode in launches} == {4}
-    assert any(x.kind == "fold" for x, _ in launches)
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    ref_loss, _ = _wide(f64_stack, ref_leaves[:n], ref_leaves[n:n + 6], ref_leaves[n + 6:], heads, groups)
-    truth = torch.autograd.grad(ref_loss, ref_leaves)
-    for i, (a, b) in enumerate(zip(grads, truth)):
-        assert rel(a, b) < 2e-5, i
 
 
 def test_the_bench_times_the_in_place_variant_after_checking_its_gradients(monkeypatch):
