@@ -516,7 +516,8 @@ class _StackState:
         self._in_place = self.collect and self.config.stack_douts == "in_place"
         if self._in_place:  # no slots: a base to address from, and each dout's offset (`_hold_dout`)
             self._dout_buf = torch.empty(16, dtype=self.dtype, device=dev)
-            self._doffs = torch.zeros(top + 2, dtype=torch.int64, device=dev)  # + the sentinel's
+            # + the sentinel's, and one more: the reader loops load the offsets a reader ahead
+            self._doffs = torch.zeros(top + 3, dtype=torch.int64, device=dev)
             self._held: dict[int, tuple[Tensor, int]] = {}
         else:
             self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)

@@ -106,6 +106,21 @@ def _dout_at(DOFF, c, dbase, stride_dc, IN_PLACE: tl.constexpr):
 
 
 @triton.jit
+def _dout_step(DOFF, c, carried, dbase, stride_dc, IN_PLACE: tl.constexpr):
+    """(offset of reader c's dout, what the reader loop carries on). In place the offset was
+    loaded a reader earlier (`carried`) and reader c + 1's is loaded now, so no dout load waits on
+    its offset's load; from the slots it is dbase + c * stride_dc and nothing is carried (the
+    loop-carried value folds away)."""
+    if IN_PLACE > 0:
+        off = carried
+        nxt = tl.multiple_of(tl.load(DOFF + c + 1), IN_PLACE)
+    else:
+        off = dbase + c * stride_dc
+        nxt = carried
+    return off, nxt
+
+
+@triton.jit
 def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
@@ -166,6 +181,9 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
         dslot = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
+    else:
+        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     for c in range(call, top1):
         m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         if PREFETCH:
@@ -174,11 +192,11 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
             if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
                 rd = rd & ((zero_h + c + 1) < top1)
-            dslot = _dout_at(DOFF, c + 1, dbase, stride_dc, IN_PLACE)
+            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            dslot = _dout_at(DOFF, c, dbase, stride_dc, IN_PLACE)
+            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],

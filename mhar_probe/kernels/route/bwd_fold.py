@@ -46,7 +46,7 @@ import triton.language as tl
 
 from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route.bwd import source_grad_split
-from mhar_probe.kernels.route.bwd_collect import _dout_at, _gather_collect, _head_sum, _reader_index, _tile_cols
+from mhar_probe.kernels.route.bwd_collect import _dout_at, _dout_step, _gather_collect, _head_sum, _reader_index, _tile_cols
 from mhar_probe.kernels.route.fwd import block_rows, rsqrt_acc
 
 
@@ -135,6 +135,9 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
         rdd = rd1 | rd2
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
+        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
+    else:
+        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     if PREFETCH == 2:
         wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
                                         CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
@@ -156,7 +159,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             rd1 = (nnext > j) & ok
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
             rdd = rd1 | rd2
-            dslot = _dout_at(DOFF, c + 1, dbase, stride_dc, IN_PLACE)
+            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
             if PREFETCH == 2:
@@ -164,7 +167,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                                                 SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
         else:
             rdd = rd1 | rd2
-            dslot = _dout_at(DOFF, c, dbase, stride_dc, IN_PLACE)
+            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0).to(tl.float32)
             nnext = zero_h + tl.load(CALL_N + c + 1)
