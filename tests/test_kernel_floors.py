@@ -77,7 +77,7 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     import mhar_probe.kernels.route.autograd as kad
     import mhar_probe.kernels.route.bwd_collect as rbc
     import mhar_probe.kernels.route.fwd as rfwd
-    from kernel_checks import DEV, EPS, poisoned_stack, spy_launcher
+    from kernel_checks import poisoned_stack, spy_launcher
 
     def fwd_launch(args, consts):  # (N, APPEND, H)
         return args[13], bool(consts["APPEND"]), consts["H"]
@@ -86,20 +86,8 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     fwd_split_seen = spy_launcher(monkeypatch, rfwd, "_FWD_SPLIT", fwd_launch)
     item_lists = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: args[4].tolist())  # (j, c0) rows
     S, D, H, P, block_c = 6, 8, 2, 3, 4
-    gen = torch.Generator().manual_seed(0)
-    qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
-    gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
-    stack = poisoned_stack(S, list(zip(qs, gs)))
     monkeypatch.setattr(kad, "pair_e_plan", _with_block_c(kad.pair_e_plan, block_c))
-    x = torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_()
-    stack.append(x)
-    outs = []
-    for s in range(S):
-        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
-        outs.append(out)
-        if s < S - 1:
-            stack.append(torch.tanh(out).to(torch.bfloat16))
-    sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    stack = _mixed_chain(poisoned_stack, S, D, H, P)
     fwd_seen = fwd_seen + fwd_split_seen
     items_seen = [tuple(r) for items in item_lists for r in items]
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
@@ -118,9 +106,150 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     assert pair_e_bytes(layout, D, [H] * S, P, block_c, widths) == P * counted_e
 
 
+def _mixed_chain(make_stack, S, D, H, P):
+    """A model-shaped chain of S calls (d D, H heads, P positions) through make_stack(S, params):
+    an fp32 source 0, bf16 sublayer outputs (tanh of each routed output), fp32 routed outputs;
+    forward and backward run. Returns the stack."""
+    from kernel_checks import DEV, EPS
+
+    gen = torch.Generator().manual_seed(0)
+    qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
+    stack = make_stack(S, list(zip(qs, gs)))
+    stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
+    outs = []
+    for s in range(S):
+        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
+        outs.append(out)
+        if s < S - 1:
+            stack.append(torch.tanh(out).to(torch.bfloat16))
+    sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    return stack
+
+
 def _with_block_c(plan_fn, block_c):
     """pair_e_plan with BLOCK_C forced to `block_c` (the items are built from the plan's)."""
     def plan(*args, **kwargs):
         bc, consts, warps = plan_fn(*args, **kwargs)
         return block_c, dict(consts, BLOCK_C=block_c), warps
     return plan
+
+
+# ------------------------------------------- the douts' bytes, from the loads and stores of the launches
+def test_douts_in_place_save_the_slot_write_and_its_reread_at_the_paper_stacks():
+    """`built_bytes` of the in-place design (`KernelConfig(stack_douts="in_place")`) is the slots
+    design's less 2 x 4 x d bytes per call and position (fp32 douts: the slot's store, and its
+    re-read by the call's own gather), at every paper stack, the forward and pair_e unchanged."""
+    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
+        layout, heads = model_layout(calls), [8] * calls
+        slots = built_bytes(layout, d, heads, P, 8, 16)
+        in_place = built_bytes(layout, d, heads, P, 8, 16, douts_in_place=True)
+        assert (in_place.fwd, in_place.pair_e) == (slots.fwd, slots.pair_e)
+        assert slots.bwd - in_place.bwd == pytest.approx(2 * 4 * d * P * calls, rel=1e-12)
+        assert stack_floor(layout, d, heads, P) < in_place.total < slots.total
+
+
+class _DoutTraffic:
+    """The dout bytes each dout-reading launch moves, from the interpreter's own loads and stores:
+    the distinct elements loaded and those stored inside the douts a launch may touch (its own
+    dout, the slot buffer, and in place every dout the stack holds), each counted once per launch
+    (the rule `plan_dout_bytes` counts by)."""
+
+    def __init__(self, monkeypatch):
+        from triton.runtime import interpreter as ti
+
+        self.on = False
+        self.loads: list = []
+        self.stores: list = []
+        self.bytes: list[int] = []
+        load, store = ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_masked_store
+        tracer = self
+
+        def traced_load(builder, ptrs, mask, other, *rest):
+            if tracer.on:
+                tracer.loads.append(self._elements(ptrs, mask))
+            return load(builder, ptrs, mask, other, *rest)
+
+        def traced_store(builder, ptrs, value, mask, *rest):
+            if tracer.on:
+                tracer.stores.append(self._elements(ptrs, mask))
+            return store(builder, ptrs, value, mask, *rest)
+
+        monkeypatch.setattr(ti.InterpreterBuilder, "create_masked_load", traced_load)
+        monkeypatch.setattr(ti.InterpreterBuilder, "create_masked_store", traced_store)
+
+    @staticmethod
+    def _elements(ptrs, mask):
+        import numpy as np
+
+        addr = np.broadcast_to(ptrs.data, np.broadcast_shapes(ptrs.data.shape, mask.data.shape))
+        return addr[np.broadcast_to(mask.data, addr.shape)].astype(np.uint64), ptrs.get_element_ty().primitive_bitwidth // 8
+
+    def launch(self, launcher, grid, args, consts, rest, douts):
+        """Run one launch traced; `douts`: the tensors whose bytes count as the douts'."""
+        self.on, self.loads, self.stores = True, [], []
+        try:
+            launcher(grid, args, consts, *rest)
+        finally:
+            self.on = False
+        spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in douts]
+        total = 0
+        for seen in (self.loads, self.stores):
+            distinct = set()
+            for addr, size in seen:
+                for lo, hi in spans:
+                    distinct.update((int(a), size) for a in addr[(addr >= lo) & (addr < hi)])
+            total += sum(size for _, size in distinct)
+        self.bytes.append(total)
+
+
+@pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
+def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
+    """A model-shaped fp32-embedding / bf16-buffer chain of 6 calls (d 8, H 2, fp32 douts) through
+    the triton stack in the interpreter, in both designs: the dout bytes each launch loads and
+    stores (`_DoutTraffic`) are `plan_dout_bytes` over the stack's launches, and the in-place
+    design's are the slots design's less 2 x 4 x d per call and position. A slot store or a
+    re-read that came back to the in-place kernels would fail here."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.route.autograd as kad
+    from kernel_checks import poisoned_stack
+
+    from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, plan_dout_bytes
+
+    traffic = _DoutTraffic(monkeypatch)
+    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
+    seen: list[BackwardLaunch] = []
+    stacks: list = []
+
+    def held():
+        state = stacks[-1]._state
+        return [t for t, _ in state._held.values()] if state._in_place else []
+
+    def spy_gather(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
+        traffic.launch(gather, grid, args, consts, rest, [args[3], args[6], *held()])
+
+    def spy_fold(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
+        traffic.launch(fold, grid, args, consts, rest, [args[3], *held()])
+
+    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
+    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    S, D, H, P = 6, 8, 2, 3
+    measured = {}
+    for douts in ("slots", "in_place"):
+        seen.clear()
+        traffic.bytes.clear()
+
+        def make(cap, params):
+            stacks.append(poisoned_stack(cap, params, stack_backward=stack_backward, fold_calls=fold_calls,
+                                         stack_douts=douts))
+            return stacks[-1]
+
+        stack = _mixed_chain(make, S, D, H, P)
+        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+        assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
+        assert any(x.kind == "fold" for x in seen) == (stack_backward == "fold")
+        assert sum(traffic.bytes) == P * plan_dout_bytes(seen, layout, D, 4, in_place=douts == "in_place"), douts
+        measured[douts] = sum(traffic.bytes)
+    assert measured["slots"] - measured["in_place"] == 2 * 4 * D * P * S

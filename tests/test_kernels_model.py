@@ -89,10 +89,12 @@ def folds(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("method", STACKED)
-def test_model_fold_backward_matches_eager_cpu(method, folds):
+@pytest.mark.parametrize("method,stack_douts", [*((m, "slots") for m in STACKED), ("mhar_hw", "in_place")])
+def test_model_fold_backward_matches_eager_cpu(method, stack_douts, folds):
     """Every shared-stack method runs the fold-block backward (the default; blocks of 2 calls so
-    that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager."""
+    that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager;
+    mhar_hw (sibling reads, mixed head counts) also with the douts its sublayers' backwards hand
+    on read in place (`stack_douts="in_place"`)."""
     if torch.cuda.is_available():
         pytest.skip("the GPU variants run the tiny preset (9+ calls: folds at the default 8)")
     from mhar_probe.kernels import KernelConfig
@@ -100,7 +102,7 @@ def test_model_fold_backward_matches_eager_cpu(method, folds):
     config = MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32,
                                     num_hidden_layers=2, num_attention_heads=4,
                                     num_key_value_heads=2, intermediate_size=48, vocab_size=61)
-    _check(config, "cpu", T=3, tol=2e-5, kernels=KernelConfig(fold_calls=2))
+    _check(config, "cpu", T=3, tol=2e-5, kernels=KernelConfig(fold_calls=2, stack_douts=stack_douts))
     assert len(folds) >= 2
 
 

@@ -47,16 +47,22 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # autocast): an opt-in approximation, timed to show what that byte cut buys. gather: the
 # stack's gather backward (every source's gather reads all its readers' douts), the default
 # before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
-# the default 8 (`--backends triton,triton-gather` times the two backwards side by side). The
-# variants that lost against today's kernels are gone (mhar_probe/kernels/README.md says which
-# commit last had each).
+# the default 8 (`--backends triton,triton-gather` times the two backwards side by side).
+# douts-in-place: the stack backward reads each dout where autograd left it instead of a slot copy
+# (`stack_douts="in_place"`, issue 55; bitwise today's gradients: `--check-grads` checks that
+# first). The variants that lost against today's kernels are gone (mhar_probe/kernels/README.md
+# says which commit last had each).
 VARIANTS: dict[str, dict[str, object]] = {
     "triton-storage-douts": dict(routing_douts="storage"),
     "triton-gather": dict(stack_backward="gather"),
     "triton-fold4": dict(fold_calls=4),
     "triton-fold12": dict(fold_calls=12),
     "triton-fold16": dict(fold_calls=16),
+    "triton-douts-in-place": dict(stack_douts="in_place"),
 }
+#: --check-grads: the most a triton variant's gradients may differ from triton's (max |a - b| / max
+#: |b| over every leaf) before the shape is refused untimed; bitwise-equal variants report 0
+GRAD_TOL = 1e-5
 #: old names of a variant (in saved benchmark files and notes) -> today's
 OLD_VARIANTS = {"triton-bf16dout": "triton-storage-douts"}
 BACKENDS = ("triton", "compile", "eager", "fla", *VARIANTS)
@@ -181,8 +187,25 @@ def chain_fwd(backend, xs, qs, gs, H, params: bool = True):
     return outs
 
 
-def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True):
+def leaf_grads(backend, xs, qs, gs, H, douts) -> tuple[torch.Tensor, ...]:
+    """Every leaf's gradient (sources, queries, norm weights) of one fwd+bwd through `backend`."""
+    outs = chain_fwd(backend, xs, qs, gs, H)
+    return torch.autograd.grad(outs, xs + qs + gs, douts)
+
+
+def grad_difference(got, want) -> tuple[bool, float]:
+    """(bitwise equal, max over leaves of max |got - want| / max |want|)."""
+    same = all(torch.equal(a, b) for a, b in zip(got, want))
+    rel = max(((a.float() - b.float()).abs().max() / b.float().abs().max().clamp_min(1e-30)).item()
+              for a, b in zip(got, want))
+    return same, rel
+
+
+def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True, check_grads=False):
+    """Time `backends` at one shape. check_grads: before timing, each triton variant's gradients
+    against the first backend's (`triton`), refused untimed beyond GRAD_TOL."""
     xs, qs, gs, douts = make_inputs(d, L, B, T)
+    ref_grads = None
     S = 2 * L + 1
     pairs = S * (S + 1) // 2
     P = B * T
@@ -199,6 +222,20 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True
             print(f"{name:5s} H={H:<2d} {bname:8s} skipped: {exc}", flush=True)
             continue
         leaves = xs + qs + gs
+        grad_check = {}
+        if check_grads and bname.startswith("triton"):
+            grads = leaf_grads(be, xs, qs, gs, H, douts)
+            if ref_grads is None:
+                ref_grads = grads
+            else:
+                same, rel = grad_difference(grads, ref_grads)
+                grad_check = dict(grads_bitwise_vs_triton=same, grads_rel_vs_triton=rel)
+                print(f"{name:5s} H={H:<2d} {bname:8s} gradients vs triton: "
+                      f"{'bitwise equal' if same else f'max rel {rel:.1e}'}", flush=True)
+                if rel > GRAD_TOL:
+                    raise UserError(f"{name} H={H}: {bname}'s gradients differ from triton's by {rel:.1e} "
+                                    f"(> {GRAD_TOL:.0e}); not timed")
+            del grads
 
         def fwd():
             return chain_fwd(be, xs, qs, gs, H)
@@ -244,7 +281,7 @@ def bench_shape(name, d, L, B, T, H, backends, bw, repeat, kernels, profile=True
                          floor_ms=floor_ms, floor_fraction=floor_ms / ms_fb,
                          effective_gbps=floor_bytes / ms_fb / 1e6, first_call_s=first,
                          last_out_rel_err_vs_eager=err, graph_fwdbwd_ms=graph,
-                         graph_floor_fraction=floor_ms / graph if graph else None))
+                         graph_floor_fraction=floor_ms / graph if graph else None, **grad_check))
         print(f"{name:5s} H={H:<2d} {bname:8s} fwd {ms_f:8.3f}  bwd {ms_fb - ms_f:8.3f}  "
               f"fwd+bwd {ms_fb:8.3f} ms  floor {floor_ms:6.3f} ms ({floor_ms / ms_fb:5.1%})  "
               f"peak +{peak:5.2f} GiB  err {err:.1e}" + (f"  GPU-busy {sum(prof.values()):6.3f} ms" if prof else "")
@@ -424,6 +461,9 @@ def check_arguments(args: argparse.Namespace) -> None:
     bad = [s for s in args.shapes.split(",") + [x for x in args.sweep.split(",") if x] if s not in SHAPES]
     if bad:
         raise UserError(f"unknown shape(s) {', '.join(bad)}; choose from {', '.join(SHAPES)}")
+    if args.check_grads and not args.backends.startswith("triton,"):
+        raise UserError("--check-grads compares each triton variant's gradients with triton's: "
+                        "--backends must start with triton,")
     odd = [k for k in args.sweep_kernels.split(",") if k not in SWEEP_KINDS]
     if odd:
         raise UserError(f"unknown sweep kernel(s) {', '.join(odd)}; choose from {', '.join(SWEEP_KINDS)}")
@@ -462,12 +502,14 @@ def run(args: argparse.Namespace) -> None:
             return
     for name in args.shapes.split(","):
         for H in map(int, args.heads.split(",")):
-            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat, base)
+            rows += bench_shape(name, *SHAPES[name], H, backends, bw, args.repeat, base,
+                                check_grads=args.check_grads)
             json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
     if not args.no_delta:
         rows += bench_delta(backends, bw, max(5, args.repeat // 2), base)
     json.dump(dict(meta=meta, rows=rows), open(args.out, "w"), indent=1)
-    print("\nshape  H  backend        fwd+bwd ms  vs triton  floor frac | graph ms  vs triton  floor frac")
+    print("\nshape  H  backend        fwd+bwd ms  vs triton  floor frac | graph ms  vs triton  floor frac"
+          " | GPU-busy ms  vs triton")
     tri = {(r["shape"], r.get("H")): r for r in rows if r["backend"] == "triton" and "fwdbwd_ms" in r}
     nan = float("nan")
     for r in rows:
@@ -477,5 +519,7 @@ def run(args: argparse.Namespace) -> None:
         g, tg = r.get("graph_fwdbwd_ms") or nan, t.get("graph_fwdbwd_ms") or nan
         print(f"{r['shape']:5s} {r['H']:2d} {r['backend']:15s} {r['fwdbwd_ms']:9.3f} "
               f"{r['fwdbwd_ms'] / t.get('fwdbwd_ms', nan):9.2f}x {r['floor_fraction']:9.1%} | "
-              f"{g:8.3f} {g / tg:9.2f}x {r['floor_ms'] / g:9.1%}")
+              f"{g:8.3f} {g / tg:9.2f}x {r['floor_ms'] / g:9.1%} | "
+              f"{r.get('kernels_total_ms') or nan:11.3f} "
+              f"{(r.get('kernels_total_ms') or nan) / (t.get('kernels_total_ms') or nan):9.2f}x")
 

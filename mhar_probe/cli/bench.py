@@ -45,6 +45,10 @@ def routing_parser() -> argparse.ArgumentParser:
     ap.add_argument("--commit", default=None,
                     help="the commit measured, recorded in the JSON (default: git rev-parse of this checkout; "
                          "a copied tree without .git records none)")
+    ap.add_argument("--check-grads", action="store_true",
+                    help="before timing a shape, check each triton variant's gradients against triton's "
+                         "(the first backend): reported bitwise or as a max relative difference, a shape "
+                         "beyond 1e-5 refused untimed")
     ap.add_argument("--host-profile", action="store_true",
                     help="cProfile the host side of the triton chain (first shape, first H) and print it")
     return ap

@@ -25,6 +25,8 @@ from typing import Literal
 #: the dout policy (`--routing-douts`, `KernelConfig.routing_douts`): the one tuple of its choices
 ROUTING_DOUTS = ("promoted", "storage")
 STACK_BACKWARDS = ("fold", "gather")
+#: where the stack backward reads each call's upstream gradient (`KernelConfig.stack_douts`)
+STACK_DOUTS = ("slots", "in_place")
 
 
 @dataclass(frozen=True)
@@ -44,13 +46,22 @@ class KernelConfig:
     calls' douts folded into per-source fp32 accumulators, so a dout is read about once per
     block instead of once per (call, source) pair. "gather": every source's gather reads the
     douts of all its readers (route/bwd_collect.py alone), kept to time against.
-    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1)."""
+    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1).
+    stack_douts: where the backward of a stack built with its sites' parameters (either
+    stack_backward) reads each call's upstream gradient. "slots" (default): each call's gather
+    copies its dout into a slot of the stack's dout buffer and every reader reads the slot.
+    "in_place": no copy; the kernels read each dout where autograd left it, through a table of
+    its offsets (route/bwd_collect.py `_dout_at`), held until folded: 2 x d x 4 bytes a call less
+    under autocast (the slot written and re-read), bitwise the same gradients. Needs the
+    promoted douts (routing_douts "promoted": a "storage" slot rounds the dout, which in place
+    cannot). The default until timed on a GPU (benchmarks/kernels/device_run.sh douts)."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
     launch_table: str | None = None
     stack_backward: Literal["fold", "gather"] = "fold"
     fold_calls: int = 8
+    stack_douts: Literal["slots", "in_place"] = "slots"
 
     def __post_init__(self) -> None:
         if self.routing_douts not in ROUTING_DOUTS:
@@ -59,6 +70,12 @@ class KernelConfig:
         if self.stack_backward not in STACK_BACKWARDS:
             raise ValueError(f"KernelConfig.stack_backward={self.stack_backward!r}: choose from "
                              f"{', '.join(STACK_BACKWARDS)}")
+        if self.stack_douts not in STACK_DOUTS:
+            raise ValueError(f"KernelConfig.stack_douts={self.stack_douts!r}: choose from "
+                             f"{', '.join(STACK_DOUTS)}")
+        if self.stack_douts == "in_place" and self.routing_douts != "promoted":
+            raise ValueError("KernelConfig.stack_douts='in_place' reads each dout as autograd gives it: "
+                             "it needs routing_douts='promoted' (a 'storage' slot rounds the dout)")
         if isinstance(self.fold_calls, bool) or not isinstance(self.fold_calls, int) or self.fold_calls < 1:
             raise ValueError(f"KernelConfig.fold_calls={self.fold_calls!r}: a whole number of calls >= 1")
         if self.launch_table is not None and not isinstance(self.launch_table, str):

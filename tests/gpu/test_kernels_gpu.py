@@ -356,6 +356,21 @@ def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
     assert max(between) < 1e-5, max(between)
 
 
+@pytest.mark.parametrize("L,D,heads,changes", [(12, 512, (8,), {}), (36, 1280, (8, 1, 4), {}),
+                                               (24, 1024, (8,), dict(stack_backward="gather"))])
+def test_douts_in_place_at_model_depth(L, D, heads, changes):
+    """The douts read where autograd left them (`stack_douts="in_place"`) give bitwise the slots
+    design's weights and gradients at the model's depths (the same values through the same
+    arithmetic; only the douts' addresses differ), under either backward."""
+    slots = stack_reads(configured(**changes), torch.float32, L=L, D=D, heads=heads, hw=0, collect=True)
+    in_place = stack_reads(configured(stack_douts="in_place", **changes), torch.float32, L=L, D=D, heads=heads,
+                           hw=0, collect=True)
+    bitwise = all(torch.equal(a, b) for a, b in zip(in_place, slots, strict=True))
+    record(test="douts_in_place_at_depth", L=L, D=D, heads=list(heads), changes=changes, bitwise=bitwise,
+           max_rel=max(rel(a, b) for a, b in zip(in_place, slots)))
+    assert bitwise
+
+
 # fold rows (block_p, num_warps, prefetch, maxnreg, loads_first, sources): two sources per reader
 # iteration and / or the next reader's w, shift and S' prefetched (launch_tables.py, `fold`)
 @pytest.mark.parametrize("L,D,heads,row", [(12, 512, (8,), (1, 1, 1, 0, 1, 2)), (12, 1280, (8, 1, 4), (1, 2, 2, 0, 1, 2)),
@@ -644,8 +659,9 @@ def test_pair_e_split_dot_over_the_bf16_buffer_matches_ieee_dot(monkeypatch, D):
 
 
 @pytest.mark.parametrize("collect,changes", [(False, {}), (True, {}), (True, dict(fold_calls=2)),
-                                             (True, dict(stack_backward="gather"))],
-                         ids=["", "collect", "fold2", "gather"])
+                                             (True, dict(stack_backward="gather")),
+                                             (True, dict(fold_calls=2, stack_douts="in_place"))],
+                         ids=["", "collect", "fold2", "gather", "fold2_douts_in_place"])
 def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     """The routing autograd path is capturable (no host sync, host-built tables on the device
     once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed
@@ -653,8 +669,9 @@ def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     run on those values (the kernels are deterministic), twice, with other pinned host memory
     allocated and written between replays (what a replay must not depend on). Stacks built with
     the sites' parameters under each backward: the fold-block one (7 calls: no fold at the
-    default 8, three at fold2, whose accumulators and dout slots the graph's pool holds) and the
-    gather backward."""
+    default 8, three at fold2, whose accumulators and dout slots the graph's pool holds), the
+    gather backward, and fold2 with the douts read in place (their offsets, baked into the captured
+    launches, stay valid as the graph's pool keeps its addresses)."""
     _replay_check(collect, KernelConfig(**changes))
 
 

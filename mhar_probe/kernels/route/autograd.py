@@ -513,7 +513,14 @@ class _StackState:
         fold = self.config.fold_calls if self.collect and self.config.stack_backward == "fold" else 0
         self._fold, self._frontier, self._acc = fold, top + 1, None
         slots = min(fold, top + 1) if fold else top + 1
-        self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
+        self._in_place = self.collect and self.config.stack_douts == "in_place"
+        if self._in_place:  # no slots: a base to address from, and each dout's offset (`_hold_dout`)
+            self._dout_buf = torch.empty(16, dtype=self.dtype, device=dev)
+            # + the sentinel's, and one more: the reader loops load the offsets a reader ahead
+            self._doffs = torch.zeros(top + 3, dtype=torch.int64, device=dev)
+            self._held: dict[int, tuple[Tensor, int]] = {}
+        else:
+            self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
         self._d_flat = _new((self._w_used,), torch.float32, dev, poison)
         soffs, s = [], 0
         for rec in calls:
@@ -573,7 +580,7 @@ class _StackState:
     def _release_backward(self) -> None:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
-        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
+        for name in ("_dout_buf", "_doffs", "_held", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
                      "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc"):
             setattr(self, name, None)
 
@@ -666,14 +673,23 @@ class _StackState:
         t = self._tables
         top1 = self._frontier if fold else self._bwd_top + 1
         dstride, dbase = self._dout_slots()
+        doffs, doff = self._dout_buf, 0
+        if self._in_place:
+            dout, doff = self._hold_dout(call, dout)
+            doffs = self._doffs
+            consts = dict(consts, IN_PLACE=self._align)
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
                 dstride, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
                 t[0], t[1], t[2], t[3], dx, call, top1, self._soff[call], rec.j0,
-                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase)
+                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase, doffs, doff)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         if fold_due(call, self._frontier, fold, rec.j0):
+            frontier = self._frontier
             self._fold_block(call, rec, self.launch_tables.fold_config(D, rec.H, self._hmax,
                                                                        self._dout_buf.element_size()))
+            if self._in_place:  # folded: no later launch reads these douts
+                for c in range(call, frontier):
+                    self._held.pop(c, None)
         self._dq_all = self._dg_all = None
         if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
@@ -692,6 +708,31 @@ class _StackState:
                 self._dq_all[top1:].zero_()
                 self._dg_all[top1:].zero_()
 
+
+    @property
+    def _align(self) -> int:
+        """Elements in 16 bytes of a dout: the alignment an in-place dout's offset keeps."""
+        return max(1, 16 // self._dout_buf.element_size())
+
+    def _hold_dout(self, call: int, dout: Tensor) -> tuple[Tensor, int]:
+        """stack_douts="in_place": call `call`'s dout as the kernels will read it, held (with its
+        version) until a fold has read it or the backward ends, and its element offset from the
+        dout base. A dout of another dtype than the stack's, or whose offset is not a multiple of
+        16 bytes (a view), is copied (the bytes of the slot it would have had). Every held dout
+        is checked unchanged: autograd does not write a gradient it has handed on, but a
+        backward elsewhere that did would change what a later gather reads."""
+        base = self._dout_buf  # a fresh allocation: 16-byte aligned
+        if dout.dtype != base.dtype or (dout.data_ptr() - base.data_ptr()) % 16:
+            dout = dout.to(base.dtype, memory_format=torch.contiguous_format, copy=True)
+        for c, (held, version) in self._held.items():
+            if held._version != version:
+                raise RuntimeError(
+                    f"routing backend 'triton': the upstream gradient of routing call {c} was "
+                    "modified in place before the stack's backward had read it; the stack reads "
+                    "douts where autograd left them (KernelConfig(stack_douts='in_place')): "
+                    "use stack_douts='slots'")
+        self._held[call] = (dout, dout._version)
+        return dout, (dout.data_ptr() - base.data_ptr()) // base.element_size()
 
     def _dout_slots(self) -> tuple[int, int]:
         """(stride, base) in elements of the stored douts: call c's at base + c * stride. The gather
@@ -721,10 +762,14 @@ class _StackState:
                       LOADS_FIRST=loads_first, SOURCES=sources)
         t = self._tables
         dstride, dbase = self._dout_slots()
+        doffs = self._dout_buf
+        if self._in_place:
+            doffs = self._doffs
+            consts["IN_PLACE"] = self._align
         STACK_FOLD(cdiv(P, block_p), (
             self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
-            self._frontier, rec.j0, int(first), P, rec.eps), consts, num_warps, maxnreg)
+            self._frontier, rec.j0, int(first), P, rec.eps, doffs), consts, num_warps, maxnreg)
         self._frontier = call
 
 

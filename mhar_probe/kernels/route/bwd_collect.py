@@ -93,12 +93,41 @@ def _reader_index(c, offs_p, offs_hm, CALL_H, HM: tl.constexpr, SAME_H: tl.const
 
 
 @triton.jit
+def _dout_at(DOFF, c, dbase, stride_dc, IN_PLACE: tl.constexpr):
+    """Element offset from the dout base of call c's dout: its slot, dbase + c * stride_dc; or,
+    IN_PLACE > 0 (the douts read where autograd left them, `KernelConfig.stack_douts`), the
+    offset call c's gather stored at DOFF[c], a multiple of IN_PLACE elements (16 bytes: the
+    host copies a dout that is not so aligned), which the hint lets the loads vectorise on."""
+    if IN_PLACE > 0:
+        off = tl.multiple_of(tl.load(DOFF + c), IN_PLACE)
+    else:
+        off = dbase + c * stride_dc
+    return off
+
+
+@triton.jit
+def _dout_step(DOFF, c, carried, dbase, stride_dc, IN_PLACE: tl.constexpr):
+    """(offset of reader c's dout, what the reader loop carries on). In place the offset was
+    loaded a reader earlier (`carried`) and reader c + 1's is loaded now, so no dout load waits on
+    its offset's load; from the slots it is dbase + c * stride_dc and nothing is carried (the
+    loop-carried value folds away)."""
+    if IN_PLACE > 0:
+        off = carried
+        nxt = tl.multiple_of(tl.load(DOFF + c + 1), IN_PLACE)
+    else:
+        off = dbase + c * stride_dc
+        nxt = carried
+    return off, nxt
+
+
+@triton.jit
 def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False,
-                    dbase=0, FOLD: tl.constexpr = False, V0=None, PICK0: tl.constexpr = False):
+                    dbase=0, FOLD: tl.constexpr = False, V0=None, PICK0: tl.constexpr = False,
+                    DOFF=None, IN_PLACE: tl.constexpr = 0):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}:
 
@@ -119,7 +148,8 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
 
     Call c's stored dout is at DOUT_BUF + dbase + c * stride_dc (the gather backward: dbase 0,
     one slot per call; the fold-block backward: slot F - 1 - c of a few, dbase = (F - 1) * P * d
-    and a negative stride, still linear in c, so no index arithmetic per reader).
+    and a negative stride, still linear in c, so no index arithmetic per reader); IN_PLACE > 0:
+    at DOUT_BUF + DOFF[c], where autograd left it (`_dout_at`).
 
     FOLD (the fold-block backward, `bwd_fold.py`): the readers are the calls [call, top1)
     only, top1 possibly below the stack's top (the later ones are folded into accumulators), so
@@ -148,9 +178,12 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     if PREFETCH:
-        dslot = dbase + call * stride_dc
+        dslot = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
+        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
+    else:
+        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     for c in range(call, top1):
         m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         if PREFETCH:
@@ -159,11 +192,11 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
             if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
                 rd = rd & ((zero_h + c + 1) < top1)
-            dslot = dbase + (c + 1) * stride_dc
+            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            dslot = dbase + c * stride_dc
+            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],
@@ -218,17 +251,23 @@ def stack_gather_kernel(
     call, top1, soff, j0, j1, P, eps,
     ACC,  # FOLD, HAS_ACC: [>= j1, P, D] fp32, source j's folded gradient at ACC + j * P * D
     dbase,  # call c's stored dout at DOUT_BUF + dbase + c * stride_dc (see _gather_collect)
+    DOFF, doff,  # IN_PLACE: [calls + 1] int64, call c's dout at DOUT_BUF + DOFF[c]; doff: this call's
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr = 0,
     LOADS_FIRST: tl.constexpr = False, FOLD: tl.constexpr = False, HAS_ACC: tl.constexpr = False,
+    IN_PLACE: tl.constexpr = 0,
 ):
     """Call `call`'s part (store dout, shift, S') and, after a block barrier, the gradients of
     the sources [j0, j1) it reads first, from the readers [call, top1) (`_gather_collect`).
     FOLD (the fold-block backward, `bwd_fold.py`): douts in slots counted down from the
     fold frontier top1 (dbase, a negative stride_dc); HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
-    dx_j = ACC_j + gather_j."""
+    dx_j = ACC_j + gather_j.
+    IN_PLACE > 0 (`KernelConfig.stack_douts="in_place"`): no dout is stored; every program stores
+    this call's offset `doff` (the same value) at DOFF[call] before its block barrier, and the
+    readers load their douts where autograd left them (`_dout_at`): the slot write and its
+    re-read are gone, the dout's rows read by the call part are the gather's own reader's."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     # one tile layout throughout: HM sub-heads (the most heads of any call; each call's H divides it)
@@ -236,13 +275,16 @@ def stack_gather_kernel(
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     own = (offs_hm * H) // HM  # this call's head of each sub-head
     num_blocks = tl.cdiv(P, BLOCK_P)
+    if IN_PLACE > 0:  # read by this launch's readers after the barrier, and by later launches
+        tl.store(DOFF + call, doff)
     for blk in range(pid, num_blocks, nprog):
         offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
-        own_slot = dbase + call * stride_dc
-        tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
-        tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
+        if IN_PLACE == 0:
+            own_slot = dbase + call * stride_dc
+            tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
+            tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
         doa = doa_raw.to(tl.float32)
         dob = dob_raw.to(tl.float32)
         sh = tl.sum(doa * tl.load(OUT + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
@@ -260,14 +302,14 @@ def stack_gather_kernel(
             sr = tl.zeros([BLOCK_P, HM], tl.float32)
         tl.store(SALL + soff + hidx, sr, mask=pmask[:, None])
         if HAS_GATHER:
-            tl.debug_barrier()  # this block's dout slot, shift and S' stores, read below by other threads
+            tl.debug_barrier()  # this block's dout slot (offset), shift and S' stores, read below by other threads
             jlo = j0
             if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
                 dxa, dxb, rg = _gather_collect(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, dbase, FOLD)
+                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False, DOFF, IN_PLACE)
                 if HAS_ACC:
                     dxa = tl.load(ACC + rowa, mask=maska, other=0.0) + dxa
                     dxb = tl.load(ACC + rowb, mask=maskb, other=0.0) + dxb
@@ -280,7 +322,7 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, dbase, FOLD)
+                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False, DOFF, IN_PLACE)
                 if HAS_ACC:
                     aoff = j * P * D
                     dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa

@@ -46,7 +46,7 @@ import triton.language as tl
 
 from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route.bwd import source_grad_split
-from mhar_probe.kernels.route.bwd_collect import _gather_collect, _head_sum, _reader_index, _tile_cols
+from mhar_probe.kernels.route.bwd_collect import _dout_at, _dout_step, _gather_collect, _head_sum, _reader_index, _tile_cols
 from mhar_probe.kernels.route.fwd import block_rows, rsqrt_acc
 
 
@@ -104,14 +104,15 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                   CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
                   BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                   PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
-                  TWO: tl.constexpr):
+                  TWO: tl.constexpr, DOFF, IN_PLACE: tl.constexpr):
     """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
     where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
     dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
     per reader. Source j's terms are summed as `_gather_collect` sums them (the same order per
     source). PREFETCH 1: the next reader's dout is loaded one iteration ahead; 2: its w (both
     sources), shift and S' as well (all written by earlier launches, so no store of this loop
-    precedes them). Returns (dv_j tiles, dv_{j+1} tiles; the latter dv_j's where not TWO)."""
+    precedes them). Douts where `_dout_at` says (IN_PLACE). Returns (dv_j tiles, dv_{j+1}
+    tiles; the latter dv_j's where not TWO)."""
     va1, vb1, r1 = _fold_source(VSRC, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
     va2, vb2, r2 = va1, vb1, r1
     if TWO:
@@ -130,10 +131,13 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
     rd1 = ncur > j  # [HM]: does the reader read source j (j + 1)
     rd2 = (ncur > j + 1) & ((zero_h + live2) != 0)
     if PREFETCH >= 1:
-        dslot = dbase + call * stride_dc
+        dslot = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
         rdd = rd1 | rd2
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
+        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
+    else:
+        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     if PREFETCH == 2:
         wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
                                         CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
@@ -155,7 +159,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             rd1 = (nnext > j) & ok
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
             rdd = rd1 | rd2
-            dslot = dbase + (c + 1) * stride_dc
+            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
             if PREFETCH == 2:
@@ -163,7 +167,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                                                 SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
         else:
             rdd = rd1 | rd2
-            dslot = dbase + c * stride_dc
+            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0).to(tl.float32)
             nnext = zero_h + tl.load(CALL_N + c + 1)
@@ -228,10 +232,11 @@ def stack_fold_kernel(
     ACC,  # [>= jf, P, D] fp32 accumulators, source j's at ACC + j * P * D
     call, top1, jf, first, P, eps,  # fold the readers [call, top1) into the sources [0, jf);
     # first: the first fold of this backward (ACC written, not read: its loads masked off)
+    DOFF,  # IN_PLACE: call c's dout at DOUT_BUF + DOFF[c] (`_dout_at`)
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    SOURCES: tl.constexpr = 1,
+    SOURCES: tl.constexpr = 1, IN_PLACE: tl.constexpr = 0,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
@@ -254,7 +259,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
                 CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
-                LOADS_FIRST, dbase, True, V0, True)
+                LOADS_FIRST, dbase, True, V0, True, DOFF, IN_PLACE)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
     else:
         for j in range(0, jf, SOURCES):
@@ -263,7 +268,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
                 maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
-                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
+                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2, DOFF, IN_PLACE)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
             if SOURCES == 2:
                 l2a = maska & ((rowa * 0 + live2) != 0)
@@ -313,38 +318,63 @@ def backward_plan(layout: Sequence[tuple[int, int, int]], top: int, fold_calls: 
     return plan
 
 
+def launch_readers(launch: BackwardLaunch, layout: Sequence[tuple[int, int, int]]) -> list[int]:
+    """The calls of [call, top1) that read one of the launch's sources [lo, hi): whose douts it loads."""
+    return [c for c in range(launch.call, launch.top1) if layout[c][0] > launch.lo and launch.hi > launch.lo]
+
+
+def plan_dout_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]], d: int,
+                    dout_bytes: int, in_place: bool = False) -> int:
+    """DRAM bytes per position of the douts the launches in `plan` load and store, each row a
+    launch touches counted once:
+
+      per gather, the call part: its dout read, and stored into its slot unless `in_place`
+        (`KernelConfig.stack_douts`);
+      per reader of a launch: its dout read (from its slot; in place from where autograd left it,
+        so a gather's own call, whose rows its call part has read, is not read again).
+
+    `tests/test_kernel_floors.py` checks this against the loads and stores of a stack's launches
+    in the interpreter."""
+    total = 0
+    for launch in plan:
+        own = launch.kind == "gather"
+        if own:
+            total += dout_bytes * d * (1 if in_place else 2)
+        total += dout_bytes * d * sum(1 for c in launch_readers(launch, layout)
+                                      if not (in_place and own and c == launch.call))
+    return total
+
+
 def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]],
-               heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None
-               ) -> float:
+               heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None,
+               douts_in_place: bool = False) -> float:
     """DRAM bytes per pair-element of the launches in `plan`, counting each row a launch touches
     once (a program's re-reads of the same positions come from cache):
 
-      per gather, the call part: its dout read (dout_bytes) and stored (dout_bytes), its output
-        read (dout_bytes: the output's dtype), shift_c and S'_c written (4 H_c each);
+      the douts: `plan_dout_bytes` (slots, or `douts_in_place`);
+      per gather, the call part: its output read (dout_bytes: the output's dtype), shift_c and
+        S'_c written (4 H_c each);
       per source of a launch: v_j read (src_bytes), ACC_j read / written (4 each, where the launch
         does), dx_j written (dx_bytes, gather);
-      per reader of a launch that reads one of its sources: dout_c (dout_bytes), shift_c and S'_c
-        (4 H_c each);
+      per reader of a launch that reads one of its sources: shift_c and S'_c (4 H_c each);
       per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each).
 
     Divided by sum_c n_c * d. The forward and the E pass (pair_e, the same in both backwards)
     are not counted."""
     dx_bytes = src_bytes if dx_bytes is None else dx_bytes
-    total = 0
+    total = plan_dout_bytes(plan, layout, d, dout_bytes, douts_in_place)
     for launch in plan:
-        readers = set()
         for j in range(launch.lo, launch.hi):
             total += src_bytes * d + (4 * d if launch.acc_read else 0) + (4 * d if launch.acc_write else 0)
             if launch.kind == "gather":
                 total += dx_bytes * d
             for c in range(launch.call, launch.top1):
                 if layout[c][0] > j:
-                    readers.add(c)
                     total += 8 * heads[c]
-        for c in readers:
-            total += dout_bytes * d + 8 * heads[c]
+        for c in launch_readers(launch, layout):
+            total += 8 * heads[c]
         if launch.kind == "gather":
-            total += 3 * dout_bytes * d + 8 * heads[launch.call]
+            total += dout_bytes * d + 8 * heads[launch.call]
     pairs = sum(n for n, _, _ in layout[: max(launch.call for launch in plan) + 1])
     return total / (pairs * d)
 

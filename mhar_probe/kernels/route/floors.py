@@ -29,7 +29,9 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
            the output written (w_out); the raw logits written, then read and rewritten as
            weights (3 x 4 H_c per pair);
     bwd    the dout-reading launches (`stack_gather_kernel`, `stack_fold_kernel`):
-           `bwd_fold.plan_bytes` over the plan at `fold_calls`;
+           `bwd_fold.plan_bytes` over the plan at `fold_calls`, for the design's douts
+           (`KernelConfig.stack_douts`: each copied into a slot, or read in place, which saves
+           2 x w_dout x d per call: the slot's store, and its re-read by the call's own gather);
     pair_e (`pair_e_kernel`): each source row read once per block of `block_c` of its readers,
            with its r_j (4 bytes a position), and dl_{c,j} of every pair (4 H_c);
   `collect_dqdg_kernel` reads and writes rows of d per call and split, not per position: left out.
@@ -121,11 +123,13 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths()) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths(), douts_in_place: bool = False) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
-    whose sources are all at w_src (source 0's extra width in the backward is not counted)."""
+    whose sources are all at w_src (source 0's extra width in the backward is not counted).
+    douts_in_place: the design of `KernelConfig(stack_douts="in_place")`."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
-    bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
+    bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout, douts_in_place=douts_in_place) \
+        * pair_count(layout) * d * positions
     return BuiltBytes(forward_bytes(layout, d, heads, positions, widths), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))
