@@ -92,6 +92,17 @@ def spec_key(args: tuple) -> tuple:
     return tuple(key)
 
 
+def _annotated_constexprs(fn: Any) -> list[str]:
+    """The parameters of a plain Python kernel function annotated `tl.constexpr` (as an object or,
+    under postponed annotations, as text), in order; [] for anything else."""
+    import inspect
+
+    if fn is None:
+        return []
+    return [n for n, p in inspect.signature(fn).parameters.items()
+            if p.annotation is not inspect.Parameter.empty and "constexpr" in str(p.annotation)]
+
+
 class Launcher:
     """Launches one `@triton.jit` kernel: `Launcher(fn)(grid, args, consts, num_warps[, maxnreg])`,
     `grid` an int (1-D) or a tuple of up to three ints.
@@ -104,7 +115,8 @@ class Launcher:
         params = getattr(fn, "params", None)
         # tests set this False to compare the direct launch with Triton's own path
         self._direct_ok = params is not None and not is_interpreted(fn) and _knobs is not None
-        self.const_names = [p.name for p in params or () if p.is_constexpr]
+        self.const_names = [p.name for p in params or () if p.is_constexpr] if params is not None \
+            else _annotated_constexprs(getattr(fn, "fn", None))  # the interpreter's function has no params
         flags = [p.is_constexpr for p in params or ()]
         if flags != sorted(flags):  # the direct call passes constexprs after the other arguments
             raise TypeError(f"{fn.__name__}: constexpr parameters must come last")
@@ -120,6 +132,11 @@ class Launcher:
         """`maxnreg` caps the registers per thread (PTX .maxnreg; None: the compiler's choice)."""
         grid3 = (grid, 1, 1) if grid.__class__ is int else (*grid, 1, 1, 1)[:3]
         if not self._direct_ok:
+            # the direct path takes every constexpr from `consts`, defaults included: hold this path
+            # (the interpreter's) to the same, so a constexpr left to its default fails here too
+            missing = [n for n in self.const_names if n not in consts]
+            if missing:
+                raise KeyError(f"{self.fn.__name__}: constexpr(s) not given: {', '.join(missing)}")
             self.fn[grid3](*args, **consts, **self._options(num_warps, maxnreg))
             return
         cvals = tuple([consts[n] for n in self.const_names])

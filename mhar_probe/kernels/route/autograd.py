@@ -759,7 +759,7 @@ class _StackState:
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources)
+                      LOADS_FIRST=loads_first, SOURCES=sources, IN_PLACE=0)
         t = self._tables
         dstride, dbase = self._dout_slots()
         doffs = self._dout_buf
@@ -798,7 +798,7 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
                   PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first, FOLD=fold,
-                  HAS_ACC=has_acc)
+                  HAS_ACC=has_acc, IN_PLACE=0)  # IN_PLACE: the in-place design sets its alignment
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
