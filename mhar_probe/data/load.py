@@ -11,7 +11,6 @@ Caps
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
 from ..corpusnames import EMBEDDED, INSTALLED, NAMED_CORPORA
