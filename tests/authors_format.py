@@ -1,13 +1,10 @@
-"""Tiny checkpoints in the paper authors' format, and a float64 reference of their forward.
+"""A float64 reference of the paper authors' forward, for the tiny authors-format checkpoints that
+`mhar_probe.convert.tiny_authors` writes (re-exported here for the tests).
 
-`write_checkpoint` saves random weights under the authors' tensor names (their
-modeling_{llama,qwen3}_attnres.py layout: per-layer `attn_res_proj`, `attn_res_norm`,
-`mlp_res_proj`, `mlp_res_norm`, `attn_null_source`, `mlp_null_source`; `final_res_*` for the
-replacement modes) with a config.json of model_type llama_attnres / qwen3_attnres.
-
-`reference_logits` computes the forward from the paper's equations and that layout in float64,
-with nothing from mhar_probe: RMSNorm, RoPE (Llama 3 frequency scaling included), grouped-query
-causal attention (per-head q/k RMSNorm on Qwen3), SwiGLU, and per mode
+`reference_logits` computes the forward from the paper's equations and the authors' layout in
+float64, with nothing from mhar_probe's models or importer (the checkpoint writer names the tensors
+itself): RMSNorm, RoPE (Llama 3 frequency scaling included), grouped-query causal attention
+(per-head q/k RMSNorm on Qwen3), SwiGLU, and per mode
 
     delta_mh / delta_block   x_s = h + g_s * sum_n softmax_n(q_s[h] . RMSNorm(v_n)[h]) v_n[h],
                              v = [null_s, c_0 .. c_{j-1}], c_0 = h_0, c_k = h_{kp} - c_{k-1},
@@ -19,92 +16,12 @@ causal attention (per-head q/k RMSNorm on Qwen3), SwiGLU, and per mode
 
 from __future__ import annotations
 
-import json
 import math
-from pathlib import Path
 
 import torch
-from safetensors.torch import save_file
 
-LLAMA = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=6, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-5,
-             rope_theta=500000.0, rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
-                                                "high_freq_factor": 4.0, "original_max_position_embeddings": 16},
-             tie_word_embeddings=False, attention_bias=False, mlp_bias=False, hidden_act="silu",
-             bos_token_id=None, eos_token_id=None, pad_token_id=None)
-QWEN3 = dict(vocab_size=64, hidden_size=32, intermediate_size=48, num_hidden_layers=4, num_attention_heads=4,
-             num_key_value_heads=2, head_dim=8, max_position_embeddings=64, rms_norm_eps=1e-6,
-             rope_theta=10000.0, tie_word_embeddings=True, attention_bias=False, hidden_act="silu",
-             bos_token_id=None, eos_token_id=None, pad_token_id=None)
-
-
-def authors_config(base: str, mode: str, heads: int = 4, blocks: int = 4, null: bool = True,
-                   gate: str = "bias", **overrides) -> dict:
-    fields = dict(LLAMA if base == "llama" else QWEN3)
-    fields.update(overrides)
-    return {"model_type": f"{base}_attnres", "architectures": [f"{base.capitalize()}AttnResForCausalLM"],
-            "attnres_mode": mode, "attnres_num_blocks": blocks, "attnres_num_heads": heads,
-            "attnres_use_null_source": null, "attnres_gate_type": gate, **fields}
-
-
-def random_weights(cfg: dict, seed: int = 0) -> dict[str, torch.Tensor]:
-    """Float64 weights under the authors' names; queries and nulls large enough that routing is
-    far from uniform, norms away from one so that each weight is seen."""
-    g = torch.Generator().manual_seed(seed)
-
-    def rand(*shape, scale=0.2, mean=0.0):
-        return mean + scale * torch.randn(tuple(shape), generator=g, dtype=torch.float64)
-
-    d, f, V, L = cfg["hidden_size"], cfg["intermediate_size"], cfg["vocab_size"], cfg["num_hidden_layers"]
-    nh, nkv, hd = cfg["num_attention_heads"], cfg["num_key_value_heads"], cfg["head_dim"]
-    mode, qwen3 = cfg["attnres_mode"], cfg["model_type"] == "qwen3_attnres"
-    w = {"model.embed_tokens.weight": rand(V, d, scale=0.2), "model.norm.weight": rand(d, mean=1.0)}
-    if not cfg["tie_word_embeddings"]:
-        w["lm_head.weight"] = rand(V, d, scale=0.2)
-    for l in range(L):
-        p = f"model.layers.{l}."
-        w.update({p + "self_attn.q_proj.weight": rand(nh * hd, d), p + "self_attn.k_proj.weight": rand(nkv * hd, d),
-                  p + "self_attn.v_proj.weight": rand(nkv * hd, d), p + "self_attn.o_proj.weight": rand(d, nh * hd),
-                  p + "mlp.gate_proj.weight": rand(f, d), p + "mlp.up_proj.weight": rand(f, d),
-                  p + "mlp.down_proj.weight": rand(d, f), p + "input_layernorm.weight": rand(d, mean=1.0),
-                  p + "post_attention_layernorm.weight": rand(d, mean=1.0)})
-        if qwen3:
-            w[p + "self_attn.q_norm.weight"] = rand(hd, mean=1.0)
-            w[p + "self_attn.k_norm.weight"] = rand(hd, mean=1.0)
-        for kind in ("attn", "mlp"):
-            rows = nkv if (mode == "full_hw" and kind == "attn") else 1
-            w[p + f"{kind}_res_proj.weight"] = rand(rows, d, scale=0.25)
-            w[p + f"{kind}_res_norm.weight"] = rand(d, mean=1.0)
-            if mode.startswith("delta") and cfg["attnres_use_null_source"]:
-                w[p + f"{kind}_null_source"] = rand(d, scale=1.0)
-            if cfg["attnres_gate_type"] == "sigmoid_scalar":
-                w[p + f"{kind}_res_gate_logit"] = rand(scale=1.0)
-            elif cfg["attnres_gate_type"] == "learnable_alpha":
-                w[p + f"{kind}_res_alpha"] = rand(*(() if qwen3 else (1,)), scale=0.5, mean=0.5)
-    if not mode.startswith("delta"):
-        w["model.final_res_proj.weight"] = rand(1, d, scale=0.25)
-        w["model.final_res_norm.weight"] = rand(d, mean=1.0)
-    return w
-
-
-def write_checkpoint(folder: Path, cfg: dict, weights: dict[str, torch.Tensor], shards: int = 1,
-                     dtype: torch.dtype = torch.float32) -> Path:
-    """config.json + model.safetensors (or `shards` files and their index) in `folder`."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
-    names = list(weights)
-    tensors = {k: v.to(dtype).contiguous() for k, v in weights.items()}
-    if shards == 1:
-        save_file(tensors, str(folder / "model.safetensors"))
-        return folder
-    weight_map = {}
-    for i in range(shards):
-        part = names[i::shards]
-        file = f"model-{i + 1:05d}-of-{shards:05d}.safetensors"
-        save_file({k: tensors[k] for k in part}, str(folder / file))
-        weight_map.update({k: file for k in part})
-    (folder / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": weight_map}))
-    return folder
+from mhar_probe.convert.tiny_authors import (LLAMA, QWEN3, authors_config, base_weights, plain_config,  # noqa: F401
+                                             random_weights, write_checkpoint)
 
 
 # ---------------------------------------------------------------------------- the reference

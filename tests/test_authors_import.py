@@ -1,6 +1,6 @@
 """`mhar import`: checkpoints in the paper authors' format computed exactly by our models.
 
-Each supported mode: a tiny authors-format checkpoint with random weights (tests/authors_format.py)
+Each supported mode: a tiny authors-format checkpoint with random weights (convert/tiny_authors.py)
 is imported and loaded through the workbench's own loader, and its logits must match the float64
 reference written from the paper's equations and the authors' layout (max |dlogit| <= 1e-5 in
 fp32); greedy generation with and without the KV cache must equal the reference's. Refusals are
@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from authors_format import (authors_config, random_weights, reference_greedy, reference_logits,
+from authors_format import (authors_config, base_weights, plain_config, random_weights, reference_greedy, reference_logits,
                             write_checkpoint)
 from mhar_probe.convert.authors import import_checkpoint, parameters_on_meta, read_shards
 from mhar_probe.cli import main
@@ -176,3 +176,31 @@ def test_capture_of_a_delta_model_holds_one_sites_sources_at_a_time(tmp_path, mo
     ds = capture_routing(model, list(ids), draws=2, progress=False)
     assert len(held_before) == 2 * (2 * cfg["num_hidden_layers"] + 1) and set(held_before) == {0}
     assert ds.attrs["recompute_max_abs_err"] < 1e-5 and int(ds.attrs["tokens_seen"]) == 2 * 3 * 16
+
+
+def test_the_control_arm_and_other_checkpoints_are_refused_in_one_line(capsys, tmp_path):
+    """A model_type that is neither the authors' nor a plain base names the supported ones; the plain
+    control is checked like the routed arm (a mis-shaped base tensor, a routing tensor it cannot
+    have, an integer tensor); a folder without config.json is named."""
+    cfg = authors_config("llama", "delta_mh")
+    w = random_weights(cfg)
+    plain, base = plain_config(cfg), base_weights(w)
+    refused(capsys, tmp_path / "a", {**plain, "model_type": "mistral"}, base, "model_type 'mistral'",
+            "delta_mh, delta_block, full, full_mh, full_hw", "plain llama or qwen3")
+    refused(capsys, tmp_path / "b", plain, {**base, "model.layers.1.self_attn.k_proj.weight": torch.zeros(32, 32)},
+            "model.layers.1.self_attn.k_proj.weight has shape [32, 32]", "[16, 32]")
+    refused(capsys, tmp_path / "c", plain, {**base, "model.layers.0.attn_res_proj.weight": torch.zeros(1, 32)},
+            "(llama plain)", "does not have", "model.layers.0.attn_res_proj.weight")
+    from safetensors.torch import save_file
+
+    src = write_checkpoint(tmp_path / "d", plain, base)  # (which writes float32)
+    save_file({**{k: v.float() for k, v in base.items()}, "model.norm.weight": torch.ones(32, dtype=torch.int64)},
+              str(src / "model.safetensors"))
+    capsys.readouterr()
+    assert main(["import", str(src), str(tmp_path / "dst")]) == 2
+    assert capsys.readouterr().err.strip() == (f"mhar import: error: {src / 'model.safetensors'}: tensor "
+                                               f"model.norm.weight is I64, not a floating-point type")
+    (tmp_path / "e").mkdir()
+    capsys.readouterr()
+    assert main(["import", str(tmp_path / "e"), str(tmp_path / "dst")]) == 2
+    assert capsys.readouterr().err.strip() == f"mhar import: error: {tmp_path / 'e'} is not a model directory (no config.json)"

@@ -14,30 +14,17 @@ import pytest
 import torch
 import xarray as xr
 
-from authors_format import authors_config, random_weights, write_checkpoint
 from mhar_probe.cli import main
-from test_evaluate import write_user_task
+from mhar_probe.convert.tiny_authors import write_tiny_pair
+from mhar_probe.evaluate.nextline_task import write_nextline_task
 
 
 @pytest.fixture(scope="module")
 def pair(tmp_path_factory) -> tuple[Path, Path, Path]:
     """(root, delta_mh source, plain control source): one Llama base, the control without routing."""
-    from mhar_probe.data import get_tokenizer, load_corpus
-
     root = tmp_path_factory.mktemp("recipe")
     os.environ["MHAR_CACHE_DIR"] = str(tmp_path_factory.getbasetemp() / "mhar-cache")
-    tok = get_tokenizer(load_corpus(max_bytes=150_000), vocab_size=512)
-    cfg = authors_config("llama", "delta_mh", vocab_size=len(tok), max_position_embeddings=128,
-                         eos_token_id=tok.eos_token_id)
-    weights = random_weights(cfg, seed=3)
-    mhar = write_checkpoint(root / "mhar-src", cfg, weights)
-    plain_cfg = {k: v for k, v in cfg.items() if not k.startswith("attnres")}
-    plain_cfg.update(model_type="llama", architectures=["LlamaForCausalLM"])
-    plain = write_checkpoint(root / "plain-src", plain_cfg,
-                             {k: v for k, v in weights.items() if "_res_" not in k and "null_source" not in k})
-    tok.save_pretrained(mhar)
-    tok.save_pretrained(plain)
-    return root, mhar, plain
+    return (root, *write_tiny_pair(root))
 
 
 def mhar(*argv) -> int:
@@ -70,7 +57,7 @@ def test_recipe_runs_offline_end_to_end(pair, capsys, monkeypatch):
     assert mhar("figures", root / "models", "--out", root / "figures", "--only", "perhead") == 0
     assert (root / "figures" / "perhead.png").is_file()  # the per-head deviation map of the imported model
 
-    tasks = write_user_task(root / "tasks")
+    tasks = write_nextline_task(root / "tasks")
     evals = {}
     for name, model_dir in arms.items():
         evals[name] = root / f"eval-{name}"

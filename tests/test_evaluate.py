@@ -22,6 +22,7 @@ from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.cli.evaluate import add_eval_subparser
 from mhar_probe.data import load_tokenizer
 from mhar_probe.evaluate import heldout
+from mhar_probe.evaluate.nextline_task import write_nextline_task
 from mhar_probe.evaluate.heldout import (NEXTLINE_GEN_TASK, PPL_CHUNK_CHARS, SHIPPED_TASKS, lastword_candidates,
                                         sha256_file)
 from mhar_probe.train import TrainConfig, train
@@ -46,36 +47,7 @@ def cli(*argv: str) -> int:
 
 def write_user_task(root: Path) -> Path:
     """A two-way multiple-choice task from held-out lines: the real next line vs. another line."""
-    corpus = load_corpus(None, max_bytes=SMALL["corpus_max_bytes"])
-    # short lines, so that context + choice fit the 32-token context
-    lines = [ln.strip() for d in corpus.val for ln in d.text.splitlines() if 8 < len(ln.strip()) <= 40]
-    rows = []
-    for i in range(min(40, len(lines) - 1)):
-        wrong = lines[(i * 7 + len(lines) // 2) % len(lines)]
-        if wrong == lines[i + 1]:
-            continue
-        choices = [lines[i + 1], wrong] if i % 2 == 0 else [wrong, lines[i + 1]]
-        rows.append({"context": lines[i], "choices": choices, "label": i % 2})
-    root.mkdir(parents=True, exist_ok=True)
-    (root / "nextline.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (root / "nextline.yaml").write_text(f"""task: toy_nextline
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {root / 'nextline.jsonl'}
-output_type: multiple_choice
-test_split: test
-doc_to_text: "{{{{context}}}}\\n"
-doc_to_target: label
-doc_to_choice: "{{{{choices}}}}"
-target_delimiter: ""
-metric_list:
-  - metric: acc
-  - metric: acc_norm
-metadata:
-  version: 1.0
-""")
-    return root
+    return write_nextline_task(root, corpus_max_bytes=SMALL["corpus_max_bytes"])
 
 
 @pytest.fixture(scope="module")

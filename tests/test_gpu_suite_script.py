@@ -78,3 +78,22 @@ def test_collect_runs_pytest_collection_of_each_part(tmp_path):
     part = (tmp_path / "out" / "gpu_suite_1gpu.log").read_text()
     assert "tests/test_kernels_model.py::" in part  # its gpu tests are collected on a CPU too
     assert proc.stdout.strip().splitlines()[-2].startswith("## 1gpu: exit 0: ")
+
+
+def test_readme_table_matches_the_committed_suite_logs():
+    """tests/gpu/README.md's rows for the suite's own logs (suite_*.log) state the card, the commit and
+    the pass count and seconds that the log's header and summary hold."""
+    import re
+
+    readme = (ROOT / "tests" / "gpu" / "README.md").read_text()
+    rows = re.findall(r"^\| \[(suite_[\w.]+\.log)\]\(\1\) \| 1x (\w+) \| ([\d-]+) \| (\w+) \| .*?(\d+) passed in (\d+) s \|$",
+                      readme, flags=re.M)
+    assert rows, "no suite log row in tests/gpu/README.md"
+    for name, card, date, commit, passed, secs in rows:
+        log = (ROOT / "tests" / "gpu" / name).read_text()
+        assert re.search(rf"^## card: 0, NVIDIA {card}\b", log, flags=re.M), name
+        assert f"## gpu suite {date}T" in log, name
+        assert re.search(rf'^## code: .*"commit": "{commit}', log, flags=re.M), name
+        summary = re.search(r"^## 1gpu: exit 0: =+ (\d+) passed.* in ([\d.]+)s", log, flags=re.M)
+        assert summary and summary.group(1) == passed and round(float(summary.group(2))) == int(secs), name
+        assert "## GPU suite: ALL PASSED" in log, name

@@ -127,3 +127,54 @@ def test_the_one_tail_mean_definition():
     assert full_tail_mean(points) == 7.0
     with pytest.raises(ValueError, match="has 6 evaluations after step 0"):
         full_tail_mean(issue_run, where="run x")
+
+
+def _curve_record(method, seed, losses, H=None, steps=(0, 250, 500, 750)):
+    """A run record with hand-made held-out losses at `steps`."""
+    return dict(method=method, H=H, kv=8, lr=5e-4, seed=seed, preset="350m", scale="350m", tail_mean=losses[-1],
+                path=f"{method}{H}-s{seed}", curve=[dict(step=s, tokens=s * 32768, flops=None, val_loss=v)
+                                                    for s, v in zip(steps, losses)])
+
+
+def test_the_gain_curve_band_is_scipys_t_interval_at_every_step():
+    """Three seeds of baseline and MHAR with known losses per step: at each step the band is
+    scipy.stats.t.interval over the three paired deltas; a step one run did not log is left out; a
+    configuration at one seed has its value and no band."""
+    from analysis.stats.curves import paired_gain_curves, study_gain_curves
+
+    base = {0: [10.0, 4.00, 3.60, 3.40], 1: [10.1, 4.05, 3.62, 3.43], 2: [9.9, 3.98, 3.57, 3.41]}
+    mhar = {0: [10.0, 3.80, 3.50, 3.35], 1: [10.1, 3.90, 3.55, 3.39], 2: [9.9, 3.85, 3.49, 3.36]}
+    runs = [_curve_record("baseline", s, v) for s, v in base.items()]
+    runs += [_curve_record("mhar", s, v, H=8) for s, v in mhar.items()]
+    (curve,) = paired_gain_curves(runs)
+    assert (curve.method, curve.H, curve.reference, curve.seeds, curve.steps) == ("mhar", 8, "baseline", [0, 1, 2],
+                                                                                [0, 250, 500, 750])
+    for i in range(1, 4):
+        d = [mhar[s][i] - base[s][i] for s in range(3)]
+        low, high = sps.t.interval(0.95, 2, loc=np.mean(d), scale=sps.sem(d))
+        assert (curve.mean[i], curve.low[i], curve.high[i]) == pytest.approx((np.mean(d), low, high), abs=1e-12)
+    assert curve.deltas[1] == pytest.approx([mhar[1][i] - base[1][i] for i in range(4)])
+    assert curve.tokens == [0, 250 * 32768, 500 * 32768, 750 * 32768]
+    # seed 2's MHAR run did not log step 500: the step is left out of the whole curve (every point has n seeds)
+    gap = [r for r in runs if not (r["method"] == "mhar" and r["seed"] == 2)]
+    gap.append(_curve_record("mhar", 2, [9.9, 3.85, 3.36], H=8, steps=(0, 250, 750)))
+    assert paired_gain_curves(gap)[0].steps == [0, 250, 750]
+    # one seed: the mean is its delta, no band
+    (one,) = paired_gain_curves([runs[0], runs[3]])
+    assert one.n == 1 and one.mean[1] == pytest.approx(3.80 - 4.00) and all(math.isnan(v) for v in one.low + one.high)
+    # against single-head: MHAR only (the baseline is not read against attnres)
+    single = [_curve_record("attnres", s, [v + 0.02 for v in mhar[s]]) for s in range(3)]
+    curves = study_gain_curves(runs + single)
+    assert [(c.method, c.reference) for c in curves] == [("attnres", "baseline"), ("mhar", "baseline"),
+                                                        ("mhar", "attnres")]
+    assert curves[-1].mean[1:] == pytest.approx([-0.02] * 3) and curves[-1].high[1] == pytest.approx(-0.02)
+
+
+def test_the_tail_mean_deltas_and_the_curves_pair_alike():
+    """One pairing rule (`paired_runs`): a seed without its baseline is unpaired in both."""
+    from analysis.stats.curves import paired_gain_curves
+
+    runs = [_curve_record("baseline", s, [10.0, 4.0, 3.6, 3.4]) for s in (0, 1)]
+    runs += [_curve_record("mhar", s, [10.0, 3.9, 3.5, 3.3], H=8) for s in (0, 1, 2)]
+    (deltas,), (curve,) = paired_seed_deltas(runs), paired_gain_curves(runs)
+    assert deltas.seeds == curve.seeds == [0, 1] and deltas.unpaired_seeds == curve.unpaired_seeds == [2]

@@ -13,12 +13,14 @@ import sys
 import tarfile
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from mhar_probe.demo.plan import PAPER350, PAPER350_CARRIED, PAPER350_STEPS, tail_covers_last_quarter
 from mhar_probe.model.config import MHARConfig
 from mhar_probe.train import lr_at
 from mhar_probe.runoptions import TrainConfig
+from results_checks import synthetic_loss, synthetic_paper350_study
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -117,3 +119,82 @@ def test_corpus_md_is_what_the_committed_lock_gives():
 def test_the_readme_runs_table_is_what_the_committed_runs_give():
     done = subprocess.run([sys.executable, str(ROOT / "results" / "study350m" / "readme_tables.py"), "--check"])
     assert done.returncode == 0, "results/study350m/README.md is stale: run results/study350m/readme_tables.py"
+
+
+FILE_STAGES = ["probe", "stats", "claims", "figures", "report"]
+
+
+def test_the_study_regenerates_with_no_run_in(tmp_path):
+    """`mhar demo --plan paper350m --stages probe stats claims figures report` before any run: nothing
+    raises, every claim row waits for its runs and names them, no figure is attempted."""
+    from mhar_probe.demo import run_demo
+    from mhar_probe.demo.claims import PENDING_RUNS
+
+    out = tmp_path / "study350m"
+    assert run_demo(out, plan=PAPER350, stages=FILE_STAGES) == 0
+    claims = {c["key"]: c for c in json.loads((out / "claims.json").read_text())}
+    assert {c["verdict"] for c in claims.values()} == {PENDING_RUNS}
+    assert {"order", "optimum", "excess", "deviation", "replication", "ceg", "delta_hyper", "delta_attnres",
+            "delta_mhar", "delta_mhar_over", "over_split", "gain_path"} <= set(claims)
+    assert "mhar H=16 seed 0" in claims["over_split"]["note"] and "attnres seed 2" in claims["order"]["note"]
+    assert "at 350M attnres - baseline -0.121, mhar H=8 - attnres -0.028" in claims["order"]["claim"]
+    assert "-0.102 against -0.121" in claims["over_split"]["claim"]
+    assert "read at 10,000 of the paper's 20,000 steps" in claims["delta_mhar"]["note"]
+    assert "shorter schedule" not in claims["excess"]["note"]  # a probe row reads no tail-mean
+    report = (out / "report.md").read_text()
+    assert "skipped figures: no finished run" in report and "skipped tail-means" in report
+    assert not (out / "figures").exists() and not (out / "stats" / "tails.json").exists()
+
+
+def test_the_claim_rows_read_the_runs_in_and_wait_for_the_others(tmp_path):
+    """The main grid and MHAR H=16 in, hyper not: the Table-main deltas and the order are Student t
+    intervals over the three seeds (scipy), H=16 is read at seed 0 against the seed margin, the gain's
+    path at the quarters; the hyper row waits for its run."""
+    from scipy import stats
+
+    from mhar_probe.demo import run_demo
+    from mhar_probe.demo.claims import PENDING_RUNS, REPLICATED
+
+    out = tmp_path / "study350m"
+    arms = [(m, h, s) for m, h in (("baseline", None), ("attnres", None), ("mhar", 8)) for s in (0, 1, 2)]
+    synthetic_paper350_study(out, arms + [("mhar", 16, 0)])
+    assert run_demo(out, plan=PAPER350, stages=["stats", "claims"]) == 0
+    claims = {c["key"]: c for c in json.loads((out / "claims.json").read_text())}
+    summaries = [json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")]
+    tails = {(r["method"], r["routing_heads"], r["seed"]): r["tail_mean_val_loss"] for r in summaries}
+    d = [tails["mhar", 8, s] - tails["baseline", None, s] for s in range(3)]
+    low, high = stats.t.interval(0.95, 2, loc=sum(d) / 3, scale=stats.sem(d))
+    assert claims["delta_mhar"]["ours"].startswith(f"{sum(d) / 3:+.3f} [{low:+.3f}, {high:+.3f}] over 3 seeds")
+    assert claims["delta_mhar"]["verdict"] == REPLICATED and "-0.149 at 350M" in claims["delta_mhar"]["claim"]
+    assert claims["order"]["verdict"] == REPLICATED and "(3 seeds, tail-mean loss)" in claims["order"]["ours"]
+    assert claims["delta_hyper"]["verdict"] == PENDING_RUNS and "hyper seed 0" in claims["delta_hyper"]["note"]
+    # H=16 at seed 0 against attnres: +0.020 here, read against t(0.975, 2) x sd of the H=8 - attnres deltas
+    single = [tails["mhar", 8, s] - tails["attnres", None, s] for s in range(3)]
+    margin = stats.t.ppf(0.975, 2) * float(np.std(single, ddof=1))
+    over = claims["over_split"]
+    gap = tails["mhar", 16, 0] - tails["attnres", None, 0]
+    assert over["ours"].startswith(f"mhar H=16 - attnres {gap:+.3f} (seed 0 only") and f"margin {margin:.3f}" in over["ours"]
+    assert gap > margin and over["verdict"] == REPLICATED
+    # the gain's path: at steps 2,500 / 5,000 / 7,500 / 10,000, the last the verdict's
+    path = claims["gain_path"]
+    at = {t: [synthetic_loss("mhar", 8, s, t) - synthetic_loss("baseline", None, s, t) for s in range(3)] for t in (2500, 10_000)}
+    for t, x in at.items():
+        lo, hi = stats.t.interval(0.95, 2, loc=np.mean(x), scale=stats.sem(x))
+        assert f"{t:,} {np.mean(x):+.3f} [{lo:+.3f}, {hi:+.3f}]" in path["ours"]
+    assert "change over the tail window (step 7,500 -> 10,000) +0.000 [" in path["ours"]  # flat after 7,500
+    assert path["verdict"] == REPLICATED and "Depends on the shorter schedule" in path["note"]
+    table = (out / "stats" / "gain_curves.md").read_text()
+    assert "| 10,000 | 327.7 |" in table and "mhar H=16 - baseline (seed 0; one seed, no interval)" in table
+
+
+def test_the_gain_figure_draws_a_band_over_seeds_and_none_for_one(tmp_path):
+    from figures.build import build
+
+    out = tmp_path / "study350m"
+    synthetic_paper350_study(out, [(m, h, s) for m, h in (("baseline", None), ("mhar", 8)) for s in (0, 1)]
+                     + [("mhar", 16, 0)])
+    report = build(out / "runs", out / "figures", only=["gain_curve"], mhar_heads=8)
+    (made,) = report.made["gain_curve"]
+    assert made.name == "gain_curve_350m" and (out / "figures" / "gain_curve_350m.png").is_file()
+    assert {(c.method, c.H, c.n) for c in made.data["curves"]} == {("mhar", 8, 2), ("mhar", 16, 1)}
+    assert any(n.startswith("one seed, drawn dashed with no band: mhar H=16 - baseline (seed 0)") for n in made.notes)

@@ -7,12 +7,13 @@ Modules, one job each:
   mcnemar    exact McNemar / binomial p-values, paired bootstrap, Holm, per-task comparison
   lm_eval_io reader for LM Evaluation Harness `--log_samples` output and pairing of two arms
   report     table / CSV / JSON / LaTeX rendering of comparison rows
-  curves     metrics.jsonl reader, tail-means, paired seed deltas, best-vs-best LR
+  curves     metrics.jsonl reader, tail-means, paired seed deltas, best-vs-best LR, gain over training
   ceg        power-law fits and compute-equivalent gain
   text       the printed tables and JSON files of the commands
   paired_eval  `mhar stats mcnemar`: mcnemar_eval_dirs -> McNemar
   tails      `mhar stats tails`: tails -> Tails
   gain       `mhar stats ceg`: compute_equivalent_gain -> Gain
+  gain_curves  a study's paired gain over training: gain_curves -> GainCurves (JSON and markdown)
 The command line (`mhar_probe.cli.stats`) parses, calls these and prints their `lines()`.
 """
 

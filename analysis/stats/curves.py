@@ -12,7 +12,9 @@ Definitions (paper, Experiments "Metric" and appendix "Robustness"):
     mean, sd (n-1), SE = sd / sqrt(n), t-interval mean +- t_{(1+level)/2, n-1} SE, |mean| / SE,
     p                  = two-sided paired t-test (= scipy.stats.ttest_rel)
     best-vs-best       = each configuration at the LR minimising its seed-averaged tail-mean,
-                         delta against the best baseline of the same preset.
+                         delta against the best baseline of the same preset;
+    gain over training = at every evaluation step t the paired delta d_s(t) = val_loss(method, s, t)
+                         - val_loss(reference, s, t), its mean over seeds and t-interval (`GainCurve`).
 """
 
 from __future__ import annotations
@@ -105,15 +107,16 @@ def _field(r: RunRecord, f: str) -> Any:
     return (r.get("scale") or r.get("preset")) if f == "preset" else r.get(f)
 
 
-def paired_seed_deltas(
+def paired_runs(
     runs: Sequence[RunRecord],
     *,
     baseline: str = "baseline",
     pair_on: Sequence[str] = ("preset", "kv", "lr", "seed"),
-    level: float = 0.95,
-) -> list[SeedDeltas]:
-    """The seeds table: for every non-baseline configuration, deltas against the baseline run
-    that shares `pair_on` (same seed => same data order)."""
+) -> dict[tuple, tuple[list[tuple[Any, RunRecord, RunRecord]], list[Any]]]:
+    """Every non-`baseline` configuration (preset, method, H, kv, lr) -> ([(seed, run, its baseline)],
+    unpaired seeds): each run beside the baseline run that shares `pair_on` (same seed => same data
+    order), in seed order. Two baselines for one key, or two runs of a configuration at one seed, or
+    no baseline at all, raise StatsError."""
     base: dict[tuple, RunRecord] = {}
     groups: dict[tuple, dict[Any, RunRecord]] = defaultdict(dict)
     for r in runs:
@@ -130,18 +133,34 @@ def paired_seed_deltas(
             groups[g][r.get("seed")] = r
     if not base:
         raise StatsError(f"no baseline runs (method {baseline!r}) among the {len(runs)} runs")
-    rows = []
-    for (preset, method, H, kv, lr), by_seed in groups.items():
-        seeds, deltas, unpaired = [], [], []
+    out = {}
+    for g, by_seed in groups.items():
+        pairs, unpaired = [], []
         for seed, r in sorted(by_seed.items(), key=lambda kv_: str(kv_[0])):
             b = base.get(tuple(_field(r, f) for f in pair_on))
             if b is None:
                 unpaired.append(seed)
-                continue
-            seeds.append(seed)
-            deltas.append(r["tail_mean"] - b["tail_mean"])
-        if not deltas:
+            else:
+                pairs.append((seed, r, b))
+        out[g] = (pairs, unpaired)
+    return out
+
+
+def paired_seed_deltas(
+    runs: Sequence[RunRecord],
+    *,
+    baseline: str = "baseline",
+    pair_on: Sequence[str] = ("preset", "kv", "lr", "seed"),
+    level: float = 0.95,
+) -> list[SeedDeltas]:
+    """The seeds table: for every non-baseline configuration, deltas against the baseline run
+    that shares `pair_on` (same seed => same data order)."""
+    rows = []
+    for (preset, method, H, kv, lr), (pairs, unpaired) in paired_runs(runs, baseline=baseline, pair_on=pair_on).items():
+        if not pairs:
             continue
+        seeds = [seed for seed, _, _ in pairs]
+        deltas = [r["tail_mean"] - b["tail_mean"] for _, r, b in pairs]
         mean, sd, se, lo, hi = t_interval(deltas, level)
         p = float(sps.ttest_1samp(deltas, 0.0).pvalue) if len(deltas) > 1 and sd > 0 else math.nan
         rows.append(SeedDeltas(preset=preset, method=method, H=H, kv=kv, lr=lr, n=len(deltas), seeds=seeds,
@@ -149,6 +168,71 @@ def paired_seed_deltas(
                                abs_over_se=abs(mean) / se if se and se > 0 else math.nan,
                                p_value=p, unpaired_seeds=unpaired))
     return rows
+
+
+@dataclass
+class GainCurve:
+    """The paired held-out-loss delta of one configuration against a reference method at every
+    evaluation step all its paired runs share: per seed s and step t,
+        d_s(t) = val_loss(method, s, t) - val_loss(reference, s, t)      (same seed => same data order)
+    and over seeds the mean and a Student t interval (`t_interval`; one seed: NaN bounds, no band)."""
+
+    preset: Any
+    method: str
+    H: Any
+    kv: Any
+    lr: Any
+    reference: str
+    seeds: list[Any]
+    steps: list[int]  # [E]
+    tokens: list[Any]  # [E], the method's run of the first seed (None where not logged)
+    deltas: list[list[float]]  # [seed][E]
+    mean: list[float]  # [E]
+    low: list[float]  # [E]
+    high: list[float]  # [E]
+    unpaired_seeds: list[Any]
+    level: float = 0.95
+
+    @property
+    def n(self) -> int:
+        return len(self.seeds)
+
+    def as_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "n": self.n}
+
+
+def _at_steps(record: RunRecord) -> dict[int, dict[str, Any]]:
+    return {int(p["step"]): p for p in record["curve"]}
+
+
+def paired_gain_curves(
+    runs: Sequence[RunRecord],
+    *,
+    reference: str = "baseline",
+    methods: Sequence[str] | None = None,
+    pair_on: Sequence[str] = ("preset", "kv", "lr", "seed"),
+    level: float = 0.95,
+) -> list[GainCurve]:
+    """The gain over training (`GainCurve`) of every configuration of `methods` (None: every method
+    but `reference`) paired by seed with `reference` (`paired_runs`), at the evaluation steps that
+    every one of its paired runs, both arms, logged (a configuration with none in common is left out)."""
+    curves = []
+    for (preset, method, H, kv, lr), (pairs, unpaired) in paired_runs(runs, baseline=reference,
+                                                                      pair_on=pair_on).items():
+        if not pairs or (methods is not None and method not in methods):
+            continue
+        points = [(_at_steps(r), _at_steps(b)) for _, r, b in pairs]
+        steps = sorted(set.intersection(*(set(a) & set(b) for a, b in points)))
+        if not steps:
+            continue
+        deltas = [[a[t]["val_loss"] - b[t]["val_loss"] for t in steps] for a, b in points]  # [seed][E]
+        stats = [t_interval([d[i] for d in deltas], level) for i in range(len(steps))]
+        curves.append(GainCurve(preset=preset, method=method, H=H, kv=kv, lr=lr, reference=reference,
+                                seeds=[seed for seed, _, _ in pairs], steps=steps,
+                                tokens=[points[0][0][t].get("tokens") for t in steps], deltas=deltas,
+                                mean=[s[0] for s in stats], low=[s[3] for s in stats], high=[s[4] for s in stats],
+                                unpaired_seeds=unpaired, level=level))
+    return curves
 
 
 @dataclass
@@ -190,3 +274,17 @@ def best_vs_best(runs: Sequence[RunRecord], *, baseline: str = "baseline") -> li
         if row.preset in best_base:
             row.delta = row.tail_mean - best_base[row.preset]
     return rows
+
+
+#: the gains over training a study reads: every method against the baseline, and the multi-head
+#: methods against single-head attention residuals (reference, its methods; None: every other method)
+GAIN_REFERENCES: tuple[tuple[str, tuple[str, ...] | None], ...] = (("baseline", None), ("attnres", ("mhar", "mhar_hw")))
+
+
+def study_gain_curves(runs: Sequence[RunRecord], level: float = 0.95) -> list[GainCurve]:
+    """`paired_gain_curves` against each reference of `GAIN_REFERENCES` that `runs` hold (none: []), each
+    reference's in (method, H, kv, lr) order."""
+    present = {r["method"] for r in runs}
+    return [c for reference, methods in GAIN_REFERENCES if reference in present
+            for c in sorted(paired_gain_curves(runs, reference=reference, methods=methods, level=level),
+                            key=lambda c: (c.method, c.H or 0, str(c.kv), str(c.lr), str(c.preset)))]

@@ -29,7 +29,8 @@ def text_table(head: list[str], rows: list[list[str]]) -> list[str]:
             + ["  ".join(c.ljust(w) for c, w in zip(r, widths)) for r in rows])
 
 
-def _json_default(o: Any) -> Any:
+def json_default(o: Any) -> Any:
+    """numpy scalars as plain numbers (json.dumps' `default`)."""
     if isinstance(o, (np.floating, np.integer)):
         return o.item()
     raise TypeError(type(o).__name__)
@@ -37,7 +38,7 @@ def _json_default(o: Any) -> Any:
 
 def json_text(doc: dict[str, Any]) -> str:
     """`doc` as indented JSON (numpy scalars as numbers), newline-terminated."""
-    return json.dumps(doc, indent=2, default=_json_default) + "\n"
+    return json.dumps(doc, indent=2, default=json_default) + "\n"
 
 
 def write_json_new(path: str | Path, doc: dict[str, Any], *, overwrite: bool = False) -> Path:

@@ -197,6 +197,33 @@ def commit() -> str:
         return ""
 
 
+def table(record: dict) -> str:
+    """The record as the Markdown table of results.md: per (T, B), tokens/s and peak device memory of
+    each arm (GiB), and the host's peak RSS."""
+    gib = lambda mib: f"{mib / 1024:.1f}"  # noqa: E731
+    lines = ["| T | B | forward tok/s | weights tok/s | probes tok/s | peak GiB: forward / weights / probes | host RSS GiB |",
+             "|---:|---:|---:|---:|---:|---|---:|"]
+    for r in record["rows"]:
+        lines.append(f"| {r['seq_len']} | {r['batch']} | " + " | ".join(f"{r[a]['tokens_per_s']:,.0f}" for a in ARMS)
+                     + " | " + " / ".join(gib(r[a]["peak_device_mib"]) for a in ARMS) + f" | {gib(r['host_peak_rss_mib'])} |")
+    return "\n".join(lines) + "\n"
+
+
+ARMS = ("forward", "weights", "probes")
+RESULTS = Path(__file__).with_name("results.md")
+
+
+def filled_results(text: str) -> str:
+    """results.md with each `<!-- table:NAME.json -->` ... `<!-- end -->` block holding `table()` of
+    the record NAME.json beside it."""
+    import re
+
+    def fill(m: re.Match) -> str:
+        record = json.loads(RESULTS.with_name(m.group(1)).read_text())
+        return f"<!-- table:{m.group(1)} -->\n{table(record)}<!-- end -->"
+    return re.sub(r"<!-- table:([\w.]+\.json) -->\n.*?<!-- end -->", fill, text, flags=re.S)
+
+
 def main(argv: list[str] | None = None) -> dict:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", choices=sorted(CONFIGS), default="8b")
@@ -210,7 +237,11 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--via-import", default=None, metavar="DIR",
                     help="write a random authors-format checkpoint to DIR and time `mhar import` of it")
     ap.add_argument("--out", default=None, help="JSON record")
+    ap.add_argument("--tables", action="store_true", help="only rewrite results.md's tables from the JSON records")
     args = ap.parse_args(argv)
+    if args.tables:
+        RESULTS.write_text(filled_results(RESULTS.read_text()))
+        return {}
 
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
@@ -245,7 +276,7 @@ def main(argv: list[str] | None = None) -> dict:
         print(f"T={row['seq_len']:5d} B={row['batch']:2d}  " + "  ".join(
             f"{arm} {row[arm]['tokens_per_s']:9.1f} tok/s" + (f" {row[arm]['peak_device_mib']:.0f} MiB"
                                                               if row[arm]['peak_device_mib'] else "")
-            for arm in ("forward", "weights", "probes")))
+            for arm in ARMS))
     return record
 
 

@@ -398,14 +398,20 @@ def resolve_source(src: str, revision: str | None = None) -> tuple[Path, dict[st
         return path, {"source": str(path.resolve()), "hub_id": None, "revision": None}
     if not re.fullmatch(r"[\w.-]+/[\w.-]+", src):
         raise ConversionError(f"{src} is neither a local folder nor a Hugging Face Hub id (owner/name)")
-    from huggingface_hub import snapshot_download
+    from huggingface_hub import constants, snapshot_download
 
-    try:
+    try:  # with network: the Hub's files (cached); without: the cached snapshot, if there is one
         local = Path(snapshot_download(src, revision=revision,
                                        allow_patterns=["*.json", "*.safetensors", "tokenizer*", "*.model"]))
-    except Exception as exc:  # no network, no such repo, no access: the hub's own message
-        raise ConversionError(f"cannot download {src} from the Hugging Face Hub ({type(exc).__name__}: "
-                              f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
+    except Exception as exc:  # no network and no cache, no such repo or revision, no access: the hub's reason
+        reason = " ".join(str(exc).split())[:240]
+        at = f" at revision {revision}" if revision else ""
+        network = ("unset HF_HUB_OFFLINE where there is network" if constants.HF_HUB_OFFLINE
+                   else "check the network, the id and your access to it")
+        raise ConversionError(
+            f"cannot get {src}{at} from the Hugging Face Hub nor from its cache {constants.HF_HUB_CACHE} "
+            f"({type(exc).__name__}: {reason}); {network}; or download it where there is network "
+            f"(`hf download {src} --local-dir DIR`) and import the folder: `mhar import DIR DST`") from None
     return local, {"source": str(local), "hub_id": src, "revision": local.name}
 
 

@@ -30,7 +30,12 @@ A plan may add rows (Plan.paper_deltas, Plan.spread_claims; the study at the pap
     depth-read spread, TV = 1/2 sum_n |w_n - 1/N| averaged over sites and heads, against the same
     for the matched-norm random queries (z, as the deviation claim), at the main seed.
   * across model scales (Plan.scale_rungs), whether MHAR's gain over the same-seed baseline grows
-    from one scale to the next, as the paper's Table main has it from 100M to 350M (`scale_claim`).
+    from one scale to the next, as the paper's Table main has it from 100M to 350M (`scale_claim`);
+  * (Plan.extra_claims) MHAR at the paper's over-split H above single-head at the main seed, read
+    against the seed-to-seed margin of the optimum row (`over_split_claim`), and MHAR's gain over the
+    baseline along training, at the quarters and across the tail window (`gain_path_claim`).
+A plan that trains fewer steps than the paper at its scale (Plan.paper_steps) says so in every row
+that reads tail-mean losses (`schedule_clause`).
 A study fills run by run: a claim whose planned runs are not finished is `pending: runs missing`,
 names them and shows what the runs present give (`Study`, `held_back`).
 Nothing here is tuned to the paper: the thresholds are fixed before the numbers are read.
@@ -49,7 +54,8 @@ from ..model.methods import run_label
 from ..runfiles import RunFiles
 from ..sweep.grid import format_lr
 from ..tables import md_escape, md_row
-from .plan import Plan
+from ..tail import TAIL_K
+from .plan import Plan, evaluation_steps
 
 REPLICATED, NOT_REPLICATED, INCONCLUSIVE = "replicated", "not replicated", "inconclusive at this scale"
 PENDING = "pending: needs rerun"
@@ -154,11 +160,17 @@ def order_claim(plan: Plan, tails: dict[str, Any]) -> Claim:
     seeds, d1, d2, verdict = order_deltas(_tail_means(tails, "baseline", None, kv),
                                           _tail_means(tails, "attnres", None, kv),
                                           _tail_means(tails, "mhar", plan.mhar_heads, kv))
+    paper = ""
+    if plan.paper_scale:  # the paper's two steps of the order at the plan's scale
+        row = _paper_deltas(plan.paper_scale)
+        d = row["deltas"]
+        paper = (f"{PAPER['order']}; at {plan.paper_scale.upper()} attnres - baseline {d['attnres']:+.3f}, "
+                 f"{run_label('mhar', row['mhar_H'])} - attnres {d['mhar'] - d['attnres']:+.3f}")
     if not seeds:
-        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE)
+        return Claim("order", "no seed has baseline, attnres and mhar", INCONCLUSIVE, paper=paper)
     ours = (f"attnres - baseline {_fmt_interval(*d1)}; {run_label('mhar', plan.mhar_heads)} - attnres "
             f"{_fmt_interval(*d2)} ({len(seeds)} seeds, tail-mean loss)")
-    return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order")
+    return Claim("order", ours, verdict, "both deltas must be below 0; either one above 0 reverses the order", paper)
 
 
 def optimum_margin(plan: Plan, tails: dict[str, Any]) -> tuple[float, list[float]]:
@@ -343,6 +355,114 @@ def ceg_claim(plan: Plan, ceg: dict[str, Any], tails: dict[str, Any], study: "St
     return Claim("ceg", ours, verdict, _with_origin(note, pairs))
 
 
+def schedule_clause(plan: Plan) -> str:
+    """Where the plan trains fewer steps than the paper at its scale (`Plan.paper_steps`), what a row
+    that reads tail-mean losses says of it ("" where the lengths agree or the paper's is not given)."""
+    if plan.paper_steps is None or plan.steps >= plan.paper_steps:
+        return ""
+    evals = evaluation_steps(plan.steps, plan.recipe.get("eval_every", 25))
+    return (f"Depends on the shorter schedule: read at {plan.steps:,} of the paper's {plan.paper_steps:,} steps "
+            f"(tail-mean over steps {evals[-TAIL_K]:,}-{plan.steps:,}), so a gain still changing when training stops "
+            f"would read differently at the paper's length (its path: stats/gain_curves.md)")
+
+
+#: the rows that read tail-mean losses (and so the length of training), beside every delta_* row
+SCHEDULE_ROWS = ("order", "optimum", "ceg", "over_split", "gain_path")
+
+
+def with_schedule(plan: Plan, claim: Claim) -> Claim:
+    """`claim` with `schedule_clause` after its note, where it reads tail-mean losses."""
+    clause = schedule_clause(plan)
+    if not clause or not (claim.key in SCHEDULE_ROWS or claim.key.startswith("delta_")):
+        return claim
+    note = f"{claim.note.rstrip('.')}. {clause}" if claim.note else clause
+    return Claim(claim.key, claim.ours, claim.verdict, note, claim.paper)
+
+
+def over_split_claim(plan: Plan, study: "Study", tails: dict[str, Any]) -> Claim:
+    """MHAR at the paper's over-split H (Table main's "MHAR (H=16)", twice the KV heads) above
+    single-head attnres, at the main seed: the plan trains that H at one seed (its extra grid), so the
+    seed's difference counts when it exceeds `optimum_margin` (t_{0.975, n-1} x the sd of the paired
+    seed deltas mhar at the plan's H - attnres, the seed-to-seed spread of a difference between two H
+    arms), as the optimum row reads one seed's differences."""
+    row = _paper_deltas(plan.paper_scale or plan.preset)
+    over, seed = row["over_H"], plan.main_seed
+    what = run_label("mhar", over)
+    paper_gap = row["deltas"]["mhar_over"] - row["deltas"]["attnres"]
+    paper = (f"{what} lands above single-head: {what} - attnres = {paper_gap:+.3f} at {row['scale'].upper()} "
+             f"({row['deltas']['mhar_over']:+.3f} against {row['deltas']['attnres']:+.3f} vs the baseline; Table main, "
+             f"one seed, 20K steps): over-splitting")
+    single = _tail_means(tails, "attnres", None, plan.main_kv)
+    multi = _tail_means(tails, "mhar", over, plan.main_kv)
+    margin, deltas = optimum_margin(plan, tails)
+    if seed in single and seed in multi:
+        gap = multi[seed] - single[seed]
+        ours = f"{what} - attnres {gap:+.3f} (seed {seed} only: the plan trains {what} at one seed)"
+        if math.isnan(margin):
+            verdict = INCONCLUSIVE
+            ours += f"; no margin yet (needs {run_label('mhar', plan.mhar_heads)} - attnres at two or more seeds)"
+        else:
+            verdict = REPLICATED if gap > margin else NOT_REPLICATED if gap < -margin else INCONCLUSIVE
+            ours += f"; margin {margin:.3f}"
+    else:
+        ours, verdict = f"no seed-{seed} pair of {what} and attnres yet", INCONCLUSIVE
+    spread = ", ".join(f"{d:+.3f}" for d in deltas)
+    note = (f"seed {seed} only; replicated: {what} - attnres above the margin; not replicated: below minus the margin "
+            f"(the margin: t(0.975, n-1) x the sd of the paired seed deltas {run_label('mhar', plan.mhar_heads)} - attnres"
+            + (f", {spread})" if deltas else ")"))
+    note = _with_origin(note, {**_labelled(study, "attnres", None, [seed]), **_labelled(study, "mhar", over, [seed])})
+    missing = study.missing("mhar", over, {seed}) + study.missing("attnres") + study.missing("mhar", plan.mhar_heads)
+    return held_back(Claim("over_split", ours, verdict, note, paper), missing)
+
+
+def _quarter_steps(steps: list[int], last: int) -> list[int]:
+    """The evaluation steps nearest a quarter, half, three quarters and all of `last` steps."""
+    return sorted({min(steps, key=lambda s: abs(s - q * last / 4)) for q in (1, 2, 3, 4)})
+
+
+def gain_path_claim(plan: Plan, study: "Study", gains: dict[str, Any] | None) -> Claim:
+    """MHAR's (the plan's H) gain over the baseline along training, from stats/gain_curves.json: the
+    paired delta at a quarter, half, three quarters and the end of training with its t interval over
+    seeds, and its change across the tail-mean window (per seed, delta at the last evaluation minus at
+    the window's first; t interval). Verdict on the last evaluation's interval (below 0: replicated);
+    the paper reports the end of training only."""
+    h, kv = plan.mhar_heads, plan.main_kv
+    what = run_label("mhar", h)
+    row = _paper_deltas(plan.paper_scale or plan.preset)
+    paper = (f"{what} - baseline = {row['deltas']['mhar']:+.3f} at {row['scale'].upper()} at the end of training "
+             f"(Table main; one seed, 20K steps; the paper gives the end only)")
+    curves = {c["reference"]: c for c in (gains or {}).get("curves", [])
+              if c["method"] == "mhar" and c["H"] == h and (kv is None or c["kv"] == kv)}
+    missing = study.missing("baseline") + study.missing("mhar", h)
+    base = curves.get("baseline")
+    if base is None:
+        ours, verdict = f"no seed has both {what} and the baseline yet", INCONCLUSIVE
+    else:
+        steps = base["steps"]
+        one = base["n"] == 1
+
+        def value(mean: float, low: float, high: float) -> str:
+            return f"{mean:+.3f}" if one else _fmt_interval(mean, low, high)
+
+        seeds = f"seed {base['seeds'][0]}; one seed, no interval" if one else f"{base['n']} seeds"
+        ours = f"{what} - baseline ({seeds}) at step " + "; ".join(
+            f"{s:,} {value(*(base[k][steps.index(s)] for k in ('mean', 'low', 'high')))}"
+            for s in _quarter_steps(steps, steps[-1]))
+        if len(steps) > TAIL_K:  # the tail-mean window of the curve: its last TAIL_K evaluations
+            first = steps[-TAIL_K]
+            drift = _t_interval([d[-1] - d[-TAIL_K] for d in base["deltas"]])
+            ours += f"; change over the tail window (step {first:,} -> {steps[-1]:,}) {value(*drift)}"
+        single = curves.get("attnres")
+        if single is not None:
+            ours += f"; {what} - attnres at step {single['steps'][-1]:,} " + value(
+                single["mean"][-1], single["low"][-1], single["high"][-1])
+        verdict = side(base["low"][-1], base["high"][-1], 0.0)
+    note = ("paired held-out loss delta at every evaluation (stats/gain_curves.json, figure gain_curve), mean over "
+            "seeds with a 95% t interval; replicated: the last evaluation's interval below 0, not replicated: above 0; "
+            "the change over the tail window says whether the gain still moves when training stops")
+    return held_back(Claim("gain_path", ours, verdict, note, paper), missing)
+
+
 def _flops_ratio(study: "Study", seeds: list[int]) -> float | None:
     """Seed mean of MHAR's training FLOPs over the same-seed baseline's (summary.json ``flops``);
     None where no seed has both."""
@@ -387,10 +507,10 @@ def seed_probes(plan: Plan, runs: Path) -> SeedProbes:
     from analysis.probes import per_head_deviation, width_disagreement
 
     from ..capture.io import open_routing_dataset
-    from .runs import finished, swept_runs
+    from .runs import finished, swept_so_far
 
     out = SeedProbes({}, {}, {}, {})
-    for r in finished(swept_runs(runs)):
+    for r in finished(swept_so_far(runs)):
         path = RunFiles(r.path).routing_path
         if not path.is_file() or (plan.main_kv is not None and r.kv != plan.main_kv):
             continue
@@ -433,6 +553,13 @@ class Study:
 
         present = {(r.method, r.heads, r.kv, r.seed): r.path for r in finished(swept_runs(runs))}
         return cls(plan, cls.planned_runs(plan), present)
+
+    @classmethod
+    def so_far(cls, plan: Plan, runs: Path) -> "Study":
+        """`read`, or before the study's first run (no runs/manifest.json yet) every planned run missing."""
+        if (runs / "manifest.json").is_file():
+            return cls.read(plan, runs)
+        return cls(plan, cls.planned_runs(plan), {})
 
     @staticmethod
     def planned_runs(plan: Plan) -> list[tuple[str, int | None, int, int]]:
@@ -501,7 +628,7 @@ def _runs_or_stats(path: Path, missing: list[str]) -> dict[str, Any] | None:
 def claims_of(plan: Plan, out: Path) -> list[Claim]:
     """Every claim, from the files under `out` (stats/, runs/ with their routing datasets); a claim
     whose runs are not all finished is pending and names them."""
-    study = Study.read(plan, out / "runs")
+    study = Study.so_far(plan, out / "runs")
     h, main = plan.mhar_heads, {plan.main_seed}
     miss_order = study.missing("baseline") + study.missing("attnres") + study.missing("mhar", h)
     miss_optimum = (study.missing("attnres", seeds=main, any_kv=True)
@@ -528,6 +655,10 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
     claims = [c for c in core if c.key in plan.core_claims]
     claims += [delta_claim(plan, study, tails or none, method, heads, key)
                for method, heads, key in plan.paper_deltas]
+    if "over_split" in plan.extra_claims:
+        claims.append(over_split_claim(plan, study, tails or none))
+    if "gain_path" in plan.extra_claims:
+        claims.append(gain_path_claim(plan, study, _runs_or_stats(out / "stats" / "gain_curves.json", miss_ceg)))
     if plan.spread_claims:
         claims += spread_claims(plan, study)
     if plan.width_rungs:
@@ -538,7 +669,7 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
         folder, grid = plan.second_rate
         claims.append(second_rate_claim(plan, grid, grid_runs, _grid_runs(out / folder / "runs")
                                         if (out / folder / "runs" / "manifest.json").is_file() else []))
-    return claims
+    return [with_schedule(plan, c) for c in claims]
 
 
 def second_rate_claim(plan: Plan, grid: str, main_runs: list[dict[str, Any]], second_runs: list[dict[str, Any]]
@@ -686,11 +817,7 @@ class ScaleRung:
         scale = plan.paper_scale or plan.preset
         runs = out / folder / "runs"
         h, kv = plan.mhar_heads, plan.main_kv
-        if (runs / "manifest.json").is_file():
-            study = Study.read(plan, runs)
-            rows = _grid_runs(runs)
-        else:
-            study, rows = Study(plan, Study.planned_runs(plan), {}), []
+        study, rows = Study.so_far(plan, runs), _grid_runs(runs)
         tails = {(r["method"], r["seed"]): r["tail_mean"] for r in rows
                  if r["kv"] == kv and (r["method"] == "baseline" or (r["method"] == "mhar" and r["H"] == h))}
         seeds = sorted({s for m, s in tails if m == "baseline"} & {s for m, s in tails if m == "mhar"})
@@ -904,12 +1031,15 @@ def spread_claims(plan: Plan, study: Study) -> list[Claim]:
 
 
 def _grid_runs(runs: Path) -> list[dict[str, Any]]:
-    """Every finished run of the sweep (all KV values) with its tail-mean loss, from the manifest."""
-    from .runs import finished, swept_runs
+    """Every finished run of the sweep (all KV values) with its tail-mean loss, from the manifest (a run
+    too short for a tail-mean, as a CPU check's, left out)."""
+    from .runs import finished, swept_so_far
 
     rows = []
-    for r in finished(swept_runs(runs)):
+    for r in finished(swept_so_far(runs)):
         summary = RunFiles(r.path).summary()
+        if summary.get("tail_mean_val_loss") is None:
+            continue
         rows.append(dict(method=r.method, H=r.heads, kv=r.kv, seed=r.seed, tail_mean=summary["tail_mean_val_loss"]))
     return rows
 

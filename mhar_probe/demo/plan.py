@@ -26,6 +26,8 @@ from ..tail import TAIL_K
 #: the claim table's six rows every plan can read (demo.claims); a plan whose grids cannot test some
 #: (no single-head arm, no kv x H grid) names the ones it keeps in Plan.core_claims
 CORE_CLAIMS = ("order", "optimum", "excess", "deviation", "replication", "ceg")
+#: rows a plan may add (Plan.extra_claims, demo.claims)
+EXTRA_CLAIMS = ("over_split", "gain_path")
 
 
 def evaluation_steps(steps: int, eval_every: int) -> list[int]:
@@ -94,9 +96,19 @@ class Plan:
     # relative to this plan's OUT), smallest scale first, this plan included as "."
     scale_rungs: tuple[tuple[str, str], ...] = ()
     core_claims: tuple[str, ...] = CORE_CLAIMS  # which of the six core rows the plan's grids can test
+    # the paper's steps at `paper_scale` where this plan trains fewer: the rows that read tail-mean losses say
+    # at which length they were read (demo.claims.schedule_clause)
+    paper_steps: int | None = None
+    # rows beside the core ones (EXTRA_CLAIMS): "over_split" (MHAR at twice the KV heads above
+    # single-head, Table main), "gain_path" (MHAR's gain over the baseline along training, stats/gain_curves.json)
+    extra_claims: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
-        """Refuse a plan whose tail-mean window reaches back before the last quarter of training."""
+        """Refuse a plan whose tail-mean window reaches back before the last quarter of training, or that
+        names a claim row there is none of."""
+        unknown = [c for c in self.extra_claims if c not in EXTRA_CLAIMS]
+        if unknown:
+            raise ValueError(f"plan {self.name}: no claim row {', '.join(unknown)}; rows: {', '.join(EXTRA_CLAIMS)}")
         every = self.recipe.get("eval_every", 25)  # TrainConfig's default
         if not tail_covers_last_quarter(self.steps, every):
             fits = max_eval_every(self.steps)
@@ -335,6 +347,8 @@ PAPER350 = Plan(
     paper_deltas=(("hyper", None, "hyper"), ("attnres", None, "attnres"), ("mhar", 8, "mhar"),
                   ("mhar", 16, "mhar_over")),
     paper_scale="350m",
+    paper_steps=20_000,
+    extra_claims=("over_split", "gain_path"),
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE, STUDY350, PAPER350)}

@@ -153,8 +153,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
         log = str(known.get(name, {}).get("log", ""))
         if name == "claims":
             md += [*_claims_table(out), ""]
-        elif name == "figures":
-            md += _figures_section(out, figs)
+        elif name == "figures":  # (no figure or table: the stage's log says why)
+            md += _figures_section(out, figs) or (["```", log.strip(), "```", ""] if log.strip() else [])
         elif name == "sweep" and log.lstrip().startswith(RUNS_TABLE_HEADER):
             md += ["Its runs are in the tables under Runs above.", ""]
         elif name == "probe":

@@ -22,7 +22,7 @@ from ..runfiles import RunFiles
 from ..tail import TAIL_K
 from .plan import DEMO, Plan
 from .report import Stage, comparison_table, write_report
-from .runs import SweptRun, finished, one, swept_runs
+from .runs import SweptRun, finished, one, swept_runs, swept_so_far
 
 T = TypeVar("T")
 MODEL_STAGES = ("sweep", "capture", "eval")
@@ -104,8 +104,11 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
               f"for the call that finishes it", flush=True)
         return 0
     if not (runs / "manifest.json").exists():
-        raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
-    swept = swept_runs(runs)
+        if any(s in MODEL_STAGES for s in todo):
+            raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
+        print(f"[{plan.name}] no runs yet ({runs / 'manifest.json'} is not there): every claim waits for its runs",
+              flush=True)
+    swept = swept_so_far(runs)
     selected = [r for r in finished(swept) if r.name in names]
     routed = [r for r in selected if r.method in plan.routed_methods
               and (plan.capture_all_seeds or r.seed == plan.main_seed)]
@@ -116,7 +119,8 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     stage("probe", lambda: probe_stage(plan, out, probed))
     stage("stats", lambda: stats_stage(plan, out, runs, ladder))
     stage("claims", lambda: claims_stage(plan, out))
-    stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads, second_rate_runs(plan, out)))
+    stage("figures", lambda: figures_stage(runs, out / "figures", plan.mhar_heads, second_rate_runs(plan, out))
+          if finished(swept) else _lines([f"skipped figures: no finished run in {runs}"]))
     if "report" in todo:
         header("report")  # the last stage: the report counts the stages before it
         report = write_report(out, log, time.perf_counter() - start, plan.title, overwrite=overwrite)
@@ -221,9 +225,7 @@ def sweep_stage(plan: Plan, runs: Path, ladder: Path, steps: int | None, overwri
 
 def _finished_names(where: Path) -> set[str]:
     """Names of the finished runs of the sweep folder `where` (none before its first run)."""
-    if not (where / "manifest.json").exists():
-        return set()
-    return {r.name for r in finished(swept_runs(where))}
+    return {r.name for r in finished(swept_so_far(where))}
 
 
 def capture_stage(plan: Plan, routed: list[SweptRun], overwrite: bool) -> str:
@@ -280,17 +282,20 @@ def probe_stage(plan: Plan, out: Path, probed: list[SweptRun]) -> str:
 
 
 def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
-    """McNemar of each pair the plan names, tail-means and seed deltas, and the compute-equivalent gain.
+    """McNemar of each pair the plan names, tail-means and seed deltas, the paired gain over training
+    (stats/gain_curves.json and .md) and the compute-equivalent gain.
     On a partial study an analysis whose runs (or their evaluations) are missing is skipped with a
     one-line note, and a file an earlier call wrote for it is removed, so no stale table survives."""
+    from analysis.run import Run
     from analysis.stats.gain import compute_equivalent_gain
+    from analysis.stats.gain_curves import gain_curves
     from analysis.stats.paired_eval import mcnemar_eval_dirs
     from analysis.stats.tails import tails
 
     stats = out / "stats"
     stats.mkdir(exist_ok=True)
     evals = runs / "evals"
-    swept = swept_runs(runs)
+    swept = swept_so_far(runs)
     evaluated = {r.method: r for r in present_eval_runs(plan, swept)}
     logs = []
 
@@ -315,12 +320,22 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         run_a, run_b = evaluated[a], evaluated[b]
         logs.append(_lines(mcnemar_eval_dirs(evals / run_a.name, evals / run_b.name, out=stats / name,
                                              overwrite=True, n_boot=plan.mcnemar_bootstrap).lines()))
-    compared = main_runs(plan, swept)
-    if not compared:
-        skip("tail-means and CEG", "no finished run", stats / "tails.json", stats / "ceg.json")
-        return "\n".join(logs)
     k = TAIL_K  # (a plan's runs have it: `Plan` refuses a tail window outside the last quarter)
+    compared = main_runs(plan, swept)
+    short = [r for r in compared if Run.read(r.path).tail(k).mean is None]  # (a CPU check's few steps)
+    if short:
+        line = (f"left out of the tail-means, gain over training and CEG: {', '.join(r.name for r in short)} "
+                f"(fewer than {k} evaluations after step 0: no tail-mean)")
+        print(line)
+        logs.append(line)
+        compared = [r for r in compared if r not in short]
+    if not compared:
+        skip("tail-means, gain over training and CEG", "no finished run with a tail-mean", stats / "tails.json",
+             stats / "gain_curves.json", stats / "gain_curves.md", stats / "ceg.json")
+        return "\n".join(logs)
     logs.append(_lines(tails([r.path for r in compared], k=k, json=stats / "tails.json", overwrite=True).lines()))
+    logs.append(_lines(gain_curves([r.path for r in compared], k=k, json=stats / "gain_curves.json",
+                                   md=stats / "gain_curves.md", overwrite=True).lines()))
     ladder_runs = sorted((r for d in plan.ladder_widths for r in finished(swept_runs(ladder / f"d{d}"))),
                          key=lambda r: str(r.path))
     at_main_seed = [r for r in compared if r.seed == plan.main_seed]

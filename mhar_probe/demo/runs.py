@@ -42,6 +42,12 @@ def swept_runs(sweep_dir: Path) -> list[SweptRun]:
     return sorted(runs, key=lambda r: r.name)
 
 
+def swept_so_far(sweep_dir: Path) -> list[SweptRun]:
+    """`swept_runs`, or none before the sweep's first run (no manifest.json yet): a study that fills
+    call by call reads its file stages with no run in."""
+    return swept_runs(sweep_dir) if (sweep_dir / "manifest.json").is_file() else []
+
+
 def finished(runs: list[SweptRun]) -> list[SweptRun]:
     return [r for r in runs if r.status == "finished"]
 

@@ -12,6 +12,12 @@
 #   bash tests/gpu/run_gpu_suite.sh --only 1gpu    # one part (--only 2gpu: the other), e.g. one per call
 #   bash tests/gpu/run_gpu_suite.sh --dry-run      # any machine: the header and the plan, nothing run
 #   bash tests/gpu/run_gpu_suite.sh --collect      # any machine: ... and pytest's collection of each part
+#   bash tests/gpu/run_gpu_suite.sh --workers 1    # the one-GPU part in one process (default 4, below)
+#
+# The one-GPU part runs in --workers pytest-xdist processes sharing the card (default 4: the GPU
+# machine has 16 cores; run serially on an H200 on 2026-11-28 the part had passed 43 of 102 tests
+# when its 420 s ran out, and the killed run named no test). Every test's
+# result is a line of its own (-v), so a part killed by its timeout still shows what had finished.
 #
 # Writes $OUT/gpu_suite.log (OUT default /tmp/out): the card (nvidia-smi name, driver, memory), the
 # torch / CUDA / triton / transformers versions, the code record (mhar_probe.provenance.code_record:
@@ -23,14 +29,16 @@
 # passed (a machine with one GPU cannot run the second part, and says so).
 # tests/test_gpu_suite_script.py runs --dry-run and --collect on a CPU.
 set -uo pipefail
-usage="usage: bash tests/gpu/run_gpu_suite.sh [--dry-run | --collect] [--only 1gpu|2gpu]"
-dry=0; collect=0; only=""
+usage="usage: bash tests/gpu/run_gpu_suite.sh [--dry-run | --collect] [--only 1gpu|2gpu] [--workers N]"
+dry=0; collect=0; only=""; workers=4
 while (( $# )); do
   case $1 in
     --dry-run) dry=1 ;;
     --collect) dry=1; collect=1 ;;
     --only) [[ ${2:-} == 1gpu || ${2:-} == 2gpu ]] || { echo "$usage (--only takes 1gpu or 2gpu)" >&2; exit 2; }
             only=$2; shift ;;
+    --workers) [[ ${2:-} =~ ^[1-9][0-9]*$ ]] || { echo "$usage (--workers takes a positive integer)" >&2; exit 2; }
+               workers=$2; shift ;;
     *) echo "$usage (unknown argument '$1')" >&2; exit 2 ;;
   esac
   shift
@@ -87,8 +95,9 @@ parts=()
 summary=(); verdict=0
 for part in "${parts[@]}"; do
   if [[ $part == 1gpu ]]; then files=("${ONE[@]}"); devices=${VISIBLE[0]}; secs=${PART_1GPU_S:-420}; need=1
-  else files=("${TWO[@]}"); devices=${VISIBLE[0]},${VISIBLE[1]:-1}; secs=${PART_2GPU_S:-300}; need=2; fi
-  cmd=(env CUDA_VISIBLE_DEVICES=$devices "${PYTEST[@]}" "${files[@]}")
+    spread=(); (( workers > 1 )) && spread=(-n "$workers")
+  else files=("${TWO[@]}"); devices=${VISIBLE[0]},${VISIBLE[1]:-1}; secs=${PART_2GPU_S:-300}; need=2; spread=(); fi
+  cmd=(env CUDA_VISIBLE_DEVICES=$devices "${PYTEST[@]}" -v "${spread[@]}" "${files[@]}")
   say "## part $part: ${cmd[*]}"
   if (( dry && !collect )); then
     summary+=("$part: ${#files[@]} file(s), not run (dry run)"); continue
