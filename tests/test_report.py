@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from mhar_probe.demo.report import Stage, figure_captions, record_stages, render_html, write_report
+from mhar_probe.demo.report import (Stage, comparison_table, figure_captions, record_stages, render_html,
+                                    write_report)
 
 RESULTS = Path(__file__).resolve().parents[1] / "results"
 #: the committed studies' reports (each report.html is report.md rendered by the report stage)
@@ -93,6 +94,18 @@ def assert_rendered(page: str) -> _Page:
     assert not re.search(r"(?<![\w*])\*[^\s*][^*\n]*\*(?![\w*])", parsed.text)
     assert not re.search(r"^\|.*\|$", parsed.text, re.M)  # no pipe-table line left as text
     return parsed
+
+
+def test_the_runs_table_is_shown_once_and_other_sweep_logs_as_they_are(tmp_path):
+    """The sweep stage prints the runs' table, which the Runs section shows rendered: its section
+    points there instead of repeating the table as Markdown source in a code block."""
+    out = study(tmp_path)
+    text = write_report(out, [Stage("sweep", 9.0, comparison_table([]))], 9.0, "T").read_text()
+    sweep = next(body for head, body in sections(text).items() if head.startswith("sweep"))
+    assert "| run |" not in sweep and "under Runs above" in sweep
+    text = write_report(out, [Stage("sweep", 9.0, "stopped at the time limit in grid main")], 9.0, "T").read_text()
+    assert "stopped at the time limit in grid main" in next(
+        body for head, body in sections(text).items() if head.startswith("sweep"))
 
 
 def test_report_html_is_rendered_markdown(tmp_path):

@@ -79,6 +79,20 @@ def test_tails_cli(tmp_path, capsys):
     assert "2; 2" in printed and "1, 2" not in printed
 
 
+def test_a_single_seed_pair_prints_its_mean_and_no_spread(tmp_path):
+    """One seed pair has a delta but no sd, interval or p: the table says '-', not nan."""
+    runs = [_run(tmp_path, "b1", "baseline", "100m", 1, 1e-3, 1.0, 0.01),
+            _run(tmp_path, "m1", "mhar", "100m", 1, 1e-3, 1.0, -0.04),
+            _run(tmp_path, "b2", "baseline", "100m", 2, 1e-3, 1.0, 0.02),
+            _run(tmp_path, "a1", "attnres", "100m", 1, 1e-3, 1.0, -0.02),
+            _run(tmp_path, "a2", "attnres", "100m", 2, 1e-3, 1.0, -0.005)]
+    lines = tails(runs).lines()
+    rows = {line.split()[1]: line.split() for line in lines if line.startswith("100m ")}
+    assert rows["mhar"][5:] == ["1", "-0.0500", "-", "-", "-", "-", "-", "-"]
+    assert rows["attnres"][5] == "2" and "-" not in rows["attnres"][7:10] and "nan" not in " ".join(lines)
+    assert "n = 1: one seed pair, so no spread, interval or p (-)" in lines
+
+
 def test_a_run_too_short_for_the_tail_is_skipped_with_a_note_not_fatal_to_the_others(tmp_path, capsys):
     """Issue 54: a run with 6 evaluations after step 0 (as 150 steps evaluated every 25) in `mhar stats
     tails runs/*` is skipped with a note; the others' numbers are those of the runs alone. Alone,

@@ -65,12 +65,19 @@ class Tails:
                             fmt(r["seed"]), str(len(r["curve"])), fmt(r["tail_mean"])] for r in self.runs])
         if self.seed_deltas is not None:
             out += ["", f"paired per-seed deltas vs {self.baseline} (method - baseline; t-interval {self.level:.0%})"]
+            def spread(r: SeedDeltas) -> list[str]:  # sd, SE, CI, |d|/SE, p: none from one seed
+                if r.n < 2:
+                    return ["-"] * 5
+                return [fmt(r.sd), fmt(r.se), f"[{fmt(r.ci_low, '+.4f')}, {fmt(r.ci_high, '+.4f')}]",
+                        fmt(r.abs_over_se, ".1f"), fmt(r.p_value, ".3g")]
+
             out += text_table(
                 ["preset", "method", "H", "kv", "lr", "n", "mean", "sd", "SE", "CI", "|d|/SE", "p", "unpaired"],
                 [[fmt(r.preset), r.method, fmt(r.H), fmt(r.kv), fmt(r.lr, "g"), str(r.n), fmt(r.mean, "+.4f"),
-                  fmt(r.sd), fmt(r.se), f"[{fmt(r.ci_low, '+.4f')}, {fmt(r.ci_high, '+.4f')}]",
-                  fmt(r.abs_over_se, ".1f"), fmt(r.p_value, ".3g"), ",".join(map(str, r.unpaired_seeds)) or "-"]
+                  *spread(r), ",".join(map(str, r.unpaired_seeds)) or "-"]
                  for r in self.seed_deltas])
+            if any(r.n < 2 for r in self.seed_deltas):
+                out += ["n = 1: one seed pair, so no spread, interval or p (-)"]
         if self.best_vs_best is not None:
             out += ["", "best-vs-best learning rate (delta vs the best baseline of the preset)"]
             out += text_table(["preset", "method", "H", "kv", "best lr", "tail-mean", "delta", "by lr"],

@@ -52,6 +52,22 @@ def registrar(target: str) -> Registrar:
     return getattr(importlib.import_module(module), function)
 
 
+def refuse_early(command: str, argv: Sequence[str]) -> int:
+    """2 (one line on stderr) when `command`'s module has an `early_check(words)` that refuses the
+    words after the command's name, else 0. It runs before the command's parser is built: the
+    options of train, sweep, cpt, convert and eval come from the model's presets, methods and
+    backends, which load torch (seconds), and a mistyped path should be refused at once. The
+    command checks the same again once parsed (the early check sees only the usual spellings).
+    Not with -h/--help: help is shown whatever else is on the line."""
+    at = list(argv).index(command)
+    words = list(argv[at + 1:])
+    target = next(target for name, target, _ in COMMANDS if name == command)
+    check = getattr(importlib.import_module(target.partition(":")[0]), "early_check", None)
+    if check is None or {"-h", "--help"} & set(words):
+        return 0
+    return run_command(command, lambda _: check(words), argparse.Namespace(), debug="--debug" in argv[:at])
+
+
 def _registrars() -> list[Registrar]:
     """Every subcommand's registrar, in the order `mhar --help` lists them (imports them all)."""
     return [registrar(target) for _, target, _ in COMMANDS]
@@ -90,6 +106,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """`mhar ARGV`: parse, run the subcommand, return its exit status."""
     argv = list(sys.argv[1:] if argv is None else argv)
     command = command_of(argv)
+    status = refuse_early(command, argv) if command is not None else 0
+    if status:
+        return status
     parser = build_parser(only=command)
     args = parser.parse_args(argv)
     if args.command in ("train", "cpt"):  # --resume checks only what the user set against the saved run

@@ -84,10 +84,22 @@ def add_train_arguments(p: argparse.ArgumentParser, exclude: Sequence[str] = ("o
 
 def check_corpus(spec: str | None) -> None:
     """--corpus names a known corpus or an existing path (before any other work)."""
-    from ..data.load import NAMED_CORPORA, is_corpus_spec
+    from ..corpusnames import NAMED_CORPORA, is_corpus_spec
 
     if not is_corpus_spec(spec):
         raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")
+
+
+def check_run_paths(corpus: str | None, out: str | None, resume: bool) -> None:
+    """What a training command (`mhar train`, `mhar cpt`) reads exists: --corpus (`check_corpus`)
+    and, with --resume, the run directory --out (resuming a folder that does not exist would start
+    a new run in a mistyped place)."""
+    from pathlib import Path
+
+    check_corpus(corpus)
+    if resume and out is not None and not Path(out).exists():
+        raise UserError(f"run directory {out} does not exist; --resume continues a run there "
+                        f"(leave it off to start one)")
 
 
 def require_existing(what: str, *paths: str | None) -> None:
@@ -99,6 +111,40 @@ def require_existing(what: str, *paths: str | None) -> None:
     for path in paths:
         if path is not None and not Path(path).exists():
             raise UserError(f"{what} {path} does not exist")
+
+
+def leading_words(words: Sequence[str], count: int) -> list[str]:
+    """A command's first `count` positionals in its words (those after the command's name) where
+    they come first, before any option, so that no option can have taken one as its value; fewer
+    (maybe none) when an option comes sooner. For the checks made before a command's parser is
+    built (`early_check`: building some parsers loads torch)."""
+    found: list[str] = []
+    for word in words:
+        if word.startswith("-") or len(found) == count:
+            break
+        found.append(word)
+    return found
+
+
+def option_value(words: Sequence[str], flag: str) -> str | None:
+    """The value of option `flag` in a command's words as argparse reads it (the last `FLAG VALUE`
+    or `FLAG=VALUE` before a `--`), or None; for the checks made before a command's parser is
+    built. An abbreviated flag is not seen here: the command's own check then refuses it later."""
+    value = None
+    for i, word in enumerate(words):
+        if word == "--":
+            break
+        if word == flag and i + 1 < len(words) and not words[i + 1].startswith("-"):
+            value = words[i + 1]
+        elif word.startswith(flag + "="):
+            value = word[len(flag) + 1:]
+    return value
+
+
+def has_switch(words: Sequence[str], flag: str) -> bool:
+    """Whether switch `flag` (an option without a value) is among a command's words (before a `--`)."""
+    words = list(words)
+    return flag in (words[:words.index("--")] if "--" in words else words)
 
 
 def given_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> tuple[str, ...]:

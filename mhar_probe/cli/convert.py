@@ -10,13 +10,22 @@ import argparse
 import sys
 import warnings
 from pathlib import Path
+from typing import Sequence
 
-from ..model.delta_config import DEFAULT_ROUTING_HEADS, SUPPORTED_MODEL_TYPES
-from ..model.routing import ROUTING_BACKENDS
+from .args import leading_words, require_existing
+
+
+def early_check(words: Sequence[str]) -> None:
+    """SRC exists, checked in `mhar convert`'s words before its parser is built (its options come
+    from the model package, which loads torch) where SRC comes first, as in `mhar convert SRC DST`."""
+    require_existing("source model", *leading_words(words, 1))
 
 
 def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add the `convert` subcommand; its handler is `args.func` (= `cmd_convert`)."""
+    from ..model.delta_config import DEFAULT_ROUTING_HEADS, SUPPORTED_MODEL_TYPES
+    from ..model.routing import ROUTING_BACKENDS
+
     p = subparsers.add_parser(
         "convert", help="identity-preserving conversion of a pretrained Llama/Qwen3 model to MHAR (delta form)",
         description=f"Graft delta-form multi-head attention residuals onto a Hugging Face causal LM saved "
@@ -40,6 +49,7 @@ def add_convert_subparser(subparsers: argparse._SubParsersAction) -> argparse.Ar
 
 def cmd_convert(args: argparse.Namespace) -> int:
     """Run the conversion; a `ConversionError` becomes one line on stderr and exit status 2."""
+    require_existing("source model", args.src)  # (before the imports: torch takes seconds)
     from .. import convert as package
     from ..convert.convert import convert_checkpoint
     from ..convert.errors import ConversionError

@@ -33,6 +33,23 @@ def add_cpt_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     return p
 
 
+def check_paths(src: str | None, corpus: str | None, out: str | None, resume: bool) -> None:
+    """What `mhar cpt` reads exists: the source model SRC, --corpus and, with --resume, --out."""
+    from .args import check_run_paths, require_existing
+
+    require_existing("source model", src)
+    check_run_paths(corpus, out, resume)
+
+
+def early_check(words: Sequence[str]) -> None:
+    """`check_paths` on `mhar cpt`'s words, before its parser is built (its options load torch):
+    SRC where it comes first, as in `mhar cpt SRC --out DIR`."""
+    from .args import has_switch, leading_words, option_value
+
+    check_paths(next(iter(leading_words(words, 1)), None), option_value(words, "--corpus"),
+                option_value(words, "--out"), has_switch(words, "--resume"))
+
+
 def config_from_args(args: argparse.Namespace):
     """The CPTConfig the parsed `mhar cpt` options describe."""
     from ..cpt.config import CPTConfig
@@ -43,11 +60,11 @@ def config_from_args(args: argparse.Namespace):
 
 def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
+    check_paths(args.src, args.corpus, args.out, args.resume)  # (before the imports: torch takes seconds)
     from ..cpt.trainer import cpt
-    from .args import check_corpus, command_deadline
+    from .args import command_deadline
     from .train import stopped_early, tail_text
 
-    check_corpus(args.corpus)
     cfg = config_from_args(args)
     summary = cpt(cfg, deadline=command_deadline(cfg.time_limit))
     if summary.get("finished"):

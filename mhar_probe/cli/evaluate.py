@@ -7,9 +7,16 @@ code and raises `EvalError` (a `UserError`) for input the user can fix.
 from __future__ import annotations
 
 import argparse
+from typing import Sequence
 
 from ..errors import UserError
-from ..evaluate.heldout import SHIPPED_TASKS
+from .args import leading_words, require_existing
+
+
+def early_check(words: Sequence[str]) -> None:
+    """RUN exists, checked in `mhar eval`'s words before its parser is built (its help names the
+    shipped tasks, whose module loads torch) where RUN comes first, as in `mhar eval RUN --tasks T`."""
+    require_existing("run directory", *leading_words(words, 1))
 
 
 def _task_list(value: str) -> list[str]:
@@ -21,6 +28,8 @@ def _task_list(value: str) -> list[str]:
 
 def add_eval_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Add `eval` to an argparse subparsers object."""
+    from ..evaluate.heldout import SHIPPED_TASKS
+
     p = subparsers.add_parser(
         "eval", help="run lm-eval (offline) on a trained run; writes results_*.json + samples_*.jsonl",
         description="Evaluate a run with EleutherAI's LM Evaluation Harness in-process and offline. "
@@ -50,6 +59,7 @@ def add_eval_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argum
 def cmd_eval(args: argparse.Namespace) -> int:
     """Handler of `mhar eval`: evaluate, print the headline metrics and the output paths (or,
     with --export-tasks, write the shipped tasks and print the stock `lm_eval` command)."""
+    require_existing("run directory", args.run)  # (before the imports: torch takes seconds)
     if args.export_tasks:
         from ..evaluate.harness import export_tasks, stock_command
 

@@ -14,12 +14,15 @@ from __future__ import annotations
 import argparse
 import json
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Sequence
 
 from ..errors import UserError
-from ..sweep.grid import AXES, SweepGrid
-from .args import RawDescriptionDefaultsHelpFormatter, add_train_arguments, check_corpus, command_deadline
+from .args import (RawDescriptionDefaultsHelpFormatter, add_train_arguments, check_corpus, command_deadline,
+                   option_value, require_existing)
 from .flags import flag_fields, option_values
+
+if TYPE_CHECKING:
+    from ..sweep.grid import SweepGrid
 
 #: `TrainConfig` fields that the sweep's axes replace (--methods, --heads, --kv-heads, --lrs,
 #: --seeds, --presets, --steps), those of the run directory (the sweep's own --out, --overwrite),
@@ -37,8 +40,21 @@ def common_options() -> tuple[str, ...]:
     return tuple(f.name for f in flag_fields(TrainConfig, exclude=_NOT_SHARED))
 
 
+def check_paths(corpus: str | None, grid: str | None) -> None:
+    """What `mhar sweep` reads exists: --corpus and the --grid file."""
+    check_corpus(corpus)
+    require_existing("grid file", grid)
+
+
+def early_check(words: Sequence[str]) -> None:
+    """`check_paths` on `mhar sweep`'s words, before its parser is built (its options load torch)."""
+    check_paths(option_value(words, "--corpus"), option_value(words, "--grid"))
+
+
 def add_sweep_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
     """Register `sweep` on the `mhar` sub-command parser; handler: cmd_sweep."""
+    from ..sweep.grid import AXES
+
     p = subparsers.add_parser("sweep", help="train a grid of runs (method x H x KV x lr x seed x preset x steps)",
                               conflict_handler="resolve", description=__doc__,
                               formatter_class=RawDescriptionDefaultsHelpFormatter)
@@ -99,13 +115,15 @@ def grid_from_args(args: argparse.Namespace, parser_defaults: dict[str, Any]) ->
         elif value != parser_defaults.get(name) or name not in common:
             common[name] = value
     values["common"] = common
+    from ..sweep.grid import SweepGrid
+
     return SweepGrid.from_dict(values)
 
 
 def cmd_sweep(args: argparse.Namespace) -> int:
+    check_paths(args.corpus, args.grid)  # (before the imports: torch takes seconds)
     from ..sweep.runner import run_sweep
     grid = grid_from_args(args, _defaults())
-    check_corpus(args.corpus)
 
     def report(spec, action: str) -> None:
         print(f"{action:8s} {spec.name}", flush=True)

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import argparse
+from typing import Sequence
 
-from .args import add_train_arguments, check_corpus, command_deadline
+from ..errors import UserError
+from .args import add_train_arguments, check_run_paths, command_deadline, has_switch, leading_words, option_value
 
 
 def add_train_subparser(subparsers: argparse._SubParsersAction) -> argparse.ArgumentParser:
@@ -17,6 +19,16 @@ def add_train_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argu
     return p
 
 
+def early_check(words: Sequence[str]) -> None:
+    """`mhar train`'s paths (`check_run_paths`), checked in its words before the parser is built
+    (its options load torch); and a path given to --resume, which takes none (train has no
+    positional argument, so a word right after --resume is refused by the parser too)."""
+    resumed = leading_words(words[words.index("--resume") + 1:], 1) if has_switch(words, "--resume") else []
+    if resumed:
+        raise UserError(f"--resume takes no value; give the run to continue as --out {resumed[0]}")
+    check_run_paths(option_value(words, "--corpus"), option_value(words, "--out"), has_switch(words, "--resume"))
+
+
 def train_config_from_args(args: argparse.Namespace):
     """The TrainConfig the parsed `mhar train` options describe."""
     from ..runoptions import TrainConfig
@@ -27,9 +39,9 @@ def train_config_from_args(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train; prints the run's tail-mean, first and last validation loss."""
+    check_run_paths(args.corpus, args.out, args.resume)  # (before the imports: torch takes seconds)
     from ..train import train
 
-    check_corpus(args.corpus)
     cfg = train_config_from_args(args)
     summary = train(cfg, deadline=command_deadline(cfg.time_limit))
     if summary.get("finished"):

@@ -34,7 +34,6 @@ from pathlib import Path
 from .document import Document
 from .embedded import embedded_documents
 
-INSTALLED = "installed"
 TEXT_SUFFIXES = frozenset({".py", ".pyi", ".pyx", ".pxd", ".md", ".rst", ".txt",
                            ".h", ".hpp", ".hh", ".c", ".cc", ".cpp", ".cu", ".cuh"})
 MAX_FILE_BYTES = 1_000_000

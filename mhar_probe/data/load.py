@@ -11,26 +11,18 @@ Caps
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, Mapping
 
+from ..corpusnames import EMBEDDED, INSTALLED, NAMED_CORPORA
 from .built import is_built_corpus, load_built
 from .corpus import Composition, Corpus, cap_splits, corpus_fingerprint, split_documents
 from .embedded import embedded_documents, embedded_meta
 from .errors import DataError
 from .files import read_path
-from .installed import INSTALLED, scan_installed
+from .installed import scan_installed
 
-EMBEDDED = "embedded"
-NAMED_CORPORA = (EMBEDDED, INSTALLED)
 #: the cap a run on the embedded corpus gets unless it asks for another (--corpus-max-bytes)
 EMBEDDED_DEFAULT_CAP = 4_000_000
-
-
-def is_corpus_spec(spec: str | None) -> bool:
-    """Whether `spec` names a corpus: None, a named one (:data:`NAMED_CORPORA`) or an existing path
-    (a built corpus folder is a directory, so an existing path)."""
-    return spec is None or spec in NAMED_CORPORA or Path(spec).exists()
 
 
 def resolve_cap(spec: str | None, max_bytes: int | None) -> int:

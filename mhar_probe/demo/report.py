@@ -33,6 +33,10 @@ def step_speed(run: Path) -> tuple[float, float]:
     return (rates[len(rates) // 2] if rates else float("nan")), seconds
 
 
+#: how `comparison_table` begins (the report shows the sweep stage's copy of it only once, under Runs)
+RUNS_TABLE_HEADER = "| run | H |"
+
+
 def comparison_table(run_dirs: list[Path]) -> str:
     """Markdown table of the given finished runs: tail-mean val loss, delta vs its seed's
     baseline, the drop of the final validation loss below its step-0 value, parameters, tokens
@@ -43,8 +47,8 @@ def comparison_table(run_dirs: list[Path]) -> str:
         if files.summary_path.exists():
             rows.append((p, dict(files.summary())))
     base = {s["seed"]: s["tail_mean_val_loss"] for _, s in rows if s["method"] == "baseline"}
-    lines = ["| run | H | tail-mean val loss | Δ vs baseline | step-0 val loss | drop | parameters | tokens/param "
-             "| tokens/s | train s |",
+    lines = [RUNS_TABLE_HEADER + " tail-mean val loss | Δ vs baseline | step-0 val loss | drop | parameters | "
+             "tokens/param | tokens/s | train s |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for path, s in rows:
         tail = s["tail_mean_val_loss"]  # None: a run too short for the tail rule (mhar_probe.tail)
@@ -137,7 +141,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
     from .runs import finished, swept_runs
 
     md += ["## Runs", "", "Tail-mean validation loss, size and speed of every finished run (tokens/s: median "
-           "over the training steps; train s: time in training steps, evaluations excluded).", ""]
+           "over the training steps; train s: time in training steps, evaluations excluded; both are the machine's "
+           "as it was then: on a CPU shared with other work they follow that work, not the method).", ""]
     for sweep in sweep_dirs(out):
         md += [f"`{sweep.relative_to(out)}`", "", comparison_table([r.path for r in finished(swept_runs(sweep))]), ""]
     for name in STAGE_ORDER:
@@ -150,6 +155,8 @@ def write_report(out: Path, stages: list[Stage], seconds: float, title: str, ove
             md += [*_claims_table(out), ""]
         elif name == "figures":  # (no figure or table: the stage's log says why)
             md += _figures_section(out, figs) or (["```", log.strip(), "```", ""] if log.strip() else [])
+        elif name == "sweep" and log.lstrip().startswith(RUNS_TABLE_HEADER):
+            md += ["Its runs are in the tables under Runs above.", ""]
         elif name == "probe":
             if log.strip():
                 md += ["```", log.strip(), "```", ""]

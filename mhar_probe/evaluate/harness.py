@@ -175,25 +175,27 @@ def eval_max_length(run: Path, settings: dict[str, Any], model, override: int | 
     raise EvalError(f"{run}: cannot tell the model's context length; pass --max-length")
 
 
-#: the harness's warning for an in-memory model, which is what `make_lm` passes on purpose
-PRETRAINED_OBJECT_WARNING = "`pretrained` model kwarg is not of type `str`"
+#: the harness's warnings for an in-memory model, which is what `make_lm` passes on purpose
+PRETRAINED_OBJECT_WARNINGS = ("`pretrained` model kwarg is not of type `str`",
+                              "Passed an already-initialized model through `pretrained`")
 
 
 class _DropMessage(logging.Filter):
-    def __init__(self, text: str) -> None:
+    def __init__(self, *texts: str) -> None:
         super().__init__()
-        self.text = text
+        self.texts = texts
 
     def filter(self, record: logging.LogRecord) -> bool:
-        return self.text not in record.getMessage()
+        return not any(text in record.getMessage() for text in self.texts)
 
 
 def make_lm(model, tok, *, max_length: int, batch_size: int):
-    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class (without its warning
-    that an in-memory model ignores the model-loading arguments: none are given)."""
+    """Wrap an in-memory model + tokenizer in the harness's Hugging Face class (without its warnings
+    that an in-memory model ignores the model-loading arguments, none are given, and runs in one
+    process, as it does here)."""
     from lm_eval.models.huggingface import HFLM
 
-    quiet = _DropMessage(PRETRAINED_OBJECT_WARNING)
+    quiet = _DropMessage(*PRETRAINED_OBJECT_WARNINGS)
     logger = logging.getLogger("lm_eval.models.huggingface")
     logger.addFilter(quiet)
     try:
