@@ -77,3 +77,26 @@ def test_pair_e_dot_plans_and_its_refusal_without_a_gpu(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     with pytest.raises(SystemExit, match="no GPU"):
         pd.main([])
+
+
+def test_the_douts_timing_table_is_the_committed_record():
+    """benchmarks/kernels/results.md's in-place douts table holds the H200 record's graph and kernel ms."""
+    import json
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    text = (root / "benchmarks" / "kernels" / "results.md").read_text()
+    block = text.split("<!-- douts:begin -->\n", 1)[1].split("<!-- douts:end -->", 1)[0]
+    record = json.loads((root / "benchmarks" / "kernels" / "h200_douts_cb1162d.json").read_text())
+    rows = {(r["shape"], r["backend"]): r for r in record["rows"]}
+    shapes = [m.group(1) for m in re.finditer(r"^\| (\S+-train) \|", block, flags=re.M)]
+    assert shapes == ["100M-train", "350M-train", "1B-train"]
+    for shape in shapes:
+        a, b = rows[(shape, "triton")], rows[(shape, "triton-douts-in-place")]
+        k = lambda r, n: r["kernels_ms"][n]  # noqa: E731
+        line = (f"| {shape} | {a['graph_fwdbwd_ms']:.3f} | {b['graph_fwdbwd_ms']:.3f} | "
+                f"{b['graph_fwdbwd_ms'] / a['graph_fwdbwd_ms']:.2f} | "
+                f"{k(a, 'stack_gather_kernel'):.3f} / {k(b, 'stack_gather_kernel'):.3f} | "
+                f"{k(a, 'stack_fold_kernel'):.3f} / {k(b, 'stack_fold_kernel'):.3f} |")
+        assert line in block, line
