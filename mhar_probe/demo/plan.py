@@ -102,6 +102,9 @@ class Plan:
     # rows beside the core ones (EXTRA_CLAIMS): "over_split" (MHAR at twice the KV heads above
     # single-head, Table main), "gain_path" (MHAR's gain over the baseline along training, stats/gain_curves.json)
     extra_claims: tuple[str, ...] = ()
+    # the file stages (probe, stats, claims, figures, report) may run before any run is in, every claim
+    # pending: a study whose runs arrive one device call at a time; other plans refuse, the sweep first
+    files_before_runs: bool = False
 
     def __post_init__(self) -> None:
         """Refuse a plan whose tail-mean window reaches back before the last quarter of training, or that
@@ -349,6 +352,7 @@ PAPER350 = Plan(
     paper_scale="350m",
     paper_steps=20_000,
     extra_claims=("over_split", "gain_path"),
+    files_before_runs=True,  # its runs arrive from device calls, one a session
 )
 
 PLANS = {p.name: p for p in (DEMO, LADDER, STUDY, MIDDLE, STUDY350, PAPER350)}

@@ -58,6 +58,13 @@ def check_stages(stages: list[str] | None) -> tuple[str, ...]:
     return tuple(s for s in STAGES if s in stages)
 
 
+def _require_runs(plan: Plan, runs: Path, todo: tuple[str, ...]) -> None:
+    """Refuse stages that need the sweep's runs when `runs` has no manifest: the model stages always,
+    the file stages unless the plan makes its files before any run is in (`Plan.files_before_runs`)."""
+    if not (runs / "manifest.json").exists() and (any(s in MODEL_STAGES for s in todo) or not plan.files_before_runs):
+        raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
+
+
 def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan: Plan = DEMO,
              stages: list[str] | None = None, grids: list[str] | None = None,
              time_limit: float | None = None, deadline: Any = None) -> int:
@@ -77,8 +84,10 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
     todo = check_stages(stages)
     chosen = plan.grid_names(grids)
     widths = grids is None or "widths" in grids
-    out.mkdir(parents=True, exist_ok=True)
     runs, ladder = out / "runs", out / "ladder"
+    if "sweep" not in todo:  # refused before anything is written
+        _require_runs(plan, runs, todo)
+    out.mkdir(parents=True, exist_ok=True)
     names = plan.run_names(chosen, steps)
     log: list[Stage] = []
     start = time.perf_counter()
@@ -104,8 +113,7 @@ def run_demo(out: Path, steps: int | None = None, overwrite: bool = False, plan:
               f"for the call that finishes it", flush=True)
         return 0
     if not (runs / "manifest.json").exists():
-        if any(s in MODEL_STAGES for s in todo):
-            raise UserError(f"{runs} has no manifest.json; run the sweep stage first")
+        _require_runs(plan, runs, todo)
         print(f"[{plan.name}] no runs yet ({runs / 'manifest.json'} is not there): every claim waits for its runs",
               flush=True)
     swept = swept_so_far(runs)
