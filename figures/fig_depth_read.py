@@ -20,11 +20,9 @@ from mhar_probe.model.methods import run_label
 
 from .registry import Output, Skip, generator
 from .routing import Captured, default_site, depth_read_matrix, load_captured, pick, prenorm_read_matrix
-from .style import FULL, new_figure, paper_style
+from .style import FULL, UNREACHABLE, WEIGHT_CMAP, new_figure, paper_style
 
 NEEDS = "captured attnres and/or mhar runs (mhar capture RUN writes RUN/routing.nc)"
-WEIGHT_CMAP = "mako_r"  # sequential, light = 0
-UNREACHABLE = "#2b2b2b"
 MAX_TICKS = 16
 
 

@@ -17,7 +17,7 @@ from mhar_probe.model.methods import run_label
 
 from .registry import Output, Skip, generator
 from .routing import Captured, load_captured, load_paper_routing, pick
-from .style import FULL, new_figure, paper_style
+from .style import FULL, UNREACHABLE, new_figure, paper_style
 
 NEEDS = ("a captured MHAR run (H > 1) with probes (mhar capture RUN, without --no-probes); a delta-form "
          "model (mhar convert / mhar import) with H > 1 gets its own map")
@@ -25,7 +25,6 @@ NEEDS = ("a captured MHAR run (H > 1) with probes (mhar capture RUN, without --n
 METHODS = ("mhar", "delta")
 FIRST_SITES = 10
 DIVERGING = "vlag"  # seaborn blue-white-red, colour-blind safe, white at 0
-UNREACHABLE = "#2b2b2b"
 MAX_COLS = 4
 
 

@@ -31,10 +31,8 @@ import xarray as xr
 from analysis.run import Run
 from mhar_probe.tail import TAIL_K
 
-from .style import FULL, OKABE_ITO, method_color, method_label, new_figure
+from .style import FULL, OKABE_ITO, UNREACHABLE, WEIGHT_CMAP, method_color, method_label, new_figure
 
-WEIGHT_CMAP = "mako_r"  # as depth_map: sequential, light = 0
-UNREACHABLE = "#2b2b2b"
 LINESTYLES = ("-", ":", "--", "-.")
 TAIL_ZOOM = 0.4  # the right panel shows the last 40% of the tokens (the paper's inset: 12K-20K of 20K)
 

@@ -40,6 +40,8 @@ METHOD_ORDER = METHODS
 #: sequential palette for loss grids (lower = lighter), cells without a run are grey
 GRID_CMAP = "crest"
 MISSING_COLOR = "#D9D9D9"
+WEIGHT_CMAP = "mako_r"  # depth weights: sequential, light = 0
+UNREACHABLE = "#2b2b2b"  # cells a site cannot read (masked)
 STAR_COLOR = "#FFC20A"  # gold, black-edged so it reads on every cell
 DIAGONAL_COLOR = OKABE_ITO["vermillion"]
 PAPER_COLOR = "#9A9A9A"
