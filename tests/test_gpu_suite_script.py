@@ -86,14 +86,14 @@ def test_readme_table_matches_the_committed_suite_logs():
     import re
 
     readme = (ROOT / "tests" / "gpu" / "README.md").read_text()
-    rows = re.findall(r"^\| \[(suite_[\w.]+\.log)\]\(\1\) \| 1x (\w+) \| ([\d-]+) \| (\w+) \| .*?(\d+) passed in (\d+) s \|$",
-                      readme, flags=re.M)
-    assert rows, "no suite log row in tests/gpu/README.md"
-    for name, card, date, commit, passed, secs in rows:
+    rows = re.findall(r"^\| \[(suite_[\w.]+_(\dgpu)\.log)\]\(\1\) \| (\d)x (\w+) \| ([\d-]+) \| (\w+) \| "
+                      r".*?(\d+) passed in (\d+) s\b.*\|$", readme, flags=re.M)
+    assert len(rows) == 2, "tests/gpu/README.md: a row for each part's log"
+    for name, part, count, card, date, commit, passed, secs in rows:
         log = (ROOT / "tests" / "gpu" / name).read_text()
-        assert re.search(rf"^## card: 0, NVIDIA {card}\b", log, flags=re.M), name
+        assert len(re.findall(rf"^## card: \d, NVIDIA {card}\b", log, flags=re.M)) == int(count), name
         assert f"## gpu suite {date}T" in log, name
         assert re.search(rf'^## code: .*"commit": "{commit}', log, flags=re.M), name
-        summary = re.search(r"^## 1gpu: exit 0: =+ (\d+) passed.* in ([\d.]+)s", log, flags=re.M)
+        summary = re.search(rf"^## {part}: exit 0: =+ (\d+) passed.* in ([\d.]+)s", log, flags=re.M)
         assert summary and summary.group(1) == passed and round(float(summary.group(2))) == int(secs), name
         assert "## GPU suite: ALL PASSED" in log, name
