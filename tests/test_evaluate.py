@@ -18,6 +18,7 @@ import torch
 
 from mhar_probe.cli.stats import add_stats_subparser
 from mhar_probe.data import load_corpus
+from mhar_probe.errors import UserError
 from mhar_probe.evaluate import EvalError, heldout_tasks
 from mhar_probe.cli.evaluate import add_eval_subparser
 from mhar_probe.data import load_tokenizer
@@ -211,7 +212,7 @@ def test_lastword_candidates_rules():
 def test_errors(arms, tmp_path):
     _, out, tasks_dir = arms
     run, eval_dir = out["mhar"]
-    with pytest.raises(EvalError, match="does not exist"):
+    with pytest.raises(UserError, match="does not exist"):  # refused by the CLI's path check, before torch
         cli("eval", tmp_path / "nope", "--tasks", SHIPPED)
     with pytest.raises(EvalError, match=r"model\.safetensors missing"):
         cli("eval", tmp_path, "--tasks", SHIPPED)

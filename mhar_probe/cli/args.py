@@ -90,12 +90,15 @@ def check_corpus(spec: str | None) -> None:
         raise UserError(f"corpus path {spec} does not exist (or name one of: {', '.join(NAMED_CORPORA)})")
 
 
-def check_run_paths(corpus: str | None, out: str | None, resume: bool) -> None:
+def check_run_paths(corpus: str | None, out: str | None, resume: bool, overwrite: bool = False) -> None:
     """What a training command (`mhar train`, `mhar cpt`) reads exists: --corpus (`check_corpus`)
     and, with --resume, the run directory --out (resuming a folder that does not exist would start
-    a new run in a mistyped place)."""
+    a new run in a mistyped place). --resume with --overwrite is refused first, whatever the paths."""
     from pathlib import Path
 
+    from ..outputs import refuse_together
+
+    refuse_together(resume=resume, overwrite=overwrite)
     check_corpus(corpus)
     if resume and out is not None and not Path(out).exists():
         raise UserError(f"run directory {out} does not exist; --resume continues a run there "

@@ -33,12 +33,13 @@ def add_cpt_subparser(subparsers: argparse._SubParsersAction) -> argparse.Argume
     return p
 
 
-def check_paths(src: str | None, corpus: str | None, out: str | None, resume: bool) -> None:
-    """What `mhar cpt` reads exists: the source model SRC, --corpus and, with --resume, --out."""
+def check_paths(src: str | None, corpus: str | None, out: str | None, resume: bool, overwrite: bool = False) -> None:
+    """What `mhar cpt` reads exists: the source model SRC, --corpus and, with --resume, --out
+    (`check_run_paths`, which refuses --resume with --overwrite)."""
     from .args import check_run_paths, require_existing
 
     require_existing("source model", src)
-    check_run_paths(corpus, out, resume)
+    check_run_paths(corpus, out, resume, overwrite)
 
 
 def early_check(words: Sequence[str]) -> None:
@@ -47,7 +48,7 @@ def early_check(words: Sequence[str]) -> None:
     from .args import has_switch, leading_words, option_value
 
     check_paths(next(iter(leading_words(words, 1)), None), option_value(words, "--corpus"),
-                option_value(words, "--out"), has_switch(words, "--resume"))
+                option_value(words, "--out"), has_switch(words, "--resume"), has_switch(words, "--overwrite"))
 
 
 def config_from_args(args: argparse.Namespace):
@@ -60,7 +61,7 @@ def config_from_args(args: argparse.Namespace):
 
 def cmd_cpt(args: argparse.Namespace) -> int:
     """Run one mid-training run; prints the run directory and its losses."""
-    check_paths(args.src, args.corpus, args.out, args.resume)  # (before the imports: torch takes seconds)
+    check_paths(args.src, args.corpus, args.out, args.resume, args.overwrite)  # (before the imports: torch takes seconds)
     from ..cpt.trainer import cpt
     from .args import command_deadline
     from .train import stopped_early, tail_text

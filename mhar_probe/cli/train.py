@@ -26,7 +26,8 @@ def early_check(words: Sequence[str]) -> None:
     resumed = leading_words(words[words.index("--resume") + 1:], 1) if has_switch(words, "--resume") else []
     if resumed:
         raise UserError(f"--resume takes no value; give the run to continue as --out {resumed[0]}")
-    check_run_paths(option_value(words, "--corpus"), option_value(words, "--out"), has_switch(words, "--resume"))
+    check_run_paths(option_value(words, "--corpus"), option_value(words, "--out"), has_switch(words, "--resume"),
+                    has_switch(words, "--overwrite"))
 
 
 def train_config_from_args(args: argparse.Namespace):
@@ -39,7 +40,7 @@ def train_config_from_args(args: argparse.Namespace):
 
 def cmd_train(args: argparse.Namespace) -> int:
     """Train; prints the run's tail-mean, first and last validation loss."""
-    check_run_paths(args.corpus, args.out, args.resume)  # (before the imports: torch takes seconds)
+    check_run_paths(args.corpus, args.out, args.resume, args.overwrite)  # (before the imports: torch takes seconds)
     from ..train import train
 
     cfg = train_config_from_args(args)
