@@ -54,7 +54,8 @@ class KernelConfig:
     its offsets (route/bwd_collect.py `_dout_at`), held until folded: 2 x d x 4 bytes a call less
     under autocast (the slot written and re-read), bitwise the same gradients. Needs the
     promoted douts (routing_douts "promoted": a "storage" slot rounds the dout, which in place
-    cannot). The default until timed on a GPU (benchmarks/kernels/device_run.sh douts)."""
+    cannot). Off by default: timed on an H200 it was 0.97x / 0.95x the slots at 350M / 1B but
+    1.13x at 100M (benchmarks/kernels/results.md, "Douts read in place")."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
