@@ -100,3 +100,16 @@ def test_the_douts_timing_table_is_the_committed_record():
                 f"{k(a, 'stack_gather_kernel'):.3f} / {k(b, 'stack_gather_kernel'):.3f} | "
                 f"{k(a, 'stack_fold_kernel'):.3f} / {k(b, 'stack_fold_kernel'):.3f} |")
         assert line in block, line
+    # the text under the table reads its ratios and the fold's times from the same record
+    ms = lambda shape, backend, kernel: rows[(shape, backend)]["kernels_ms"][kernel]  # noqa: E731
+    graph = {s: rows[(s, "triton-douts-in-place")]["graph_fwdbwd_ms"] / rows[(s, "triton")]["graph_fwdbwd_ms"]
+             for s in shapes}
+    said = " ".join(text.split("<!-- douts:end -->", 1)[1].split("\n\n", 2)[1].split())
+    gather, fold = (ms("100M-train", "triton-douts-in-place", k) / ms("100M-train", "triton", k)
+                    for k in ("stack_gather_kernel", "stack_fold_kernel"))
+    saved = sorted(round(100 * (1 - graph[s])) for s in ("350M-train", "1B-train"))
+    folds_1b = sorted(ms("1B-train", b, "stack_fold_kernel") for b in ("triton", "triton-douts-in-place"))
+    for phrase in (f"saves {saved[0]}-{saved[1]}% of the routing", f"costs {round(100 * (graph['100M-train'] - 1))}%",
+                   f"the gather {gather:.2f}x, the fold {fold:.2f}x",
+                   f"({ms('350M-train', 'triton', 'stack_fold_kernel'):.1f} and {folds_1b[0]:.1f}-{folds_1b[1]:.1f} ms"):
+        assert phrase in said, phrase
