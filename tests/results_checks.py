@@ -40,17 +40,20 @@ GAIN = {("attnres", None): (-0.12, [0.000, 0.004, -0.003]), ("mhar", 8): (-0.15,
 
 
 def synthetic_loss(method: str, H: int | None, seed: int, step: int) -> float:
-    """3 + 6 / (1 + step / 500) plus the seed's offset; an arm's gain grows to its end value by the last quarter."""
+    """3 + 6 / (1 + step / 500) plus the seed's offset; an arm's gain grows to its end value by the last
+    quarter of PAPER350's schedule."""
+    from mhar_probe.demo.plan import PAPER350
+
     base = BASE_LOSS[seed] + 6.0 / (1 + step / 500)
     if method == "baseline":
         return base
     end, noise = GAIN[(method, H)]
-    return base + (end + noise[seed]) * min(1.0, step / 7500)
+    return base + (end + noise[seed]) * min(1.0, step / (0.75 * PAPER350.steps))
 
 
 def synthetic_paper350_study(out: Path, arms: list[tuple[str, int | None, int]]) -> None:
     """The runs of PAPER350 named by (method, H, seed), as an export holds them (summary, train options,
-    metrics, the sweep's manifest), with the losses of `_loss` at every 250th step."""
+    metrics, the sweep's manifest), with the losses of `synthetic_loss` at the plan's evaluations."""
     from mhar_probe.demo.plan import PAPER350, evaluation_steps
     from mhar_probe.sweep.manifest import write_manifest
     from mhar_probe.tail import full_tail_mean
@@ -73,7 +76,7 @@ def synthetic_paper350_study(out: Path, arms: list[tuple[str, int | None, int]])
         (run / "config.json").write_text(json.dumps(dict(hidden_size=1024, num_hidden_layers=24,
                                                          num_key_value_heads=8)))
         (run / "summary.json").write_text(json.dumps(dict(
-            options, finished=True, routing_heads=H, tail_mean_val_loss=full_tail_mean(points), tokens=327_680_000,
+            options, finished=True, routing_heads=H, tail_mean_val_loss=full_tail_mean(points), tokens=PAPER350.steps * 32768,
             parameters=385_929_216, flops=3.3e18 * (1.01 if method != "baseline" else 1.0),
             initial_val_loss=points[0][1], final_val_loss=points[-1][1])))
         rows.append(dict(name=spec.name, axes=spec.axes(), status="finished"))

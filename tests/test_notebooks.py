@@ -273,5 +273,5 @@ def test_the_350m_notebook_on_a_filled_study(tmp_path, monkeypatch):
     text = _executed_text(STUDY350_NOTEBOOK, study, tmp_path, monkeypatch)
     assert "10 of 11 planned runs of plan 'paper350m' are in." in text
     assert "one seed, drawn dashed with no band: mhar H=16 - attnres (seed 0), mhar H=16 - baseline (seed 0)" in text
-    assert "| 10,000 | 327.7 |" in text and "No corpus lock in" in text
+    assert "| 5,000 | 163.8 |" in text and "No corpus lock in" in text
     assert list((tmp_path / "work").rglob("gain_curve_350m.png"))

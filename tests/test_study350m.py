@@ -1,4 +1,4 @@
-"""The 350M study (issue 52): the plan is the paper's 350M shape and recipe at 10,000 steps, and its
+"""The 350M study (issue 52): the plan is the paper's 350M shape and recipe at 5,000 steps, and its
 device call runs end to end in its CPU mode: a stamped copy of the tree, a corpus built from a fake
 machine's text and a carried corpus against an empty lock, a tiny run trained, captured, evaluated
 and exported, with the stamp's commit in the run's record."""
@@ -25,17 +25,19 @@ from results_checks import synthetic_loss, synthetic_paper350_study
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def test_the_plan_is_the_papers_350m_shape_and_recipe_at_half_its_steps():
+def test_the_plan_is_the_papers_350m_shape_and_recipe_at_a_quarter_of_its_steps():
     cfg = MHARConfig.from_preset(PAPER350.preset)
     assert (cfg.hidden_size, cfg.num_hidden_layers, cfg.num_attention_heads, cfg.num_key_value_heads,
             cfg.intermediate_size) == (1024, 24, 16, 8, 4096)
     r = PAPER350.recipe
-    assert (r["batch_size"], r["seq_len"], r["lr"]) == (32, 1024, 5e-4) and PAPER350_STEPS == 10_000
+    assert (r["batch_size"], r["seq_len"], r["lr"]) == (32, 1024, 5e-4) and PAPER350_STEPS == 5_000
     train = TrainConfig(out="x", preset="350m", steps=PAPER350.steps, **{k: v for k, v in r.items() if k != "lr"},
                         lr=r["lr"])
     assert (train.betas, train.weight_decay, train.grad_clip, train.min_lr_ratio) == ((0.9, 0.95), 0.1, 1.0, 0.1)
-    assert lr_at(499, train) == pytest.approx(5e-4) and lr_at(498, train) < 5e-4  # 5% warm-up
-    assert lr_at(10_000, train) == pytest.approx(5e-5)
+    assert lr_at(249, train) == pytest.approx(5e-4) and lr_at(248, train) < 5e-4  # 5% warm-up
+    assert lr_at(5_000, train) == pytest.approx(5e-5)
+    # an evaluation every 125 steps: 41, the tail-mean's 11 at steps 3,750-5,000
+    assert PAPER350.paper_steps == 20_000 and r["eval_every"] == 125
     assert tail_covers_last_quarter(PAPER350.steps, r["eval_every"])
     grid = {(s.method, s.H, s.seed) for g in PAPER350.grids for s in PAPER350.grid(PAPER350.grids[g]).expand()}
     assert {("baseline", None, s) for s in range(3)} | {("attnres", None, s) for s in range(3)} \
@@ -139,7 +141,7 @@ def test_the_study_regenerates_with_no_run_in(tmp_path):
     assert "mhar H=16 seed 0" in claims["over_split"]["note"] and "attnres seed 2" in claims["order"]["note"]
     assert "at 350M attnres - baseline -0.121, mhar H=8 - attnres -0.028" in claims["order"]["claim"]
     assert "-0.102 against -0.121" in claims["over_split"]["claim"]
-    assert "read at 10,000 of the paper's 20,000 steps" in claims["delta_mhar"]["note"]
+    assert "read at 5,000 of the paper's 20,000 steps" in claims["delta_mhar"]["note"]
     assert "shorter schedule" not in claims["excess"]["note"]  # a probe row reads no tail-mean
     report = (out / "report.md").read_text()
     assert "skipped figures: no finished run" in report and "skipped tail-means" in report
@@ -175,16 +177,16 @@ def test_the_claim_rows_read_the_runs_in_and_wait_for_the_others(tmp_path):
     gap = tails["mhar", 16, 0] - tails["attnres", None, 0]
     assert over["ours"].startswith(f"mhar H=16 - attnres {gap:+.3f} (seed 0 only") and f"margin {margin:.3f}" in over["ours"]
     assert gap > margin and over["verdict"] == REPLICATED
-    # the gain's path: at steps 2,500 / 5,000 / 7,500 / 10,000, the last the verdict's
+    # the gain's path: at steps 1,250 / 2,500 / 3,750 / 5,000, the last the verdict's
     path = claims["gain_path"]
-    at = {t: [synthetic_loss("mhar", 8, s, t) - synthetic_loss("baseline", None, s, t) for s in range(3)] for t in (2500, 10_000)}
+    at = {t: [synthetic_loss("mhar", 8, s, t) - synthetic_loss("baseline", None, s, t) for s in range(3)] for t in (1250, 5_000)}
     for t, x in at.items():
         lo, hi = stats.t.interval(0.95, 2, loc=np.mean(x), scale=stats.sem(x))
         assert f"{t:,} {np.mean(x):+.3f} [{lo:+.3f}, {hi:+.3f}]" in path["ours"]
-    assert "change over the tail window (step 7,500 -> 10,000) +0.000 [" in path["ours"]  # flat after 7,500
+    assert "change over the tail window (step 3,750 -> 5,000) +0.000 [" in path["ours"]  # flat after 3,750
     assert path["verdict"] == REPLICATED and "Depends on the shorter schedule" in path["note"]
     table = (out / "stats" / "gain_curves.md").read_text()
-    assert "| 10,000 | 327.7 |" in table and "mhar H=16 - baseline (seed 0; one seed, no interval)" in table
+    assert "| 5,000 | 163.8 |" in table and "mhar H=16 - baseline (seed 0; one seed, no interval)" in table
 
 
 def test_the_gain_figure_draws_a_band_over_seeds_and_none_for_one(tmp_path):
@@ -200,14 +202,26 @@ def test_the_gain_figure_draws_a_band_over_seeds_and_none_for_one(tmp_path):
     assert any(n.startswith("one seed, drawn dashed with no band: mhar H=16 - baseline (seed 0)") for n in made.notes)
 
 
-def test_the_readmes_one_gpu_numbers_are_the_committed_records():
-    """'Where it stands' gives the one-H200 350M step speeds of benchmarks/multi_gpu and the hours a
-    10,000-step run would take at them: both from the record, so they cannot drift from it."""
+def test_the_readmes_schedule_arithmetic_is_the_committed_records():
+    """'Where it stands' says why the grid trains 5,000 steps: the one-H200 350M step speeds of
+    benchmarks/multi_gpu and the minutes the 10,000 steps first planned would take at them, and on two
+    GPUs at the 4-GPU run's per-GPU speed: each from the record or the speed it states, so they cannot
+    drift from it."""
     readme = (ROOT / "results" / "study350m" / "README.md").read_text()
     record = json.loads((ROOT / "benchmarks" / "multi_gpu" / "h200x4_ddp_350m_1gpu.json").read_text())
     speed = {r["method"]: r["tokens_per_s_total"] for r in record["rows"] if r["step"] == "graph"}
-    tokens = PAPER350_STEPS * PAPER350.recipe["batch_size"] * PAPER350.recipe["seq_len"]
+    step_tokens = PAPER350.recipe["batch_size"] * PAPER350.recipe["seq_len"]
+    planned = 10_000 * step_tokens
     said = " ".join(readme.split())
     assert f"measured {speed['baseline']:,.0f} tokens/s for the baseline and {speed['mhar']:,.0f} for MHAR H=8" in said
-    assert f"({tokens / 1e6:.1f}M tokens) would train for about {tokens / speed['baseline'] / 60:.0f} and " \
-           f"{tokens / speed['mhar'] / 60:.0f} minutes" in said
+    assert f"({planned / 1e6:.1f}M tokens) would train for about {planned / speed['baseline'] / 60:.0f} and " \
+           f"{planned / speed['mhar'] / 60:.0f} minutes" in said
+    four = 470_116  # the first run's median on 4x H200, as the README states it
+    assert f"6,234 of 10,000 steps in one call at {four:,}" in said
+    two = 2 * four / 4
+    assert f"({two:,.0f} tokens/s for the baseline, MHAR at the 100M study's 0.8x) it would train for about " \
+           f"{planned / two / 60:.0f} and {planned / (0.8 * two) / 60:.0f} minutes" in said
+    now = PAPER350_STEPS * step_tokens
+    assert f"trains {PAPER350_STEPS:,} steps on whichever of 2 or 4 GPUs is lent (about {now / two / 60:.0f} and " \
+           f"{now / (0.8 * two) / 60:.0f} minutes on two)" in said
+    assert f"({now / 1e6:.1f}M against {20_000 * step_tokens / 1e6:.0f}M)" in said
