@@ -13,7 +13,16 @@ b ~ Binomial(b + c, 1/2), so the exact two-sided McNemar p-value is
 
 which for p0 = 1/2 (a symmetric distribution) equals the "sum of probabilities no larger than
 the observed one" definition used by `scipy.stats.binomtest` and statsmodels'
-`mcnemar(exact=True)`. The accuracy delta is acc_B - acc_A = (c - b) / n.
+`mcnemar(exact=True)`. The accuracy delta is acc_B - acc_A = (c - b) / n. Its chi-square statistic
+(no continuity correction) is
+
+    X^2 = (b - c)^2 / (b + c)  ~  chi^2_1 under H0                      (NaN when b + c = 0).
+
+Over K independent strata k (seeds) of matched pairs, the Cochran-Mantel-Haenszel test with every
+matched pair as its own stratum is McNemar's on the pooled discordant counts (Agresti, Categorical
+Data Analysis, 3rd ed., sec. 11.1.4): with B = sum_k b_k and C = sum_k c_k,
+
+    X^2_CMH = (B - C)^2 / (B + C),     exact: the binomial test of B in B + C trials at 1/2.
 """
 
 from __future__ import annotations
@@ -65,6 +74,36 @@ def mcnemar_exact(b: int, c: int) -> float:
     if b < 0 or c < 0 or int(b) != b or int(c) != c:
         raise StatsError(f"discordant counts must be non-negative integers (b={b}, c={c})")
     return binom_test_half(int(b), int(b) + int(c))
+
+
+def mcnemar_chi2(b: int, c: int) -> float:
+    """McNemar's statistic (b - c)^2 / (b + c) without continuity correction (NaN when b + c = 0)."""
+    if b < 0 or c < 0:
+        raise StatsError(f"discordant counts must be non-negative (b={b}, c={c})")
+    return math.nan if b + c == 0 else (b - c) ** 2 / (b + c)
+
+
+@dataclass(frozen=True)
+class Stratified:
+    """McNemar over strata of matched pairs (the CMH test with each pair a stratum): pooled counts."""
+
+    b: int  # sum over strata of A right & B wrong
+    c: int  # ... of A wrong & B right
+    statistic: float  # (B - C)^2 / (B + C), NaN when B + C = 0
+    p_chi2: float  # P[chi^2_1 >= statistic] (1 when B + C = 0)
+    p_exact: float  # exact two-sided binomial p of B in B + C at 1/2
+
+
+def mcnemar_stratified(counts: Sequence[tuple[int, int]]) -> Stratified:
+    """The combined McNemar test over strata given each stratum's (b, c) (module docstring)."""
+    from scipy.stats import chi2
+
+    if not counts:
+        raise StatsError("a stratified McNemar test needs at least one stratum")
+    b, c = sum(int(x) for x, _ in counts), sum(int(y) for _, y in counts)
+    stat = mcnemar_chi2(b, c)
+    return Stratified(b=b, c=c, statistic=stat, p_chi2=1.0 if math.isnan(stat) else float(chi2.sf(stat, 1)),
+                      p_exact=mcnemar_exact(b, c))
 
 
 def paired_bootstrap_ci(

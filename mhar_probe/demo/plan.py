@@ -27,7 +27,7 @@ from ..tail import TAIL_K
 #: (no single-head arm, no kv x H grid) names the ones it keeps in Plan.core_claims
 CORE_CLAIMS = ("order", "optimum", "excess", "deviation", "replication", "ceg")
 #: rows a plan may add (Plan.extra_claims, demo.claims)
-EXTRA_CLAIMS = ("over_split", "gain_path")
+EXTRA_CLAIMS = ("over_split", "gain_path", "mcnemar")
 
 
 def evaluation_steps(steps: int, eval_every: int) -> list[int]:
@@ -100,7 +100,8 @@ class Plan:
     # at which length they were read (demo.claims.schedule_clause)
     paper_steps: int | None = None
     # rows beside the core ones (EXTRA_CLAIMS): "over_split" (MHAR at twice the KV heads above
-    # single-head, Table main), "gain_path" (MHAR's gain over the baseline along training, stats/gain_curves.json)
+    # single-head, Table main), "gain_path" (MHAR's gain over the baseline along training, stats/gain_curves.json),
+    # "mcnemar" (the McNemar pairs at every seed they are tested at, stats/mcnemar_seeds.json)
     extra_claims: tuple[str, ...] = ()
     # the file stages (probe, stats, claims, figures, report) may run before any run is in, every claim
     # pending: a study whose runs arrive one device call at a time; other plans refuse, the sweep first
@@ -155,6 +156,22 @@ class Plan:
         main seed), else `null_draws`."""
         z_read = (method == "mhar" and heads == self.mhar_heads) or (self.spread_claims and seed == self.main_seed)
         return max(self.claim_draws, self.null_draws) if z_read else self.null_draws
+
+    def mcnemar_seeds(self, a: str, b: str) -> list[int]:
+        """The seeds the McNemar pair (a, b) is tested at: with `eval_every_run`, every seed at which the plan's
+        grids train both arms at the main KV (MHAR at `mhar_heads`) and rate, else the main seed alone (the eval
+        stage evaluates no other)."""
+        if not self.eval_every_run:
+            return [self.main_seed]
+        lr = self.recipe["lr"]
+
+        def seeds(method: str) -> set[int]:
+            return {s.seed for axes in self.grids.values()
+                    if "steps" not in axes and all(x == lr for x in axes.get("lrs", [lr]))
+                    for s in self.grid(axes).expand() if s.method == method
+                    and (self.main_kv is None or s.kv == self.main_kv) and (method != "mhar" or s.H == self.mhar_heads)}
+
+        return sorted(seeds(a) & seeds(b))
 
     def run_names(self, grids: list[str], steps: int | None = None) -> set[str]:
         """Names of the runs in OUT/runs that `grids` train."""
@@ -356,7 +373,7 @@ PAPER350 = Plan(
                   ("mhar", 16, "mhar_over")),
     paper_scale="350m",
     paper_steps=20_000,
-    extra_claims=("over_split", "gain_path"),
+    extra_claims=("over_split", "gain_path", "mcnemar"),
     files_before_runs=True,  # its runs arrive from device calls, one a session
 )
 

@@ -143,12 +143,16 @@ def main_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
     return [r for r in finished(swept) if plan.main_kv is None or r.kv == plan.main_kv]
 
 
-def is_compared_run(plan: Plan, run: SweptRun) -> bool:
-    """Whether `run` is in the plan's evaluated comparison (McNemar, CEG): its eval methods at the
-    main seed and KV, MHAR at the plan's H."""
-    return (run.method in plan.eval_methods and run.seed == plan.main_seed
-            and (plan.main_kv is None or run.kv == plan.main_kv)
+def is_compared_arm(plan: Plan, run: SweptRun) -> bool:
+    """Whether `run` is one of the arms the McNemar pairs compare, at any seed: its eval methods at the
+    main KV, MHAR at the plan's H."""
+    return (run.method in plan.eval_methods and (plan.main_kv is None or run.kv == plan.main_kv)
             and (run.method != "mhar" or run.heads == plan.mhar_heads))
+
+
+def is_compared_run(plan: Plan, run: SweptRun) -> bool:
+    """Whether `run` is in the plan's evaluated comparison (McNemar, CEG) at the main seed."""
+    return is_compared_arm(plan, run) and run.seed == plan.main_seed
 
 
 def is_eval_run(plan: Plan, run: SweptRun) -> bool:
@@ -166,6 +170,18 @@ def eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
 def present_eval_runs(plan: Plan, swept: list[SweptRun]) -> list[SweptRun]:
     """The finished runs of the evaluated comparison (a partial study lacks some)."""
     return [r for r in finished(swept) if is_compared_run(plan, r)]
+
+
+def present_arms(plan: Plan, swept: list[SweptRun]) -> dict[tuple[str, int], SweptRun]:
+    """(method, seed) -> the finished run of that arm the McNemar pairs compare (a partial study lacks some)."""
+    return {(r.method, r.seed): r for r in finished(swept) if is_compared_arm(plan, r)}
+
+
+def mcnemar_folder(plan: Plan, a: str, b: str, seed: int) -> str:
+    """The folder under stats/ of the McNemar files of pair (a, b) at `seed`: `mcnemar` for the plan's first
+    pair, `mcnemar_<a>_<b>` for the others, and `_s<seed>` after either at any seed but the main one."""
+    name = "mcnemar" if (a, b) == plan.mcnemar_pairs[0] else f"mcnemar_{a}_{b}"
+    return name if seed == plan.main_seed else f"{name}_s{seed}"
 
 
 def _clock(seconds: float) -> str:
@@ -290,13 +306,16 @@ def probe_stage(plan: Plan, out: Path, probed: list[SweptRun]) -> str:
 
 
 def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
-    """McNemar of each pair the plan names, tail-means and seed deltas, the paired gain over training
-    (stats/gain_curves.json and .md) and the compute-equivalent gain.
+    """McNemar of each pair the plan names at every seed it tests them at (`Plan.mcnemar_seeds`; each seed's
+    files in `mcnemar_folder`, the seeds together in stats/mcnemar_seeds.json and .md, pending seeds named),
+    tail-means and seed deltas, the paired gain over training (stats/gain_curves.json and .md) and the
+    compute-equivalent gain.
     On a partial study an analysis whose runs (or their evaluations) are missing is skipped with a
     one-line note, and a file an earlier call wrote for it is removed, so no stale table survives."""
     from analysis.run import Run
     from analysis.stats.gain import compute_equivalent_gain
     from analysis.stats.gain_curves import gain_curves
+    from analysis.stats.mcnemar_seeds import PairSeeds, SeedTable, write_seeds
     from analysis.stats.paired_eval import mcnemar_eval_dirs
     from analysis.stats.tails import tails
 
@@ -304,7 +323,7 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
     stats.mkdir(exist_ok=True)
     evals = runs / "evals"
     swept = swept_so_far(runs)
-    evaluated = {r.method: r for r in present_eval_runs(plan, swept)}
+    arms = present_arms(plan, swept)
     logs = []
 
     def skip(what: str, why: str, *stale: Path) -> None:
@@ -317,17 +336,27 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         print(line)
         logs.append(line)
 
+    def arm(m: str) -> str:
+        return run_label(m, plan.mhar_heads if m == "mhar" else None)
+
+    pairs = []
     for a, b in plan.mcnemar_pairs:
-        name = "mcnemar" if (a, b) == plan.mcnemar_pairs[0] else f"mcnemar_{a}_{b}"
-        lacking = [m for m in (a, b) if m not in evaluated or not (evals / evaluated[m].name).is_dir()]
-        if lacking:
-            skip(f"McNemar {a} vs {b}", "no evaluation of " + ", ".join(
-                f"{run_label(m, plan.mhar_heads if m == 'mhar' else None)} seed {plan.main_seed}" for m in lacking),
-                 stats / name)
-            continue
-        run_a, run_b = evaluated[a], evaluated[b]
-        logs.append(_lines(mcnemar_eval_dirs(evals / run_a.name, evals / run_b.name, out=stats / name,
-                                             overwrite=True, n_boot=plan.mcnemar_bootstrap).lines()))
+        pair = PairSeeds(a, b, arm(a), arm(b), plan.mcnemar_seeds(a, b))
+        for seed in pair.seeds:
+            folder = mcnemar_folder(plan, a, b, seed)
+            lacking = [f"{arm(m)} seed {seed} ({'not evaluated' if (m, seed) in arms else 'run not finished'})"
+                       for m in (a, b) if (m, seed) not in arms or not (evals / arms[m, seed].name).is_dir()]
+            if lacking:
+                pair.pending[seed] = "no evaluation of " + ", ".join(lacking)
+                skip(f"McNemar {a} vs {b}", pair.pending[seed], stats / folder)
+                continue
+            result = mcnemar_eval_dirs(evals / arms[a, seed].name, evals / arms[b, seed].name, out=stats / folder,
+                                       overwrite=True, n_boot=plan.mcnemar_bootstrap)
+            logs.append(_lines(result.lines()))
+            pair.tables.append(SeedTable(seed, folder, result.comparison))
+        pairs.append(pair)
+    logs.append(_lines([f"wrote {p}" for p in write_seeds(pairs, stats / "mcnemar_seeds.json",
+                                                          stats / "mcnemar_seeds.md")]))
     k = TAIL_K  # (a plan's runs have it: `Plan` refuses a tail window outside the last quarter)
     compared = main_runs(plan, swept)
     short = [r for r in compared if Run.read(r.path).tail(k).mean is None]  # (a CPU check's few steps)
