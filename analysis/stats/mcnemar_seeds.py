@@ -63,6 +63,7 @@ class PairSeeds:
     seeds: list[int]  # every seed the plan tests the pair at
     tables: list[SeedTable] = field(default_factory=list)
     pending: dict[int, str] = field(default_factory=dict)  # seed -> why it is not in
+    unevaluated: dict[int, list[str]] = field(default_factory=dict)  # seed -> its finished runs without an evaluation
 
     def across(self) -> list[dict[str, Any]]:
         """Per (task, filter, metric) of the seeds in: seeds favouring each side and the combined test."""
@@ -102,7 +103,8 @@ def seeds_document(pairs: list[PairSeeds]) -> dict[str, Any]:
                          tables=[dict(seed=t.seed, folder=t.folder, dir_a=t.comparison.dir_a, dir_b=t.comparison.dir_b,
                                       rows=[{k: _clean(v) for k, v in r.items()} for r in t.rows()])
                                  for t in p.tables],
-                         pending=[dict(seed=s, why=why) for s, why in sorted(p.pending.items())],
+                         pending=[dict(seed=s, why=why, unevaluated=p.unevaluated.get(s, []))
+                                  for s, why in sorted(p.pending.items())],
                          across=[{k: _clean(v) for k, v in r.items()} for r in rows]))
     return dict(combined=COMBINED, holm="over every across-seeds row of every pair (p_exact)", settings=settings,
                 pairs=docs)

@@ -463,6 +463,86 @@ def gain_path_claim(plan: Plan, study: "Study", gains: dict[str, Any] | None) ->
     return held_back(Claim("gain_path", ours, verdict, note, paper), missing)
 
 
+#: the family-wise level the McNemar row reads its Holm-adjusted combined p-values at
+MCNEMAR_ALPHA = 0.05
+
+
+def _p(p: float) -> str:
+    return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+
+
+def _mcnemar_task(pair: dict[str, Any], across: dict[str, Any], pending: list[int]) -> str:
+    """One pair's task across its seeds: each seed's acc B - acc A [interval], b/c, exact p; the pending seeds;
+    then how many seeds favour each side and the combined test ('seed S only' where one seed is in)."""
+    key = (across["task"], across["filter"], across["metric"])
+    seeds = [f"seed {t['seed']} {r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] b/c {r['b']}/{r['c']} "
+             f"p {_p(r['p_value'])}" for t in pair["tables"] for r in t["rows"]
+             if (r["task"], r["filter"], r["metric"]) == key]
+    text = f"{across['task']} {across['metric']}: " + "; ".join(seeds + [f"seed {s} pending" for s in pending])
+    if len(across["seeds"]) == 1:
+        return text + f" (seed {across['seeds'][0]} only)"
+    return (text + f"; {across['favour_b']} of {len(across['seeds'])} seeds favour {pair['label_b']}, "
+            f"{across['favour_a']} {pair['label_a']}; over seeds b/c {across['b']}/{across['c']}, exact p "
+            f"{_p(across['p_exact'])} (Holm {_p(across['p_holm'])})")
+
+
+def mcnemar_missing(plan: Plan, study: "Study") -> list[str]:
+    """Labels of the planned runs of the McNemar pairs, at every seed each pair is tested at, not finished."""
+    return list(dict.fromkeys(x for a, b in plan.mcnemar_pairs for seed in plan.mcnemar_seeds(a, b) for m in (a, b)
+                              for x in study.missing(m, plan.mhar_heads if m == "mhar" else None, {seed})))
+
+
+def mcnemar_claim(plan: Plan, study: "Study", doc: dict[str, Any] | None) -> Claim:
+    """The plan's McNemar pairs (B: the MHAR arm) at every seed they are tested at (stats/mcnemar_seeds.json,
+    analysis.stats.mcnemar_seeds): per pair and task each seed's acc B - acc A with its bootstrap interval,
+    b/c and exact p, and across the seeds in how many favour each side and the combined test (CMH over seeds
+    as strata: McNemar on the pooled b, c; Holm over every pair and task). Verdict, fixed before reading:
+    replicated when some combined Holm p < MCNEMAR_ALPHA favours B (c > b) and none favours A; not replicated
+    when some favours A and none B; else inconclusive. Pending while a planned run is missing (named), and
+    'needs rerun' while a finished run has no evaluation (named)."""
+    from figures.context import load_paper_values
+
+    rows = {r["task"]: r for r in load_paper_values()["midtrain"]["rows"] if "b" in r}
+    paper = ("+MHAR against a schedule-matched control, paired per-item exact McNemar (8B mid-training, Table "
+             "midtrain): " + ", ".join(f"{t.upper()} {100 * (r['mhar'] - r['control']):+.1f} ({r['c']} vs {r['b']} "
+                                       f"discordant, p = {r['p']})" for t, r in rows.items())
+             + ", the other tasks unchanged; at 350M the paper reports held-out loss only")
+    missing = mcnemar_missing(plan, study)
+    parts, unevaluated, favour = [], [], {"a": 0, "b": 0}
+    for pair in (doc or {}).get("pairs", []):
+        pending = [x["seed"] for x in pair["pending"]]
+        unevaluated += [u for x in pair["pending"] for u in x["unevaluated"]]
+        tasks = [_mcnemar_task(pair, row, pending) for row in pair["across"]]
+        for row in pair["across"]:
+            if row["p_holm"] < MCNEMAR_ALPHA:  # (b = c gives p = 1)
+                favour["b" if row["c"] > row["b"] else "a"] += 1
+        parts.append(f"{pair['label_b']} vs {pair['label_a']}: " + (" | ".join(tasks) if tasks else
+                                                                     "no seed in yet (seeds " + ", ".join(
+                                                                         map(str, pending)) + " pending)"))
+    ours = "; ".join(parts) if parts else "no stats/mcnemar_seeds.json (its runs are missing)"
+    if not any(pair["across"] for pair in (doc or {}).get("pairs", [])):
+        verdict = INCONCLUSIVE
+    elif favour["b"] and not favour["a"]:
+        verdict = REPLICATED
+    elif favour["a"] and not favour["b"]:
+        verdict = NOT_REPLICATED
+    else:
+        verdict = INCONCLUSIVE
+    note = (f"per seed: acc B - acc A on the held-out tasks with its paired bootstrap 95% interval, exact McNemar p; "
+            f"over seeds: CMH with the seeds as strata (McNemar on the pooled b, c), exact p, Holm over every pair and "
+            f"task (stats/mcnemar_seeds.md); replicated: some Holm p < {MCNEMAR_ALPHA} in favour of the MHAR arm and "
+            f"none against it, not replicated: the reverse")
+    if plan.paper_steps is not None and plan.steps < plan.paper_steps:
+        note += (f". Depends on the shorter schedule: the final checkpoint at {plan.steps:,} of the paper's "
+                 f"{plan.paper_steps:,} steps is evaluated")
+    if unevaluated:  # a finished run's evaluation is made in the call that trains it: a rerun
+        lacking = "finished, not evaluated: " + ", ".join(dict.fromkeys(unevaluated))
+        if not missing:
+            return Claim("mcnemar", ours, PENDING, f"{lacking}. Then: {note}", paper)
+        note = f"{lacking}; {note}"
+    return held_back(Claim("mcnemar", ours, verdict, note, paper), missing)
+
+
 def _flops_ratio(study: "Study", seeds: list[int]) -> float | None:
     """Seed mean of MHAR's training FLOPs over the same-seed baseline's (summary.json ``flops``);
     None where no seed has both."""
@@ -659,6 +739,9 @@ def claims_of(plan: Plan, out: Path) -> list[Claim]:
         claims.append(over_split_claim(plan, study, tails or none))
     if "gain_path" in plan.extra_claims:
         claims.append(gain_path_claim(plan, study, _runs_or_stats(out / "stats" / "gain_curves.json", miss_ceg)))
+    if "mcnemar" in plan.extra_claims:
+        seeds_doc = _runs_or_stats(out / "stats" / "mcnemar_seeds.json", mcnemar_missing(plan, study))
+        claims.append(mcnemar_claim(plan, study, seeds_doc))
     if plan.spread_claims:
         claims += spread_claims(plan, study)
     if plan.width_rungs:

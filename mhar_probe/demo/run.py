@@ -344,10 +344,12 @@ def stats_stage(plan: Plan, out: Path, runs: Path, ladder: Path) -> str:
         pair = PairSeeds(a, b, arm(a), arm(b), plan.mcnemar_seeds(a, b))
         for seed in pair.seeds:
             folder = mcnemar_folder(plan, a, b, seed)
-            lacking = [f"{arm(m)} seed {seed} ({'not evaluated' if (m, seed) in arms else 'run not finished'})"
-                       for m in (a, b) if (m, seed) not in arms or not (evals / arms[m, seed].name).is_dir()]
+            lacking = [m for m in (a, b) if (m, seed) not in arms or not (evals / arms[m, seed].name).is_dir()]
             if lacking:
-                pair.pending[seed] = "no evaluation of " + ", ".join(lacking)
+                pair.unevaluated[seed] = [f"{arm(m)} seed {seed}" for m in lacking if (m, seed) in arms]
+                pair.pending[seed] = "no evaluation of " + ", ".join(
+                    f"{arm(m)} seed {seed} ({'not evaluated' if (m, seed) in arms else 'run not finished'})"
+                    for m in lacking)
                 skip(f"McNemar {a} vs {b}", pair.pending[seed], stats / folder)
                 continue
             result = mcnemar_eval_dirs(evals / arms[a, seed].name, evals / arms[b, seed].name, out=stats / folder,
