@@ -257,7 +257,7 @@ def test_the_350m_notebook_with_no_run_in(tmp_path, monkeypatch):
     text = _executed_text(STUDY350_NOTEBOOK, study, tmp_path, monkeypatch)
     assert "No run is in yet (" in text and "baseline seed 2, attnres seed 0" in text
     assert "No gain over training yet: no finished run pairs with the baseline." in text
-    assert "paper350m: pending: runs missing: 15\n" in text
+    assert "paper350m: pending: runs missing: 16\n" in text
     lock = json.loads((study / "corpus" / "lock.json").read_text())
     assert f"distinct training tokens {lock['train_tokens']:,}" in text
     assert "Traceback" not in text

@@ -137,12 +137,15 @@ def test_the_study_regenerates_with_no_run_in(tmp_path):
     claims = {c["key"]: c for c in json.loads((out / "claims.json").read_text())}
     assert {c["verdict"] for c in claims.values()} == {PENDING_RUNS}
     assert {"order", "optimum", "excess", "deviation", "replication", "ceg", "delta_hyper", "delta_attnres",
-            "delta_mhar", "delta_mhar_over", "over_split", "gain_path"} <= set(claims)
+            "delta_mhar", "delta_mhar_over", "over_split", "gain_path", "mcnemar"} <= set(claims)
     assert "mhar H=16 seed 0" in claims["over_split"]["note"] and "attnres seed 2" in claims["order"]["note"]
     assert "at 350M attnres - baseline -0.121, mhar H=8 - attnres -0.028" in claims["order"]["claim"]
     assert "-0.102 against -0.121" in claims["over_split"]["claim"]
     assert "read at 5,000 of the paper's 20,000 steps" in claims["delta_mhar"]["note"]
     assert "shorter schedule" not in claims["excess"]["note"]  # a probe row reads no tail-mean
+    # McNemar: no seed in, every seed pending and named
+    assert "no seed in yet (seeds 0, 1, 2 pending)" in claims["mcnemar"]["ours"]
+    assert "mhar H=8 seed 2" in claims["mcnemar"]["note"] and (out / "stats" / "mcnemar_seeds.json").is_file()
     report = (out / "report.md").read_text()
     assert "skipped figures: no finished run" in report and "skipped tail-means" in report
     assert not (out / "figures").exists() and not (out / "stats" / "tails.json").exists()
