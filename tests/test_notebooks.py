@@ -258,6 +258,7 @@ def test_the_350m_notebook_with_no_run_in(tmp_path, monkeypatch):
     assert "No run is in yet (" in text and "baseline seed 2, attnres seed 0" in text
     assert "No gain over training yet: no finished run pairs with the baseline." in text
     assert "paper350m: pending: runs missing: 16\n" in text
+    assert "| 2 | pending: no evaluation of baseline seed 2 (run not finished), mhar H=8 seed 2 (run not finished) |" in text
     lock = json.loads((study / "corpus" / "lock.json").read_text())
     assert f"distinct training tokens {lock['train_tokens']:,}" in text
     assert "Traceback" not in text
@@ -274,4 +275,5 @@ def test_the_350m_notebook_on_a_filled_study(tmp_path, monkeypatch):
     assert "10 of 11 planned runs of plan 'paper350m' are in." in text
     assert "one seed, drawn dashed with no band: mhar H=16 - attnres (seed 0), mhar H=16 - baseline (seed 0)" in text
     assert "| 5,000 | 163.8 |" in text and "No corpus lock in" in text
+    assert "| mhar_lastword | acc | 0, 1, 2 |" in text  # McNemar per seed: the line across the three seeds
     assert list((tmp_path / "work").rglob("gain_curve_350m.png"))

@@ -11,6 +11,7 @@ Modules, one job each:
   ceg        power-law fits and compute-equivalent gain
   text       the printed tables and JSON files of the commands
   paired_eval  `mhar stats mcnemar`: mcnemar_eval_dirs -> McNemar
+  mcnemar_seeds  a pair's McNemar at every seed and the line across seeds (CMH over seeds as strata)
   tails      `mhar stats tails`: tails -> Tails
   gain       `mhar stats ceg`: compute_equivalent_gain -> Gain
   gain_curves  a study's paired gain over training: gain_curves -> GainCurves (JSON and markdown)

@@ -8,7 +8,8 @@ Stages (each skips work that is already done, so a second run is quick):
   3. eval      held-out tasks through the LM Evaluation Harness, with samples
   4. probe     forced-compromise probes: width disagreement vs random-query null, collinearity,
                per-head deviations, head alignment
-  5. stats     McNemar of the plan's pairs, tail-means and paired seed deltas, CEG fit
+  5. stats     McNemar of the plan's pairs at every seed evaluated (and combined over seeds),
+               tail-means and paired seed deltas, CEG fit
   6. claims    the claim table: each paper claim the runs can test, our interval, a verdict
   7. figures   every paper figure and table these runs allow
   8. report    one Markdown + HTML page with the claims, runs, tables and figures inline

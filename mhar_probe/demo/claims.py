@@ -33,7 +33,8 @@ A plan may add rows (Plan.paper_deltas, Plan.spread_claims; the study at the pap
     from one scale to the next, as the paper's Table main has it from 100M to 350M (`scale_claim`);
   * (Plan.extra_claims) MHAR at the paper's over-split H above single-head at the main seed, read
     against the seed-to-seed margin of the optimum row (`over_split_claim`), and MHAR's gain over the
-    baseline along training, at the quarters and across the tail window (`gain_path_claim`).
+    baseline along training, at the quarters and across the tail window (`gain_path_claim`), and the McNemar
+    pairs at every seed evaluated with the combined test over seeds (`mcnemar_claim`, stats/mcnemar_seeds.json).
 A plan that trains fewer steps than the paper at its scale (Plan.paper_steps) says so in every row
 that reads tail-mean losses (`schedule_clause`).
 A study fills run by run: a claim whose planned runs are not finished is `pending: runs missing`,
