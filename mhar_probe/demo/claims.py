@@ -479,9 +479,10 @@ def _mcnemar_task(pair: dict[str, Any], across: dict[str, Any], pending: list[in
     seeds = [f"seed {t['seed']} {r['delta']:+.3f} [{r['ci_low']:+.3f}, {r['ci_high']:+.3f}] b/c {r['b']}/{r['c']} "
              f"p {_p(r['p_value'])}" for t in pair["tables"] for r in t["rows"]
              if (r["task"], r["filter"], r["metric"]) == key]
-    text = f"{across['task']} {across['metric']}: " + "; ".join(seeds + [f"seed {s} pending" for s in pending])
-    if len(across["seeds"]) == 1:
-        return text + f" (seed {across['seeds'][0]} only)"
+    only = f" (seed {across['seeds'][0]} only)" if len(across["seeds"]) == 1 else ""
+    text = f"{across['task']} {across['metric']}{only}: " + "; ".join(seeds + [f"seed {s} pending" for s in pending])
+    if only:
+        return text
     return (text + f"; {across['favour_b']} of {len(across['seeds'])} seeds favour {pair['label_b']}, "
             f"{across['favour_a']} {pair['label_a']}; over seeds b/c {across['b']}/{across['c']}, exact p "
             f"{_p(across['p_exact'])} (Holm {_p(across['p_holm'])})")
