@@ -112,6 +112,29 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
     assert "| 350m-mhar-h8-kv8-lr5e-4-s0-n8 | finished |" in done.stdout
 
 
+def test_the_last_call_of_a_run_exports_all_of_it(tmp_path):
+    """A run trained over three calls writes corpus.json in the first: the last call's part must still
+    hold it (every file of a run touched since the call began), while an untouched run and an old
+    prompt shard stay out."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("device_call", ROOT / "results" / "study350m" / "device_call.py")
+    device_call = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(device_call)
+    files = {"runs/a/corpus.json": 100, "runs/a/summary.json": 300, "runs/evals/a/x/results.json": 100,
+             "runs/b/summary.json": 100, "runs/evals/b/x/results.json": 100, "runs/evals/prompts/t.jsonl.gz": 100,
+             "runs/evals/prompts/u.jsonl.gz": 300, "runs/manifest.json": 100}
+    for name, t in files.items():
+        path = tmp_path / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(name)
+        os.utime(path, (t, t))
+    kept = device_call.touched_runs([tmp_path / n for n in files], tmp_path, since=200)
+    assert {str(p.relative_to(tmp_path)) for p in kept} == {
+        "runs/a/corpus.json", "runs/a/summary.json", "runs/evals/a/x/results.json",
+        "runs/evals/prompts/u.jsonl.gz", "runs/manifest.json"}
+
+
 def test_corpus_md_is_what_the_committed_lock_gives():
     """results/study350m/corpus.md holds no number by hand: it is rendered from the lock's files."""
     done = subprocess.run([sys.executable, str(ROOT / "results" / "study350m" / "corpus_report.py"), "--check"])
@@ -228,3 +251,22 @@ def test_the_readmes_schedule_arithmetic_is_the_committed_records():
     assert f"trains {PAPER350_STEPS:,} steps on whichever of 2 or 4 GPUs is lent (about {now / two / 60:.0f} and " \
            f"{now / (0.8 * two) / 60:.0f} minutes on two)" in said
     assert f"({now / 1e6:.1f}M against {20_000 * step_tokens / 1e6:.0f}M)" in said
+
+
+def test_the_committed_study_regenerates_as_committed(tmp_path):
+    """The study's one regeneration command, on a copy holding only the exported runs (and the corpus
+    lock), gives the committed claim table, statistics and figure tables byte for byte."""
+    from mhar_probe.demo import run_demo
+
+    study = ROOT / "results" / "study350m"
+    out = tmp_path / "study350m"
+    shutil.copytree(study / "runs", out / "runs")
+    shutil.copytree(study / "corpus", out / "corpus")
+    run_demo(out, plan=PAPER350, stages=["probe", "stats", "claims", "figures", "report"])
+    committed = sorted(p.relative_to(study) for d in ("stats", "figures", "probes") if (study / d).is_dir()
+                       for p in (study / d).rglob("*") if p.suffix in (".md", ".csv") and p.name != "index.md")
+    assert any(str(rel).startswith("stats/") for rel in committed)
+    for rel in [Path("claims.md"), *committed]:
+        assert (out / rel).read_text() == (study / rel).read_text(), rel
+    new, old = (json.loads((d / "claims.json").read_text()) for d in (out, study))
+    assert new == old

@@ -78,6 +78,23 @@ def prepare(args: argparse.Namespace, out: Path) -> int:
     return 0
 
 
+def touched_runs(written: list[Path], staging: Path, since: float) -> list[Path]:
+    """The files of an export that this call's part carries: every file of each run (runs/RUN/ and
+    runs/evals/RUN/) that has any file written since `since`, so the last call of a run exports all of
+    it (its corpus.json is written in the first call), the shared prompt shards written since, and the
+    sweep's manifest."""
+    def group(p: Path) -> str:
+        parts = p.relative_to(staging).parts
+        if len(parts) > 2 and parts[0] == "runs":
+            name = parts[2] if parts[1] == "evals" else parts[1]
+            if name != "prompts":
+                return name
+        return str(p)
+
+    fresh = {group(p) for p in written if p.stat().st_mtime >= since or p.name == "manifest.json"}
+    return sorted(p for p in written if group(p) in fresh)
+
+
 def export(study: Path, out: Path, tag: str, since: float) -> int:
     from mhar_probe.demo.export import export_study
 
@@ -86,7 +103,7 @@ def export(study: Path, out: Path, tag: str, since: float) -> int:
         subprocess.run(["rm", "-rf", str(staging)], check=True)
     staging.mkdir(parents=True)
     written = export_study(study, staging)
-    keep = sorted({p for p in written if p.stat().st_mtime >= since or p.name == "manifest.json"})
+    keep = touched_runs(written, staging, since)
     with tarfile.open(out / f"part_{tag}.tar.gz", "w:gz") as tar:
         for p in keep:
             tar.add(p, arcname=str(p.relative_to(staging)))
