@@ -66,11 +66,13 @@ class KernelConfig:
     backward's gather and fold recompute w_{c,j} = exp(l_{c,j} - m_c) / l_c from the source row
     and the reader's query they already hold (the forward's order of operations: bitwise the
     stored weights in the interpreter with one head count per stack; route/bwd_collect.py
-    `_reader_weight`). Per position at the 100M shape (d 768, 12 layers: 25 calls, 325 pairs,
-    H = 8): 16 x 8 x 325 = 41,600 bytes of weights no longer moved, 16 x 8 x 25 = 3,200 of
-    normalisers written and read instead, and 8 x 8 = 64 bytes more per (launch, reader) (133
-    at fold_calls 8: 8,512), net 29,888 bytes less (route/floors.py `built_bytes`). A route
-    asked for its weights (`need_weights`, a hook) still gets them, stored for it alone. Off by
+    `_reader_weight`). Per position at the 100M shape (the `100m` preset: d 512, 12 layers, 25
+    calls, 325 pairs, H = 8; the count does not depend on d): 16 x 8 x 325 = 41,600 bytes of
+    weights no longer moved (31,200 in the forward, 10,400 in the backward), 2 x 4 x 8 x 25 =
+    1,600 of normalisers written and 8 x 8 = 64 read per reader of a dout-reading launch (133
+    at fold_calls 8: 8,512): 31,488 bytes less, 1.37x -> 1.33x the stack floor
+    (route/floors.py `built_bytes`, tests/test_kernel_floors.py). A route asked for its weights
+    (`need_weights`, a hook) still gets them, stored for it alone. Off by
     default: not timed."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"

@@ -369,7 +369,7 @@ def plan_dout_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, 
 
 def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]],
                heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None,
-               douts_in_place: bool = False) -> float:
+               douts_in_place: bool = False, weights_logits: bool = False) -> float:
     """DRAM bytes per pair-element of the launches in `plan`, counting each row a launch touches
     once (a program's re-reads of the same positions come from cache):
 
@@ -379,7 +379,9 @@ def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, 
       per source of a launch: v_j read (src_bytes), ACC_j read / written (4 each, where the launch
         does), dx_j written (dx_bytes, gather);
       per reader of a launch that reads one of its sources: shift_c and S'_c (4 H_c each);
-      per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each).
+      per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each); with
+        `weights_logits` (`KernelConfig(stack_weights="logits")`) no w_{c,j}, but per reader of a
+        launch its softmax max and normaliser read (4 H_c each), the weights recomputed.
 
     Divided by sum_c n_c * d. The forward and the E pass (pair_e, the same in both backwards)
     are not counted."""
@@ -392,9 +394,9 @@ def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, 
                 total += dx_bytes * d
             for c in range(launch.call, launch.top1):
                 if layout[c][0] > j:
-                    total += 8 * heads[c]
+                    total += (4 if weights_logits else 8) * heads[c]
         for c in launch_readers(launch, layout):
-            total += 8 * heads[c]
+            total += (16 if weights_logits else 8) * heads[c]
         if launch.kind == "gather":
             total += dout_bytes * d + 8 * heads[launch.call]
     pairs = sum(n for n, _, _ in layout[: max(launch.call for launch in plan) + 1])
