@@ -143,3 +143,43 @@ def test_stack_weights_is_a_checked_field_off_by_default():
     with pytest.raises(ValueError, match="stack_weights"):
         KernelConfig(stack_weights="normaliser")
     assert KernelConfig().stack_weights == "stored"  # the default until a GPU measurement
+
+
+@pytest.mark.parametrize("method", ["mhar", "mhar_hw"])
+def test_the_model_asks_for_weights_only_where_a_hook_reads_them(monkeypatch, method):
+    """A model routing through triton with `stack_weights="logits"`: unhooked, no site asks its
+    stack for weights (none stored); a hook on one site's `hook_weights` gets that site's weights,
+    equal to eager's up to fp32 rounding, and only that site's calls ask."""
+    from mhar_probe.model.config import MHARConfig
+    from mhar_probe.model.modeling import MHARForCausalLM
+    from mhar_probe.model.routing import set_routing_backend
+
+    asked: list[bool] = []
+    forward_call = kad._StackState._forward_call
+
+    def spy(self, call, query, norm_weight, need_weights=True):
+        asked.append(need_weights)
+        return forward_call(self, call, query, norm_weight, need_weights)
+
+    monkeypatch.setattr(kad._StackState, "_forward_call", spy)
+    config = MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,
+                                    vocab_size=61)
+    torch.manual_seed(0)
+    model = MHARForCausalLM(config)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(0.05 * torch.randn_like(p))
+    ids = torch.randint(0, config.vocab_size, (1, 3))
+    sites = [m for name, m in model.named_modules() if name.endswith("sites.1")]
+    assert len(sites) == 1
+    seen = []
+    sites[0].hook_weights.register_forward_hook(lambda mod, args, out: seen.append(args[0].detach().clone()))
+    set_routing_backend(model, "eager")
+    model(input_ids=ids, labels=ids).loss.backward()
+    want = seen.pop()
+    set_routing_backend(model, "triton", KernelConfig(stack_weights="logits"))
+    asked.clear()
+    model(input_ids=ids, labels=ids).loss.backward()
+    assert rel(seen.pop(), want) < 1e-5
+    assert asked.count(True) == 1 and len(asked) > 1  # site 1 (before the MLP): one H-head read
