@@ -183,3 +183,19 @@ def test_the_model_asks_for_weights_only_where_a_hook_reads_them(monkeypatch, me
     model(input_ids=ids, labels=ids).loss.backward()
     assert rel(seen.pop(), want) < 1e-5
     assert asked.count(True) == 1 and len(asked) > 1  # site 1 (before the MLP): one H-head read
+
+
+def test_the_bench_times_the_logits_variant(monkeypatch):
+    """`mhar bench routing --backends triton,triton-weights-logits --check-grads` (device_run.sh
+    weights): the variant's backend carries stack_weights="logits" over the run's configuration,
+    in either order (device_run.sh alternates the arms' order by round)."""
+    from kernel_checks import POISON
+
+    from mhar_probe.bench.routing import check_arguments, variant_backend
+    from mhar_probe.cli.bench import routing_parser
+
+    cfg = variant_backend("triton-weights-logits", POISON).options
+    assert (cfg.stack_weights, cfg.stack_douts, cfg.poison) == ("logits", "slots", True)
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)  # check the arguments alone
+    for arms in ("triton,triton-weights-logits", "triton-weights-logits,triton"):
+        check_arguments(routing_parser().parse_args(["--backends", arms]))
