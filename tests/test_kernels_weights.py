@@ -82,19 +82,25 @@ def test_recomputed_weights_match_float64_and_the_stored_bitwise(tmp_path, forms
         assert torch.equal(a, b), i
 
 
-@pytest.mark.parametrize("dtype,half_sources,form", [(torch.float32, True, 1), (torch.float16, False, 2)])
-def test_recomputed_weights_in_mixed_and_half_chains_are_the_stored_bitwise(forms, dtype, half_sources, form):
+@pytest.mark.parametrize("dtype,half_sources,form,gather_row,fold_row", [
+    (torch.float32, True, 1, None, None),
+    (torch.float32, True, 1, (2, 1, 1, 0, 0), (1, 1, 2, 0, 0, 2)),  # q*g loaded after the dl store; w prefetched
+    (torch.float16, False, 2, None, None)])
+def test_recomputed_weights_in_mixed_and_half_chains_are_the_stored_bitwise(tmp_path, forms, dtype, half_sources,
+                                                                             form, gather_row, fold_row):
     """Autocast's layout (fp32 source 0 beside fp16 sublayer outputs: the forward's folded logit
-    r <q*g, v>, FORM 1) and an fp16 chain (keys rounded to fp16 before and after g: FORM 2,
-    RMODE 2, RK2), one head count per stack: bitwise the stored design's gradients."""
+    r <q*g, v>, FORM 1; under the built-in rows, and under rows that load q*g after the dl store
+    and prefetch the next reader's weight in the fold, two sources at a time) and an fp16 chain
+    (keys rounded to fp16 before and after g: FORM 2, RMODE 2, RK2), one head count per stack:
+    bitwise the stored design's gradients."""
     S, D = 5, 16
     heads = [4] * S
     leaves = _leaves(D, S, heads, 0, 11, dtype)
     got = []
     for weights, launched in (("logits", {form}), ("stored", {0})):
         forms.clear()
-        got.append(_grads(poisoned(stack_weights=weights, fold_calls=2), leaves, S, heads,
-                          half_sources=half_sources, need_weights=False))
+        cfg = _weights_cfg(tmp_path / f"{weights}.json", D, heads, 0, 2, gather_row, fold_row, weights)
+        got.append(_grads(cfg, leaves, S, heads, half_sources=half_sources, need_weights=False))
         assert set(forms) == launched
     for i, (a, b) in enumerate(zip(*got)):
         assert torch.isfinite(a).all() and torch.equal(a, b), i

@@ -105,7 +105,7 @@ def _round_to(x, RMODE: tl.constexpr):
 @triton.jit
 def _reader_weight(c, va, vb, r, cola, colb, cmaska, cmaskb, U, QG, NORM, so, pidx, live, hc, CALL_N, P,
                    D: tl.constexpr, HM: tl.constexpr, SAME_H: tl.constexpr, FORM: tl.constexpr,
-                   RMODE: tl.constexpr, RK2: tl.constexpr):
+                   RMODE: tl.constexpr, RK2: tl.constexpr, UT=None):
     """w_{c,j} [BP, HM] recomputed from source j's row tiles (va, vb; r = r_j) and reader c's
     softmax max and normaliser m_c, l_c (NORM: per call [2, P, H_c] at 2 so, stored by its
     forward; `KernelConfig(stack_weights="logits")`), in the forward's order of operations:
@@ -122,8 +122,12 @@ def _reader_weight(c, va, vb, r, cola, colb, cmaska, cmaskb, U, QG, NORM, so, pi
     nc = tl.load(CALL_N + c)
     cq = tl.where(nc > 0, c, 0)  # the sentinel call (past the last) has no parameter rows: read call 0's
     if FORM == 1:
-        ua = tl.load(U + cq * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-        ub = tl.load(U + cq * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        if UT is None:
+            ua = tl.load(U + cq * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
+            ub = tl.load(U + cq * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
+        else:  # the reader's u_c tiles, loaded by the caller
+            ua = UT[0]
+            ub = UT[1]
         lg = tl.sum(va * ua, axis=2) + tl.sum(vb * ub, axis=2)  # [BP, HM] per sub-head
         if not SAME_H:
             if hc != HM:
@@ -263,7 +267,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
-        if LOADS_FIRST:  # before the dl store below, which they may not pass
+        if LOADS_FIRST or FORM == 1:  # before the dl store below, which they may not pass (FORM 1: w needs them)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
             nc = tl.load(CALL_N + c)
@@ -272,7 +276,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
         so = tl.load(CALL_SOFF + c)
         if FORM > 0:
             wg = _reader_weight(c, vga, vgb, rg, cola, colb, cmaska, cmaskb, U, QG, NORM, so, pidx, m2, hc,
-                                CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2)
+                                CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
         else:
             wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
         sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
@@ -284,12 +288,12 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
         dl = wg * ((ds - sh) - sr)
         # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
         # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
-        if LOADS_FIRST:
+        if LOADS_FIRST or FORM == 1:
             dl = tl.where((zero_h + nc)[None, :] > 1, dl, 0.0)
         else:
             dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
-        if not LOADS_FIRST:
+        if not (LOADS_FIRST or FORM == 1):
             # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
             # be converted through shared memory, with a block barrier, on every reader)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)

@@ -85,17 +85,18 @@ def _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM: tl
 def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H, CALL_WOFF,
                CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr,
                src=None, cols=None, U=None, QG=None, NORM=None, CALL_N=None, D: tl.constexpr = 0,
-               FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False):
+               FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False, UT=None):
     """Reader c's per-head rows [BP, HM] for sources j (and j + 1 where TWO): w_{c,j}
     (w_{c,j+1}), shift_c, S'_c; 0 where the reader does not read the source (rd1, rd2 [HM]).
     FORM > 0: the weights recomputed (`_reader_weight`) from the sources' tiles and r
-    (src = (va1, vb1, r1, va2, vb2, r2)) and the column tiles (cols = (cola, colb, cmaska, cmaskb))."""
+    (src = (va1, vb1, r1, va2, vb2, r2)) and the column tiles (cols = (cola, colb, cmaska, cmaskb));
+    UT: reader c's u_c tiles where the caller has loaded them (FORM 1)."""
     hc, wo, so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
     m1 = pmask[:, None] & rd1[None, :]
     mr = m1
     if FORM > 0:
         wg1 = _reader_weight(c, src[0], src[1], src[2], cols[0], cols[1], cols[2], cols[3], U, QG, NORM, so,
-                             pidx, m1, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2)
+                             pidx, m1, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
     else:
         wg1 = tl.load(WALL + wo + pidx, mask=m1, other=0.0)
     wg2 = wg1
@@ -104,7 +105,7 @@ def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H
         mr = m1 | m2
         if FORM > 0:
             wg2 = _reader_weight(c, src[3], src[4], src[5], cols[0], cols[1], cols[2], cols[3], U, QG, NORM,
-                                 so, pidx, m2, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2)
+                                 so, pidx, m2, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
         else:
             wg2 = tl.load(WALL + wo + P * hc + pidx, mask=m2, other=0.0)
     sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
@@ -192,14 +193,15 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             nnext = zero_h + tl.load(CALL_N + c + 1)
             rd1 = nnext > j
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
-        if LOADS_FIRST:  # before the dl stores below, which they may not pass
+        if LOADS_FIRST or (FORM == 1 and PREFETCH < 2):  # before the dl stores below, which they may not
+            # pass (FORM 1: this reader's weights need them)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         nc = tl.load(CALL_N + c)
         if PREFETCH < 2:
             wg1, wg2, sh, sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
                                           CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, src, cols, U, QG,
-                                          NORM, CALL_N, D, FORM, RMODE, RK2)
+                                          NORM, CALL_N, D, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
         hc, wo, _so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
         one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
         ds1 = tl.sum(doga * va1, axis=2) + tl.sum(dogb * vb1, axis=2)  # [BP, HM] per sub-head
@@ -215,7 +217,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
         if TWO:
             dl2 = tl.where(one_way, wg2 * ((ds2 - sh) - sr), 0.0)
             tl.store(DALL + wo + P * hc + pidx, dl2, mask=m2)
-        if not LOADS_FIRST:
+        if not (LOADS_FIRST or (FORM == 1 and PREFETCH < 2)):
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         acc_va1 += wg1[:, :, None] * doga
