@@ -10,7 +10,9 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
     out_h    = sum_n w_{n,h} v_{n,h}            (+ partial + gate * ... in the delta form)
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
-which the backward and the hooks read. `naive.route_reference_f64` is the plain torch reading.
+which the backward and the hooks read, or (STORE_NORM, a stack's `KernelConfig(stack_weights=
+"logits")`) each (position, head)'s max m and normaliser l = sum_n exp(l_n - m), from which the
+stack's backward recomputes w_n = exp(l_n - m) / l. `naive.route_reference_f64` is the plain torch reading.
 """
 
 from __future__ import annotations
