@@ -83,18 +83,22 @@ def _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM: tl
 
 @triton.jit
 def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H, CALL_WOFF,
-               CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr,
+               CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr, BLOCK_P: tl.constexpr,
                src=None, cols=None, U=None, QG=None, NORM=None, CALL_N=None, D: tl.constexpr = 0,
-               FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False, UT=None):
+               FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False, UT=None,
+               WEIGHTS: tl.constexpr = True, SHIFTS: tl.constexpr = True):
     """Reader c's per-head rows [BP, HM] for sources j (and j + 1 where TWO): w_{c,j}
     (w_{c,j+1}), shift_c, S'_c; 0 where the reader does not read the source (rd1, rd2 [HM]).
     FORM > 0: the weights recomputed (`_reader_weight`) from the sources' tiles and r
     (src = (va1, vb1, r1, va2, vb2, r2)) and the column tiles (cols = (cola, colb, cmaska, cmaskb));
-    UT: reader c's u_c tiles where the caller has loaded them (FORM 1)."""
+    UT: reader c's u_c tiles where the caller has loaded them (FORM 1). WEIGHTS / SHIFTS off: the
+    weights / shift and S' are not formed (zeros)."""
     hc, wo, so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
     m1 = pmask[:, None] & rd1[None, :]
     mr = m1
-    if FORM > 0:
+    if not WEIGHTS:
+        wg1 = tl.zeros([BLOCK_P, HM], tl.float32)
+    elif FORM > 0:
         wg1 = _reader_weight(c, src[0], src[1], src[2], cols[0], cols[1], cols[2], cols[3], U, QG, NORM, so,
                              pidx, m1, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
     else:
@@ -103,13 +107,19 @@ def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H
     if TWO:
         m2 = pmask[:, None] & rd2[None, :]
         mr = m1 | m2
-        if FORM > 0:
+        if not WEIGHTS:
+            wg2 = wg1
+        elif FORM > 0:
             wg2 = _reader_weight(c, src[3], src[4], src[5], cols[0], cols[1], cols[2], cols[3], U, QG, NORM,
                                  so, pidx, m2, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
         else:
             wg2 = tl.load(WALL + wo + P * hc + pidx, mask=m2, other=0.0)
-    sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
-    sr = tl.load(SALL + so + pidx, mask=mr, other=0.0)
+    if SHIFTS:
+        sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
+        sr = tl.load(SALL + so + pidx, mask=mr, other=0.0)
+    else:
+        sh = tl.zeros([BLOCK_P, HM], tl.float32)
+        sr = sh
     return wg1, wg2, sh, sr
 
 
@@ -157,9 +167,10 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
     else:
         dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     if PREFETCH == 2:
+        # recomputed weights (FORM > 0) are formed in the reader's own iteration, not a reader ahead
         wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
-                                        CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, src, cols, U, QG,
-                                        NORM, CALL_N, D, FORM, RMODE, RK2)
+                                        CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols, U,
+                                        QG, NORM, CALL_N, D, FORM, RMODE, RK2, None, FORM == 0)
     for c in range(call, top1):
         cur1 = rd1  # this reader's; rd1, rd2 move on to the next reader below
         cur2 = rd2
@@ -183,8 +194,9 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
             if PREFETCH == 2:
                 wn1, wn2, shn, srn = _fold_meta(c + 1, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL,
-                                                SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, src,
-                                                cols, U, QG, NORM, CALL_N, D, FORM, RMODE, RK2)
+                                                SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P,
+                                                src, cols, U, QG, NORM, CALL_N, D, FORM, RMODE, RK2, None,
+                                                FORM == 0)
         else:
             rdd = rd1 | rd2
             dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
@@ -193,15 +205,20 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             nnext = zero_h + tl.load(CALL_N + c + 1)
             rd1 = nnext > j
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
-        if LOADS_FIRST or (FORM == 1 and PREFETCH < 2):  # before the dl stores below, which they may not
-            # pass (FORM 1: this reader's weights need them)
+        if LOADS_FIRST or FORM == 1:  # before the dl stores below, which they may not pass (FORM 1: this
+            # reader's weights need them)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         nc = tl.load(CALL_N + c)
         if PREFETCH < 2:
             wg1, wg2, sh, sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
-                                          CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, src, cols, U, QG,
-                                          NORM, CALL_N, D, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
+                                          CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols, U,
+                                          QG, NORM, CALL_N, D, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
+        elif FORM > 0:  # prefetched shift and S', this reader's weights recomputed now
+            wg1, wg2, _sh, _sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
+                                            CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols,
+                                            U, QG, NORM, CALL_N, D, FORM, RMODE, RK2,
+                                            (ua, ub) if FORM == 1 else None, True, False)
         hc, wo, _so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
         one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
         ds1 = tl.sum(doga * va1, axis=2) + tl.sum(dogb * vb1, axis=2)  # [BP, HM] per sub-head
@@ -217,7 +234,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
         if TWO:
             dl2 = tl.where(one_way, wg2 * ((ds2 - sh) - sr), 0.0)
             tl.store(DALL + wo + P * hc + pidx, dl2, mask=m2)
-        if not (LOADS_FIRST or (FORM == 1 and PREFETCH < 2)):
+        if not (LOADS_FIRST or FORM == 1):
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         acc_va1 += wg1[:, :, None] * doga
