@@ -138,7 +138,9 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
     source). PREFETCH 1: the next reader's dout is loaded one iteration ahead; 2: its w (both
     sources), shift and S' as well (all written by earlier launches, so no store of this loop
     precedes them). Douts where `_dout_at` says (IN_PLACE). Returns (dv_j tiles, dv_{j+1}
-    tiles; the latter dv_j's where not TWO). FORM > 0: the weights recomputed (`_fold_meta`)."""
+    tiles; the latter dv_j's where not TWO). FORM > 0: the weights recomputed (`_fold_meta`), in
+    each reader's own iteration also under PREFETCH 2 (which then prefetches shift and S' alone:
+    a weight formed a reader ahead held more registers across the loop)."""
     va1, vb1, r1 = _fold_source(VSRC, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
     va2, vb2, r2 = va1, vb1, r1
     if TWO:
