@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout, plan_bytes
+from mhar_probe.kernels.route.bwd_fold import backward_plan, launch_readers, model_layout, plan_bytes
 from mhar_probe.kernels.route.floors import (StackWidths, built_bytes, forward_bytes, four_byte_floor,
-                                             pair_e_bytes, stack_floor)
+                                             pair_e_bytes, stack_floor, weight_bytes)
 
 LAYOUT3 = [(1, 0, 1), (2, 1, 2), (3, 2, 3)]  # three calls over three sources, each appended before its first reader
 
@@ -80,7 +80,7 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     from kernel_checks import poisoned_stack, spy_launcher
 
     def fwd_launch(args, consts):  # (N, APPEND, H)
-        return args[13], bool(consts["APPEND"]), consts["H"]
+        return args[14], bool(consts["APPEND"]), consts["H"]
 
     fwd_seen = spy_launcher(monkeypatch, rfwd, "_FWD", fwd_launch)
     fwd_split_seen = spy_launcher(monkeypatch, rfwd, "_FWD_SPLIT", fwd_launch)
@@ -106,10 +106,10 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     assert pair_e_bytes(layout, D, [H] * S, P, block_c, widths) == P * counted_e
 
 
-def _mixed_chain(make_stack, S, D, H, P):
+def _mixed_chain(make_stack, S, D, H, P, need_weights=True):
     """A model-shaped chain of S calls (d D, H heads, P positions) through make_stack(S, params):
     an fp32 source 0, bf16 sublayer outputs (tanh of each routed output), fp32 routed outputs;
-    forward and backward run. Returns the stack."""
+    forward and backward run (need_weights: what each route is told). Returns the stack."""
     from kernel_checks import DEV, EPS
 
     gen = torch.Generator().manual_seed(0)
@@ -119,7 +119,7 @@ def _mixed_chain(make_stack, S, D, H, P):
     stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
     outs = []
     for s in range(S):
-        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
+        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack), need_weights=need_weights)
         outs.append(out)
         if s < S - 1:
             stack.append(torch.tanh(out).to(torch.bfloat16))
@@ -185,20 +185,22 @@ class _DoutTraffic:
         addr = np.broadcast_to(ptrs.data, np.broadcast_shapes(ptrs.data.shape, mask.data.shape))
         return addr[np.broadcast_to(mask.data, addr.shape)].astype(np.uint64), ptrs.get_element_ty().primitive_bitwidth // 8
 
-    def launch(self, launcher, grid, args, consts, rest, douts):
-        """Run one launch traced; `douts`: the tensors whose bytes count as the douts'."""
+    def launch(self, launcher, grid, args, consts, rest, douts, every_store=False):
+        """Run one launch traced; `douts`: the tensors whose bytes count as the douts'.
+        every_store: each store of an element counted (the forward's logits, then its weights,
+        over the same elements), not each element stored."""
         self.on, self.loads, self.stores = True, [], []
         try:
             launcher(grid, args, consts, *rest)
         finally:
             self.on = False
-        spans = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in douts]
+        spans = {(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in douts}
         total = 0
-        for seen in (self.loads, self.stores):
+        for seen, every in ((self.loads, False), (self.stores, every_store)):
             distinct = set()
-            for addr, size in seen:
+            for k, (addr, size) in enumerate(seen):
                 for lo, hi in spans:
-                    distinct.update((int(a), size) for a in addr[(addr >= lo) & (addr < hi)])
+                    distinct.update(((k, int(a)) if every else int(a), size) for a in addr[(addr >= lo) & (addr < hi)])
             total += sum(size for _, size in distinct)
         self.bytes.append(total)
 
@@ -253,3 +255,104 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_
         assert sum(traffic.bytes) == P * plan_dout_bytes(seen, layout, D, 4, in_place=douts == "in_place"), douts
         measured[douts] = sum(traffic.bytes)
     assert measured["slots"] - measured["in_place"] == 2 * 4 * D * P * S
+
+
+# ------------------------------------------------ the weights' bytes: stored, or recomputed from logits
+def test_weights_logits_save_the_weights_at_the_paper_stacks():
+    """`built_bytes` of the logits design (`KernelConfig(stack_weights="logits")`): the forward
+    moves 8 H bytes of normaliser per call instead of 12 H n of logits and weights, the backward
+    reads 8 H more per reader of a launch and 4 H less per pair, pair_e unchanged. At the 100M
+    stack (25 calls, H = 8, fold_calls 8: 133 readers of launches) that is 31,488 bytes a position
+    less, whatever d (the number in KernelConfig's docstring)."""
+    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
+        layout, heads = model_layout(calls), [8] * calls
+        plan = backward_plan(layout, calls - 1, 8)
+        stored = built_bytes(layout, d, heads, P, 8, 16)
+        logits = built_bytes(layout, d, heads, P, 8, 16, weights_logits=True)
+        both = built_bytes(layout, d, heads, P, 8, 16, douts_in_place=True, weights_logits=True)
+        readers = sum(len(launch_readers(x, layout)) for x in plan)
+        pairs = calls * (calls + 1) // 2
+        assert logits.pair_e == stored.pair_e
+        assert stored.fwd - logits.fwd == P * (12 * 8 * pairs - 8 * 8 * calls)
+        assert stored.bwd - logits.bwd == pytest.approx(P * (4 * 8 * pairs - 8 * 8 * readers), rel=1e-12)
+        # with the douts in place too it may fall below the floor (at 1B: the fold reads a source
+        # once per block of readers, below the floor's once per pair; floors.py)
+        assert both.total < logits.total < stored.total and stack_floor(layout, d, heads, P) < logits.total
+        if calls == 25:
+            assert readers == 133 and stored.total - logits.total == pytest.approx(31_488 * P, rel=1e-12)
+
+
+@pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
+def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
+    """The chain of `test_dout_bytes_are_those_of_the_launches` in both weight designs: the bytes
+    every forward launch loads and stores in its weights (W) or normaliser (NORM), and every
+    dout-reading launch loads from the stored weights or the normalisers, from the interpreter's
+    own loads and stores (`_DoutTraffic`; the forward's logits and weights stored over the same
+    elements counted twice) are `forward_bytes`' and `plan_bytes`' weight terms. The logits
+    design stores no weights (no W buffer, no forward launch with STORE_W) and no backward launch
+    loads from its placeholder W (the dl buffer): a weight write or read that came back would
+    fail here."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.route.autograd as kad
+    import mhar_probe.kernels.route.fwd as rfwd
+    from kernel_checks import poisoned_stack
+
+    from mhar_probe.kernels.route.bwd_fold import BackwardLaunch
+
+    traffic = _DoutTraffic(monkeypatch)
+    fwd_launchers = {name: getattr(rfwd, name) for name in ("_FWD", "_FWD_SPLIT")}
+    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
+    seen: list[BackwardLaunch] = []
+    fwd_bytes, bwd_bytes, dl_loads, store_w = [], [], [], []
+    logits = False
+
+    def spy_fwd(name):
+        def run(grid, args, consts, *rest):
+            store_w.append(consts["STORE_W"])
+            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[8], args[12]], every_store=True)
+            fwd_bytes.append(traffic.bytes.pop())
+        return run
+
+    def traced(launcher, grid, args, consts, rest, wall, dall):
+        traffic.launch(launcher, grid, args, consts, rest, [args[-2] if logits else wall])
+        bwd_bytes.append(traffic.bytes.pop())
+        spans = (dall.data_ptr(), dall.data_ptr() + dall.numel() * 4)
+        dl_loads.append(sum(int(((a >= spans[0]) & (a < spans[1])).sum()) for a, _ in traffic.loads))
+
+    def spy_gather(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
+        traced(gather, grid, args, consts, rest, args[8], args[9])
+
+    def spy_fold(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
+        traced(fold, grid, args, consts, rest, args[6], args[7])
+
+    for name in fwd_launchers:
+        monkeypatch.setattr(rfwd, name, spy_fwd(name))
+    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
+    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    S, D, H, P = 6, 8, 2, 3
+    measured = {}
+    for weights in ("stored", "logits"):
+        logits = weights == "logits"
+        for kept in (seen, fwd_bytes, bwd_bytes, dl_loads, store_w):
+            kept.clear()
+        stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
+                                                                 fold_calls=fold_calls, stack_weights=weights),
+                             S, D, H, P, need_weights=False)
+        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+        assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
+        assert store_w == [not logits] * S and (stack._w_flat is None) == logits and sum(dl_loads) == 0
+        assert sum(fwd_bytes) == P * sum(weight_bytes(n, H, logits) for n, _, _ in layout), weights
+        per_pair = sum(4 * H * sum(1 for c in range(x.call, x.top1) for j in range(x.lo, x.hi) if layout[c][0] > j)
+                       for x in seen)
+        per_reader = sum(8 * H * len(launch_readers(x, layout)) for x in seen)
+        assert sum(bwd_bytes) == P * (per_reader if logits else per_pair), weights
+        measured[weights] = (sum(fwd_bytes), sum(bwd_bytes))
+    widths = StackWidths(src0=4, src=2, out=4, dout=4)
+    heads = [H] * S
+    assert measured["stored"][0] - measured["logits"][0] == \
+        forward_bytes(layout, D, heads, P, widths) - forward_bytes(layout, D, heads, P, widths, weights_logits=True)
+    saved = (plan_bytes(seen, layout, heads, D, 2, 4) - plan_bytes(seen, layout, heads, D, 2, 4, weights_logits=True)) \
+        * sum(n for n, _, _ in layout) * D * P
+    assert measured["stored"][1] - measured["logits"][1] == pytest.approx(saved, rel=1e-12)

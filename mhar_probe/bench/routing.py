@@ -50,7 +50,9 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # the default 8 (`--backends triton,triton-gather` times the two backwards side by side).
 # douts-in-place: the stack backward reads each dout where autograd left it instead of a slot copy
 # (`stack_douts="in_place"`, issue 55; bitwise today's gradients: `--check-grads` checks that
-# first). The variants that lost against today's kernels are gone (mhar_probe/kernels/README.md
+# first). weights-logits: the stack forward stores each call's softmax normaliser instead of its
+# weights, which the backward recomputes (`stack_weights="logits"`, issue 55; bitwise today's
+# gradients at one head count per stack, as here: `--check-grads`). The variants that lost against today's kernels are gone (mhar_probe/kernels/README.md
 # says which commit last had each).
 VARIANTS: dict[str, dict[str, object]] = {
     "triton-storage-douts": dict(routing_douts="storage"),
@@ -59,6 +61,7 @@ VARIANTS: dict[str, dict[str, object]] = {
     "triton-fold12": dict(fold_calls=12),
     "triton-fold16": dict(fold_calls=16),
     "triton-douts-in-place": dict(stack_douts="in_place"),
+    "triton-weights-logits": dict(stack_weights="logits"),
 }
 #: --check-grads: the most a triton variant's gradients may differ from triton's (max |a - b| / max
 #: |b| over every leaf) before the shape is refused untimed; bitwise-equal variants report 0
@@ -161,7 +164,7 @@ class _FLAStack:
     def append(self, x: torch.Tensor) -> None:
         self.sources.append(x)
 
-    def route(self, q, g, H, eps, n):
+    def route(self, q, g, H, eps, n, need_weights=True):
         from fla.ops.attnres import fused_attnres
 
         assert H == 1, "FLA's fused_attnres is single-head"
@@ -183,7 +186,7 @@ def chain_fwd(backend, xs, qs, gs, H, params: bool = True):
     outs = []
     for s in range(len(xs)):
         stack.append(xs[s])
-        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1)[0])
+        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1, need_weights=False)[0])  # as the model
     return outs
 
 

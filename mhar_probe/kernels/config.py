@@ -27,6 +27,8 @@ ROUTING_DOUTS = ("promoted", "storage")
 STACK_BACKWARDS = ("fold", "gather")
 #: where the stack backward reads each call's upstream gradient (`KernelConfig.stack_douts`)
 STACK_DOUTS = ("slots", "in_place")
+#: what the stack forward keeps of its routing weights for the backward (`KernelConfig.stack_weights`)
+STACK_WEIGHTS = ("stored", "logits")
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,23 @@ class KernelConfig:
     under autocast (the slot written and re-read), bitwise the same gradients. Needs the
     promoted douts (routing_douts "promoted": a "storage" slot rounds the dout, which in place
     cannot). Off by default: timed on an H200 it was 0.97x / 0.95x the slots at 350M / 1B but
-    1.13x at 100M (benchmarks/kernels/results.md, "Douts read in place")."""
+    1.13x at 100M (benchmarks/kernels/results.md, "Douts read in place").
+    stack_weights: what the forward of a stack built with its sites' parameters keeps of its
+    routing weights for the backward. "stored" (default): W [n_c, P, H_c] fp32 per call, the raw
+    logits written, re-read and rewritten as weights by the forward, read once more per pair by
+    the backward (4 passes of 4 H_c bytes per pair). "logits" (issue 55's second lever): the
+    forward stores only each call's softmax max and normaliser [2, P, H_c] fp32, and the
+    backward's gather and fold recompute w_{c,j} = exp(l_{c,j} - m_c) / l_c from the source row
+    and the reader's query they already hold (the forward's order of operations: bitwise the
+    stored weights in the interpreter with one head count per stack; route/bwd_collect.py
+    `_reader_weight`). Per position at the 100M shape (the `100m` preset: d 512, 12 layers, 25
+    calls, 325 pairs, H = 8; the count does not depend on d): 16 x 8 x 325 = 41,600 bytes of
+    weights no longer moved (31,200 in the forward, 10,400 in the backward), 2 x 4 x 8 x 25 =
+    1,600 of normalisers written and 8 x 8 = 64 read per reader of a dout-reading launch (133
+    at fold_calls 8: 8,512): 31,488 bytes less, 1.37x -> 1.33x the stack floor
+    (route/floors.py `built_bytes`, tests/test_kernel_floors.py). A route asked for its weights
+    (`need_weights`, a hook) still gets them, stored for it alone. Off by
+    default: not timed."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
@@ -63,6 +81,7 @@ class KernelConfig:
     stack_backward: Literal["fold", "gather"] = "fold"
     fold_calls: int = 8
     stack_douts: Literal["slots", "in_place"] = "slots"
+    stack_weights: Literal["stored", "logits"] = "stored"
 
     def __post_init__(self) -> None:
         if self.routing_douts not in ROUTING_DOUTS:
@@ -74,6 +93,9 @@ class KernelConfig:
         if self.stack_douts not in STACK_DOUTS:
             raise ValueError(f"KernelConfig.stack_douts={self.stack_douts!r}: choose from "
                              f"{', '.join(STACK_DOUTS)}")
+        if self.stack_weights not in STACK_WEIGHTS:
+            raise ValueError(f"KernelConfig.stack_weights={self.stack_weights!r}: choose from "
+                             f"{', '.join(STACK_WEIGHTS)}")
         if self.stack_douts == "in_place" and self.routing_douts != "promoted":
             raise ValueError("KernelConfig.stack_douts='in_place' reads each dout as autograd gives it: "
                              "it needs routing_douts='promoted' (a 'storage' slot rounds the dout)")

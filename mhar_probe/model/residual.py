@@ -60,13 +60,15 @@ class RoutingSite(nn.Module):
         if self.hook_sources.active:
             self.hook_sources(stack.stacked(n))
         g = self.key_norm.weight
+        hooked = self.hook_weights.active  # unhooked, a stack may skip storing the weights
         if self.query.dim() == 1:
-            out, weights = stack.route(self.query, g, self.num_heads, self.eps, n)
+            out, weights = stack.route(self.query, g, self.num_heads, self.eps, n, need_weights=hooked)
         else:  # one full-width single-head read per KV group
-            reads = [stack.route(q, g, 1, self.eps, n) for q in self.query]
+            reads = [stack.route(q, g, 1, self.eps, n, need_weights=hooked) for q in self.query]
             out = torch.stack([o for o, _ in reads])  # [G, B, T, d]
-            weights = torch.cat([w for _, w in reads], dim=-1)  # [N, B, T, G]
-        if self.hook_weights.active:
+            if hooked:
+                weights = torch.cat([w for _, w in reads], dim=-1)  # [N, B, T, G]
+        if hooked:
             self.hook_weights(weights)
         return self.hook_out(out)
 

@@ -95,7 +95,9 @@ class SourceStack(Protocol):
     def stacked(self, n: int | None = None) -> Tensor: ...  # [n, B, T, d]
 
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None) -> tuple[Tensor, Tensor]: ...
+              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]: ...
+    # need_weights=False: the caller drops the weights, so a stack that does not store them
+    # (triton's `KernelConfig(stack_weights="logits")`) may return None; others return them anyway
 
 
 RouteFn = Callable[..., tuple[Tensor, Tensor]]
@@ -122,7 +124,7 @@ class ListSourceStack:
         return torch.stack(self.sources[: len(self.sources) if n is None else n])
 
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None) -> tuple[Tensor, Tensor]:
+              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor]:
         return self._route_fn(self.stacked(n), query, norm_weight, num_heads, eps)
 
 

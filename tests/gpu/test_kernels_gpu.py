@@ -179,11 +179,13 @@ def test_fp32_shared_stack_chain(hw, collect, triton_stack):
     assert max(et) <= 1.5 * max(ee) + 1e-7, (max(et), max(ee))
 
 
-def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, collect=False):
+def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, collect=False, need_weights=True):
     """Routing alone, many calls over one stack: every source is a leaf (bf16 values, the same
     for every path) and every call's output gradient is given, so the only difference between
     two runs is the routing implementation (no chain of shared bf16 ops amplifying flips).
-    Sibling reads of one site (hw > 0) share one query as mhar_hw's G reads share the norm."""
+    Sibling reads of one site (hw > 0) share one query as mhar_hw's G reads share the norm.
+    need_weights=False: the routes are told their weights are not wanted, and only the
+    gradients come back (a stack that does not store weights returns None for them)."""
     S = 2 * L + 1
     g = torch.Generator(device="cuda").manual_seed(seed)
     xs = [torch.randn(2, 37, D, device="cuda", generator=g) * (0.5 + s / S) for s in range(S)]
@@ -200,17 +202,18 @@ def stack_reads(make_stack, dtype, L=6, D=1280, heads=(8, 1, 4), hw=4, seed=0, c
         stack.append(xs[s])
         if hw and s % 2 == 0:
             for k in range(hw):
-                o, w = stack.route(qs[s][k] if qs[s].dim() == 2 else qs[s], gs[s], 1, EPS, s + 1)
+                o, w = stack.route(qs[s][k] if qs[s].dim() == 2 else qs[s], gs[s], 1, EPS, s + 1,
+                                   need_weights=need_weights)
                 loss = loss + (o.double() * douts[s].double() * (k + 1)).sum()
                 ws.append(w)
         else:
-            o, w = stack.route(qs[s], gs[s], heads[s % len(heads)], EPS, s + 1)
+            o, w = stack.route(qs[s], gs[s], heads[s % len(heads)], EPS, s + 1, need_weights=need_weights)
             loss = loss + (o.double() * douts[s].double()).sum()
             ws.append(w)
     grads = list(torch.autograd.grad(loss, leaves))
     if collect and hw:  # back to one gradient per sibling-read query, as without collect
         grads = [gr.sum(0) if gr.dim() == 2 else gr for gr in grads]
-    return [w.detach() for w in ws] + grads
+    return ([w.detach() for w in ws] if need_weights else []) + grads
 
 
 @pytest.fixture(params=["stack_bwd", "fold", "fold3", "gather"], ids=["", "collect", "fold3", "gather"])
@@ -369,6 +372,30 @@ def test_douts_in_place_at_model_depth(L, D, heads, changes):
     record(test="douts_in_place_at_depth", L=L, D=D, heads=list(heads), changes=changes, bitwise=bitwise,
            max_rel=max(rel(a, b) for a, b in zip(in_place, slots)))
     assert bitwise
+
+
+@pytest.mark.parametrize("L,D,heads,changes", [(12, 512, (8,), {}), (36, 1280, (8,), {}),
+                                               (24, 1024, (8,), dict(stack_backward="gather")),
+                                               (12, 1280, (8, 1, 4), dict(stack_douts="in_place"))])
+def test_weights_logits_at_model_depth(L, D, heads, changes):
+    """The weights recomputed from each call's normaliser (`stack_weights="logits"`, the routes
+    asking for no weights, as the model's unhooked sites) at the model's depths (25 / 73 / 49
+    calls; d/H = 64, 160 in two tiles, 128; mixed head counts with the douts in place): every
+    gradient within 1e-5 of the stored weights' design and no further from float64 than it
+    (1.5x + 1e-7); whether they are bitwise the stored design's is recorded (the interpreter's
+    are at one head count per stack; compiled, the logits' sums may be laid out otherwise)."""
+    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True, need_weights=False)
+    truth = stack_reads(_f64_stack, torch.float64, **kw)
+    stored = stack_reads(configured(**changes), torch.float32, **kw)
+    logits = stack_reads(configured(stack_weights="logits", **changes), torch.float32, **kw)
+    el = [rel(a, b) for a, b in zip(logits, truth)]
+    es = [rel(a, b) for a, b in zip(stored, truth)]
+    between = [rel(a, b) for a, b in zip(logits, stored, strict=True)]
+    record(test="weights_logits_at_depth", L=L, D=D, heads=list(heads), changes=changes,
+           bitwise=all(torch.equal(a, b) for a, b in zip(logits, stored)), max_rel_vs_stored=max(between),
+           logits_vs_f64_max=max(el), stored_vs_f64_max=max(es))
+    assert max(el) <= 1.5 * max(es) + 1e-7, (max(el), max(es))
+    assert max(between) < 1e-5, max(between)
 
 
 # fold rows (block_p, num_warps, prefetch, maxnreg, loads_first, sources): two sources per reader
@@ -660,8 +687,9 @@ def test_pair_e_split_dot_over_the_bf16_buffer_matches_ieee_dot(monkeypatch, D):
 
 @pytest.mark.parametrize("collect,changes", [(False, {}), (True, {}), (True, dict(fold_calls=2)),
                                              (True, dict(stack_backward="gather")),
-                                             (True, dict(fold_calls=2, stack_douts="in_place"))],
-                         ids=["", "collect", "fold2", "gather", "fold2_douts_in_place"])
+                                             (True, dict(fold_calls=2, stack_douts="in_place")),
+                                             (True, dict(fold_calls=2, stack_weights="logits"))],
+                         ids=["", "collect", "fold2", "gather", "fold2_douts_in_place", "fold2_weights_logits"])
 def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     """The routing autograd path is capturable (no host sync, host-built tables on the device
     once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed
@@ -670,8 +698,9 @@ def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     allocated and written between replays (what a replay must not depend on). Stacks built with
     the sites' parameters under each backward: the fold-block one (7 calls: no fold at the
     default 8, three at fold2, whose accumulators and dout slots the graph's pool holds), the
-    gather backward, and fold2 with the douts read in place (their offsets, baked into the captured
-    launches, stay valid as the graph's pool keeps its addresses)."""
+    gather backward, fold2 with the douts read in place (their offsets, baked into the captured
+    launches, stay valid as the graph's pool keeps its addresses) and fold2 with the weights
+    recomputed from the normalisers (the weights the routes return stored for them alone)."""
     _replay_check(collect, KernelConfig(**changes))
 
 

@@ -34,7 +34,7 @@ from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
 from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, fold_due
-from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
+from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, logit_form, rounding_flags, route_fwd_kernel
 
 
 def kernel_settings(config: KernelConfig = DEFAULT) -> dict[str, object]:
@@ -230,8 +230,11 @@ class _Call:
     dtype: torch.dtype  # promoted dtype of rows [0, n): the call's output and key rounding
     q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
     g: Tensor | None = None
-    w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward)
+    w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward;
+    # stack_weights="logits": None unless the caller asked for them, then a tensor of its own)
     res: Tensor | None = None  # collect mode, non-fp32 output: its rounding residual (forward)
+    form: tuple[int, int, bool] = (0, 0, False)  # how its forward formed the logits: FORM, RMODE, RK2
+    # (`_logit_consts`; what stack_weights="logits" recomputes them with)
 
 
 class _StackRoute(torch.autograd.Function):
@@ -239,7 +242,7 @@ class _StackRoute(torch.autograd.Function):
     def forward(ctx, stack: "TritonSourceStack", call: int, rows: list[int], query: Tensor,
                 norm_weight: Tensor, token_prev: Tensor, *new_sources: Tensor):  # type: ignore[override]
         # [B, T, d] from here: a view taken outside would add an autograd node per call
-        out = stack._forward_call(call, query, norm_weight).view(stack.shape)  # stack: the _StackState
+        out = stack._forward_call(call, query, norm_weight, stack._need_weights).view(stack.shape)
         ctx.stack, ctx.call, ctx.rows = stack, call, rows
         # collect mode: the first call also takes every site's (query, key-norm weight), after
         # its sources, and returns their gradients
@@ -315,6 +318,7 @@ class _StackState:
             self._site_call0.append(len(self._expect))
             self._expect += [(site, -1)] if q.dim() == 1 else [(site, r) for r in range(q.shape[0])]
         self._want_params = True
+        self._need_weights = True  # whether the routing call being made returns its weights
         self._dq_all: Tensor | None = None
         self._dg_all: Tensor | None = None
         self.row0: Tensor | None = None
@@ -330,6 +334,11 @@ class _StackState:
         self._calls: list[_Call] = []
         self._w_flat: Tensor | None = None
         self._w_used = 0
+        # stack_weights="logits" (a stack built with params): no weights stored; per call its
+        # softmax max and normaliser [2, P, H] in `_n_flat`, at twice its shift offset (`_n_used`)
+        self.logits = self.collect and config.stack_weights == "logits"
+        self._n_flat: Tensor | None = None
+        self._n_used = 0
         # per kind ("out": call outputs, "res": their rounding residuals): [chunk buffer, rows used]
         self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
@@ -424,17 +433,32 @@ class _StackState:
                           self.buffer[1:n].view(n - 1, *self.shape).to(dtype)])
 
     def _reserve_w(self, size: int, H: int) -> int:
-        dev = self.row0.device
-        if self._w_flat is None:
-            guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
-            self._w_flat = _new((max(size, guess),), torch.float32, dev, self._poison)
-        elif self._w_used + size > self._w_flat.numel():
-            grown = _new((max(2 * self._w_flat.numel(), self._w_used + size),), torch.float32, dev, self._poison)
-            grown[: self._w_used].copy_(self._w_flat[: self._w_used])
-            self._w_flat = grown
+        """Element offset of a call's [n, P, H] weights (and of its dl in backward). In the logits
+        design only the offset is kept (no W buffer): `_reserve_norm` keeps its normaliser."""
         off = self._w_used
+        if not self.logits:
+            guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
+            self._w_flat = self._grown(self._w_flat, off, size, guess)
         self._w_used += size
         return off
+
+    def _reserve_norm(self, size: int, H: int) -> int:
+        """Element offset of a call's softmax max and normaliser [2, P, H] (the logits design)."""
+        off = self._n_used
+        self._n_flat = self._grown(self._n_flat, off, size, 2 * self.row0.shape[0] * H * self.capacity)
+        self._n_used += size
+        return off
+
+    def _grown(self, flat: Tensor | None, used: int, size: int, guess: int) -> Tensor:
+        """A flat fp32 buffer with room for `size` elements after `used` (first `guess` long;
+        doubled, its used part copied, when full)."""
+        if flat is None:
+            return _new((max(size, guess),), torch.float32, self.row0.device, self._poison)
+        if used + size > flat.numel():
+            grown = _new((max(2 * flat.numel(), used + size),), torch.float32, self.row0.device, self._poison)
+            grown[:used].copy_(flat[:used])
+            return grown
+        return flat
 
     def _carve(self, kind: str, dtype: torch.dtype, call: int) -> Tensor:
         """One [B*T, d] row for routing call `call` from the current [chunk, B*T, d] buffer of
@@ -471,18 +495,25 @@ class _StackState:
                 f"{'' if row < 0 else f'(row {row}) '}that the source stack was built with: "
                 "`params` must list every site's (query, key-norm weight) in call order")
 
-    def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
+    def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor, need_weights: bool = True) -> Tensor:
         rec = self._calls[call]
         # kept as given (not detached): read only by backward, which runs without grad mode
         rec.q, rec.g = query, norm_weight
         P = self.row0.shape[0]
         out = self._carve("out", rec.dtype, call)
-        W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
+        norm = None
+        if self.logits:  # the backward recomputes the weights: only asked-for ones are stored
+            noff = self._reserve_norm(2 * P * rec.H, rec.H)
+            norm = self._n_flat[noff: noff + 2 * P * rec.H]
+            rec.form = _logit_consts(rec.dtype, norm_weight.dtype, self.rows.element_size() < 4)
+            W = rec.w = _new((rec.n * P * rec.H,), torch.float32, out.device, self._poison) if need_weights else None
+        else:
+            W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
             rec.res = self._carve("res", rec.dtype, call)
         append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables)
+                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables, norm=norm)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -551,6 +582,8 @@ class _StackState:
                             self.launch_tables, narrow_rows=rows is not None and rows.element_size() < 4)
                 for rows in (self.row0, self.buffer))
             self._build_items(calls, top, dev, self._e_plan[0])
+        # the logits design: the constexprs of the weights' recomputation (`_stack_logit_consts`)
+        self._wconsts = _stack_logit_consts(calls) if self.logits else {}
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
         self._same_h = _uniform_heads(calls)  # the gather's constant-H path
@@ -581,7 +614,8 @@ class _StackState:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
         for name in ("_dout_buf", "_doffs", "_held", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
-                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc"):
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc",
+                     "_wconsts"):
             setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
@@ -678,10 +712,13 @@ class _StackState:
             dout, doff = self._hold_dout(call, dout)
             doffs = self._doffs
             consts = dict(consts, IN_PLACE=self._align)
+        if self.logits:
+            consts = dict(consts, **self._wconsts)
+        wall, norm, qg = self._weight_args()
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
-                dstride, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
+                dstride, wall, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
                 t[0], t[1], t[2], t[3], dx, call, top1, self._soff[call], rec.j0,
-                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase, doffs, doff)
+                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase, doffs, doff, norm, qg)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         if fold_due(call, self._frontier, fold, rec.j0):
             frontier = self._frontier
@@ -708,6 +745,13 @@ class _StackState:
                 self._dq_all[top1:].zero_()
                 self._dg_all[top1:].zero_()
 
+
+    def _weight_args(self) -> tuple[Tensor, Tensor, Tensor]:
+        """(WALL, NORM, QG) of the dout-reading launches: the stored weights, or in the logits
+        design the calls' normalisers and (q_c, g_c) (WALL then unread: a placeholder)."""
+        if self.logits:
+            return self._d_flat, self._n_flat, self._qg
+        return self._w_flat, self._d_flat, self._d_flat
 
     @property
     def _align(self) -> int:
@@ -759,21 +803,48 @@ class _StackState:
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources, IN_PLACE=0)
+                      LOADS_FIRST=loads_first, SOURCES=sources, IN_PLACE=0, **_STORED_WEIGHTS)
         t = self._tables
         dstride, dbase = self._dout_slots()
         doffs = self._dout_buf
         if self._in_place:
             doffs = self._doffs
             consts["IN_PLACE"] = self._align
+        consts.update(self._wconsts)
+        wall, norm, qg = self._weight_args()
         STACK_FOLD(cdiv(P, block_p), (
-            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
+            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, wall, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
-            self._frontier, rec.j0, int(first), P, rec.eps, doffs), consts, num_warps, maxnreg)
+            self._frontier, rec.j0, int(first), P, rec.eps, doffs, norm, qg), consts, num_warps, maxnreg)
         self._frontier = call
 
 
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
+
+
+#: the weights' constexprs of the dout-reading kernels where the stored weights are read
+_STORED_WEIGHTS = dict(FORM=0, RMODE=0, RK2=False)
+
+
+def _logit_consts(dtype: torch.dtype, weight_dtype: torch.dtype, narrow_rows: bool) -> tuple[int, int, bool]:
+    """(FORM, RMODE, RK2) of the backward kernels that recompute a call's logits as its forward
+    formed them (`fwd.logit_form`): FORM 1 r <q*g, v> (the forward's FOLD), 2 <round2(round(v r) g), q>
+    with the key rounded to RMODE's dtype (0 none, 1 bf16, 2 fp16) and, RK2, again after g."""
+    rk, rk2, fold = logit_form(dtype, weight_dtype, narrow_rows)
+    return (1 if fold else 2), (_ROUND_MODE.get(dtype, 0) if rk else 0), rk2
+
+
+def _stack_logit_consts(calls: Sequence[_Call]) -> dict[str, object]:
+    """The backward's FORM, RMODE, RK2 for a stack's calls (`_logit_consts`): one for all the calls
+    over more than one source (a call over one has w = 1 whatever its form), or a refusal."""
+    forms = {rec.form for rec in calls if rec.n > 1}
+    if len(forms) > 1:
+        raise RuntimeError(
+            "routing backend 'triton': KernelConfig(stack_weights='logits') recomputes every call's "
+            f"logits in one form, but this stack's calls formed them in {len(forms)} ways (sources or "
+            "key-norm weights of different dtypes); use stack_weights='stored'")
+    form, rmode, rk2 = forms.pop() if forms else (2, 0, False)
+    return dict(FORM=form, RMODE=rmode, RK2=rk2)
 
 
 def _uniform_heads(calls: Sequence[_Call]) -> bool:
@@ -798,7 +869,7 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
                   PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first, FOLD=fold,
-                  HAS_ACC=has_acc, IN_PLACE=0)  # IN_PLACE: the in-place design sets its alignment
+                  HAS_ACC=has_acc, IN_PLACE=0, **_STORED_WEIGHTS)  # IN_PLACE: the in-place design sets its alignment
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
@@ -831,7 +902,10 @@ class TritonSourceStack:
         return self._state.stacked(n)
 
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None) -> tuple[Tensor, Tensor]:
+              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
+        """(out [B, T, d], weights [n, B, T, H]). need_weights=False lets a stack that does not
+        store its weights (`KernelConfig(stack_weights="logits")`) skip them: weights is then None
+        there (a stack that stores them returns them anyway)."""
         _refuse_recompute()
         st = self._state
         n = st._len if n is None else n
@@ -869,5 +943,7 @@ class TritonSourceStack:
             torch.empty(0, device=st.row0.device, requires_grad=True)
         if st.collect and call == 0:  # the node that runs last returns every site's gradients
             xs += [t for pair in st._sites for t in pair]
+        st._need_weights = need_weights
         out, self._token = _stack_route_apply(st, call, rows, query, norm_weight, token_prev, *xs)
-        return out, st._calls[call].w.view(n, B, T, num_heads)
+        w = st._calls[call].w
+        return out, None if w is None else w.view(n, B, T, num_heads)

@@ -10,7 +10,9 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
     out_h    = sum_n w_{n,h} v_{n,h}            (+ partial + gate * ... in the delta form)
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
-which the backward and the hooks read. `naive.route_reference_f64` is the plain torch reading.
+which the backward and the hooks read, or (STORE_NORM, a stack's `KernelConfig(stack_weights=
+"logits")`) each (position, head)'s max m and normaliser l = sum_n exp(l_n - m), from which the
+stack's backward recomputes w_n = exp(l_n - m) / l. `naive.route_reference_f64` is the plain torch reading.
 """
 
 from __future__ import annotations
@@ -71,8 +73,9 @@ def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
 
 @triton.jit
 def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
+              STORE_W: tl.constexpr = True):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits (STORE_W).
     FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
     r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
     if FOLD:
@@ -85,7 +88,8 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
         if ROUND_KEY2:
             kh = kh.to(dtype).to(tl.float32)
         logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
-    tl.store(wptr, logit, mask=pmask[:, None])
+    if STORE_W:
+        tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, False)
     return m, l + e, acc + e[:, :, None] * v
 
@@ -101,6 +105,21 @@ def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.co
 
 
 @triton.jit
+def _close_weights(wptr, NORM, offs_p, offs_h, P, N, H: tl.constexpr, m, l, pmask,
+                   W_STAGES: tl.constexpr, STORE_W: tl.constexpr, STORE_NORM: tl.constexpr):
+    """The end of a forward program: the stored logits rewritten as weights (STORE_W), and / or
+    the softmax's max m and normaliser l per (position, head) stored at NORM [2, P, H]
+    (STORE_NORM: what the backward recomputes w = exp(logit - m) / l from, bitwise the weight
+    `_logits_to_weights` writes for the same logit)."""
+    if STORE_W:
+        _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
+    if STORE_NORM:
+        nidx = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+        tl.store(NORM + nidx, m, mask=pmask[:, None])
+        tl.store(NORM + P * H + nidx, l, mask=pmask[:, None])
+
+
+@triton.jit
 def route_fwd_kernel(
     V0,  # [P, D] source row 0 (its own tensor: under autocast the fp32 embedding)
     V, stride_vn,  # sources n >= 1: row n of position p at V + n*stride_vn + p*D
@@ -110,11 +129,13 @@ def route_fwd_kernel(
     W,  # [N, P, H] fp32: routing weights
     RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
     X, XDST,  # [P, D] each (APPEND): source N-1 as appended, and its row of V to copy it into
+    NORM,  # [2, P, H] fp32 (STORE_NORM): the softmax's max m and normaliser l
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
+    STORE_W: tl.constexpr = True, STORE_NORM: tl.constexpr = False,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND: the source appended just before this call is read from X,
@@ -122,7 +143,9 @@ def route_fwd_kernel(
     append is this store, with no copy kernel and no second read of the row. It is loaded with
     row 0 and folded into the softmax right after it (no row held in registers through the
     loop; within fp32 rounding of reading it from V in the rows' order).
-    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>."""
+    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>.
+    STORE_W (default): W holds the weights; STORE_NORM: m and l go to NORM (`_close_weights`);
+    the stack's `KernelConfig(stack_weights="logits")` stores the normaliser alone, no W."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -150,16 +173,16 @@ def route_fwd_kernel(
     else:
         NV = N
     m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2, FOLD)
+                          ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
     if APPEND:
         m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
-                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
     vptr = V + row
     for n in tl.range(1, NV, num_stages=STAGES):
         vptr += stride_vn
         v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
         m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                              ROUND_KEY, ROUND_KEY2, FOLD)
+                              ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -169,7 +192,7 @@ def route_fwd_kernel(
     tl.store(OUT + row, o_st, mask=mask)
     if HAS_RES:
         tl.store(RES + row, (o - o_st.to(tl.float32)).to(RES.dtype.element_ty), mask=mask)
-    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
+    _close_weights(wptr, NORM, offs_p, offs_h, P, N, H, m, l, pmask, W_STAGES, STORE_W, STORE_NORM)
 
 
 # ------------------------------------------- head width not a power of two: two exact tiles
@@ -217,7 +240,7 @@ def block_rows(blk, P, D: tl.constexpr, BLOCK_P: tl.constexpr, cola, colb, cmask
 @triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
                     dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                    FOLD: tl.constexpr):
+                    FOLD: tl.constexpr, STORE_W: tl.constexpr = True):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
     ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
     r = rsqrt_acc(ss / D + eps)  # [BP]
@@ -235,20 +258,21 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
             kha = kha.to(dtype).to(tl.float32)
             khb = khb.to(dtype).to(tl.float32)
         logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
-    tl.store(wptr, logit, mask=pmask[:, None])
+    if STORE_W:
+        tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acca, accb, e = _softmax_fold(logit, m, l, acca, accb, True)
     return m, l + e, acca + e[:, :, None] * va, accb + e[:, :, None] * vb
 
 
 @triton.jit
 def route_fwd_split_kernel(
-    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST,  # as route_fwd_kernel
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST, NORM,  # as route_fwd_kernel
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-    W_STAGES: tl.constexpr,
+    W_STAGES: tl.constexpr, STORE_W: tl.constexpr = True, STORE_NORM: tl.constexpr = False,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -282,11 +306,11 @@ def route_fwd_split_kernel(
         NV = N
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
                                        acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
-                                       FOLD)
+                                       FOLD, STORE_W)
     if APPEND:
         m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
                                            acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
-                                           ROUND_KEY, ROUND_KEY2, FOLD)
+                                           ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
     pa = V + rowa  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
     pb = V + rowb
     for n in tl.range(1, NV, num_stages=STAGES):
@@ -296,7 +320,7 @@ def route_fwd_split_kernel(
         vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
         m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
                                            wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
-                                           ROUND_KEY2, FOLD)
+                                           ROUND_KEY2, FOLD, STORE_W)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -313,7 +337,7 @@ def route_fwd_split_kernel(
     if HAS_RES:
         tl.store(RES + rowa, (oa - oa_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maska)
         tl.store(RES + rowb, (ob - ob_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maskb)
-    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
+    _close_weights(wptr, NORM, offs_p, offs_h, P, N, H, m, l, pmask, W_STAGES, STORE_W, STORE_NORM)
 
 
 @functools.lru_cache(maxsize=None)
@@ -323,12 +347,24 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
         torch.promote_types(weight, storage) == storage
 
 
+def logit_form(out_dtype: torch.dtype, weight_dtype: torch.dtype, narrow_storage: bool
+               ) -> tuple[bool, bool, bool]:
+    """(ROUND_KEY, ROUND_KEY2, FOLD) of a forward launch: how its logits are formed
+    (`_fwd_step`); `narrow_storage`: the rows it reads (n >= 1) are 16-bit. The stack's backward
+    recomputes the logits the same way (`KernelConfig(stack_weights="logits")`)."""
+    rk, rk2 = rounding_flags(out_dtype, weight_dtype)
+    return rk, rk2, narrow_storage and not (rk or rk2)
+
+
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
-                     eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
+                     eps: float, out: Tensor, W: Tensor | None, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
                      res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
-                     tables: LaunchTables | None = None) -> None:
-    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
+                     tables: LaunchTables | None = None, norm: Tensor | None = None) -> None:
+    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place;
+    None: no weights stored, `norm` must be given); `norm` ([2, P, H] fp32, optional) receives
+    the softmax's max and normaliser per (position, head), from which the stack's backward
+    recomputes the weights (`KernelConfig(stack_weights="logits")`);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
     dst, its row of V, by the same kernel (the stack's append folded into the call that first
@@ -342,23 +378,26 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     D = V.shape[-1]
     if tables is None:
         tables = tables_for(DEFAULT)
+    if W is None and norm is None:
+        raise ValueError("launch_route_fwd: W or norm must be given")
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                append is not None)
+                append is not None, W is not None, norm is not None)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
     split, block_p, consts, num_warps, maxnreg = plan
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-            partial if has_partial else out, gate if has_gate else query, out, W,
-            out if res is None else res, *((out, out) if append is None else append), P, N, eps)
+            partial if has_partial else out, gate if has_gate else query, out, norm if W is None else W,
+            out if res is None else res, *((out, out) if append is None else append),
+            W if norm is None else norm, P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: bool
-              ) -> tuple[bool, int, dict, int, int | None]:
+              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: bool,
+              store_w: bool = True, store_norm: bool = False) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep that changes the configs gets new plans). Host time per routing call matters:
@@ -373,10 +412,10 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     Head widths that are not a power of two run as two exact tiles (`head_split`)."""
     K = D // H
     block_k, block_p, num_warps, maxnreg, stages = config
-    rk, rk2 = rounding_flags(out_dtype, weight_dtype)
+    rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
-                 ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=narrow_storage and not (rk or rk2),
-                 STAGES=stages, APPEND=append, W_STAGES=W_STAGES)
+                 ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
+                 W_STAGES=W_STAGES, STORE_W=store_w, STORE_NORM=store_norm)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
