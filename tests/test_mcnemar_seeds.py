@@ -17,7 +17,7 @@ from statsmodels.stats.contingency_tables import StratifiedTable
 from statsmodels.stats.contingency_tables import mcnemar as sm_mcnemar
 from statsmodels.stats.multitest import multipletests
 
-from analysis.stats.mcnemar import mcnemar_chi2, mcnemar_stratified
+from analysis.stats.mcnemar import mcnemar_chi2, mcnemar_stratified, sign_flip_p
 from mhar_probe.demo import run_demo
 from mhar_probe.demo.claims import INCONCLUSIVE, NOT_REPLICATED, PENDING, PENDING_RUNS, REPLICATED
 from mhar_probe.demo.plan import PAPER350
@@ -129,17 +129,25 @@ def test_each_seed_in_is_tested_and_the_missing_ones_named(tmp_path):
 
 
 def test_the_verdict_reads_the_combined_tests_and_waits_for_an_evaluation(tmp_path):
-    """Every run in: the row's verdict follows its rule on the Holm-adjusted combined exact p of every pair and
+    """Every run in: the row's verdict follows its rule on the Holm-adjusted item-clustered p of every pair and
     task (statsmodels' Holm). Then one evaluation gone: its seed's stale files are removed and the row needs a
     rerun, naming the run."""
     out = _study(tmp_path, MAIN)
     pairs, row = _read(out)
     across = [(pair, r) for pair in pairs.values() for r in pair["across"]]
     assert len(across) == 4 and all(r["seeds"] == [0, 1, 2] for _, r in across)
-    exact = [binomtest(r["b"], r["b"] + r["c"], 0.5).pvalue for _, r in across]
-    holm = multipletests(exact, method="holm")[1]
+    # the verdict's test is item-clustered (the seeds share their items): d_i = sum over seeds of B right - A right
+    clustered = []
+    for pair, r in across:
+        d = sum(synthetic_correct(pair["b"], HEADS[pair["b"]], s, r["task"]).astype(int)
+                - synthetic_correct(pair["a"], HEADS[pair["a"]], s, r["task"]).astype(int) for s in (0, 1, 2))
+        assert r["items"] == EVAL_ITEMS and r["p_basis"] == "p_items"
+        assert r["p_items"] == sign_flip_p(d)  # (sign_flip_p itself: test_the_item_clustered_test_*)
+        clustered.append(r["p_items"])
+    holm = multipletests(clustered, method="holm")[1]
     for (pair, r), h in zip(across, holm):
         assert (r["b"], r["c"]) == _reference_across(pair["a"], pair["b"], r["task"], [0, 1, 2])[:2]
+        assert r["p_exact"] == pytest.approx(binomtest(r["b"], r["b"] + r["c"], 0.5).pvalue, rel=1e-9)
         assert r["p_holm"] == pytest.approx(h, rel=1e-9)
     for_b = any(h < 0.05 and r["c"] > r["b"] for (_, r), h in zip(across, holm))
     for_a = any(h < 0.05 and r["b"] > r["c"] for (_, r), h in zip(across, holm))
@@ -176,6 +184,26 @@ def test_seeds_favouring_each_side_count_ties_apart():
     assert r["p_exact"] == pytest.approx(binomtest(22, 42, 0.5).pvalue) and r["delta_pooled"] == pytest.approx(-2 / 150)
     doc = seeds_document([pair])
     assert doc["pairs"][0]["pending"] == [dict(seed=3, why="no evaluation of mhar H=8 seed 3", unevaluated=[])]
-    assert doc["pairs"][0]["across"][0]["p_holm"] == pytest.approx(r["p_exact"])  # one row: Holm leaves it
+    # rows without item keys: no clustered test, Holm reads the exact p (and says so); one row: Holm leaves it
+    assert r["p_items"] is None and doc["pairs"][0]["across"][0]["p_basis"] == "p_exact"
+    assert doc["pairs"][0]["across"][0]["p_holm"] == pytest.approx(r["p_exact"])
     text = seeds_markdown(doc)
     assert "| 3 | pending: no evaluation of mhar H=8 seed 3 |" in text and "| t | acc | 0, 1, 2 | 1 / 1 / 1 | -0.013 |" in text
+
+
+def test_the_item_clustered_test_against_every_sign_vector_and_a_monte_carlo_of_its_own():
+    """sign_flip_p: with few nonzero units, the share of all 2^m sign vectors whose |sum| reaches the observed
+    one (zeros left out change nothing); with many, within Monte Carlo error of a plain numpy sign-flip
+    of 200,000 draws; 1 when every unit is 0."""
+    import itertools
+
+    d = np.array([2, 1, 1, 3, -1, 0, 0, 1, -2, 2])
+    nz = d[d != 0]
+    signs = np.array(list(itertools.product((1, -1), repeat=nz.size)))
+    assert sign_flip_p(d) == pytest.approx(np.mean(np.abs(signs @ nz) >= abs(nz.sum()) - 1e-12), abs=1e-12)
+    assert sign_flip_p(np.zeros(5)) == 1.0 and sign_flip_p([]) == 1.0
+    rng = np.random.default_rng(7)
+    d = np.concatenate([rng.choice([-2, -1, 0, 0, 0, 1, 2], size=400), np.ones(20, int)])  # a small lean to B
+    draws = rng.choice((-1.0, 1.0), size=(200_000, d.size))
+    reference = np.mean(np.abs(draws @ d) >= abs(d.sum()))
+    assert 0.01 < reference < 0.2 and abs(sign_flip_p(d) - reference) < 0.01

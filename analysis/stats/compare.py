@@ -9,7 +9,7 @@ in b or c, and the p-value is smaller than the evidence allows.
 from __future__ import annotations
 
 import fnmatch
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -47,9 +47,17 @@ class McNemarRow:
     b_distinct: int | None = None  # b and c over one pair per distinct item (its first by doc_id)
     c_distinct: int | None = None
     p_distinct: float = float("nan")  # exact McNemar on b_distinct, c_distinct
+    # item key -> (A right, B right) over one pair per distinct item (None: keys unknown); read by the
+    # line across seeds (`mcnemar_seeds`), never written to a row's files
+    items: dict[str, tuple[float, float]] | None = field(default=None, repr=False, compare=False)
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """The row's fields as its files hold them (ROW_COLUMNS: every field but `items`)."""
+        return {k: v for k, v in asdict(self).items() if k in ROW_COLUMNS}
+
+
+#: the columns of a row's files, in order
+ROW_COLUMNS = tuple(f.name for f in fields(McNemarRow) if f.name != "items")
 
 
 @dataclass
@@ -178,7 +186,8 @@ def compare_runs(
                 idx, inconsistent = found
                 xa, xb = items.x_a[idx], items.x_b[idx]
                 bd, cd = int(((xa == 1) & (xb == 0)).sum()), int(((xa == 0) & (xb == 1)).sum())
-                distinct = dict(n_distinct=len(idx), b_distinct=bd, c_distinct=cd, p_distinct=mcnemar_exact(bd, cd))
+                distinct = dict(n_distinct=len(idx), b_distinct=bd, c_distinct=cd, p_distinct=mcnemar_exact(bd, cd),
+                                items={items.keys[i]: (float(a), float(b)) for i, a, b in zip(idx, xa, xb)})
                 if inconsistent:
                     notes.append(f"task {t} filter {f}: {inconsistent} repeated item(s) scored differently across "
                                  "their copies; the distinct-item test keeps the first copy")

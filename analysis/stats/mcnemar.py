@@ -139,6 +139,30 @@ def paired_bootstrap_ci(
     return float(lo), float(hi)
 
 
+#: resamples of the item-clustered sign-flip test (`sign_flip_p`); exact where 2^m is no more
+SIGN_FLIP_RESAMPLES = 9_999
+
+
+def sign_flip_p(d: Sequence[float], n_resamples: int = SIGN_FLIP_RESAMPLES, seed: int = 0) -> float:
+    """Two-sided sign-flip (paired permutation) p of mean(d) = 0, d one value per independent unit.
+
+    Used with d_i = sum over seeds of (B right - A right) on item i: the seeds' evaluations share
+    their items, so an item is the unit, not an (item, seed) pair. Under H0 each d_i is symmetric
+    about 0; p = share of the 2^m sign vectors (m = number of nonzero units) whose |mean| is at least
+    the observed one: enumerated when 2^m <= n_resamples, else `n_resamples` random ones (seeded), with
+    the observed counted once (scipy.stats.permutation_test). 1.0 when every d_i is 0."""
+    from scipy.stats import permutation_test
+
+    x = np.asarray(d, dtype=np.float64)
+    x = x[x != 0]  # a zero's sign changes nothing: the test is the same on the nonzero units
+    if x.size == 0:
+        return 1.0
+    res = permutation_test((x,), lambda v, axis: np.mean(v, axis=axis), permutation_type="samples",
+                           n_resamples=n_resamples, alternative="two-sided", vectorized=True,
+                           random_state=np.random.default_rng(seed))
+    return float(min(1.0, res.pvalue))
+
+
 def holm(pvalues: Sequence[float]) -> list[float]:
     """Holm (1979) step-down adjusted p-values; NaN entries stay NaN and are not counted.
 

@@ -26,13 +26,15 @@ from typing import Any
 from mhar_probe.tables import md_escape, md_row, md_rule
 
 from .compare import Comparison
-from .mcnemar import holm, mcnemar_chi2, mcnemar_stratified
+from .mcnemar import holm, mcnemar_chi2, mcnemar_stratified, sign_flip_p
 from .output import write_text_new
 
 #: what the combined test is, as the files say it
 COMBINED = ("Cochran-Mantel-Haenszel over seeds as strata of matched pairs (each pair its own stratum): "
             "McNemar on the pooled discordant counts, X^2 = (B - C)^2 / (B + C) without continuity correction, "
-            "and the exact binomial p of B in B + C")
+            "and the exact binomial p of B in B + C. It counts an item once per seed, but the seeds' evaluations "
+            "share their items, so the test the verdict reads is item-clustered: d_i = sum over seeds of "
+            "(B right - A right) on item i, a two-sided sign-flip test of mean d = 0 (p items)")
 #: the seed-table fields of each row, in order
 SEED_FIELDS = ("task", "filter", "metric", "n", "acc_a", "acc_b", "delta", "ci_low", "ci_high", "b", "c",
                "statistic", "p_value")
@@ -71,16 +73,25 @@ class PairSeeds:
         for t in self.tables:
             for row in t.rows():
                 groups.setdefault((row["task"], row["filter"], row["metric"]), []).append((t.seed, row))
+        items = {(t.seed, r.task, r.filter, r.metric): r.items for t in self.tables for r in t.comparison.rows}
         out = []
         for (task, flt, metric), rows in groups.items():
             combined = mcnemar_stratified([(r["b"], r["c"]) for _, r in rows])
+            per_seed = [items.get((s, task, flt, metric)) for s, _ in rows]
+            p_items, units = None, None
+            if all(x is not None for x in per_seed):
+                d: dict[str, float] = {}
+                for x in per_seed:
+                    for key, (right_a, right_b) in x.items():
+                        d[key] = d.get(key, 0.0) + right_b - right_a
+                p_items, units = sign_flip_p(list(d.values())), len(d)
             n = sum(r["n"] for _, r in rows)
             out.append(dict(task=task, filter=flt, metric=metric, seeds=[s for s, _ in rows],
                             favour_b=sum(r["c"] > r["b"] for _, r in rows), favour_a=sum(r["b"] > r["c"] for _, r in rows),
                             ties=sum(r["b"] == r["c"] for _, r in rows), n=n,
                             delta_pooled=(combined.c - combined.b) / n if n else math.nan,
                             b=combined.b, c=combined.c, statistic=combined.statistic, p_chi2=combined.p_chi2,
-                            p_exact=combined.p_exact))
+                            p_exact=combined.p_exact, items=units, p_items=p_items))
         return out
 
 
@@ -94,7 +105,10 @@ def seeds_document(pairs: list[PairSeeds]) -> dict[str, Any]:
     the bootstrap's of the seeds' comparisons (None before any seed is in)."""
     settings = next((t.comparison.settings for p in pairs for t in p.tables), None)
     across = [p.across() for p in pairs]
-    adjusted = iter(holm([row["p_exact"] for rows in across for row in rows]))
+    for rows in across:
+        for row in rows:
+            row["p_basis"] = "p_items" if row["p_items"] is not None else "p_exact"
+    adjusted = iter(holm([row[row["p_basis"]] for rows in across for row in rows]))
     docs = []
     for p, rows in zip(pairs, across):
         for row in rows:
@@ -106,7 +120,8 @@ def seeds_document(pairs: list[PairSeeds]) -> dict[str, Any]:
                          pending=[dict(seed=s, why=why, unevaluated=p.unevaluated.get(s, []))
                                   for s, why in sorted(p.pending.items())],
                          across=[{k: _clean(v) for k, v in r.items()} for r in rows]))
-    return dict(combined=COMBINED, holm="over every across-seeds row of every pair (p_exact)", settings=settings,
+    return dict(combined=COMBINED, holm="over every across-seeds row of every pair (p items, else p exact)",
+                settings=settings,
                 pairs=docs)
 
 
@@ -138,15 +153,16 @@ def seeds_markdown(doc: dict[str, Any]) -> str:
         for p in pair["pending"]:
             lines.append(md_row([str(p["seed"]), f"pending: {md_escape(p['why'])}"] + [""] * 9))
         lines += ["", md_row(["task", "metric", "seeds in", "favour B / A / tie", "pooled delta", "B", "C", "X^2",
-                              "p (X^2)", "p exact", "p Holm"]),
-                  md_rule(11)]
+                              "p (X^2)", "p exact", "items", "p items", "p Holm"]),
+                  md_rule(13)]
         for r in pair["across"]:
             lines.append(md_row([md_escape(r["task"]), md_escape(r["metric"]), ", ".join(map(str, r["seeds"])),
                                  f"{r['favour_b']} / {r['favour_a']} / {r['ties']}", f"{r['delta_pooled']:+.3f}",
                                  str(r["b"]), str(r["c"]), _x2(r["statistic"]), _p(r["p_chi2"]), _p(r["p_exact"]),
-                                 _p(r["p_holm"])]))
+                                 "-" if r["items"] is None else str(r["items"]), _p(r["p_items"]),
+                                 _p(r["p_holm"]) + ("" if r["p_basis"] == "p_items" else " (of p exact)")]))
         if not pair["across"]:
-            lines.append(md_row(["no seed in yet"] + [""] * 10))
+            lines.append(md_row(["no seed in yet"] + [""] * 12))
     return "\n".join(lines) + "\n"
 
 

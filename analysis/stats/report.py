@@ -5,15 +5,14 @@ from __future__ import annotations
 
 import json
 import math
-from dataclasses import fields
 from pathlib import Path
 
 from mhar_probe.tables import booktabs, csv_text, tex_escape, tex_row
 
 from .output import check_writable, write_text_new
-from .compare import Comparison, McNemarRow
+from .compare import ROW_COLUMNS, Comparison
 
-COLUMNS = [f.name for f in fields(McNemarRow)]
+COLUMNS = list(ROW_COLUMNS)
 
 
 def _fmt_p(p: float) -> str:
@@ -50,7 +49,7 @@ def format_table(cmp: Comparison) -> str:
 
 
 def to_csv(cmp: Comparison) -> str:
-    """One row per comparison, the McNemarRow fields as columns."""
+    """One row per comparison, its ROW_COLUMNS as columns."""
     return csv_text(COLUMNS, (list(r.as_dict().values()) for r in cmp.rows))  # as_dict: the fields, in order
 
 

@@ -468,8 +468,8 @@ def gain_path_claim(plan: Plan, study: "Study", gains: dict[str, Any] | None) ->
 MCNEMAR_ALPHA = 0.05
 
 
-def _p(p: float) -> str:
-    return f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
+def _p(p: float | None) -> str:
+    return "-" if p is None else f"{p:.1e}" if p < 1e-3 else f"{p:.3f}"
 
 
 def _mcnemar_task(pair: dict[str, Any], across: dict[str, Any], pending: list[int]) -> str:
@@ -485,7 +485,7 @@ def _mcnemar_task(pair: dict[str, Any], across: dict[str, Any], pending: list[in
         return text
     return (text + f"; {across['favour_b']} of {len(across['seeds'])} seeds favour {pair['label_b']}, "
             f"{across['favour_a']} {pair['label_a']}; over seeds b/c {across['b']}/{across['c']}, exact p "
-            f"{_p(across['p_exact'])} (Holm {_p(across['p_holm'])})")
+            f"{_p(across['p_exact'])}, items clustered p {_p(across.get('p_items'))} (Holm {_p(across['p_holm'])})")
 
 
 def mcnemar_missing(plan: Plan, study: "Study") -> list[str]:
@@ -497,8 +497,9 @@ def mcnemar_missing(plan: Plan, study: "Study") -> list[str]:
 def mcnemar_claim(plan: Plan, study: "Study", doc: dict[str, Any] | None) -> Claim:
     """The plan's McNemar pairs (B: the MHAR arm) at every seed they are tested at (stats/mcnemar_seeds.json,
     analysis.stats.mcnemar_seeds): per pair and task each seed's acc B - acc A with its bootstrap interval,
-    b/c and exact p, and across the seeds in how many favour each side and the combined test (CMH over seeds
-    as strata: McNemar on the pooled b, c; Holm over every pair and task). Verdict, fixed before reading:
+    b/c and exact p, and across the seeds in how many favour each side, the combined test (CMH over seeds
+    as strata: McNemar on the pooled b, c) and the item-clustered sign-flip test the verdict reads (Holm
+    over every pair and task). Verdict, fixed before reading:
     replicated when some combined Holm p < MCNEMAR_ALPHA favours B (c > b) and none favours A; not replicated
     when some favours A and none B; else inconclusive. Pending while a planned run is missing (named), and
     'needs rerun' while a finished run has no evaluation (named)."""
@@ -531,9 +532,10 @@ def mcnemar_claim(plan: Plan, study: "Study", doc: dict[str, Any] | None) -> Cla
     else:
         verdict = INCONCLUSIVE
     note = (f"per seed: acc B - acc A on the held-out tasks with its paired bootstrap 95% interval, exact McNemar p; "
-            f"over seeds: CMH with the seeds as strata (McNemar on the pooled b, c), exact p, Holm over every pair and "
-            f"task (stats/mcnemar_seeds.md); replicated: some Holm p < {MCNEMAR_ALPHA} in favour of the MHAR arm and "
-            f"none against it, not replicated: the reverse")
+            f"over seeds: CMH with the seeds as strata (McNemar on the pooled b, c), exact p, and, since the seeds "
+            f"share their items, the item-clustered sign-flip test (d = sum over seeds of B right - A right per item) "
+            f"that the verdict reads, Holm over every pair and task (stats/mcnemar_seeds.md); replicated: some Holm p "
+            f"< {MCNEMAR_ALPHA} in favour of the MHAR arm and none against it, not replicated: the reverse")
     if plan.paper_steps is not None and plan.steps < plan.paper_steps:
         note += (f". Depends on the shorter schedule: the final checkpoint at {plan.steps:,} of the paper's "
                  f"{plan.paper_steps:,} steps is evaluated")
