@@ -67,3 +67,17 @@ def test_saved_kernel_records_read_back_with_old_spellings_mapped():
         assert kernel_config_from_dict(record).routing_douts == want
     cfg = KernelConfig(routing_douts="storage", fold_calls=4)
     assert kernel_config_from_dict(dict(cfg.as_dict(), triton="3.6.0")) == cfg
+
+
+def test_every_field_with_choices_refuses_another_value_by_name():
+    """Each field of CHOICES takes each of its choices and refuses anything else with a message
+    that names the field, the value and the choices (one check in __post_init__ serves them all)."""
+    from mhar_probe.kernels.config import CHOICES
+
+    assert set(CHOICES) == {"routing_douts", "stack_backward", "stack_douts", "stack_weights"}
+    for name, choices in CHOICES.items():
+        for choice in choices:
+            extra = {"routing_douts": "promoted"} if name == "stack_douts" else {}
+            assert getattr(KernelConfig(**{name: choice, **extra}), name) == choice
+        with pytest.raises(ValueError, match=f"KernelConfig.{name}='other': choose from {', '.join(choices)}$"):
+            KernelConfig(**{name: "other"})

@@ -29,6 +29,9 @@ STACK_BACKWARDS = ("fold", "gather")
 STACK_DOUTS = ("slots", "in_place")
 #: what the stack forward keeps of its routing weights for the backward (`KernelConfig.stack_weights`)
 STACK_WEIGHTS = ("stored", "logits")
+#: the fields that take one of a set of choices, and their choices
+CHOICES = dict(routing_douts=ROUTING_DOUTS, stack_backward=STACK_BACKWARDS, stack_douts=STACK_DOUTS,
+               stack_weights=STACK_WEIGHTS)
 
 
 @dataclass(frozen=True)
@@ -84,18 +87,9 @@ class KernelConfig:
     stack_weights: Literal["stored", "logits"] = "stored"
 
     def __post_init__(self) -> None:
-        if self.routing_douts not in ROUTING_DOUTS:
-            raise ValueError(f"KernelConfig.routing_douts={self.routing_douts!r}: choose from "
-                             f"{', '.join(ROUTING_DOUTS)}")
-        if self.stack_backward not in STACK_BACKWARDS:
-            raise ValueError(f"KernelConfig.stack_backward={self.stack_backward!r}: choose from "
-                             f"{', '.join(STACK_BACKWARDS)}")
-        if self.stack_douts not in STACK_DOUTS:
-            raise ValueError(f"KernelConfig.stack_douts={self.stack_douts!r}: choose from "
-                             f"{', '.join(STACK_DOUTS)}")
-        if self.stack_weights not in STACK_WEIGHTS:
-            raise ValueError(f"KernelConfig.stack_weights={self.stack_weights!r}: choose from "
-                             f"{', '.join(STACK_WEIGHTS)}")
+        for name, choices in CHOICES.items():
+            if getattr(self, name) not in choices:
+                raise ValueError(f"KernelConfig.{name}={getattr(self, name)!r}: choose from {', '.join(choices)}")
         if self.stack_douts == "in_place" and self.routing_douts != "promoted":
             raise ValueError("KernelConfig.stack_douts='in_place' reads each dout as autograd gives it: "
                              "it needs routing_douts='promoted' (a 'storage' slot rounds the dout)")
