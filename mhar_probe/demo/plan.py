@@ -339,10 +339,10 @@ STUDY350 = Plan(
 #: channels, KV 8, FFN 4096, T=1024, global batch 32, lr 5e-4, 5% warm-up, cosine to 0.1x, AdamW (0.9, 0.95),
 #: weight decay 0.1, clip 1.0, bf16) at a quarter of the paper's 20K steps: 5,000 x 32,768 = 163.8M tokens a
 #: run, under one epoch of the corpus. A run must train, be captured and evaluated inside one session's 30
-#: device minutes (a 350M checkpoint cannot leave the machine), and three sessions running lent no 4-GPU kind:
-#: on 2 H200s MHAR H=8 trains at about 0.8 x the baseline's 235k tokens/s (the 4-GPU baseline's per-GPU speed,
-#: results/study350m/README.md), so the 10,000 steps first planned would take about 30 minutes of training
-#: alone. 5,000 steps is what fits MHAR on 2 GPUs with the corpus build, capture and evaluation; every run of
+#: device minutes (a 350M checkpoint cannot leave the machine), and two sessions running lent no 4-GPU kind
+#: until their device time was spent: on 2 H200s at the 4-GPU baseline's per-GPU speed (235k tokens/s) with
+#: MHAR H=8 at 0.8x, the 10,000 steps first planned would take about 29 minutes of MHAR training alone
+#: (results/study350m/README.md, "Why 5,000 steps"). 5,000 steps is what fits MHAR on 2 GPUs with the corpus build, capture and evaluation; every run of
 #: the grid trains it, whatever its GPU count (never two schedules inside one paired comparison). The corpus
 #: is built on that machine from its own code and documentation with the prose sources of the registry
 #: corpus, carried (`mhar corpus image`, rules in mhar_probe/data/image.py), against the lock in
