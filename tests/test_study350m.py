@@ -251,6 +251,18 @@ def test_the_readmes_schedule_arithmetic_is_the_committed_records():
     assert f"trains {PAPER350_STEPS:,} steps on whichever of 2 or 4 GPUs is lent (about {now / two / 60:.0f} and " \
            f"{now / (0.8 * two) / 60:.0f} minutes on two)" in said
     assert f"({now / 1e6:.1f}M against {20_000 * step_tokens / 1e6:.0f}M)" in said
+    lock = json.loads((ROOT / "results" / "study350m" / "corpus" / "lock.json").read_text())
+    assert f"run reads {now / 1e6:.1f}M of its {lock['train_tokens'] / 1e6:.1f}M training tokens, under one epoch" in said
+    # the earlier 350M pair's gain along training, from its committed metrics
+    import gzip
+
+    val = {}
+    for method in ("baseline", "mhar"):
+        (path,) = (ROOT / "results" / "study100m" / "scale350m" / "runs").glob(f"350m-{method}-*/metrics.jsonl.gz")
+        with gzip.open(path, "rt") as f:
+            val[method] = {r["step"]: r["val_loss"] for r in map(json.loads, f) if r.get("val_loss") is not None}
+    gain = {t: val["mhar"][t] - val["baseline"][t] for t in (1000, 3052)}
+    assert f"MHAR gain was {gain[1000]:+.3f} at step 1,000 and {gain[3052]:+.3f} at 3,052".replace("-", "\u2212") in said
 
 
 def test_the_committed_study_regenerates_as_committed(tmp_path):
