@@ -59,8 +59,8 @@ def _git(repo: Path, *args: str) -> None:
                    capture_output=True)
 
 
-@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_the_device_call_in_its_cpu_mode(tmp_path):
+def _device_tree(tmp_path: Path) -> tuple[Path, dict[str, str], Path]:
+    """What the device gets (the files, no stamp, no git metadata), the call's environment and a fake image."""
     from mhar_probe.data.image import build_image_corpus
     from corpus_checks import fake_image
 
@@ -82,10 +82,11 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
             for j in range(6)) + "\n")
     build_image_corpus(tree / PAPER350_CARRIED, tmp_path / "no-lock", roots=[tmp_path / "prose"], vocab_sizes=(300,),
                        workers=1, log=lambda m: None, flops_per_token=lambda v: 1.0)
-    cmd = ["bash", "results/study350m/run_on_device.sh", "--tiny", "--nproc", "1", "--steps", "8",
-           "--study", str(tmp_path / "study"), "--roots", str(img / "opt")]
-    refused = subprocess.run([*cmd, "prepare"], cwd=tree, env=env, capture_output=True, text=True)
-    assert refused.returncode != 0 and "no stamp names this tree's code" in refused.stdout + refused.stderr
+    return tree, env, img
+
+
+def _stamp(tree: Path, env: dict[str, str]) -> str:
+    """Commit `tree`, stamp it and drop its git metadata, as a device call's tree is; the commit."""
     _git(tree, "init", "-q")
     _git(tree, "add", ".")
     _git(tree, "commit", "-q", "-m", "the tree that runs")
@@ -93,6 +94,17 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
     subprocess.run([sys.executable, "-m", "mhar_probe.provenance", "stamp", str(tree)], check=True, env=env,
                    capture_output=True)
     shutil.rmtree(tree / ".git")
+    return head
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_the_device_call_in_its_cpu_mode(tmp_path):
+    tree, env, img = _device_tree(tmp_path)
+    cmd = ["bash", "results/study350m/run_on_device.sh", "--tiny", "--nproc", "1", "--steps", "8",
+           "--study", str(tmp_path / "study"), "--roots", str(img / "opt")]
+    refused = subprocess.run([*cmd, "prepare"], cwd=tree, env=env, capture_output=True, text=True)
+    assert refused.returncode != 0 and "no stamp names this tree's code" in refused.stdout + refused.stderr
+    head = _stamp(tree, env)
     done = subprocess.run([*cmd, "paper350m", "mhar", "0"], cwd=tree, env=env, capture_output=True, text=True,
                           timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -110,6 +122,32 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
         exported = set(tar.getnames())
     assert f"runs/{run.name}/summary.json" in exported and f"runs/{run.name}/sessions.json" in exported
     assert "| 350m-mhar-h8-kv8-lr5e-4-s0-n8 | finished |" in done.stdout
+
+
+@pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
+def test_a_pair_call_trains_two_runs_at_once_each_in_its_own_study_folder(tmp_path):
+    tree, env, img = _device_tree(tmp_path)
+    head = _stamp(tree, env)
+    cmd = ["bash", "results/study350m/run_pair_on_device.sh", "--tiny", "--gpus-per-run", "1", "--steps", "6",
+           "--study-root", str(tmp_path / "studies"), "--roots", str(img / "opt")]
+    same = subprocess.run([*cmd, "paper350m mhar 0", "--reserve 30 paper350m mhar 0"], cwd=tree, env=env,
+                          capture_output=True, text=True)
+    assert same.returncode == 2 and "the two runs are one (paper350m-mhar-0)" in same.stdout
+    done = subprocess.run([*cmd, "--reserve 30 paper350m mhar 0", "paper350m attnres 0"], cwd=tree, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    out = tmp_path / "out"
+    assert (out / "corpus_lock.tar.gz").is_file()  # prepared once, before the two
+    for method, run_name in (("mhar", "350m-mhar-h8-kv8-lr5e-4-s0-n6"), ("attnres", "350m-attnres-h1-kv8-lr5e-4-s0-n6")):
+        study = tmp_path / "studies" / f"paper350m-{method}-0"
+        manifest = json.loads((study / "runs" / "manifest.json").read_text())
+        assert [r["name"] for r in manifest["runs"]] == [run_name]  # its own manifest: no row of the other run
+        summary = json.loads((study / "runs" / run_name / "summary.json").read_text())
+        assert summary["provenance"]["sessions"][0]["code"]["commit"] == head
+        with tarfile.open(out / f"part_paper350m_{method}_0_tiny.tar.gz") as tar:
+            assert f"runs/{run_name}/summary.json" in tar.getnames()
+        assert f"| {run_name} | finished |" in done.stdout
+    assert done.stdout.index("== paper350m-mhar-0") < done.stdout.index("== paper350m-attnres-0")
 
 
 def test_the_last_call_of_a_run_exports_all_of_it(tmp_path):
