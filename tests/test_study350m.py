@@ -148,6 +148,11 @@ def test_a_pair_call_trains_two_runs_at_once_each_in_its_own_study_folder(tmp_pa
             assert f"runs/{run_name}/summary.json" in tar.getnames()
         assert f"| {run_name} | finished |" in done.stdout
     assert done.stdout.index("== paper350m-mhar-0") < done.stdout.index("== paper350m-attnres-0")
+    assert sorted(p.name for p in out.iterdir()) == ["corpus_lock.tar.gz", "logs_pair.tar.gz",  # (<= 8 come back)
+                                                     "part_paper350m_attnres_0_tiny.tar.gz",
+                                                     "part_paper350m_mhar_0_tiny.tar.gz"]
+    with tarfile.open(out / "logs_pair.tar.gz") as tar:
+        assert {"./log_paper350m_mhar_0_tiny.txt", "./pair_paper350m-attnres-0.txt"} <= set(tar.getnames())
 
 
 def test_the_last_call_of_a_run_exports_all_of_it(tmp_path):

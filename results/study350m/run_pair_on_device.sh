@@ -9,8 +9,9 @@
 #   /tmp/paper350m: each run keeps its own study folder there, named GRID-METHOD-SEED, so the calls of a hold
 #   resume it whichever slot it has and the two runs never write one manifest).
 # The corpus is prepared once, before the two start (run_on_device.sh prepare); each run then trains,
-# is captured, evaluated and exported as run_on_device.sh does, into this call's $OUT (its part and log
-# named by its own words); the two tails are printed last, run A's first.
+# is captured, evaluated and exported as run_on_device.sh does, into this call's $OUT (its part named by its
+# own words); the two tails are printed last, run A's first, and every log is packed into $OUT/logs_pair.tar.gz
+# (the device tool returns at most 8 files: two parts, the corpus lock, the logs and room for a GPU suite's).
 set -uo pipefail
 per=2; budget=585; common=(); root=/tmp/paper350m
 while [[ $# -gt 0 && $1 == --* && $1 != *" "* ]]; do  # (a run spec has spaces)
@@ -49,5 +50,7 @@ done
 status=0
 for i in 0 1; do wait "${pids[i]}" || status=1; done
 for i in 0 1; do echo "== ${names[i]} (GPUs $(( i * per ))-$(( i * per + per - 1 )))"; tail -32 "$OUT/pair_${names[i]}.txt"; done
-echo "pair done in $(( $(date +%s) - start )) s"
+# the device tool brings back at most 8 files of $OUT: the logs go back as one archive beside the parts
+(cd "$OUT" && tar czf logs_pair.tar.gz ./*.txt && rm -f ./*.txt)
+echo "pair done in $(( $(date +%s) - start )) s; in $OUT: $(cd "$OUT" && ls | tr '\n' ' ')"
 exit $status
