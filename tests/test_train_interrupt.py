@@ -20,9 +20,11 @@ from tests.test_train import cli, losses, small
 def _cache(tmp_path_factory, monkeypatch):
     monkeypatch.setenv("MHAR_CACHE_DIR", str(tmp_path_factory.getbasetemp() / "mhar-cache"))
     torch.set_num_threads(1)
-    # Python's own SIGINT handler, as a training process starts with: an earlier test in the same
-    # pytest-xdist worker that left another one installed made `Interrupts.caught` stand aside
-    # (a fresh-clone run on 2026-11-28 failed all three tests so)
+    # Python's own SIGINT handler, as a training process started from a terminal has. A test run
+    # started in the background of a non-interactive shell (`make test &`) inherits SIGINT ignored
+    # (POSIX), Python keeps SIG_IGN, and `Interrupts.caught` rightly stands aside for it: a
+    # fresh-clone run so started on 2026-11-28 failed all three tests. (Traced with a plugin that
+    # read the handler after every test: SIG_IGN from each worker's first test on, set by no test.)
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, previous)
