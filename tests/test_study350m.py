@@ -125,14 +125,14 @@ def test_the_device_call_in_its_cpu_mode(tmp_path):
 
 
 @pytest.mark.skipif(shutil.which("git") is None, reason="needs git")
-def test_a_pair_call_trains_two_runs_at_once_each_in_its_own_study_folder(tmp_path):
+def test_a_call_of_several_runs_trains_them_at_once_each_in_its_own_study_folder(tmp_path):
     tree, env, img = _device_tree(tmp_path)
     head = _stamp(tree, env)
-    cmd = ["bash", "results/study350m/run_pair_on_device.sh", "--tiny", "--gpus-per-run", "1", "--steps", "6",
+    cmd = ["bash", "results/study350m/run_several_on_device.sh", "--tiny", "--gpus-per-run", "1", "--steps", "6",
            "--study-root", str(tmp_path / "studies"), "--roots", str(img / "opt")]
     same = subprocess.run([*cmd, "paper350m mhar 0", "--reserve 30 paper350m mhar 0"], cwd=tree, env=env,
                           capture_output=True, text=True)
-    assert same.returncode == 2 and "the two runs are one (paper350m-mhar-0)" in same.stdout
+    assert same.returncode == 2 and "a run is given twice (paper350m-mhar-0)" in same.stdout
     done = subprocess.run([*cmd, "--reserve 30 paper350m mhar 0", "paper350m attnres 0"], cwd=tree, env=env,
                           capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
@@ -148,11 +148,11 @@ def test_a_pair_call_trains_two_runs_at_once_each_in_its_own_study_folder(tmp_pa
             assert f"runs/{run_name}/summary.json" in tar.getnames()
         assert f"| {run_name} | finished |" in done.stdout
     assert done.stdout.index("== paper350m-mhar-0") < done.stdout.index("== paper350m-attnres-0")
-    assert sorted(p.name for p in out.iterdir()) == ["corpus_lock.tar.gz", "logs_pair.tar.gz",  # (<= 8 come back)
+    assert sorted(p.name for p in out.iterdir()) == ["corpus_lock.tar.gz", "logs_runs.tar.gz",  # (<= 8 come back)
                                                      "part_paper350m_attnres_0_tiny.tar.gz",
                                                      "part_paper350m_mhar_0_tiny.tar.gz"]
-    with tarfile.open(out / "logs_pair.tar.gz") as tar:
-        assert {"./log_paper350m_mhar_0_tiny.txt", "./pair_paper350m-attnres-0.txt"} <= set(tar.getnames())
+    with tarfile.open(out / "logs_runs.tar.gz") as tar:
+        assert {"./log_paper350m_mhar_0_tiny.txt", "./runs_paper350m-attnres-0.txt"} <= set(tar.getnames())
 
 
 def test_the_last_call_of_a_run_exports_all_of_it(tmp_path):
