@@ -38,8 +38,8 @@ start=$(date +%s)
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export OUT PYTHONPATH=$PWD:/tmp/site PYTHONUNBUFFERED=1 MHAR_CACHE_DIR=${MHAR_CACHE_DIR:-/tmp/mhar-cache} \
   HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1 TOKENIZERS_PARALLELISM=true
-if compgen -G ".whl/*.whl" > /dev/null; then  # once a hold (a marker names the wheels): the runs of a pair
-  wheels=$(ls -l .whl/*.whl | md5sum | cut -c1-32)  # call (run_pair_on_device.sh) must not reinstall under each other
+if compgen -G ".whl/*.whl" > /dev/null; then  # once a hold (a marker names the wheels): the runs of one
+  wheels=$(ls -l .whl/*.whl | md5sum | cut -c1-32)  # call (run_several_on_device.sh) must not reinstall under each other
   if [[ $(cat /tmp/site/.mhar-wheels 2>/dev/null) != "$wheels" ]]; then
     $PYTHON -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl \
       || { echo "wheel install failed"; exit 1; }
