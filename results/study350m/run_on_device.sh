@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One device call of the 350M study (results/study350m/README.md, issue 52). Carry corpus-prose.tar.xz (the prose
-# sources of the registry corpus, `mhar corpus build --sources ...` then `tar cf - corpus-prose | xz -6`), .mhar-stamp.json (`python -m mhar_probe.provenance stamp`, just before the call) and
+# sources of the registry corpus, `mhar corpus build --sources ...` then `mhar corpus pack`), .mhar-stamp.json (`python -m mhar_probe.provenance stamp`, just before the call) and
 # .whl (h5netcdf, the LM Evaluation Harness and their dependencies, installed into /tmp/site beside the project).
 #   bash results/study350m/run_on_device.sh [options] prepare
 #   bash results/study350m/run_on_device.sh [options] GRID METHOD SEED     (GRID: paper350m | paper350m-extra)
