@@ -134,7 +134,7 @@ def make_depth_map(ctx) -> list[Output]:
                     ax.text(j, i, f"{m[i, j]:.2f}", ha="center", va="center", fontsize=5.5,
                             color="white" if m[i, j] > 0.55 else "black")
         cbar = fig.colorbar(im, ax=list(axes), shrink=0.9, pad=0.01)
-        cbar.set_label("token-mean weight (dark: not yet available)")
+        cbar.set_label("token-mean weight (grey: not yet available)")
         cbar.outline.set_visible(False)
         paths = ctx.save_figure(fig, "depth_map")
     return [Output("depth_map", paths, dict(maps={c.name: m for c, m in zip(chosen, maps)}),

@@ -56,7 +56,7 @@ def caption(stats, paper: dict) -> str:
     null = f"{float(stats.null_max_abs_mean):.3f}"
     if np.isfinite(float(stats.null_max_abs_std)):
         null += f" ± {float(stats.null_max_abs_std):.3f}"
-    return (f"Dark: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm "
+    return (f"Grey: source not yet available. max |D| = {float(stats.max_abs):.3f} vs {null} under a matched-norm "
             f"random query; replication r = {float(stats.replication_r):.2f}\n({_halves_words(stats)}); "
             f"mean cross-head r = {float(stats.cross_head_corr_mean):.2f} (tied to "
             f"{float(stats.cross_head_corr_independent):.2f} by sum_h D_h = 0);\nspread of cross-head r = "

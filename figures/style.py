@@ -41,7 +41,7 @@ METHOD_ORDER = METHODS
 GRID_CMAP = "crest"
 MISSING_COLOR = "#D9D9D9"
 WEIGHT_CMAP = "mako_r"  # depth weights: sequential, light = 0
-UNREACHABLE = "#2b2b2b"  # cells a site cannot read (masked)
+UNREACHABLE = "#808080"  # cells a site cannot read (masked): mid grey, far from every masked colormap's colours (tests/test_figures.py)
 STAR_COLOR = "#FFC20A"  # gold, black-edged so it reads on every cell
 DIAGONAL_COLOR = OKABE_ITO["vermillion"]
 PAPER_COLOR = "#9A9A9A"

@@ -588,3 +588,29 @@ def test_routing_figures_pick_the_study_mhar():
     assert pick(runs, "mhar").H == 8
     assert pick(runs, "mhar", prefer=2).H == 2
     assert pick(runs, "mhar", prefer=16).H == 8  # not captured: the default rule
+
+
+def test_the_masked_cells_colour_is_none_of_the_colormaps_colours():
+    """A cell a site cannot read must not look like a value: the mask colour is at least 0.2 (RGB
+    distance) from every colour of each colormap drawn with it. The earlier #2b2b2b was 0.07 from
+    mako_r's end, a depth weight of 1.0 (fig_depth_read's first row read as masked)."""
+    import re
+
+    import matplotlib.pyplot as plt
+    import seaborn  # noqa: F401  (registers its colormaps)
+    from matplotlib.colors import to_rgb
+
+    from figures.style import UNREACHABLE
+
+    sources = "\n".join(p.read_text() for p in (Path(__file__).resolve().parents[1] / "figures").glob("*.py"))
+    names = set(re.findall(r'get_cmap\((\w+|"[\w_]+")\)\.with_extremes\(bad=UNREACHABLE\)', sources))
+    assert len(names) >= 3, names  # WEIGHT_CMAP, DIVERGING and the study views' two
+    import figures.fig_perhead as perhead
+    import figures.style as style
+
+    constants = {**vars(style), **vars(perhead)}
+    mask = np.array(to_rgb(UNREACHABLE))
+    for name in names:
+        cmap = name.strip('"') if name.startswith('"') else constants[name]
+        colours = plt.get_cmap(cmap)(np.linspace(0, 1, 512))[:, :3]
+        assert np.min(np.linalg.norm(colours - mask, axis=1)) >= 0.2, cmap
