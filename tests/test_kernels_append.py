@@ -92,8 +92,8 @@ def appends(monkeypatch):
     return seen
 
 
-def _loss_and_grads(model, ids, append: str, autocast: bool, stacks: list | None = None):
-    set_routing_backend(model, "triton", KernelConfig(poison=True, stack_append=append))
+def _loss_and_grads(model, ids, append: str, autocast: bool, **levers):
+    set_routing_backend(model, "triton", KernelConfig(poison=True, stack_append=append, **levers))
     model.zero_grad()
     with torch.autocast(DEV, dtype=torch.bfloat16, enabled=autocast):
         loss = model(input_ids=ids, labels=ids).loss
@@ -130,6 +130,16 @@ def test_model_writing_into_the_buffer_is_the_stored_design_bitwise(appends, met
         assert appends.count(2) == 2 * layers
         set_routing_backend(model, "triton", KernelConfig(poison=True))
         assert torch.equal(logits, model(input_ids=ids).logits)
+
+
+def test_with_the_other_two_levers_too():
+    """Beside the douts read in place and the weights recomputed from the normaliser (folds of
+    2 calls, mhar_hw's mixed head counts): still bitwise the stored design's."""
+    model = _model("mhar_hw", 12, 4, 2)
+    ids = torch.randint(0, 23, (1, 3), generator=torch.Generator().manual_seed(2)).to(DEV)
+    levers = dict(stack_douts="in_place", stack_weights="logits", fold_calls=2)
+    want, got = (_loss_and_grads(model, ids, append, False, **levers) for append in ("stored", "into_buffer"))
+    assert torch.equal(got[0], want[0]) and all(torch.equal(got[1][n], want[1][n]) for n in want[1])
 
 
 def test_only_the_new_design_hands_out_rows_and_its_buffer_is_poisoned_until_written():
