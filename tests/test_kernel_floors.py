@@ -162,6 +162,7 @@ class _DoutTraffic:
         self.loads: list = []
         self.stores: list = []
         self.bytes: list[int] = []
+        self.parts: list[tuple[int, int]] = []  # (loaded, stored) bytes of each launch
         load, store = ti.InterpreterBuilder.create_masked_load, ti.InterpreterBuilder.create_masked_store
         tracer = self
 
@@ -195,14 +196,15 @@ class _DoutTraffic:
         finally:
             self.on = False
         spans = {(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in douts}
-        total = 0
+        parts = []
         for seen, every in ((self.loads, False), (self.stores, every_store)):
             distinct = set()
             for k, (addr, size) in enumerate(seen):
                 for lo, hi in spans:
                     distinct.update(((k, int(a)) if every else int(a), size) for a in addr[(addr >= lo) & (addr < hi)])
-            total += sum(size for _, size in distinct)
-        self.bytes.append(total)
+            parts.append(sum(size for _, size in distinct))
+        self.bytes.append(sum(parts))
+        self.parts.append((parts[0], parts[1]))
 
 
 @pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
@@ -356,3 +358,94 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fol
     saved = (plan_bytes(seen, layout, heads, D, 2, 4) - plan_bytes(seen, layout, heads, D, 2, 4, weights_logits=True)) \
         * sum(n for n, _, _ in layout) * D * P
     assert measured["stored"][1] - measured["logits"][1] == pytest.approx(saved, rel=1e-12)
+
+
+# --------------------------------------- the appended sources' bytes: stored by the kernel, or written by the sublayer
+def test_sublayers_writing_into_the_buffer_save_the_appended_store_at_the_paper_stacks():
+    """`built_bytes` of the design where the sublayers write into the buffer
+    (`KernelConfig(stack_append="into_buffer")`): the forward stores no appended source, w_src x d
+    bytes a position less for each call but the first (each appends the source it reads last),
+    the backward and pair_e unchanged. At the 100M stack (25 calls, bf16 buffer) that is 24 x 2 x
+    512 = 24,576 bytes a position (the 25 KB of issue 55's list)."""
+    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
+        layout, heads = model_layout(calls), [8] * calls
+        stored = built_bytes(layout, d, heads, P, 8, 16)
+        into = built_bytes(layout, d, heads, P, 8, 16, into_buffer=True)
+        assert (into.bwd, into.pair_e) == (stored.bwd, stored.pair_e)
+        assert stored.fwd - into.fwd == 2 * d * P * (calls - 1)
+        assert stack_floor(layout, d, heads, P) < into.total < stored.total
+    assert stored.fwd - into.fwd == 2 * 1280 * 2048 * 72
+    layout = model_layout(25)
+    assert forward_bytes(layout, 512, [8] * 25, 1) - forward_bytes(layout, 512, [8] * 25, 1, into_buffer=True) == 24_576
+
+
+def _projected_chain(make_stack, S, D, H, P):
+    """The model's chain of S calls under bf16 autocast on the CPU: an fp32 source 0, each later
+    source a projection of the routed output (`linear_into` into the stack's next row where it
+    hands one out: bf16, as autocast's F.linear), forward and backward run. Returns the stack."""
+    from kernel_checks import DEV, EPS
+
+    from mhar_probe.model.layers import linear_into
+
+    gen = torch.Generator().manual_seed(0)
+    qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
+    gs = [(1 + 0.1 * torch.randn(D, generator=gen)).to(DEV).requires_grad_() for _ in range(S)]
+    ws = [(torch.randn(D, D, generator=gen) / D).to(DEV).requires_grad_() for _ in range(S)]
+    stack = make_stack(S, list(zip(qs, gs)))
+    outs = []
+    with torch.autocast(DEV, dtype=torch.bfloat16):
+        stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
+        for s in range(S):
+            out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack), need_weights=False)
+            outs.append(out)
+            if s < S - 1:
+                stack.append(linear_into(out, ws[s], stack.next_slot()))
+    sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
+    return stack
+
+
+def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
+    """A 6-call chain (d 8, H 2, fp32 source 0, bf16 projections appended) in both designs: the
+    bytes every forward launch loads from and stores into the sources (the buffer, and the
+    appended tensor where it is one of its own) and its output, from the interpreter's loads and
+    stores (`_DoutTraffic`, every store counted): each source row read once in both, the output
+    stored once, the stored design storing each appended row (`forward_bytes`' difference), the
+    new design storing none. A store of the appended source that came back to the new design
+    (into its row, or into the output its placeholder points at) would fail here."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.route.fwd as rfwd
+    from kernel_checks import poisoned_stack
+
+    traffic = _DoutTraffic(monkeypatch)
+    fwd_launchers = {name: getattr(rfwd, name) for name in ("_FWD", "_FWD_SPLIT")}
+    kinds: list[int] = []
+
+    def spy_fwd(name):
+        def run(grid, args, consts, *rest):
+            kinds.append(consts["APPEND"])
+            # V, X where it is not in V, and the output (XDST's placeholder where nothing is
+            # appended or stored), every store counted; a call over source 0 alone reads it as V
+            sources = [args[1], args[10]] if consts["APPEND"] == 1 else [args[1]]
+            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[7]] + sources * (args[14] > 1),
+                           every_store=True)
+        return run
+
+    for name in fwd_launchers:
+        monkeypatch.setattr(rfwd, name, spy_fwd(name))
+    S, D, H, P = 6, 8, 2, 3
+    widths = StackWidths(src0=4, src=2, out=4, dout=4)
+    measured = {}
+    for append in ("stored", "into_buffer"):
+        kinds.clear()
+        traffic.parts.clear()
+        stack = _projected_chain(lambda cap, params: poisoned_stack(cap, params, stack_append=append), S, D, H, P)
+        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+        assert layout == model_layout(S) and stack.buffer.dtype == torch.bfloat16
+        assert kinds == [0] + [1 if append == "stored" else 2] * (S - 1)
+        loaded, stored = (sum(part) for part in zip(*traffic.parts))
+        assert loaded == P * sum(widths.src * D * (n - 1) for n, _, _ in layout), append
+        measured[append] = stored - P * widths.out * D * S  # less the outputs
+    heads = [H] * S
+    assert measured["into_buffer"] == 0
+    assert measured["stored"] == forward_bytes(layout, D, heads, P, widths) - \
+        forward_bytes(layout, D, heads, P, widths, into_buffer=True) == P * widths.src * D * (S - 1)

@@ -29,9 +29,11 @@ STACK_BACKWARDS = ("fold", "gather")
 STACK_DOUTS = ("slots", "in_place")
 #: what the stack forward keeps of its routing weights for the backward (`KernelConfig.stack_weights`)
 STACK_WEIGHTS = ("stored", "logits")
+#: how a source appended to the stack reaches its buffer row (`KernelConfig.stack_append`)
+STACK_APPEND = ("stored", "into_buffer")
 #: the fields that take one of a set of choices, and their choices
 CHOICES = dict(routing_douts=ROUTING_DOUTS, stack_backward=STACK_BACKWARDS, stack_douts=STACK_DOUTS,
-               stack_weights=STACK_WEIGHTS)
+               stack_weights=STACK_WEIGHTS, stack_append=STACK_APPEND)
 
 
 @dataclass(frozen=True)
@@ -76,7 +78,21 @@ class KernelConfig:
     at fold_calls 8: 8,512): 31,488 bytes less, 1.37x -> 1.33x the stack floor
     (route/floors.py `built_bytes`, tests/test_kernel_floors.py). A route asked for its weights
     (`need_weights`, a hook) still gets them, stored for it alone. Off by
-    default: not timed."""
+    default: not timed.
+    stack_append: how a sublayer's output reaches the stack's source buffer. "stored" (default):
+    the sublayer writes a tensor of its own and the forward kernel of the next routing call reads
+    it as its last row and stores it into the buffer (a copy where anything else reads it first).
+    "into_buffer" (issue 55's third lever): the stack hands out its next buffer row
+    (`TritonSourceStack.next_slot`) and the sublayer's output projection (attention's o_proj,
+    the MLP's down_proj: `model.layers.linear_into`) writes its product there, so appending is
+    no copy and the forward kernel stores nothing: w_src x d bytes a position fewer per appended
+    source (route/floors.py `forward_bytes`): 24,576 bytes a position at the 100M stack, 1.37x
+    -> 1.34x the stack floor. The kernel reads the row in the stored design's order and the
+    projection is F.linear's product and gradients: bitwise the stored design's outputs and
+    gradients (tests/test_kernels_append.py, fp32 and CPU bf16 autocast). Under compiled
+    sublayers the projection runs uncompiled after the compiled region (`linear_into` is
+    `torch.compiler.disable`d: one graph break per sublayer, no recompiles). Off by default: not
+    timed."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
@@ -85,6 +101,7 @@ class KernelConfig:
     fold_calls: int = 8
     stack_douts: Literal["slots", "in_place"] = "slots"
     stack_weights: Literal["stored", "logits"] = "stored"
+    stack_append: Literal["stored", "into_buffer"] = "stored"
 
     def __post_init__(self) -> None:
         for name, choices in CHOICES.items():

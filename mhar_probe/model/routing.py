@@ -94,6 +94,11 @@ class SourceStack(Protocol):
 
     def stacked(self, n: int | None = None) -> Tensor: ...  # [n, B, T, d]
 
+    def next_slot(self) -> Tensor | None: ...
+    # a [B, T, d] tensor the next source may be written into before it is appended (a stack
+    # that keeps its sources in one buffer may hand out its next row: triton's
+    # `KernelConfig(stack_append="into_buffer")`), or None
+
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
               n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]: ...
     # need_weights=False: the caller drops the weights, so a stack that does not store them
@@ -122,6 +127,9 @@ class ListSourceStack:
 
     def stacked(self, n: int | None = None) -> Tensor:
         return torch.stack(self.sources[: len(self.sources) if n is None else n])
+
+    def next_slot(self) -> None:  # sources are tensors of their own
+        return None
 
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
               n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor]:

@@ -327,9 +327,15 @@ class _StackState:
         self.shape: tuple[int, int, int] | None = None
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
-        # the last appended source while not yet in the buffer: (row, x [P, d], the version of x
-        # when appended); the next call that reads it as its last row stores it
-        self._unstored: tuple[int, Tensor, int] | None = None
+        # the last appended source while not yet read: (row, x [P, d], the version of x when
+        # appended, whether x is its buffer row already); the next call that reads it as its last
+        # row stores it (reads it first, without a store, where x is the row)
+        self._unstored: tuple[int, Tensor, int, bool] | None = None
+        # stack_append="into_buffer": the sublayers write their outputs into the buffer rows the
+        # stack hands out (`next_slot`); each such source as (row, the tensor, its version when
+        # appended), checked unchanged at every routing call and when the backward begins
+        self._into = config.stack_append == "into_buffer"
+        self._written: list[tuple[int, Tensor, int]] = []
         self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
         self._w_flat: Tensor | None = None
@@ -374,34 +380,80 @@ class _StackState:
                 self.buffer = self.buffer.to(wide)
                 self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
         x = x.detach()
-        if x.dtype == self.buffer.dtype and x.is_contiguous():
-            self._unstored = (self._len, x.view(self.row0.shape), x._version)
+        if self._into and self._is_row(x, self._len):  # the sublayer wrote it into its row
+            self._unstored = (self._len, x.view(self.row0.shape), x._version, True)
+            self._written.append((self._len, x, x._version))
+        elif x.dtype == self.buffer.dtype and x.is_contiguous():
+            self._unstored = (self._len, x.view(self.row0.shape), x._version, False)
         else:
             self._row_views[self._len].copy_(x)
         self.dtype = torch.promote_types(self.dtype, x.dtype)
         self._len += 1
 
-    def _take_unstored(self, n: int) -> tuple[Tensor, Tensor] | None:
+    def _take_unstored(self, n: int) -> tuple[Tensor, Tensor | None] | None:
         """(x, its buffer row [P, d]) for the launch of a call over rows [0, n) when its last
-        row is the source not yet stored (the kernel stores it); otherwise store that source
-        now (the call reads it from the buffer, or does not read it)."""
+        row is the source not yet stored (the kernel stores it), (x, None) where x is that row
+        already (the sublayer wrote it there: the kernel reads it first and stores nothing);
+        otherwise store that source now (the call reads it from the buffer, or does not read it)."""
+        self._check_written()
         pending = self._unstored
         if pending is None or pending[0] != n - 1:
             self._store_pending()
             return None
         self._unstored = None
-        row, x, version = pending
+        row, x, version, in_row = pending
         self._check_unchanged(row, x, version)
-        return x, self._row_views[row]
+        return x, None if in_row else self._row_views[row]
 
     def _store_pending(self) -> None:
-        """Copy the appended source that no call has stored yet into its buffer row."""
+        """Copy the appended source that no call has stored yet into its buffer row (nothing
+        where the sublayer wrote it there)."""
         pending = self._unstored
         if pending is not None:
             self._unstored = None
-            row, x, version = pending
+            row, x, version, in_row = pending
             self._check_unchanged(row, x, version)
-            self.buffer[row].copy_(x)
+            if not in_row:
+                self.buffer[row].copy_(x)
+
+    def next_slot(self) -> Tensor | None:
+        """stack_append="into_buffer": the buffer row [B, T, d] the next source goes into, for
+        its sublayer's output projection to write (`model.layers.linear_into`); appending that
+        tensor then copies nothing. None where the stack stores appended tensors (the default),
+        before source 0, or when full. Its dtype: the buffer's, or for the first row the one the
+        projection will produce (autocast's where it is on, else source 0's). The row is handed
+        out as a tensor of its own over the buffer's memory (`Tensor.set_`): not an autograd view
+        of the buffer, and with its own version counter, so a write to another row leaves its
+        autograd history and its version alone."""
+        if not self._into or self.row0 is None or self._len >= self.capacity:
+            return None
+        if self.buffer is None:
+            dev = self.row0.device
+            dtype = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else self.row0.dtype
+            self.buffer = _new((self.capacity, *self.row0.shape), dtype, dev, self._poison)
+            self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
+        P, D = self.row0.shape
+        buf = self.buffer
+        return torch.empty(0, dtype=buf.dtype, device=buf.device).set_(
+            buf.untyped_storage(), buf.storage_offset() + self._len * P * D, self.shape, (self.shape[1] * D, D, 1))
+
+    def _is_row(self, x: Tensor, row: int) -> bool:
+        """Whether x [B, T, d] is buffer row `row` itself (a slot the sublayer wrote)."""
+        buf = self.buffer
+        return (x.dtype == buf.dtype and x.device == buf.device and x.is_contiguous()
+                and x.data_ptr() == buf.data_ptr() + row * self.row0.numel() * buf.element_size())
+
+    def _check_written(self) -> None:
+        """The sources the sublayers wrote into the buffer (stack_append="into_buffer") are the
+        buffer: one changed in place after its append would change what later calls and the
+        backward read, so it is refused, whenever that happened."""
+        for row, x, version in self._written:
+            if x._version != version:
+                raise RuntimeError(
+                    f"source {row} was modified in place after it was appended to the source stack; "
+                    "its sublayer wrote it into the stack's buffer (KernelConfig(stack_append="
+                    "'into_buffer')), which every later routing call and the backward read. Modify a "
+                    "copy (x.clone()), or use stack_append='stored'.")
 
     @staticmethod
     def _check_unchanged(row: int, x: Tensor, version: int) -> None:
@@ -426,6 +478,7 @@ class _StackState:
         n = self._len if n is None else n
         assert self.row0 is not None and self.shape is not None
         self._store_pending()
+        self._check_written()
         if n == 1:
             return self.row0.view(1, *self.shape)
         dtype = self._dtype_of(n)
@@ -537,6 +590,7 @@ class _StackState:
         calls = self._calls[: top + 1]
         self._bwd_top = top
         self._store_pending()  # a source appended after the last call: no kernel stored it
+        self._check_written()
         poison = self._poison
         # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's;
         # the fold-block backward keeps only the unfolded calls' (fold_calls slots: `_dout_slots`)
@@ -900,6 +954,11 @@ class TritonSourceStack:
 
     def stacked(self, n: int | None = None) -> Tensor:
         return self._state.stacked(n)
+
+    def next_slot(self) -> Tensor | None:
+        """The buffer row [B, T, d] the next source may be written into
+        (`KernelConfig(stack_append="into_buffer")`), or None (`_StackState.next_slot`)."""
+        return self._state.next_slot()
 
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
               n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:

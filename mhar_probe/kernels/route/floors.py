@@ -25,7 +25,9 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
 * `built_bytes`: the bytes the kernels as launched by the stack move, kernel by kernel, each
   row a launch touches counted once:
     fwd    (`route_fwd_kernel`, per call): source 0 at w0, the rest at w_src; the source it
-           appends read from the sublayer's output and written into the buffer (w_src each);
+           appends read from the sublayer's output and written into the buffer (w_src each),
+           or in the design where the sublayers write into the buffer
+           (`KernelConfig(stack_append="into_buffer")`) read from its row and not written;
            the output written (w_out); the raw logits written, then read and rewritten as
            weights (3 x 4 H_c per pair), or in the logits design
            (`KernelConfig(stack_weights="logits")`) the softmax max and normaliser (2 x 4 H_c
@@ -88,13 +90,15 @@ def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
 
 def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
-                  widths: StackWidths = StackWidths(), weights_logits: bool = False) -> int:
+                  widths: StackWidths = StackWidths(), weights_logits: bool = False,
+                  into_buffer: bool = False) -> int:
     """Bytes of the stack's forward launches as built (module docstring: fwd). A call appends
     the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`).
-    weights_logits: the design of `KernelConfig(stack_weights="logits")` (`weight_bytes`)."""
+    weights_logits: the design of `KernelConfig(stack_weights="logits")` (`weight_bytes`);
+    into_buffer: that of `KernelConfig(stack_append="into_buffer")` (no source written)."""
     total = 0
     for (n, j0, j1), h in zip(layout, heads):
-        appends = j1 == n and j0 == n - 1 and n > 1
+        appends = j1 == n and j0 == n - 1 and n > 1 and not into_buffer
         rows = widths.src0 * d + widths.src * d * (n - 1)  # every source row read once
         if appends:
             rows += widths.src * d  # ... and the appended one written into the buffer
@@ -136,14 +140,15 @@ class BuiltBytes:
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
                 block_c: int, widths: StackWidths = StackWidths(), douts_in_place: bool = False,
-                weights_logits: bool = False) -> BuiltBytes:
+                weights_logits: bool = False, into_buffer: bool = False) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
     whose sources are all at w_src (source 0's extra width in the backward is not counted).
     douts_in_place: the design of `KernelConfig(stack_douts="in_place")`; weights_logits: that of
-    `KernelConfig(stack_weights="logits")`."""
+    `KernelConfig(stack_weights="logits")`; into_buffer: that of
+    `KernelConfig(stack_append="into_buffer")`."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
     bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout, douts_in_place=douts_in_place,
                      weights_logits=weights_logits) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, weights_logits), bwd,
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, weights_logits, into_buffer), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))

@@ -138,11 +138,13 @@ def route_fwd_kernel(
     STORE_W: tl.constexpr = True, STORE_NORM: tl.constexpr = False,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
-    into shared memory). APPEND: the source appended just before this call is read from X,
+    into shared memory). APPEND (1): the source appended just before this call is read from X,
     not from V, and the kernel stores it into its row of V (XDST) on the way: the stack's
     append is this store, with no copy kernel and no second read of the row. It is loaded with
     row 0 and folded into the softmax right after it (no row held in registers through the
-    loop; within fp32 rounding of reading it from V in the rows' order).
+    loop; within fp32 rounding of reading it from V in the rows' order). APPEND 2 (a stack's
+    `KernelConfig(stack_append="into_buffer")`): the same order, X being the row of V the
+    sublayer wrote, and nothing stored.
     FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>.
     STORE_W (default): W holds the weights; STORE_NORM: m and l go to NORM (`_close_weights`);
     the stack's `KernelConfig(stack_weights="logits")` stores the normaliser alone, no W."""
@@ -169,7 +171,8 @@ def route_fwd_kernel(
     if APPEND:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
         NV = N - 1
         vx = tl.load(X + row, mask=mask, other=0.0)
-        tl.store(XDST + row, vx, mask=mask)
+        if APPEND == 1:  # (2: X is its row of V already, written by the sublayer)
+            tl.store(XDST + row, vx, mask=mask)
     else:
         NV = N
     m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
@@ -300,8 +303,9 @@ def route_fwd_split_kernel(
         NV = N - 1
         vxa = tl.load(X + rowa, mask=maska, other=0.0)
         vxb = tl.load(X + rowb, mask=maskb, other=0.0)
-        tl.store(XDST + rowa, vxa, mask=maska)
-        tl.store(XDST + rowb, vxb, mask=maskb)
+        if APPEND == 1:
+            tl.store(XDST + rowa, vxa, mask=maska)
+            tl.store(XDST + rowb, vxb, mask=maskb)
     else:
         NV = N
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
@@ -359,7 +363,7 @@ def logit_form(out_dtype: torch.dtype, weight_dtype: torch.dtype, narrow_storage
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor | None, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
-                     res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
+                     res: Tensor | None = None, append: tuple[Tensor, Tensor | None] | None = None,
                      tables: LaunchTables | None = None, norm: Tensor | None = None) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place;
     None: no weights stored, `norm` must be given); `norm` ([2, P, H] fp32, optional) receives
@@ -368,7 +372,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
     dst, its row of V, by the same kernel (the stack's append folded into the call that first
-    reads the source), and folded into the softmax right after row 0.
+    reads the source), and folded into the softmax right after row 0; (x, None): x is that row
+    of V already (written there by the sublayer), read in the same order and not stored.
     `tables`: the launch tables (default: the built-in ones, `KernelConfig()`'s).
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
@@ -382,7 +387,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
         raise ValueError("launch_route_fwd: W or norm must be given")
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                append is not None, W is not None, norm is not None)
+                _append_kind(append), W is not None, norm is not None)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -390,13 +395,19 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, norm if W is None else W,
-            out if res is None else res, *((out, out) if append is None else append),
+            out if res is None else res, *((out, out) if append is None else (append[0], append[1] if append[1] is not None else out)),
             W if norm is None else norm, P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
+def _append_kind(append: tuple[Tensor, Tensor | None] | None) -> int:
+    """The forward's APPEND: 0 no appended source, 1 read from its own tensor and stored into
+    its row, 2 read from its row (written by the sublayer) and not stored."""
+    return 0 if append is None else 1 if append[1] is not None else 2
+
+
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: bool,
+              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: int,
               store_w: bool = True, store_norm: bool = False) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
