@@ -29,7 +29,7 @@ def _args(**kw) -> argparse.Namespace:
     base = dict(presets=["tiny"], batch=2, seq=16, vocab=128, backend="eager", step="eager", warmup=1, rounds=3,
                 methods=["baseline", "mhar"], profile=False, trace=None, commit=None, loss_kernel="torch",
                 compile_sublayers=False, routing_douts="promoted", routing_backward=["fold"], fold_calls=8, hyper_compile=["region"],
-                overlap=False)
+                overlap=False, variant=[])
     return argparse.Namespace(**{**base, **kw})
 
 
@@ -110,6 +110,35 @@ def test_routed_arms_once_per_stack_backward(tt, monkeypatch):
     assert list(seen.values()) == [{None}, {("fold", 3)}, {("gather", 3)}]  # baseline: nothing routes
 
 
+def test_a_variant_is_one_more_arm_per_routed_method_carrying_its_levers(tt, monkeypatch):
+    """--variant FIELD=VALUE[,...]: after a routed method's own arm, one arm per variant whose model
+    carries the first backward's configuration with those fields (issue 55's levers), recorded in
+    its row; the baseline gets none. On the CPU the arms step their own models."""
+    from mhar_probe.model.routing import routing_kernels_of
+
+    models, seen = {}, {}
+    real_set, real = tt.set_routing_backend, tt.EagerStep.__call__
+
+    def set_spy(model, name, kernels=None):
+        models[id(next(model.parameters()))] = model
+        return real_set(model, name, kernels)
+
+    def spy(self, micro_batches, lr):
+        k = routing_kernels_of(models[id(self.params[0])])
+        seen.setdefault(id(self), set()).add(k and (k.stack_backward, k.stack_append, k.stack_weights))
+        return real(self, micro_batches, lr)
+
+    monkeypatch.setattr(tt, "set_routing_backend", set_spy)
+    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    both = "stack_append=into_buffer,stack_weights=logits"
+    rows = tt.bench_preset("tiny", _args(variant=["stack_append=into_buffer", both], rounds=1), torch.device("cpu"))
+    assert [(r["arm"], r["stack_append"], r["stack_weights"]) for r in rows] == [
+        ("baseline", "stored", "stored"), ("mhar", "stored", "stored"),
+        ("mhar/stack_append=into_buffer", "into_buffer", "stored"), (f"mhar/{both}", "into_buffer", "logits")]
+    assert list(seen.values()) == [{None}, {("fold", "stored", "stored")}, {("fold", "into_buffer", "stored")},
+                                   {("fold", "into_buffer", "logits")}]
+
+
 def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     out = tmp_path / "r.json"
     monkeypatch.setattr("sys.argv", ["train_throughput.py", "--presets", "tiny", "--batch", "1", "--seq", "8",
@@ -130,6 +159,9 @@ def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--routing-backward", "fold", "fold"], "each routing backward once"),
     (["--fold-calls", "0"], "--fold-calls must be at least 1"),
+    (["--variant", "stack_append=copy"], "--variant 'stack_append=copy': each item is FIELD=VALUE"),
+    (["--variant", "stack_douts=in_place", "--variant", "stack_douts=in_place"], "each --variant once"),
+    (["--routing-douts", "storage", "--variant", "stack_douts=in_place"], "needs routing_douts='promoted'"),
 ])
 def test_cli_refuses_bad_arguments_before_building(tt, monkeypatch, argv, message):
     monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])

@@ -64,7 +64,7 @@ from mhar_probe.provenance import git_commit, software
 from mhar_probe.compiled import HYPER_COMPILES, choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import KernelConfig
-from mhar_probe.kernels.config import ROUTING_DOUTS, STACK_BACKWARDS
+from mhar_probe.kernels.config import CHOICES, ROUTING_DOUTS, STACK_BACKWARDS
 from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
@@ -249,6 +249,8 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                    backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
                    routing_douts=args.routing_douts, routing_backward=arm.kernels.stack_backward,
                    fold_calls=arm.kernels.fold_calls, hyper_compile=arm.hyper_compile,
+                   stack_douts=arm.kernels.stack_douts, stack_weights=arm.kernels.stack_weights,
+                   stack_append=arm.kernels.stack_append,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
@@ -278,14 +280,29 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
     return rows
 
 
+def parse_variant(spec: str) -> dict[str, str]:
+    """--variant "stack_append=into_buffer,stack_douts=in_place" -> {field: value} of KernelConfig's
+    lever fields (mhar_probe.kernels.config.CHOICES); SystemExit with one line on a bad one."""
+    fields = {}
+    for item in spec.split(","):
+        name, eq, value = item.partition("=")
+        if not eq or name not in CHOICES or value not in CHOICES[name]:
+            raise SystemExit(f"--variant {spec!r}: each item is FIELD=VALUE with FIELD one of "
+                             f"{', '.join(CHOICES)} and VALUE one of its choices (got {item!r})")
+        fields[name] = value
+    return fields
+
+
 def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str, str]]:
     """(method, kernel configuration, label, hyper compile mode) of every arm: each method once, a
     method that routes over the shared source stack once per --routing-backward (label
-    "mhar/gather" for all but the first), and hyper once per --hyper-compile (label
+    "mhar/gather" for all but the first) and once more per --variant (label "mhar/SPEC", the first
+    backward's configuration with the variant's fields), and hyper once per --hyper-compile (label
     "hyper/sublayers" for all but the first), so that one process times them side by side."""
     specs = []
     for method in args.methods:
-        backwards = args.routing_backward if method in REPLACEMENT_METHODS else args.routing_backward[:1]
+        routed = method in REPLACEMENT_METHODS
+        backwards = args.routing_backward if routed else args.routing_backward[:1]
         hypers = args.hyper_compile if method == "hyper" and args.compile_sublayers else args.hyper_compile[:1]
         for i, backward in enumerate(backwards):
             kernels = KernelConfig(routing_douts=args.routing_douts, stack_backward=backward,
@@ -293,6 +310,10 @@ def arm_specs(args: argparse.Namespace) -> list[tuple[str, KernelConfig, str, st
             for j, hyper in enumerate(hypers):
                 label = method if i == 0 and j == 0 else f"{method}/{backward if i else hyper}"
                 specs.append((method, kernels, label, hyper))
+        for spec in args.variant if routed else []:
+            kernels = KernelConfig(**{**KernelConfig(routing_douts=args.routing_douts, stack_backward=backwards[0],
+                                                     fold_calls=args.fold_calls).as_dict(), **parse_variant(spec)})
+            specs.append((method, kernels, f"{method}/{spec}", hypers[0]))
     return specs
 
 
@@ -315,6 +336,13 @@ def check_arguments(args: argparse.Namespace) -> None:
         raise SystemExit(f"each routing backward once, please (got {' '.join(args.routing_backward)})")
     if args.fold_calls < 1:
         raise SystemExit(f"--fold-calls must be at least 1 (got {args.fold_calls})")
+    if len(set(args.variant)) != len(args.variant):
+        raise SystemExit(f"each --variant once, please (got {' '.join(args.variant)})")
+    for spec in args.variant:
+        try:  # a field's own check (e.g. the douts in place need routing_douts='promoted')
+            KernelConfig(**{**KernelConfig(routing_douts=args.routing_douts).as_dict(), **parse_variant(spec)})
+        except ValueError as exc:
+            raise SystemExit(f"--variant {spec!r}: {exc}") from None
     if args.rounds < 1 or args.warmup < 0:
         raise SystemExit(f"--rounds must be at least 1 and --warmup at least 0 (got {args.rounds}, {args.warmup})")
 
@@ -350,6 +378,10 @@ def main() -> None:
                         "region-pointwise (the same, its stream-mixing matmuls lowered to fusible pointwise "
                         "work) or sublayers (attention and MLP alone, the wiring eager, as before); several: "
                         "one hyper arm each, labelled hyper/MODE after the first")
+    p.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,...]",
+                   help="one more arm per routed method with these KernelConfig fields (issue 55's levers: "
+                        "stack_douts=in_place, stack_weights=logits, stack_append=into_buffer; comma-joined for "
+                        "several at once); repeat for more arms")
     p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
                    help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")
     p.add_argument("--overlap", action=argparse.BooleanOptionalAction, default=True,
