@@ -24,7 +24,7 @@ def _load(name: str):
 def _args(**kw) -> argparse.Namespace:
     base = dict(methods=["baseline", "hyper", "mhar"], routing_backward=["fold", "gather"],
                 hyper_compile=["region", "sublayers", "region-pointwise"], compile_sublayers=True, routing_douts="promoted",
-                fold_calls=8)
+                fold_calls=8, variant=[])
     return argparse.Namespace(**{**base, **kw})
 
 
