@@ -83,10 +83,11 @@ def test_overlapped_timing_runs_steps_back_to_back_beside_one_synced_step(tt, st
         assert row["step_s_synced_median"] == pytest.approx(statistics.median(row["step_s_synced"]))
 
 
-def test_routed_arms_once_per_stack_backward(tt, monkeypatch):
-    """--routing-backward fold gather: the routed methods get one arm per backward (mhar,
-    mhar/gather), the others one; every step of an arm runs its own model, which carries that
-    arm's KernelConfig (no process-wide setting is left behind)."""
+@pytest.fixture
+def arm_kernels(tt, monkeypatch) -> list:
+    """The KernelConfig each eager stepper's model carries (None: nothing routes), one set of
+    configs per stepper in the order the steppers first step: read from the model itself, so a
+    process-wide setting left behind would not pass for an arm's own."""
     from mhar_probe.model.routing import routing_kernels_of
 
     models, seen = {}, {}
@@ -97,46 +98,41 @@ def test_routed_arms_once_per_stack_backward(tt, monkeypatch):
         return real_set(model, name, kernels)
 
     def spy(self, micro_batches, lr):
-        k = routing_kernels_of(models[id(self.params[0])])
-        seen.setdefault(id(self), set()).add(k and (k.stack_backward, k.fold_calls))
+        seen.setdefault(id(self), set()).add(routing_kernels_of(models[id(self.params[0])]))
         return real(self, micro_batches, lr)
 
     monkeypatch.setattr(tt, "set_routing_backend", set_spy)
     monkeypatch.setattr(tt.EagerStep, "__call__", spy)
+    return seen
+
+
+def _fields(seen: dict, *names: str) -> list[set]:
+    return [{k and tuple(getattr(k, n) for n in names) for k in configs} for configs in seen.values()]
+
+
+def test_routed_arms_once_per_stack_backward(tt, arm_kernels):
+    """--routing-backward fold gather: the routed methods get one arm per backward (mhar,
+    mhar/gather), the others one; every step of an arm runs its own model, which carries that
+    arm's KernelConfig (no process-wide setting is left behind)."""
     rows = tt.bench_preset("tiny", _args(routing_backward=["fold", "gather"], fold_calls=3, rounds=1),
                            torch.device("cpu"))
     assert [(r["arm"], r["method"], r["routing_backward"]) for r in rows] == [
         ("baseline", "baseline", "fold"), ("mhar", "mhar", "fold"), ("mhar/gather", "mhar", "gather")]
-    assert list(seen.values()) == [{None}, {("fold", 3)}, {("gather", 3)}]  # baseline: nothing routes
+    assert _fields(arm_kernels, "stack_backward", "fold_calls") == [
+        {None}, {("fold", 3)}, {("gather", 3)}]  # baseline: nothing routes
 
 
-def test_a_variant_is_one_more_arm_per_routed_method_carrying_its_levers(tt, monkeypatch):
+def test_a_variant_is_one_more_arm_per_routed_method_carrying_its_levers(tt, arm_kernels):
     """--variant FIELD=VALUE[,...]: after a routed method's own arm, one arm per variant whose model
     carries the first backward's configuration with those fields (issue 55's levers), recorded in
     its row; the baseline gets none. On the CPU the arms step their own models."""
-    from mhar_probe.model.routing import routing_kernels_of
-
-    models, seen = {}, {}
-    real_set, real = tt.set_routing_backend, tt.EagerStep.__call__
-
-    def set_spy(model, name, kernels=None):
-        models[id(next(model.parameters()))] = model
-        return real_set(model, name, kernels)
-
-    def spy(self, micro_batches, lr):
-        k = routing_kernels_of(models[id(self.params[0])])
-        seen.setdefault(id(self), set()).add(k and (k.stack_backward, k.stack_append, k.stack_weights))
-        return real(self, micro_batches, lr)
-
-    monkeypatch.setattr(tt, "set_routing_backend", set_spy)
-    monkeypatch.setattr(tt.EagerStep, "__call__", spy)
     both = "stack_append=into_buffer,stack_weights=logits"
     rows = tt.bench_preset("tiny", _args(variant=["stack_append=into_buffer", both], rounds=1), torch.device("cpu"))
     assert [(r["arm"], r["stack_append"], r["stack_weights"]) for r in rows] == [
         ("baseline", "stored", "stored"), ("mhar", "stored", "stored"),
         ("mhar/stack_append=into_buffer", "into_buffer", "stored"), (f"mhar/{both}", "into_buffer", "logits")]
-    assert list(seen.values()) == [{None}, {("fold", "stored", "stored")}, {("fold", "into_buffer", "stored")},
-                                   {("fold", "into_buffer", "logits")}]
+    assert _fields(arm_kernels, "stack_backward", "stack_append", "stack_weights") == [
+        {None}, {("fold", "stored", "stored")}, {("fold", "into_buffer", "stored")}, {("fold", "into_buffer", "logits")}]
 
 
 def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
