@@ -155,6 +155,43 @@ def test_a_call_of_several_runs_trains_them_at_once_each_in_its_own_study_folder
         assert {"./log_paper350m_mhar_0_tiny.txt", "./runs_paper350m-attnres-0.txt"} <= set(tar.getnames())
 
 
+@pytest.mark.skipif(shutil.which("git") is None or shutil.which("setsid") is None, reason="needs git and setsid")
+def test_a_detached_run_trains_on_across_calls_and_the_call_that_sees_it_end_exports_it(tmp_path):
+    """run_detached_on_device.sh: `start` returns at its budget (3) while its trainer, in a session of its
+    own, goes on; `watch` exports the run once the trainer has exited (its code); a second start is refused."""
+    tree, env, img = _device_tree(tmp_path)
+    head = _stamp(tree, env)
+    cmd = ["bash", "results/study350m/run_detached_on_device.sh", "--tiny", "--steps", "8", "--every", "1",
+           "--study", str(tmp_path / "study"), "--roots", str(img / "opt")]
+    started = subprocess.run([*cmd, "--budget", "5", "start", "paper350m", "mhar", "0"], cwd=tree, env=env,
+                             capture_output=True, text=True, timeout=600)
+    assert started.returncode == 3, started.stdout[-3000:] + started.stderr[-3000:]
+    assert "still training at this call's end" in started.stdout and "started the trainer" in started.stdout
+    state = tmp_path / "study" / "detached"
+    assert not (state / "exit").exists()  # the call returned; the trainer did not
+    again = subprocess.run([*cmd, "start", "paper350m", "mhar", "0"], cwd=tree, env=env, capture_output=True,
+                           text=True)
+    assert again.returncode == 2 and "was started in this hold already (paper350m mhar 0)" in again.stdout
+    out = tmp_path / "out"
+    for p in out.iterdir():  # the device empties $OUT before each call
+        p.unlink()
+    watched = subprocess.run([*cmd, "--budget", "900", "watch"], cwd=tree, env=env, capture_output=True,
+                             text=True, timeout=900)
+    assert watched.returncode == 0, watched.stdout[-3000:] + watched.stderr[-3000:]
+    assert (state / "exit").read_text().strip() == "0" and "the trainer exited with 0" in watched.stdout
+    assert "8/8 [" in watched.stdout  # the bar's last state, from the trainer's log
+    run = tmp_path / "study" / "runs" / "350m-mhar-h8-kv8-lr5e-4-s0-n8"
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["finished"] and summary["provenance"]["sessions"][0]["code"]["commit"] == head
+    assert len(summary["provenance"]["sessions"]) == 1  # one process trained it: no resume
+    with tarfile.open(out / "part_paper350m_mhar_0.tar.gz") as tar:
+        exported = set(tar.getnames())
+    assert {f"runs/{run.name}/summary.json", f"runs/{run.name}/corpus.json", f"runs/{run.name}/routing.nc"} \
+        <= exported and any(n.startswith(f"runs/evals/{run.name}/") for n in exported)
+    assert sorted(p.name for p in out.iterdir()) == ["log_detached.txt.gz", "part_paper350m_mhar_0.tar.gz"]
+    assert "| 350m-mhar-h8-kv8-lr5e-4-s0-n8 | finished |" in watched.stdout
+
+
 def test_the_last_call_of_a_run_exports_all_of_it(tmp_path):
     """A run trained over three calls writes corpus.json in the first: the last call's part must still
     hold it (every file of a run touched since the call began), while an untouched run and an old

@@ -124,9 +124,10 @@ class Plan:
     def grid(self, axes: dict[str, Any], steps: int | None = None, extra: dict[str, int] | None = None
              ) -> SweepGrid:
         """A grid of this plan's preset and recipe over `axes` (`extra`: model overrides)."""
-        common: dict[str, Any] = {k: v for k, v in self.recipe.items() if k != "lr"}
+        # no progress bar unless the recipe asks for one (a detached device run's log shows it)
+        common: dict[str, Any] = {"progress": False, **{k: v for k, v in self.recipe.items() if k != "lr"}}
         model = {**self.model, **(extra or {})}
-        common.update(progress=False, **({"extra": model} if model else {}))
+        common.update(**({"extra": model} if model else {}))
         # a grid's own `steps` / `lrs` axes (a short learning-rate sweep) replace the plan's
         base: dict[str, Any] = dict(presets=[self.preset], steps=[self.steps], lrs=[self.recipe["lr"]])
         base.update(axes)

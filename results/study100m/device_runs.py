@@ -35,8 +35,9 @@ OWN_PLANS = {"middle": (MIDDLE, "main"), "scale350m": (STUDY350, "main"), "paper
 
 
 def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool,
-             lr: float | None = None) -> tuple[Plan, str]:
-    """The plan holding only `grid`, its axes narrowed to `method` / `seed` / `lr` (checked)."""
+             lr: float | None = None, progress: bool = False) -> tuple[Plan, str]:
+    """The plan holding only `grid`, its axes narrowed to `method` / `seed` / `lr` (checked); `progress`
+    shows the trainer's bar (a runtime field: the run is the same)."""
     plan, name = OWN_PLANS.get(grid, (STUDY, grid))
     if name not in plan.grids:
         sys.exit(f"device_runs: unknown grid {grid!r}; grids: {', '.join([*STUDY.grids, *OWN_PLANS])}")
@@ -55,6 +56,8 @@ def narrowed(grid: str, method: str | None, seed: int | None, tiny: bool,
             sys.exit(f"device_runs: grid {grid} has no rate {lr:g} (it has {', '.join(f'{r:g}' for r in rates)})")
         axes["lrs"] = [lr]
     plan = dataclasses.replace(plan, grids={name: axes})
+    if progress:
+        plan = dataclasses.replace(plan, recipe={**plan.recipe, "progress": True})
     if tiny:
         recipe = {**plan.recipe, **TINY_RECIPE}
         if plan.recipe.get("micro_batch"):  # accumulate over as many micro-batches as the plan does
@@ -73,13 +76,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--lr", type=float, default=None, help="train only the grid's runs at this rate")
     p.add_argument("--time-limit", type=float, default=None, metavar="S",
                    help="seconds the sweep stage may train; its run then stops cleanly with a checkpoint")
+    p.add_argument("--progress", action="store_true",
+                   help="the trainer's progress bar (steps, rate, tokens/s) on stderr: a detached run's log")
     p.add_argument("grid")
     p.add_argument("method", nargs="?")
     p.add_argument("seed", nargs="?", type=int)
     args = p.parse_args(argv)
     from mhar_probe.demo.run import run_demo
 
-    plan, name = narrowed(args.grid, args.method, args.seed, args.tiny, args.lr)
+    plan, name = narrowed(args.grid, args.method, args.seed, args.tiny, args.lr, args.progress)
     from mhar_probe.cli.args import command_deadline
     from mhar_probe.errors import UserError
 
