@@ -362,3 +362,24 @@ def test_the_committed_study_regenerates_as_committed(tmp_path):
         assert (out / rel).read_text() == (study / rel).read_text(), rel
     new, old = (json.loads((d / "claims.json").read_text()) for d in (out, study))
     assert new == old
+
+
+def test_the_readmes_one_gpu_arithmetic_is_the_runs_tables():
+    """'On one GPU' estimates a 1-GPU run from seed 0's speeds on two GPUs, as the runs table (itself
+    checked against the runs) states them, and from the lock's build time: each number from those."""
+    readme = (ROOT / "results" / "study350m" / "README.md").read_text()
+    said = " ".join(readme.split())
+    speed = {}
+    for line in readme.splitlines():
+        cells = [c.strip() for c in line.strip("|").split("|")]
+        if len(cells) == 10 and cells[0].endswith("-s0-n5000") and cells[8] == "2 x NVIDIA H200":
+            speed[cells[0].split("-")[1]] = float(cells[6].replace(",", ""))
+    assert set(speed) == {"baseline", "attnres", "mhar"}
+    per_gpu = speed["baseline"] / 2
+    tokens = PAPER350_STEPS * PAPER350.recipe["batch_size"] * PAPER350.recipe["seq_len"]
+    assert f"2-GPU baseline's {round(per_gpu, -2):,.0f} tokens/s per GPU" in said
+    assert f"5,000 steps in about {round(tokens / per_gpu, -1):,.0f} s" in said
+    assert f"(about {speed['attnres'] / speed['baseline']:.2f}x and {speed['mhar'] / speed['baseline']:.2f}x as fast)" \
+        in said
+    lock = json.loads((ROOT / "results" / "study350m" / "corpus" / "lock.json").read_text())
+    assert f"the corpus build ({lock['build_seconds']:.0f} s on {lock['workers']} processes" in said
