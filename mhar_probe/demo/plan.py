@@ -127,7 +127,8 @@ class Plan:
         # no progress bar unless the recipe asks for one (a detached device run's log shows it)
         common: dict[str, Any] = {"progress": False, **{k: v for k, v in self.recipe.items() if k != "lr"}}
         model = {**self.model, **(extra or {})}
-        common.update(**({"extra": model} if model else {}))
+        if model:
+            common["extra"] = model
         # a grid's own `steps` / `lrs` axes (a short learning-rate sweep) replace the plan's
         base: dict[str, Any] = dict(presets=[self.preset], steps=[self.steps], lrs=[self.recipe["lr"]])
         base.update(axes)
