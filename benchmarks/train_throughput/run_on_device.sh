@@ -14,12 +14,15 @@
 # `levers` issue 55's table: one process per configuration (as `fold`), baseline against MHAR and MHAR with
 # each lever (--variant: the douts read in place, the weights as a normaliser, the sublayers writing into
 # the source buffer) and all three, interleaved, under LEVERS_TIMEOUT (150) s -> $OUT/${TAG}_levers_<config>.json.
+# WITH_8K=0 leaves out `fold`'s and `levers`' first configuration (100m with 8,192 words), so that a call can give
+# its whole time to the larger presets.
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
 what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}; tag=${TAG:-h100}
+configs=("100m --vocab 8192" $presets); [[ ${WITH_8K:-1} == 0 ]] && configs=($presets)
 bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json (METHODS: the arms)
   local name=$1; shift
   python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods ${METHODS:-baseline mhar} \
@@ -54,7 +57,7 @@ if [[ $what == hyper ]]; then
     --commit "$commit" --out "$OUT/${tag}_hyper_100m.json" 2>&1 | grep -v "Warn\|warn"
 fi
 if [[ $what == fold ]]; then
-  for config in "100m --vocab 8192" $presets; do
+  for config in "${configs[@]}"; do
     name=${tag}_fold_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
       --methods baseline mhar --routing-backward ${BACKWARDS:-fold} --rounds 6 --profile --commit "$commit" \
@@ -64,7 +67,7 @@ if [[ $what == fold ]]; then
 fi
 if [[ $what == levers ]]; then
   all3=stack_douts=in_place,stack_weights=logits,stack_append=into_buffer
-  for config in "100m --vocab 8192" $presets; do
+  for config in "${configs[@]}"; do
     name=${tag}_levers_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${LEVERS_TIMEOUT:-150} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
       --methods baseline mhar --variant stack_douts=in_place --variant stack_weights=logits \
