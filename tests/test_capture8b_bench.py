@@ -39,7 +39,9 @@ def test_via_import_writes_a_sharded_authors_checkpoint_and_imports_it(tmp_path)
     bench = load_script("benchmarks/capture8b/run.py")
     record = bench.main(["--config", "tiny", "--lengths", "8", "--batch-sizes", "1", "--batches", "1", "--draws", "1",
                          "--device", "cpu", "--via-import", str(tmp_path)])
-    assert record["import"]["seconds"] > 0 and (tmp_path / "imported" / "import.json").is_file()
+    # the import's time is recorded (rounded to 0.1 s: a tiny model's import can round to 0.0), never asserted
+    assert record["import"]["seconds"] >= 0 and record["import"]["host_peak_rss_mib"] > 0
+    assert (tmp_path / "imported" / "import.json").is_file()
     index = json.loads((tmp_path / "src" / "model.safetensors.index.json").read_text())
     assert "model.layers.3.mlp_null_source" in index["weight_map"]
 
