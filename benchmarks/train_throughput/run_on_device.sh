@@ -14,6 +14,9 @@
 # `levers` issue 55's table: one process per configuration (as `fold`), baseline against MHAR and MHAR with
 # each lever (--variant: the douts read in place, the weights as a normaliser, the sublayers writing into
 # the source buffer) and all three, interleaved, under LEVERS_TIMEOUT (150) s -> $OUT/${TAG}_levers_<config>.json.
+# LEVERS (space-separated --variant specs; default: each lever, then all three) picks the lever arms, so that a card too
+# small for six 1B arms times them in several processes, each beside the baseline and the stored design; LEVERS_SUFFIX
+# names such a process's JSON (${TAG}_levers_<config><suffix>.json).
 # WITH_8K=0 leaves out `fold`'s and `levers`' first configuration (100m with 8,192 words), so that a call can give
 # its whole time to the larger presets.
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
@@ -67,11 +70,11 @@ if [[ $what == fold ]]; then
 fi
 if [[ $what == levers ]]; then
   all3=stack_douts=in_place,stack_weights=logits,stack_append=into_buffer
+  levers=${LEVERS:-stack_douts=in_place stack_weights=logits stack_append=into_buffer $all3}
   for config in "${configs[@]}"; do
-    name=${tag}_levers_${config// --vocab /_vocab}; t0=$SECONDS
+    name=${tag}_levers_${config// --vocab /_vocab}${LEVERS_SUFFIX:-}; t0=$SECONDS
     timeout --kill-after=10 ${LEVERS_TIMEOUT:-150} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
-      --methods baseline mhar --variant stack_douts=in_place --variant stack_weights=logits \
-      --variant stack_append=into_buffer --variant $all3 --rounds 6 --commit "$commit" \
+      --methods baseline mhar $(printf -- '--variant %s ' $levers) --rounds 6 --commit "$commit" \
       --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
     echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   done
