@@ -20,10 +20,56 @@ def lt():
     return mod
 
 
-def test_results_page_holds_the_table_the_files_render(lt):
-    files = sorted(HERE.glob("h200_levers_*.json"))
-    assert files, "no levers results files"
+@pytest.mark.parametrize("card", ["h100", "h200"])
+def test_results_page_holds_the_table_the_files_render(lt, card):
+    files = sorted(HERE.glob(f"{card}_levers_*.json"))
+    assert files, f"no {card} levers results files"
     assert lt.render(files) in (HERE / "results.md").read_text()
+
+
+def test_the_h100_bullets_points_are_each_lever_against_its_own_processes_stored_design(lt):
+    """results.md's "lose 2.2 points at 8k words, ..." for each lever: (stored - lever) x 100 in the
+    process that timed the lever, per configuration in table order, "tie" where they round equal."""
+    docs = [json.loads(p.read_text()) for p in sorted(HERE.glob("h100_levers_*.json"))]
+    text = " ".join((HERE / "results.md").read_text().split())
+    for arm in list(lt.ARMS)[1:]:
+        points = []
+        for key in lt.ORDER:
+            doc = next(d for d in docs if lt.config_key(d["meta"]) == key and arm in {r["arm"] for r in d["results"]})
+            by_arm = {r["arm"]: r for r in doc["results"]}
+            points.append(round(by_arm["mhar"]["vs_baseline"], 3) - round(by_arm[arm]["vs_baseline"], 3))
+        said = [f"{100 * p:.1f}" if round(100 * p, 1) else "tie" for p in points]
+        assert said[0] != "tie", arm
+        if "tie" in said:
+            assert f"{said[0]} points at 8k words, {said[1]} at 100M, tie at 350M and lose {said[3]} at 1B" in text
+        else:
+            assert f"{said[0]}, {said[1]}, {said[2]} and {said[3]}" in text, (arm, said)
+
+
+def test_a_configuration_split_over_processes_is_a_row_a_process_each_beside_its_stored_design(lt, tmp_path):
+    """Six 1B arms do not fit an 80 GB card: one process per lever, each with the baseline and the
+    stored design; the table gives each its row, "-" for the arms it did not time, and a card whose
+    files leave a lever untimed, or a process without the stored design, is refused."""
+    levers = list(lt.ARMS)[1:]
+    paths = []
+    for i, lever in enumerate(levers):
+        results = [dict(arm=a, tokens_per_s=100.0 + i, vs_baseline=v, vs_baseline_range=[v, v],
+                        memory_vs_baseline=1.0, peak_memory_gb=3.0)
+                   for a, v in (("baseline", 1.0), ("mhar", 0.75), (lever, 0.7 - i / 100))]
+        doc = dict(meta=dict(device="Card", args=dict(presets=["1b"], vocab=151936)), results=results)
+        paths.append(tmp_path / f"x_levers_1b_{i}.json")
+        paths[-1].write_text(json.dumps(doc))
+    rows = lt.render(paths).splitlines()[2:]
+    assert [r.split(" | ")[0] for r in rows] == [f"| 1B ({lt.ARMS[a]})" for a in levers]
+    assert rows[1].split(" | ")[1:5] == ["101", "0.750 (0.750-0.750)", "-", "0.690 (0.690-0.690)"]
+    paths[2].unlink()
+    with pytest.raises(SystemExit, match="lack the arms"):
+        lt.render(paths[:2] + paths[3:])
+    doc = json.loads(paths[0].read_text())
+    doc["results"] = [r for r in doc["results"] if r["arm"] != "mhar"]
+    paths[0].write_text(json.dumps(doc))
+    with pytest.raises(SystemExit, match=r"lacks the arms \['mhar'\]"):
+        lt.render(paths[:2] + paths[3:])
 
 
 def test_a_row_is_its_files_numbers(lt, tmp_path):
