@@ -37,8 +37,8 @@ class StridedAppendStack:
     def __len__(self):
         return len(self.stack)
 
-    def route(self, *args, **kwargs):
-        return self.stack.route(*args, **kwargs)
+    def route(self, *args):
+        return self.stack.route(*args)
 
 
 @pytest.fixture(autouse=True)

@@ -25,14 +25,8 @@ def test_floors_are_the_floors_modules_bytes_over_the_bandwidth():
     built = built_bytes(layout, 1024, heads, P, 8, 16)
     assert fl.built_total == pytest.approx(built.total / 2000e6)
     assert set(fl.built) == {"fwd", "bwd", "pair_e"}
-    ip = bf.floors("350m", 4, 1024, 8, 8, 2000.0, douts_in_place=True)
-    in_place = built_bytes(layout, 1024, heads, P, 8, 16, douts_in_place=True)
-    assert ip.built["bwd"] == pytest.approx(in_place.bwd / 2000e6) and ip.built["bwd"] < fl.built["bwd"]
-    assert (ip.built["fwd"], ip.built["pair_e"]) == (fl.built["fwd"], fl.built["pair_e"])
-    lg = bf.floors("350m", 4, 1024, 8, 8, 2000.0, weights_logits=True)
-    logits = built_bytes(layout, 1024, heads, P, 8, 16, weights_logits=True)
-    assert lg.built_total == pytest.approx(logits.total / 2000e6) and lg.built["fwd"] < fl.built["fwd"]
-    assert lg.built["pair_e"] == fl.built["pair_e"] and lg.stack == fl.stack
+    for group in fl.built:
+        assert fl.built[group] == pytest.approx(getattr(built, group) / 2000e6)
 
 
 def test_step_rows_read_the_profiled_routing_kernels():

@@ -74,10 +74,25 @@ def test_every_field_with_choices_refuses_another_value_by_name():
     that names the field, the value and the choices (one check in __post_init__ serves them all)."""
     from mhar_probe.kernels.config import CHOICES
 
-    assert set(CHOICES) == {"routing_douts", "stack_backward", "stack_douts", "stack_weights", "stack_append"}
+    assert set(CHOICES) == {"routing_douts", "stack_backward"}
     for name, choices in CHOICES.items():
         for choice in choices:
-            extra = {"routing_douts": "promoted"} if name == "stack_douts" else {}
-            assert getattr(KernelConfig(**{name: choice, **extra}), name) == choice
+            assert getattr(KernelConfig(**{name: choice}), name) == choice
         with pytest.raises(ValueError, match=f"KernelConfig.{name}='other': choose from {', '.join(choices)}$"):
             KernelConfig(**{name: "other"})
+
+
+def test_records_holding_the_deleted_levers_fields_still_load():
+    """Issue 55's levers (stack_douts, stack_weights, stack_append) were deleted on 2026-12-06;
+    runs recorded before then hold their fields at the defaults they ran with. Those keys are
+    ignored on load (`REMOVED_FIELDS`), so such a record reads back as the default design."""
+    from mhar_probe.kernels.config import REMOVED_FIELDS
+
+    assert not set(REMOVED_FIELDS) & {f.name for f in fields(KernelConfig)}
+    record = dict(routing_douts="promoted", poison=False, launch_table=None, stack_backward="fold", fold_calls=8,
+                  stack_douts="slots", stack_weights="stored", stack_append="stored", triton="3.6.0")
+    assert kernel_config_from_dict(record) == KernelConfig()
+    assert kernel_config_from_dict(dict(record, stack_backward="gather", fold_calls=4)) == \
+        KernelConfig(stack_backward="gather", fold_calls=4)
+    with pytest.raises(TypeError):  # the constructor itself no longer takes them
+        KernelConfig(stack_douts="slots")

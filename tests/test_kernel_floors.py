@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from mhar_probe.kernels.route.bwd_fold import backward_plan, launch_readers, model_layout, plan_bytes
+from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout, plan_bytes
 from mhar_probe.kernels.route.floors import (StackWidths, built_bytes, forward_bytes, four_byte_floor,
                                              pair_e_bytes, stack_floor, weight_bytes)
 
@@ -80,7 +80,7 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     from kernel_checks import poisoned_stack, spy_launcher
 
     def fwd_launch(args, consts):  # (N, APPEND, H)
-        return args[14], bool(consts["APPEND"]), consts["H"]
+        return args[13], bool(consts["APPEND"]), consts["H"]
 
     fwd_seen = spy_launcher(monkeypatch, rfwd, "_FWD", fwd_launch)
     fwd_split_seen = spy_launcher(monkeypatch, rfwd, "_FWD_SPLIT", fwd_launch)
@@ -106,10 +106,10 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     assert pair_e_bytes(layout, D, [H] * S, P, block_c, widths) == P * counted_e
 
 
-def _mixed_chain(make_stack, S, D, H, P, need_weights=True):
+def _mixed_chain(make_stack, S, D, H, P):
     """A model-shaped chain of S calls (d D, H heads, P positions) through make_stack(S, params):
     an fp32 source 0, bf16 sublayer outputs (tanh of each routed output), fp32 routed outputs;
-    forward and backward run (need_weights: what each route is told). Returns the stack."""
+    forward and backward run. Returns the stack."""
     from kernel_checks import DEV, EPS
 
     gen = torch.Generator().manual_seed(0)
@@ -119,7 +119,7 @@ def _mixed_chain(make_stack, S, D, H, P, need_weights=True):
     stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
     outs = []
     for s in range(S):
-        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack), need_weights=need_weights)
+        out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
         outs.append(out)
         if s < S - 1:
             stack.append(torch.tanh(out).to(torch.bfloat16))
@@ -136,23 +136,10 @@ def _with_block_c(plan_fn, block_c):
 
 
 # ------------------------------------------- the douts' bytes, from the loads and stores of the launches
-def test_douts_in_place_save_the_slot_write_and_its_reread_at_the_paper_stacks():
-    """`built_bytes` of the in-place design (`KernelConfig(stack_douts="in_place")`) is the slots
-    design's less 2 x 4 x d bytes per call and position (fp32 douts: the slot's store, and its
-    re-read by the call's own gather), at every paper stack, the forward and pair_e unchanged."""
-    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
-        layout, heads = model_layout(calls), [8] * calls
-        slots = built_bytes(layout, d, heads, P, 8, 16)
-        in_place = built_bytes(layout, d, heads, P, 8, 16, douts_in_place=True)
-        assert (in_place.fwd, in_place.pair_e) == (slots.fwd, slots.pair_e)
-        assert slots.bwd - in_place.bwd == pytest.approx(2 * 4 * d * P * calls, rel=1e-12)
-        assert stack_floor(layout, d, heads, P) < in_place.total < slots.total
-
-
 class _DoutTraffic:
     """The dout bytes each dout-reading launch moves, from the interpreter's own loads and stores:
     the distinct elements loaded and those stored inside the douts a launch may touch (its own
-    dout, the slot buffer, and in place every dout the stack holds), each counted once per launch
+    dout and the slot buffer), each counted once per launch
     (the rule `plan_dout_bytes` counts by)."""
 
     def __init__(self, monkeypatch):
@@ -210,10 +197,9 @@ class _DoutTraffic:
 @pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
 def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
     """A model-shaped fp32-embedding / bf16-buffer chain of 6 calls (d 8, H 2, fp32 douts) through
-    the triton stack in the interpreter, in both designs: the dout bytes each launch loads and
-    stores (`_DoutTraffic`) are `plan_dout_bytes` over the stack's launches, and the in-place
-    design's are the slots design's less 2 x 4 x d per call and position. A slot store or a
-    re-read that came back to the in-place kernels would fail here."""
+    the triton stack in the interpreter: the dout bytes each launch loads and stores
+    (`_DoutTraffic`) are `plan_dout_bytes` over the stack's launches (each dout stored into its
+    slot by its call's gather and read from there by every reader)."""
     pytest.importorskip("triton")
     import mhar_probe.kernels.route.autograd as kad
     from kernel_checks import poisoned_stack
@@ -223,77 +209,35 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_
     traffic = _DoutTraffic(monkeypatch)
     gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
     seen: list[BackwardLaunch] = []
-    stacks: list = []
-
-    def held():
-        state = stacks[-1]._state
-        return [t for t, _ in state._held.values()] if state._in_place else []
 
     def spy_gather(grid, args, consts, *rest):
         seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
-        traffic.launch(gather, grid, args, consts, rest, [args[3], args[6], *held()])
+        traffic.launch(gather, grid, args, consts, rest, [args[3], args[6]])
 
     def spy_fold(grid, args, consts, *rest):
         seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
-        traffic.launch(fold, grid, args, consts, rest, [args[3], *held()])
+        traffic.launch(fold, grid, args, consts, rest, [args[3]])
 
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
     S, D, H, P = 6, 8, 2, 3
-    measured = {}
-    for douts in ("slots", "in_place"):
-        seen.clear()
-        traffic.bytes.clear()
-
-        def make(cap, params):
-            stacks.append(poisoned_stack(cap, params, stack_backward=stack_backward, fold_calls=fold_calls,
-                                         stack_douts=douts))
-            return stacks[-1]
-
-        stack = _mixed_chain(make, S, D, H, P)
-        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
-        assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
-        assert any(x.kind == "fold" for x in seen) == (stack_backward == "fold")
-        assert sum(traffic.bytes) == P * plan_dout_bytes(seen, layout, D, 4, in_place=douts == "in_place"), douts
-        measured[douts] = sum(traffic.bytes)
-    assert measured["slots"] - measured["in_place"] == 2 * 4 * D * P * S
+    stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
+                                                             fold_calls=fold_calls), S, D, H, P)
+    layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+    assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
+    assert any(x.kind == "fold" for x in seen) == (stack_backward == "fold")
+    assert sum(traffic.bytes) == P * plan_dout_bytes(seen, layout, D, 4)
 
 
-# ------------------------------------------------ the weights' bytes: stored, or recomputed from logits
-def test_weights_logits_save_the_weights_at_the_paper_stacks():
-    """`built_bytes` of the logits design (`KernelConfig(stack_weights="logits")`): the forward
-    moves 8 H bytes of normaliser per call instead of 12 H n of logits and weights, the backward
-    reads 8 H more per reader of a launch and 4 H less per pair, pair_e unchanged. At the 100M
-    stack (25 calls, H = 8, fold_calls 8: 133 readers of launches) that is 31,488 bytes a position
-    less, whatever d (the number in KernelConfig's docstring)."""
-    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
-        layout, heads = model_layout(calls), [8] * calls
-        plan = backward_plan(layout, calls - 1, 8)
-        stored = built_bytes(layout, d, heads, P, 8, 16)
-        logits = built_bytes(layout, d, heads, P, 8, 16, weights_logits=True)
-        both = built_bytes(layout, d, heads, P, 8, 16, douts_in_place=True, weights_logits=True)
-        readers = sum(len(launch_readers(x, layout)) for x in plan)
-        pairs = calls * (calls + 1) // 2
-        assert logits.pair_e == stored.pair_e
-        assert stored.fwd - logits.fwd == P * (12 * 8 * pairs - 8 * 8 * calls)
-        assert stored.bwd - logits.bwd == pytest.approx(P * (4 * 8 * pairs - 8 * 8 * readers), rel=1e-12)
-        # with the douts in place too it may fall below the floor (at 1B: the fold reads a source
-        # once per block of readers, below the floor's once per pair; floors.py)
-        assert both.total < logits.total < stored.total and stack_floor(layout, d, heads, P) < logits.total
-        if calls == 25:
-            assert readers == 133 and stored.total - logits.total == pytest.approx(31_488 * P, rel=1e-12)
-
-
+# ------------------------------------------------ the weights' bytes
 @pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
 def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
-    """The chain of `test_dout_bytes_are_those_of_the_launches` in both weight designs: the bytes
-    every forward launch loads and stores in its weights (W) or normaliser (NORM), and every
-    dout-reading launch loads from the stored weights or the normalisers, from the interpreter's
-    own loads and stores (`_DoutTraffic`; the forward's logits and weights stored over the same
-    elements counted twice) are `forward_bytes`' and `plan_bytes`' weight terms. The logits
-    design stores no weights (no W buffer, no forward launch with STORE_W) and no backward launch
-    loads from its placeholder W (the dl buffer): a weight write or read that came back would
-    fail here."""
+    """The chain of `test_dout_bytes_are_those_of_the_launches`: the bytes every forward launch
+    loads and stores in its weights (W), and every dout-reading launch loads from the stored
+    weights, from the interpreter's own loads and stores (`_DoutTraffic`; the forward's logits and
+    weights stored over the same elements counted twice) are `forward_bytes`' and `plan_bytes`'
+    weight terms (12 H n per forward over n sources, 4 H per pair of a backward launch); no
+    backward launch loads the dl it stores."""
     pytest.importorskip("triton")
     import mhar_probe.kernels.route.autograd as kad
     import mhar_probe.kernels.route.fwd as rfwd
@@ -305,18 +249,16 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fol
     fwd_launchers = {name: getattr(rfwd, name) for name in ("_FWD", "_FWD_SPLIT")}
     gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
     seen: list[BackwardLaunch] = []
-    fwd_bytes, bwd_bytes, dl_loads, store_w = [], [], [], []
-    logits = False
+    fwd_bytes, bwd_bytes, dl_loads = [], [], []
 
     def spy_fwd(name):
         def run(grid, args, consts, *rest):
-            store_w.append(consts["STORE_W"])
-            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[8], args[12]], every_store=True)
+            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[8]], every_store=True)
             fwd_bytes.append(traffic.bytes.pop())
         return run
 
     def traced(launcher, grid, args, consts, rest, wall, dall):
-        traffic.launch(launcher, grid, args, consts, rest, [args[-2] if logits else wall])
+        traffic.launch(launcher, grid, args, consts, rest, [wall])
         bwd_bytes.append(traffic.bytes.pop())
         spans = (dall.data_ptr(), dall.data_ptr() + dall.numel() * 4)
         dl_loads.append(sum(int(((a >= spans[0]) & (a < spans[1])).sum()) for a, _ in traffic.loads))
@@ -334,58 +276,23 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fol
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
     S, D, H, P = 6, 8, 2, 3
-    measured = {}
-    for weights in ("stored", "logits"):
-        logits = weights == "logits"
-        for kept in (seen, fwd_bytes, bwd_bytes, dl_loads, store_w):
-            kept.clear()
-        stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
-                                                                 fold_calls=fold_calls, stack_weights=weights),
-                             S, D, H, P, need_weights=False)
-        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
-        assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
-        assert store_w == [not logits] * S and (stack._w_flat is None) == logits and sum(dl_loads) == 0
-        assert sum(fwd_bytes) == P * sum(weight_bytes(n, H, logits) for n, _, _ in layout), weights
-        per_pair = sum(4 * H * sum(1 for c in range(x.call, x.top1) for j in range(x.lo, x.hi) if layout[c][0] > j)
-                       for x in seen)
-        per_reader = sum(8 * H * len(launch_readers(x, layout)) for x in seen)
-        assert sum(bwd_bytes) == P * (per_reader if logits else per_pair), weights
-        measured[weights] = (sum(fwd_bytes), sum(bwd_bytes))
-    widths = StackWidths(src0=4, src=2, out=4, dout=4)
-    heads = [H] * S
-    assert measured["stored"][0] - measured["logits"][0] == \
-        forward_bytes(layout, D, heads, P, widths) - forward_bytes(layout, D, heads, P, widths, weights_logits=True)
-    saved = (plan_bytes(seen, layout, heads, D, 2, 4) - plan_bytes(seen, layout, heads, D, 2, 4, weights_logits=True)) \
-        * sum(n for n, _, _ in layout) * D * P
-    assert measured["stored"][1] - measured["logits"][1] == pytest.approx(saved, rel=1e-12)
+    stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
+                                                             fold_calls=fold_calls), S, D, H, P)
+    layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+    assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
+    assert sum(dl_loads) == 0
+    assert sum(fwd_bytes) == P * sum(weight_bytes(n, H) for n, _, _ in layout)
+    per_pair = sum(4 * H * sum(1 for c in range(x.call, x.top1) for j in range(x.lo, x.hi) if layout[c][0] > j)
+                   for x in seen)
+    assert sum(bwd_bytes) == P * per_pair
 
 
-# --------------------------------------- the appended sources' bytes: stored by the kernel, or written by the sublayer
-def test_sublayers_writing_into_the_buffer_save_the_appended_store_at_the_paper_stacks():
-    """`built_bytes` of the design where the sublayers write into the buffer
-    (`KernelConfig(stack_append="into_buffer")`): the forward stores no appended source, w_src x d
-    bytes a position less for each call but the first (each appends the source it reads last),
-    the backward and pair_e unchanged. At the 100M stack (25 calls, bf16 buffer) that is 24 x 2 x
-    512 = 24,576 bytes a position (the 25 KB of issue 55's list)."""
-    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
-        layout, heads = model_layout(calls), [8] * calls
-        stored = built_bytes(layout, d, heads, P, 8, 16)
-        into = built_bytes(layout, d, heads, P, 8, 16, into_buffer=True)
-        assert (into.bwd, into.pair_e) == (stored.bwd, stored.pair_e)
-        assert stored.fwd - into.fwd == 2 * d * P * (calls - 1)
-        assert stack_floor(layout, d, heads, P) < into.total < stored.total
-    assert stored.fwd - into.fwd == 2 * 1280 * 2048 * 72
-    layout = model_layout(25)
-    assert forward_bytes(layout, 512, [8] * 25, 1) - forward_bytes(layout, 512, [8] * 25, 1, into_buffer=True) == 24_576
-
-
+# --------------------------------------- the appended sources' bytes: stored by the forward kernel
 def _projected_chain(make_stack, S, D, H, P):
     """The model's chain of S calls under bf16 autocast on the CPU: an fp32 source 0, each later
-    source a projection of the routed output (`linear_into` into the stack's next row where it
-    hands one out: bf16, as autocast's F.linear), forward and backward run. Returns the stack."""
+    source a projection of the routed output (F.linear: bf16 under autocast), forward and backward
+    run. Returns the stack."""
     from kernel_checks import DEV, EPS
-
-    from mhar_probe.model.layers import linear_into
 
     gen = torch.Generator().manual_seed(0)
     qs = [torch.randn(D, generator=gen).to(DEV).requires_grad_() for _ in range(S)]
@@ -396,22 +303,20 @@ def _projected_chain(make_stack, S, D, H, P):
     with torch.autocast(DEV, dtype=torch.bfloat16):
         stack.append(torch.randn(1, P, D, generator=gen).to(DEV).requires_grad_())
         for s in range(S):
-            out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack), need_weights=False)
+            out, _ = stack.route(qs[s], gs[s], H, EPS, len(stack))
             outs.append(out)
             if s < S - 1:
-                stack.append(linear_into(out, ws[s], stack.next_slot()))
+                stack.append(torch.nn.functional.linear(out, ws[s]))
     sum((o.float() * (i + 1)).sin().sum() for i, o in enumerate(outs)).backward()
     return stack
 
 
 def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
-    """A 6-call chain (d 8, H 2, fp32 source 0, bf16 projections appended) in both designs: the
-    bytes every forward launch loads from and stores into the sources (the buffer, and the
-    appended tensor where it is one of its own) and its output, from the interpreter's loads and
-    stores (`_DoutTraffic`, every store counted): each source row read once in both, the output
-    stored once, the stored design storing each appended row (`forward_bytes`' difference), the
-    new design storing none. A store of the appended source that came back to the new design
-    (into its row, or into the output its placeholder points at) would fail here."""
+    """A 6-call chain (d 8, H 2, fp32 source 0, bf16 projections appended): the bytes every forward
+    launch loads from and stores into the sources (the buffer and the appended tensor) and its
+    output, from the interpreter's loads and stores (`_DoutTraffic`, every store counted): each
+    source row read once, the output stored once, and each appended row stored once into the
+    buffer by the call that reads it first (APPEND), as `forward_bytes` counts."""
     pytest.importorskip("triton")
     import mhar_probe.kernels.route.fwd as rfwd
     from kernel_checks import poisoned_stack
@@ -423,10 +328,10 @@ def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
     def spy_fwd(name):
         def run(grid, args, consts, *rest):
             kinds.append(consts["APPEND"])
-            # V, X where it is not in V, and the output (XDST's placeholder where nothing is
-            # appended or stored), every store counted; a call over source 0 alone reads it as V
-            sources = [args[1], args[10]] if consts["APPEND"] == 1 else [args[1]]
-            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[7]] + sources * (args[14] > 1),
+            # V, X where a source is appended, and the output (XDST's placeholder where nothing is
+            # appended), every store counted; a call over source 0 alone reads it as V
+            sources = [args[1], args[10]] if consts["APPEND"] else [args[1]]
+            traffic.launch(fwd_launchers[name], grid, args, consts, rest, [args[7]] + sources * (args[13] > 1),
                            every_store=True)
         return run
 
@@ -434,18 +339,14 @@ def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
         monkeypatch.setattr(rfwd, name, spy_fwd(name))
     S, D, H, P = 6, 8, 2, 3
     widths = StackWidths(src0=4, src=2, out=4, dout=4)
-    measured = {}
-    for append in ("stored", "into_buffer"):
-        kinds.clear()
-        traffic.parts.clear()
-        stack = _projected_chain(lambda cap, params: poisoned_stack(cap, params, stack_append=append), S, D, H, P)
-        layout = [(c.n, c.j0, c.j1) for c in stack._calls]
-        assert layout == model_layout(S) and stack.buffer.dtype == torch.bfloat16
-        assert kinds == [0] + [1 if append == "stored" else 2] * (S - 1)
-        loaded, stored = (sum(part) for part in zip(*traffic.parts))
-        assert loaded == P * sum(widths.src * D * (n - 1) for n, _, _ in layout), append
-        measured[append] = stored - P * widths.out * D * S  # less the outputs
+    stack = _projected_chain(poisoned_stack, S, D, H, P)
+    layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+    assert layout == model_layout(S) and stack.buffer.dtype == torch.bfloat16
+    assert kinds == [0] + [1] * (S - 1)
+    loaded, stored = (sum(part) for part in zip(*traffic.parts))
+    assert loaded == P * sum(widths.src * D * (n - 1) for n, _, _ in layout)
+    appended = stored - P * widths.out * D * S  # less the outputs
     heads = [H] * S
-    assert measured["into_buffer"] == 0
-    assert measured["stored"] == forward_bytes(layout, D, heads, P, widths) - \
-        forward_bytes(layout, D, heads, P, widths, into_buffer=True) == P * widths.src * D * (S - 1)
+    read_out_weights = P * sum(widths.src0 * D + widths.src * D * (n - 1) + widths.out * D + weight_bytes(n, H)
+                               for n, _, _ in layout)
+    assert appended == forward_bytes(layout, D, heads, P, widths) - read_out_weights == P * widths.src * D * (S - 1)

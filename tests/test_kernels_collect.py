@@ -52,22 +52,19 @@ def _leaves(D, S, heads, hw, seed, dtype, extra_mixers=0):
     return [t.to(DEV, dtype).requires_grad_() for t in [x0] + qs + gs + Ms]
 
 
-def _chain(make_stack, leaves, S, heads, half_sources=False, need_weights=True):
-    """A model-shaped chain over a stack built with the sites' parameters; returns (loss, outs,
-    weights). need_weights=False: the routes are told their weights are not wanted (a stack that
-    does not store them returns None)."""
+def _chain(make_stack, leaves, S, heads, half_sources=False):
+    """A model-shaped chain over a stack built with the sites' parameters; returns (loss, outs, weights)."""
     x0, qs, gs, Ms = leaves[0], leaves[1:S + 1], leaves[S + 1:2 * S + 1], leaves[2 * S + 1:]
     stack = make_stack(S, list(zip(qs, gs)))
     stack.append(x0)
-    kw = {} if need_weights else dict(need_weights=False)
     outs, wts = [], []
     for s in range(S):
         if qs[s].dim() == 2:  # head-aligned site: one single-head read per query row
-            reads = [stack.route(q, gs[s], 1, EPS, len(stack), **kw) for q in qs[s]]
+            reads = [stack.route(q, gs[s], 1, EPS, len(stack)) for q in qs[s]]
             x = sum(o for o, _ in reads)
             wts += [w for _, w in reads]
         else:
-            x, w = stack.route(qs[s], gs[s], heads[s], EPS, len(stack), **kw)
+            x, w = stack.route(qs[s], gs[s], heads[s], EPS, len(stack))
             wts.append(w)
         outs.append(x)
         if s < S - 1:

@@ -137,14 +137,10 @@ def _wide(make_stack, xs, qs, gs, heads, groups):
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("fold_calls,stack_douts,stack_weights",
-                         [(2, "slots", "stored"), (3, "slots", "stored"), (2, "in_place", "stored"),
-                          (2, "slots", "logits")])
-def test_fold_wide_stack_of_129_sources(launches, fold_calls, stack_douts, stack_weights):
+@pytest.mark.parametrize("fold_calls", [2, 3])
+def test_fold_wide_stack_of_129_sources(launches, fold_calls):
     """Six calls over 100 to 129 sources (d = 24, H = 8 and 2: d/H = 3 and 12), the later calls
-    folded into the accumulators of 100+ sources: every gradient against float64 autograd (the
-    douts in slots, or read in place: `KernelConfig.stack_douts`; the weights stored, or
-    recomputed from each call's normaliser: `KernelConfig.stack_weights`)."""
+    folded into the accumulators of 100+ sources: every gradient against float64 autograd."""
     D = 24
     groups = [100, 4, 4, 4, 5, 7]
     heads = [8, 2, 8, 2, 8, 8]
@@ -154,8 +150,7 @@ def test_fold_wide_stack_of_129_sources(launches, fold_calls, stack_douts, stack
     gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in groups]
     leaves = [t.to(DEV).requires_grad_() for t in xs + qs + gs]
     n = len(xs)
-    loss, stack = _wide(lambda cap, p: poisoned_stack(cap, p, fold_calls=fold_calls, stack_douts=stack_douts,
-                                                      stack_weights=stack_weights), leaves[:n],
+    loss, stack = _wide(lambda cap, p: poisoned_stack(cap, p, fold_calls=fold_calls), leaves[:n],
                         leaves[n:n + 6], leaves[n + 6:], heads, groups)
     grads = torch.autograd.grad(loss, leaves)
     assert stack._calls[-1].n == 129
@@ -208,22 +203,17 @@ def test_fold_half_chain_matches_the_gather_backward():
         assert a.dtype == b.dtype and torch.isfinite(a).all() and rel(a, b) < 2e-3, i
 
 
-@pytest.mark.parametrize("stack_douts,stack_weights", [("slots", "stored"), ("in_place", "stored"),
-                                                      ("slots", "logits")])
-def test_fold_is_bitwise_repeatable(stack_douts, stack_weights):
+def test_fold_is_bitwise_repeatable():
     """The same inputs give bitwise the same gradients, also after a backward over other values
-    in between (no state of one backward, accumulators, dout slots or in place the douts' offset
-    table, reaches the next) and in a second backward through the same graph (retain_graph: the
-    fold frontier starts again at the top; the logits design's normalisers are read again);
-    outputs not poisoned, so a read of memory no kernel wrote would show."""
+    in between (no state of one backward, accumulators or dout slots, reaches the next) and in a
+    second backward through the same graph (retain_graph: the fold frontier starts again at the
+    top); outputs not poisoned, so a read of memory no kernel wrote would show."""
     S, D = 5, 12
     heads = [1, 2, 4, 2, 1]
 
     def run(seed, twice=False):
         leaves = _leaves(D, S, heads, 0, seed, torch.float32)
-        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, poison=False, fold_calls=2, stack_douts=stack_douts,
-                                                          stack_weights=stack_weights),
-                            leaves, S, heads, need_weights=stack_weights == "stored")
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, poison=False, fold_calls=2), leaves, S, heads)
         grads = torch.autograd.grad(loss, leaves, retain_graph=twice)
         return (grads, torch.autograd.grad(loss, leaves)) if twice else grads
 

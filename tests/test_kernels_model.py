@@ -89,14 +89,10 @@ def folds(monkeypatch):
     return calls
 
 
-@pytest.mark.parametrize("method,stack_douts,stack_weights", [
-    *((m, "slots", "stored") for m in STACKED), ("mhar_hw", "in_place", "stored"), ("mhar_hw", "slots", "logits")])
-def test_model_fold_backward_matches_eager_cpu(method, stack_douts, stack_weights, folds):
+@pytest.mark.parametrize("method", STACKED)
+def test_model_fold_backward_matches_eager_cpu(method, folds):
     """Every shared-stack method runs the fold-block backward (the default; blocks of 2 calls so
-    that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager;
-    mhar_hw (sibling reads, mixed head counts) also with the douts its sublayers' backwards hand
-    on read in place (`stack_douts="in_place"`), and with its weights recomputed in the backward
-    (`stack_weights="logits"`: the sites, unhooked, ask for no weights)."""
+    that the 5 to 9 routing calls of a 2-layer model fold more than once) and matches eager."""
     if torch.cuda.is_available():
         pytest.skip("the GPU variants run the tiny preset (9+ calls: folds at the default 8)")
     from mhar_probe.kernels import KernelConfig
@@ -104,8 +100,7 @@ def test_model_fold_backward_matches_eager_cpu(method, stack_douts, stack_weight
     config = MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32,
                                     num_hidden_layers=2, num_attention_heads=4,
                                     num_key_value_heads=2, intermediate_size=48, vocab_size=61)
-    _check(config, "cpu", T=3, tol=2e-5, kernels=KernelConfig(fold_calls=2, stack_douts=stack_douts,
-                                                             stack_weights=stack_weights))
+    _check(config, "cpu", T=3, tol=2e-5, kernels=KernelConfig(fold_calls=2))
     assert len(folds) >= 2
 
 

@@ -122,17 +122,17 @@ def test_routed_arms_once_per_stack_backward(tt, arm_kernels):
         {None}, {("fold", 3)}, {("gather", 3)}]  # baseline: nothing routes
 
 
-def test_a_variant_is_one_more_arm_per_routed_method_carrying_its_levers(tt, arm_kernels):
+def test_a_variant_is_one_more_arm_per_routed_method_carrying_its_fields(tt, arm_kernels):
     """--variant FIELD=VALUE[,...]: after a routed method's own arm, one arm per variant whose model
-    carries the first backward's configuration with those fields (issue 55's levers), recorded in
-    its row; the baseline gets none. On the CPU the arms step their own models."""
-    both = "stack_append=into_buffer,stack_weights=logits"
-    rows = tt.bench_preset("tiny", _args(variant=["stack_append=into_buffer", both], rounds=1), torch.device("cpu"))
-    assert [(r["arm"], r["stack_append"], r["stack_weights"]) for r in rows] == [
-        ("baseline", "stored", "stored"), ("mhar", "stored", "stored"),
-        ("mhar/stack_append=into_buffer", "into_buffer", "stored"), (f"mhar/{both}", "into_buffer", "logits")]
-    assert _fields(arm_kernels, "stack_backward", "stack_append", "stack_weights") == [
-        {None}, {("fold", "stored", "stored")}, {("fold", "into_buffer", "stored")}, {("fold", "into_buffer", "logits")}]
+    carries the first backward's configuration with those fields (KernelConfig's fields with
+    choices), recorded in its row; the baseline gets none. On the CPU the arms step their own models."""
+    both = "stack_backward=gather,routing_douts=storage"
+    rows = tt.bench_preset("tiny", _args(variant=["stack_backward=gather", both], rounds=1), torch.device("cpu"))
+    assert [(r["arm"], r["routing_backward"], r["routing_douts"]) for r in rows] == [
+        ("baseline", "fold", "promoted"), ("mhar", "fold", "promoted"),
+        ("mhar/stack_backward=gather", "gather", "promoted"), (f"mhar/{both}", "gather", "storage")]
+    assert _fields(arm_kernels, "stack_backward", "routing_douts", "fold_calls") == [
+        {None}, {("fold", "promoted", 8)}, {("gather", "promoted", 8)}, {("gather", "storage", 8)}]
 
 
 def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
@@ -155,9 +155,10 @@ def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     (["--rounds", "0"], "--rounds must be at least 1"),
     (["--routing-backward", "fold", "fold"], "each routing backward once"),
     (["--fold-calls", "0"], "--fold-calls must be at least 1"),
-    (["--variant", "stack_append=copy"], "--variant 'stack_append=copy': each item is FIELD=VALUE"),
-    (["--variant", "stack_douts=in_place", "--variant", "stack_douts=in_place"], "each --variant once"),
-    (["--routing-douts", "storage", "--variant", "stack_douts=in_place"], "needs routing_douts='promoted'"),
+    (["--variant", "stack_backward=copy"], "--variant 'stack_backward=copy': each item is FIELD=VALUE"),
+    (["--variant", "fold_calls=2"], "--variant 'fold_calls=2': each item is FIELD=VALUE"),  # no choices: --fold-calls
+    (["--variant", "stack_douts=in_place"], "--variant 'stack_douts=in_place': each item is FIELD=VALUE"),  # deleted
+    (["--variant", "stack_backward=gather", "--variant", "stack_backward=gather"], "each --variant once"),
 ])
 def test_cli_refuses_bad_arguments_before_building(tt, monkeypatch, argv, message):
     monkeypatch.setattr("sys.argv", ["train_throughput.py", *argv])

@@ -6,10 +6,7 @@ For a preset's stack (2L + 1 calls, call c reading sources [0, c]; autocast's wi
     F4     the 4-byte floor (the kernel table's, issue 35's)
     stack  F4 with each call's output, dout and normaliser and each source's gradient counted
     built  the bytes the kernels move as launched (fwd, the dout-reading backward at fold_calls,
-           pair_e), each group divided by the copy bandwidth: its time at copy speed; printed
-           also for the douts read in place (`KernelConfig(stack_douts="in_place")`, issue 55), for
-           the weights recomputed from the normaliser (`KernelConfig(stack_weights="logits")`) and
-           for both
+           pair_e), each group divided by the copy bandwidth: its time at copy speed
 
 With `train_throughput.py` JSON files, each MHAR arm's profiled step: its routing kernels'
 device ms per group (`profile.top_kernels`) against the group's built bytes (% of copy), the
@@ -55,17 +52,13 @@ class Floors:
         return sum(self.built.values())
 
 
-def floors(preset: str, batch: int, seq: int, heads: int, fold_calls: int, copy_gbps: float,
-           douts_in_place: bool = False, weights_logits: bool = False) -> Floors:
-    """The floors of `preset`'s stack over batch x seq positions (module docstring); built for the
-    douts read in place (`KernelConfig(stack_douts="in_place")`) where `douts_in_place`, for the
-    weights recomputed (`KernelConfig(stack_weights="logits")`) where `weights_logits`."""
+def floors(preset: str, batch: int, seq: int, heads: int, fold_calls: int, copy_gbps: float) -> Floors:
+    """The floors of `preset`'s stack over batch x seq positions (module docstring)."""
     d, L = PRESETS[preset]["hidden_size"], PRESETS[preset]["num_hidden_layers"]
     calls, positions = 2 * L + 1, batch * seq
     layout, per_call = model_layout(calls), [heads] * calls
     block_c = tables_for(DEFAULT).pair_e_config(d, heads)[0]
-    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c, douts_in_place=douts_in_place,
-                        weights_logits=weights_logits)
+    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c)
     ms = 1e-6 / copy_gbps  # bytes -> ms
     return Floors(four_byte_floor(layout, d, positions) * ms, stack_floor(layout, d, per_call, positions) * ms,
                   dict(fwd=built.fwd * ms, bwd=built.bwd * ms, pair_e=built.pair_e * ms))
@@ -118,12 +111,6 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{preset:7s} {f'{B}x{T}':>8s} {fl.f4:7.3f} {fl.stack:7.3f} {fl.stack / fl.f4:5.2f} "
               f"{fl.built_total:7.3f} {fl.built_total / fl.f4:5.2f}  "
               + " / ".join(f"{v:.3f}" for v in fl.built.values()))
-        for label, design, what in (("in place", dict(douts_in_place=True), "douts read in place"),
-                                    ("logits", dict(weights_logits=True), "weights from the normaliser"),
-                                    ("both", dict(douts_in_place=True, weights_logits=True), "both")):
-            ip = floors(preset, B, T, args.heads, args.fold_calls, args.copy_gbps, **design)
-            print(f"{'':7s} {label:>8s} {'':7s} {'':7s} {'':5s} {ip.built_total:7.3f} {ip.built_total / ip.f4:5.2f}  "
-                  + " / ".join(f"{v:.3f}" for v in ip.built.values()) + f"  ({what})")
     rows = []
     for path in args.files:
         try:

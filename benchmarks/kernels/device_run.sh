@@ -42,18 +42,6 @@
 #                                                         fold kernel's own rows swept (two sources per reader
 #                                                         iteration, prefetch 2), a TABLE last; the fold rows in
 #                                                         $OUT/launch_tables_fold.json
-#   bash benchmarks/kernels/device_run.sh douts           ONE call (<= 540 s on an H200): the douts read in place
-#                                                         (triton-douts-in-place, issue 55) against today's slots
-#                                                         at the training microbatches (autocast, H = 8) in one
-#                                                         process, gradients checked against triton's first, graph
-#                                                         replay and GPU-busy time, a table last
-#   bash benchmarks/kernels/device_run.sh weights         ONE call: the weights recomputed from each call's
-#                                                         normaliser (triton-weights-logits, issue 55) against
-#                                                         today's stored weights at the training microbatches
-#                                                         (autocast, H = 8): ROUNDS (default 2) processes, the arms'
-#                                                         order alternating (AB, BA, ...), the first checking the
-#                                                         gradients against triton's (bitwise expected); graph
-#                                                         replay and GPU-busy time. Not yet run: no timing known
 #   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
 #                                                         replay (carry .whl with its wheel)
 # Sweeps write launch-table files (*_tuned.json, mhar_probe/kernels/launch_tables.py's format);
@@ -163,23 +151,6 @@ case "${1:-tests}" in
     timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta \
       --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
       2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
-  douts)  # KernelConfig(stack_douts="in_place") against the slots (today's default), same process:
-    # each shape's gradients compared first (bitwise equal expected; > 1e-5 refuses the shape untimed)
-    timeout ${DOUTS_TIMEOUT:-500} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_douts.json" \
-      --no-delta --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 \
-      --backends triton,triton-douts-in-place --check-grads --repeat 7 --graph 2>&1 \
-      | grep -v -i warn | tee "$OUT/bench_douts.log" | tail -16 ;;
-  weights)  # KernelConfig(stack_weights="logits") against the stored weights (today's default): the arms
-    # interleaved by rounds whose order alternates; round 1 compares the gradients first (--check-grads
-    # needs triton first; > 1e-5 refuses the shape untimed), each round its own JSON
-    for round in $(seq 1 ${ROUNDS:-2}); do
-      if [ $((round % 2)) = 1 ]; then arms=triton,triton-weights-logits; else arms=triton-weights-logits,triton; fi
-      check=; [ "$round" = 1 ] && check=--check-grads
-      timeout ${WEIGHTS_TIMEOUT:-270} python -m mhar_probe.cli bench routing $COMMIT_ARG \
-        --out "$OUT/bench_weights_$round.json" --no-delta --dtype mixed --shapes 100M-train,350M-train,1B-train \
-        --heads 8 --backends $arms $check --repeat 5 --graph 2>&1 \
-        | grep -v -i warn | tee "$OUT/bench_weights_$round.log" | tail -16
-    done ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;

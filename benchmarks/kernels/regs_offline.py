@@ -7,8 +7,6 @@ backend. That is what bounds resident warps per SM (65536 registers: 16 one-warp
 Numbers depend on the Triton version: with the GPU machine's (3.6) they match Nsight Compute there.
 
     python benchmarks/kernels/regs_offline.py --out benchmarks/kernels/regs_offline_<date>.json
-    (--douts-in-place: the gather and fold kernels as `stack_douts="in_place"` launches them;
-     --weights-logits: the forward, gather and fold kernels as `stack_weights="logits"` does)
 
 Another Triton version compiles the same way from a side directory, e.g. the GPU machine's:
 
@@ -47,9 +45,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from launch_sweep import fold_variants  # noqa: E402
 
 CUOBJDUMP = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
-F32, BF16, I64P, I32, I64, F = "*fp32", "*bf16", "*i64", "i32", "i64", "fp32"
-IN_PLACE = 0  # --douts-in-place: the kernels as `KernelConfig(stack_douts="in_place")` launches them (4: fp32 douts)
-LOGITS = False  # --weights-logits: the kernels as `KernelConfig(stack_weights="logits")` launches them
+F32, BF16, I64P, I32, F = "*fp32", "*bf16", "*i64", "i32", "fp32"
 SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
 DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk", "dbase"}  # multiples of 16 at these shapes
 
@@ -103,11 +99,10 @@ def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: 
 def fwd_job(d: int, cfg: tuple) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
-                 RES=F32, X=BF16, XDST=BF16, NORM=F32, P=I32, N=I32, eps=F)
+                 RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F)
     # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES,
-                 STORE_W=not LOGITS, STORE_NORM=LOGITS)
+                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES)
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
@@ -130,12 +125,6 @@ def stack_job(d: int, cfg: tuple) -> tuple:
     return stack_bwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, HM=H, KM=K, BLOCK_KM=K, **flags)
 
 
-def _weights_consts() -> dict:
-    """The weights' constexprs of the dout-reading kernels: stored, or (--weights-logits) recomputed
-    in autocast's folded form r <q*g, v> (FORM 1; kernels/route/autograd.py `_logit_consts`)."""
-    return dict(FORM=1 if LOGITS else 0, RMODE=0, RK2=False)
-
-
 def gather_job(d: int, cfg: tuple, fold: bool = False) -> tuple:
     """stack_gather_kernel as the gather backward launches it, or (fold) as the fold-block
     backward does once a fold has happened (dout slots below the frontier, the sources'
@@ -144,15 +133,14 @@ def gather_job(d: int, cfg: tuple, fold: bool = False) -> tuple:
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT=F32, OUT=F32, RES=F32, DOUT_BUF=F32, stride_dc=I32,
                  WALL=F32, DALL=F32, SHALL=F32, SALL=F32, U=F32, RALL=F32, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_SOFF=I64P, DX=BF16, call=I32, top1=I32, soff=I32, j0=I32, j1=I32,
-                 P=I32, eps=F, ACC=F32, dbase=I32, DOFF=I64P, doff=I64, NORM=F32, QG=F32)
+                 P=I32, eps=F, ACC=F32, dbase=I32)
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_gather_kernel, types, dict(D=d, H=H, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                             BLOCK_P=cfg[0], HAS_RES=False, HAS_GATHER=True, GATHER0=False,
                                             PREFETCH=bool(cfg[2]), SAME_H=True,
                                             VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                            LOADS_FIRST=bool(cfg[4]), FOLD=fold, HAS_ACC=fold,
-                                            IN_PLACE=IN_PLACE, **_weights_consts())
+                                            LOADS_FIRST=bool(cfg[4]), FOLD=fold, HAS_ACC=fold)
 
 
 def gather_fold_job(d: int, cfg: tuple) -> tuple:
@@ -165,14 +153,13 @@ def fold_job(d: int, cfg: tuple) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
-                 ACC=F32, call=I32, top1=I32, jf=I32, first=I32, P=I32, eps=F, DOFF=I64P, NORM=F32, QG=F32)
+                 ACC=F32, call=I32, top1=I32, jf=I32, first=I32, P=I32, eps=F)
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1,
-                                          IN_PLACE=IN_PLACE, **_weights_consts())
+                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1)
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -196,14 +183,7 @@ def main() -> None:
     ap.add_argument("--out", default="")
     ap.add_argument("--builtin-only", action="store_true",
                     help="compile only the built-in launch-table row of each shape (gather kinds, fwd)")
-    ap.add_argument("--douts-in-place", action="store_true",
-                    help="the gather and fold kernels reading the douts in place (stack_douts='in_place')")
-    ap.add_argument("--weights-logits", action="store_true",
-                    help="the forward, gather and fold kernels with the weights recomputed (stack_weights='logits')")
     args = ap.parse_args()
-    global IN_PLACE, LOGITS
-    IN_PLACE = 4 if args.douts_in_place else 0
-    LOGITS = args.weights_logits
     warnings.filterwarnings("ignore")
     # kind: (job, configs, index of maxnreg in a config (None: no cap), index of num_warps);
     # configs are launch-table rows (launch_tables.py)
@@ -244,7 +224,7 @@ def main() -> None:
     if args.out:
         with open(args.out, "w") as f:
             json.dump(dict(date=datetime.date.today().isoformat(), triton=triton.__version__, arch="sm_90",
-                           douts_in_place=bool(IN_PLACE), weights_logits=LOGITS, rows=rows), f, indent=1)
+                           rows=rows), f, indent=1)
 
 
 if __name__ == "__main__":

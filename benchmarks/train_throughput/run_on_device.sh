@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # One device call (benchmarks/README.md): the GPU test group, the training-throughput table at the
 # paper's three microbatches (graph step, with a profile per arm), and the dout-policy loss curves.
-#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|attnres|hyper|fold|levers|dout|all] COMMIT [PRESETS]
+#   bash benchmarks/train_throughput/run_on_device.sh [tests|fusedtests|bench|storage|variants|attnres|hyper|fold|dout|all] COMMIT [PRESETS]
 # (logs + JSON under $OUT). `bench` measures the training defaults; `variants` the same presets
 # once per step variant (loss kernel x compiled sublayers), one process each; `storage` the
 # defaults with --routing-douts storage (bf16 upstream gradients in the routing backward);
@@ -11,13 +11,7 @@
 # against MHAR under BACKWARDS (default: fold, the default backward; `fold gather` adds the gather
 # backward), 6 rounds and one profiled step per arm, each process under FOLD_TIMEOUT (110) seconds, so a
 # slow configuration costs only itself -> $OUT/${TAG}_fold_<config>.json.
-# `levers` issue 55's table: one process per configuration (as `fold`), baseline against MHAR and MHAR with
-# each lever (--variant: the douts read in place, the weights as a normaliser, the sublayers writing into
-# the source buffer) and all three, interleaved, under LEVERS_TIMEOUT (150) s -> $OUT/${TAG}_levers_<config>.json.
-# LEVERS (space-separated --variant specs; default: each lever, then all three) picks the lever arms, so that a card too
-# small for six 1B arms times them in several processes, each beside the baseline and the stored design; LEVERS_SUFFIX
-# names such a process's JSON (${TAG}_levers_<config><suffix>.json).
-# WITH_8K=0 leaves out `fold`'s and `levers`' first configuration (100m with 8,192 words), so that a call can give
+# WITH_8K=0 leaves out `fold`'s first configuration (100m with 8,192 words), so that a call can give
 # its whole time to the larger presets.
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
@@ -64,17 +58,6 @@ if [[ $what == fold ]]; then
     name=${tag}_fold_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
       --methods baseline mhar --routing-backward ${BACKWARDS:-fold} --rounds 6 --profile --commit "$commit" \
-      --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
-    echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
-  done
-fi
-if [[ $what == levers ]]; then
-  all3=stack_douts=in_place,stack_weights=logits,stack_append=into_buffer
-  levers=${LEVERS:-stack_douts=in_place stack_weights=logits stack_append=into_buffer $all3}
-  for config in "${configs[@]}"; do
-    name=${tag}_levers_${config// --vocab /_vocab}${LEVERS_SUFFIX:-}; t0=$SECONDS
-    timeout --kill-after=10 ${LEVERS_TIMEOUT:-150} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
-      --methods baseline mhar $(printf -- '--variant %s ' $levers) --rounds 6 --commit "$commit" \
       --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
     echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   done

@@ -247,10 +247,8 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
         row = dict(preset=preset, method=arm.method, arm=arm.label, batch=B, seq=T, step=args.step,
                    overlap=args.overlap, steps_per_round=OVERLAP_STEPS if args.overlap else 1,
                    backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
-                   routing_douts=args.routing_douts, routing_backward=arm.kernels.stack_backward,
+                   routing_douts=arm.kernels.routing_douts, routing_backward=arm.kernels.stack_backward,
                    fold_calls=arm.kernels.fold_calls, hyper_compile=arm.hyper_compile,
-                   stack_douts=arm.kernels.stack_douts, stack_weights=arm.kernels.stack_weights,
-                   stack_append=arm.kernels.stack_append,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,
                    step_s_median=median, tokens_per_s=tok_s, flops_per_token=flops,
@@ -281,8 +279,8 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
 
 
 def parse_variant(spec: str) -> dict[str, str]:
-    """--variant "stack_append=into_buffer,stack_douts=in_place" -> {field: value} of KernelConfig's
-    lever fields (mhar_probe.kernels.config.CHOICES); SystemExit with one line on a bad one."""
+    """--variant "stack_backward=gather,routing_douts=storage" -> {field: value} of KernelConfig's
+    fields with choices (mhar_probe.kernels.config.CHOICES); SystemExit with one line on a bad one."""
     fields = {}
     for item in spec.split(","):
         name, eq, value = item.partition("=")
@@ -339,7 +337,7 @@ def check_arguments(args: argparse.Namespace) -> None:
     if len(set(args.variant)) != len(args.variant):
         raise SystemExit(f"each --variant once, please (got {' '.join(args.variant)})")
     for spec in args.variant:
-        try:  # a field's own check (e.g. the douts in place need routing_douts='promoted')
+        try:  # KernelConfig's own checks of the combined fields
             KernelConfig(**{**KernelConfig(routing_douts=args.routing_douts).as_dict(), **parse_variant(spec)})
         except ValueError as exc:
             raise SystemExit(f"--variant {spec!r}: {exc}") from None
@@ -379,8 +377,8 @@ def main() -> None:
                         "work) or sublayers (attention and MLP alone, the wiring eager, as before); several: "
                         "one hyper arm each, labelled hyper/MODE after the first")
     p.add_argument("--variant", action="append", default=[], metavar="FIELD=VALUE[,...]",
-                   help="one more arm per routed method with these KernelConfig fields (issue 55's levers: "
-                        "stack_douts=in_place, stack_weights=logits, stack_append=into_buffer; comma-joined for "
+                   help="one more arm per routed method with these KernelConfig fields (any field with "
+                        "choices, e.g. stack_backward=gather or routing_douts=storage; comma-joined for "
                         "several at once); repeat for more arms")
     p.add_argument("--fold-calls", type=int, default=KernelConfig().fold_calls,
                    help="calls per fold of the fold-block backward (KernelConfig.fold_calls)")

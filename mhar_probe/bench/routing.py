@@ -48,20 +48,14 @@ DTYPE = torch.bfloat16  # --dtype float32: the promoted stack; mixed: fp32 sourc
 # stack's gather backward (every source's gather reads all its readers' douts), the default
 # before the fold-block backward; fold4/12/16: the fold-block backward at other block sizes than
 # the default 8 (`--backends triton,triton-gather` times the two backwards side by side).
-# douts-in-place: the stack backward reads each dout where autograd left it instead of a slot copy
-# (`stack_douts="in_place"`, issue 55; bitwise today's gradients: `--check-grads` checks that
-# first). weights-logits: the stack forward stores each call's softmax normaliser instead of its
-# weights, which the backward recomputes (`stack_weights="logits"`, issue 55; bitwise today's
-# gradients at one head count per stack, as here: `--check-grads`). The variants that lost against today's kernels are gone (mhar_probe/kernels/README.md
-# says which commit last had each).
+# The variants that lost against today's kernels are gone (mhar_probe/kernels/README.md says
+# which commit last had each; issue 55's douts-in-place and weights-logits: 56b6ecf).
 VARIANTS: dict[str, dict[str, object]] = {
     "triton-storage-douts": dict(routing_douts="storage"),
     "triton-gather": dict(stack_backward="gather"),
     "triton-fold4": dict(fold_calls=4),
     "triton-fold12": dict(fold_calls=12),
     "triton-fold16": dict(fold_calls=16),
-    "triton-douts-in-place": dict(stack_douts="in_place"),
-    "triton-weights-logits": dict(stack_weights="logits"),
 }
 #: --check-grads: the most a triton variant's gradients may differ from triton's (max |a - b| / max
 #: |b| over every leaf) before the shape is refused untimed; bitwise-equal variants report 0
@@ -164,7 +158,7 @@ class _FLAStack:
     def append(self, x: torch.Tensor) -> None:
         self.sources.append(x)
 
-    def route(self, q, g, H, eps, n, need_weights=True):
+    def route(self, q, g, H, eps, n):
         from fla.ops.attnres import fused_attnres
 
         assert H == 1, "FLA's fused_attnres is single-head"
@@ -186,7 +180,7 @@ def chain_fwd(backend, xs, qs, gs, H, params: bool = True):
     outs = []
     for s in range(len(xs)):
         stack.append(xs[s])
-        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1, need_weights=False)[0])  # as the model
+        outs.append(stack.route(qs[s], gs[s], H, 1e-6, s + 1)[0])
     return outs
 
 

@@ -11,47 +11,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 
-class _LinearInto(torch.autograd.Function):
-    """y = x W^T written into `out`, as autograd runs F.linear: the product of the operands cast
-    to out's dtype (autocast's cast), dx = dy W and dW = dy^T x (the products MmBackward forms),
-    each cast back to its operand's dtype."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, weight: Tensor, out: Tensor) -> Tensor:  # type: ignore[override]
-        xc, wc = x.to(out.dtype), weight.to(out.dtype)
-        x2 = xc.reshape(-1, xc.shape[-1])  # [P, k]
-        with torch.autocast(out.device.type, enabled=False):
-            torch.mm(x2, wc.t(), out=out.view(-1, out.shape[-1]))  # [P, d]
-        ctx.mark_dirty(out)
-        ctx.save_for_backward(x2, wc)
-        ctx.shape, ctx.dtypes = x.shape, (x.dtype, weight.dtype)
-        return out
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx, dy: Tensor) -> tuple[Tensor | None, Tensor | None, None]:  # type: ignore[override]
-        x2, wc = ctx.saved_tensors
-        dy2 = dy.reshape(-1, dy.shape[-1]).to(wc.dtype)  # [P, d]
-        dx = dy2.mm(wc).view(ctx.shape).to(ctx.dtypes[0]) if ctx.needs_input_grad[0] else None
-        dw = dy2.t().mm(x2).to(ctx.dtypes[1]) if ctx.needs_input_grad[1] else None
-        return dx, dw, None
-
-
-@torch.compiler.disable
-def linear_into(x: Tensor, weight: Tensor, out: Tensor | None) -> Tensor:
-    """F.linear(x, weight) (no bias; x [.., k], weight [d, k]), written into `out` [.., d] where
-    that is the tensor it would return (same shape and dtype, contiguous: a source stack's next
-    buffer row, `SourceStack.next_slot`), else a new tensor. Same values and gradients as
-    F.linear. Under torch.compile it runs uncompiled: the compiled region ends before it."""
-    if out is None:
-        return F.linear(x, weight)
-    dev = x.device.type
-    dtype = torch.get_autocast_dtype(dev) if torch.is_autocast_enabled(dev) else torch.result_type(x, weight)
-    if out.dtype != dtype or out.shape != (*x.shape[:-1], weight.shape[0]) or not out.is_contiguous():
-        return F.linear(x, weight)
-    return _LinearInto.apply(x, weight, out)
-
-
 class RMSNorm(nn.Module):
     """y = g * (x / sqrt(mean(x^2) + eps)); statistic in fp32, rounded to x.dtype before * g."""
 
@@ -149,8 +108,7 @@ class Attention(nn.Module):
         return q, k, v
 
     def forward(self, x: Tensor, cos: Tensor, sin: Tensor, attn_mask: Tensor | None = None,
-                cache=None, into: Tensor | None = None) -> Tensor:
-        """[B, T, d]; `into`: a tensor o_proj may write its output into (`linear_into`)."""
+                cache=None) -> Tensor:
         q, k, v = self._project(x)
         B, T = q.shape[:2]
         q = apply_rope(self.q_norm(q).transpose(1, 2), cos, sin)  # [B, nh, T, hd]
@@ -167,8 +125,7 @@ class Attention(nn.Module):
                 attn_mask = causal_mask(T, S, q.device)  # [T, S], after a KV cache
         y = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, is_causal=causal,
                                            enable_gqa=self.n_heads != self.n_kv)
-        y = y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim)
-        return self.o_proj(y) if into is None else linear_into(y, self.o_proj.weight, into)
+        return self.o_proj(y.transpose(1, 2).reshape(B, T, self.n_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -180,7 +137,5 @@ class MLP(nn.Module):
         self.up_proj = nn.Linear(d, ffn, bias=False)
         self.down_proj = nn.Linear(ffn, d, bias=False)
 
-    def forward(self, x: Tensor, into: Tensor | None = None) -> Tensor:
-        """[B, T, d]; `into`: a tensor down_proj may write its output into (`linear_into`)."""
-        h = F.silu(self.gate_proj(x)) * self.up_proj(x)
-        return self.down_proj(h) if into is None else linear_into(h, self.down_proj.weight, into)
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))

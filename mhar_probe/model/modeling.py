@@ -40,12 +40,11 @@ class DecoderLayer(nn.Module):
         self.input_layernorm = RMSNorm(d, eps)
         self.post_attention_layernorm = RMSNorm(d, eps)
 
-    def attn(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache,
-             into: Tensor | None = None) -> Tensor:  # into: where o_proj may write (a stack's next row)
-        return self.self_attn(self.input_layernorm(x), cos, sin, mask, cache, into)
+    def attn(self, x: Tensor, cos: Tensor, sin: Tensor, mask: Tensor | None, cache) -> Tensor:
+        return self.self_attn(self.input_layernorm(x), cos, sin, mask, cache)
 
-    def ffn(self, x: Tensor, into: Tensor | None = None) -> Tensor:  # into: where down_proj may write
-        return self.mlp(self.post_attention_layernorm(x), into)
+    def ffn(self, x: Tensor) -> Tensor:
+        return self.mlp(self.post_attention_layernorm(x))
 
 
 def hyper_sublayer(hc: nn.Module, sublayer: Callable[..., Tensor], streams: Tensor, *args) -> Tensor:
@@ -188,9 +187,9 @@ class MHARModel(MHARPreTrainedModel):
         backend = get_backend(self.routing_backend, self.routing_kernels)  # with the model's kernel config
         stack = backend.new_stack(self.config.num_sources, params=params)
         stack.append(emb)  # source 0
-        for i, layer in enumerate(self.layers):  # next_slot: the row a sublayer may write (or None)
-            stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache, stack.next_slot()))  # 2l+1
-            stack.append(layer.ffn(self.sites[2 * i + 1](stack), stack.next_slot()))  # source 2l+2
+        for i, layer in enumerate(self.layers):
+            stack.append(layer.attn(self.sites[2 * i](stack), cos, sin, mask, cache))  # source 2l+1
+            stack.append(layer.ffn(self.sites[2 * i + 1](stack)))  # source 2l+2
         return self.sites[-1](stack)
 
     def _delta(self, h: Tensor, cos, sin, mask, cache) -> Tensor:

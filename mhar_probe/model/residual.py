@@ -60,11 +60,11 @@ class RoutingSite(nn.Module):
         if self.hook_sources.active:
             self.hook_sources(stack.stacked(n))
         g = self.key_norm.weight
-        hooked = self.hook_weights.active  # unhooked, a stack may skip storing the weights
+        hooked = self.hook_weights.active  # unhooked, the weights are not gathered
         if self.query.dim() == 1:
-            out, weights = stack.route(self.query, g, self.num_heads, self.eps, n, need_weights=hooked)
+            out, weights = stack.route(self.query, g, self.num_heads, self.eps, n)
         else:  # one full-width single-head read per KV group
-            reads = [stack.route(q, g, 1, self.eps, n, need_weights=hooked) for q in self.query]
+            reads = [stack.route(q, g, 1, self.eps, n) for q in self.query]
             out = torch.stack([o for o, _ in reads])  # [G, B, T, d]
             if hooked:
                 weights = torch.cat([w for _, w in reads], dim=-1)  # [N, B, T, G]

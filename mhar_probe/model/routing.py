@@ -94,15 +94,8 @@ class SourceStack(Protocol):
 
     def stacked(self, n: int | None = None) -> Tensor: ...  # [n, B, T, d]
 
-    def next_slot(self) -> Tensor | None: ...
-    # a [B, T, d] tensor the next source may be written into before it is appended (a stack
-    # that keeps its sources in one buffer may hand out its next row: triton's
-    # `KernelConfig(stack_append="into_buffer")`), or None
-
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]: ...
-    # need_weights=False: the caller drops the weights, so a stack that does not store them
-    # (triton's `KernelConfig(stack_weights="logits")`) may return None; others return them anyway
+              n: int | None = None) -> tuple[Tensor, Tensor]: ...
 
 
 RouteFn = Callable[..., tuple[Tensor, Tensor]]
@@ -128,11 +121,8 @@ class ListSourceStack:
     def stacked(self, n: int | None = None) -> Tensor:
         return torch.stack(self.sources[: len(self.sources) if n is None else n])
 
-    def next_slot(self) -> None:  # sources are tensors of their own
-        return None
-
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor]:
+              n: int | None = None) -> tuple[Tensor, Tensor]:
         return self._route_fn(self.stacked(n), query, norm_weight, num_heads, eps)
 
 

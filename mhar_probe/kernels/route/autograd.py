@@ -34,7 +34,7 @@ from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
 from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, fold_due
-from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, logit_form, rounding_flags, route_fwd_kernel
+from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
 def kernel_settings(config: KernelConfig = DEFAULT) -> dict[str, object]:
@@ -230,11 +230,8 @@ class _Call:
     dtype: torch.dtype  # promoted dtype of rows [0, n): the call's output and key rounding
     q: Tensor | None = None  # the call's query / key-norm weight (detached; set in forward)
     g: Tensor | None = None
-    w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward;
-    # stack_weights="logits": None unless the caller asked for them, then a tensor of its own)
+    w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward)
     res: Tensor | None = None  # collect mode, non-fp32 output: its rounding residual (forward)
-    form: tuple[int, int, bool] = (0, 0, False)  # how its forward formed the logits: FORM, RMODE, RK2
-    # (`_logit_consts`; what stack_weights="logits" recomputes them with)
 
 
 class _StackRoute(torch.autograd.Function):
@@ -242,7 +239,7 @@ class _StackRoute(torch.autograd.Function):
     def forward(ctx, stack: "TritonSourceStack", call: int, rows: list[int], query: Tensor,
                 norm_weight: Tensor, token_prev: Tensor, *new_sources: Tensor):  # type: ignore[override]
         # [B, T, d] from here: a view taken outside would add an autograd node per call
-        out = stack._forward_call(call, query, norm_weight, stack._need_weights).view(stack.shape)
+        out = stack._forward_call(call, query, norm_weight).view(stack.shape)
         ctx.stack, ctx.call, ctx.rows = stack, call, rows
         # collect mode: the first call also takes every site's (query, key-norm weight), after
         # its sources, and returns their gradients
@@ -318,7 +315,6 @@ class _StackState:
             self._site_call0.append(len(self._expect))
             self._expect += [(site, -1)] if q.dim() == 1 else [(site, r) for r in range(q.shape[0])]
         self._want_params = True
-        self._need_weights = True  # whether the routing call being made returns its weights
         self._dq_all: Tensor | None = None
         self._dg_all: Tensor | None = None
         self.row0: Tensor | None = None
@@ -328,23 +324,12 @@ class _StackState:
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
         # the last appended source while not yet read: (row, x [P, d], the version of x when
-        # appended, whether x is its buffer row already); the next call that reads it as its last
-        # row stores it (reads it first, without a store, where x is the row)
-        self._unstored: tuple[int, Tensor, int, bool] | None = None
-        # stack_append="into_buffer": the sublayers write their outputs into the buffer rows the
-        # stack hands out (`next_slot`); each such source as (row, the tensor, its version when
-        # appended), checked unchanged at every routing call and when the backward begins
-        self._into = config.stack_append == "into_buffer"
-        self._written: list[tuple[int, Tensor, int]] = []
+        # appended); the next call that reads it as its last row stores it
+        self._unstored: tuple[int, Tensor, int] | None = None
         self._last_len = 0  # stack length at the previous routing call
         self._calls: list[_Call] = []
         self._w_flat: Tensor | None = None
         self._w_used = 0
-        # stack_weights="logits" (a stack built with params): no weights stored; per call its
-        # softmax max and normaliser [2, P, H] in `_n_flat`, at twice its shift offset (`_n_used`)
-        self.logits = self.collect and config.stack_weights == "logits"
-        self._n_flat: Tensor | None = None
-        self._n_used = 0
         # per kind ("out": call outputs, "res": their rounding residuals): [chunk buffer, rows used]
         self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
@@ -380,80 +365,34 @@ class _StackState:
                 self.buffer = self.buffer.to(wide)
                 self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
         x = x.detach()
-        if self._into and self._is_row(x, self._len):  # the sublayer wrote it into its row
-            self._unstored = (self._len, x.view(self.row0.shape), x._version, True)
-            self._written.append((self._len, x, x._version))
-        elif x.dtype == self.buffer.dtype and x.is_contiguous():
-            self._unstored = (self._len, x.view(self.row0.shape), x._version, False)
+        if x.dtype == self.buffer.dtype and x.is_contiguous():
+            self._unstored = (self._len, x.view(self.row0.shape), x._version)
         else:
             self._row_views[self._len].copy_(x)
         self.dtype = torch.promote_types(self.dtype, x.dtype)
         self._len += 1
 
-    def _take_unstored(self, n: int) -> tuple[Tensor, Tensor | None] | None:
+    def _take_unstored(self, n: int) -> tuple[Tensor, Tensor] | None:
         """(x, its buffer row [P, d]) for the launch of a call over rows [0, n) when its last
-        row is the source not yet stored (the kernel stores it), (x, None) where x is that row
-        already (the sublayer wrote it there: the kernel reads it first and stores nothing);
-        otherwise store that source now (the call reads it from the buffer, or does not read it)."""
-        self._check_written()
+        row is the source not yet stored (the kernel stores it); otherwise store that source now
+        (the call reads it from the buffer, or does not read it)."""
         pending = self._unstored
         if pending is None or pending[0] != n - 1:
             self._store_pending()
             return None
         self._unstored = None
-        row, x, version, in_row = pending
+        row, x, version = pending
         self._check_unchanged(row, x, version)
-        return x, None if in_row else self._row_views[row]
+        return x, self._row_views[row]
 
     def _store_pending(self) -> None:
-        """Copy the appended source that no call has stored yet into its buffer row (nothing
-        where the sublayer wrote it there)."""
+        """Copy the appended source that no call has stored yet into its buffer row."""
         pending = self._unstored
         if pending is not None:
             self._unstored = None
-            row, x, version, in_row = pending
+            row, x, version = pending
             self._check_unchanged(row, x, version)
-            if not in_row:
-                self.buffer[row].copy_(x)
-
-    def next_slot(self) -> Tensor | None:
-        """stack_append="into_buffer": the buffer row [B, T, d] the next source goes into, for
-        its sublayer's output projection to write (`model.layers.linear_into`); appending that
-        tensor then copies nothing. None where the stack stores appended tensors (the default),
-        before source 0, or when full. Its dtype: the buffer's, or for the first row the one the
-        projection will produce (autocast's where it is on, else source 0's). The row is handed
-        out as a tensor of its own over the buffer's memory (`Tensor.set_`): not an autograd view
-        of the buffer, and with its own version counter, so a write to another row leaves its
-        autograd history and its version alone."""
-        if not self._into or self.row0 is None or self._len >= self.capacity:
-            return None
-        if self.buffer is None:
-            dev = self.row0.device
-            dtype = torch.get_autocast_dtype(dev.type) if torch.is_autocast_enabled(dev.type) else self.row0.dtype
-            self.buffer = _new((self.capacity, *self.row0.shape), dtype, dev, self._poison)
-            self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)
-        P, D = self.row0.shape
-        buf = self.buffer
-        return torch.empty(0, dtype=buf.dtype, device=buf.device).set_(
-            buf.untyped_storage(), buf.storage_offset() + self._len * P * D, self.shape, (self.shape[1] * D, D, 1))
-
-    def _is_row(self, x: Tensor, row: int) -> bool:
-        """Whether x [B, T, d] is buffer row `row` itself (a slot the sublayer wrote)."""
-        buf = self.buffer
-        return (x.dtype == buf.dtype and x.device == buf.device and x.is_contiguous()
-                and x.data_ptr() == buf.data_ptr() + row * self.row0.numel() * buf.element_size())
-
-    def _check_written(self) -> None:
-        """The sources the sublayers wrote into the buffer (stack_append="into_buffer") are the
-        buffer: one changed in place after its append would change what later calls and the
-        backward read, so it is refused, whenever that happened."""
-        for row, x, version in self._written:
-            if x._version != version:
-                raise RuntimeError(
-                    f"source {row} was modified in place after it was appended to the source stack; "
-                    "its sublayer wrote it into the stack's buffer (KernelConfig(stack_append="
-                    "'into_buffer')), which every later routing call and the backward read. Modify a "
-                    "copy (x.clone()), or use stack_append='stored'.")
+            self.buffer[row].copy_(x)
 
     @staticmethod
     def _check_unchanged(row: int, x: Tensor, version: int) -> None:
@@ -478,7 +417,6 @@ class _StackState:
         n = self._len if n is None else n
         assert self.row0 is not None and self.shape is not None
         self._store_pending()
-        self._check_written()
         if n == 1:
             return self.row0.view(1, *self.shape)
         dtype = self._dtype_of(n)
@@ -486,20 +424,11 @@ class _StackState:
                           self.buffer[1:n].view(n - 1, *self.shape).to(dtype)])
 
     def _reserve_w(self, size: int, H: int) -> int:
-        """Element offset of a call's [n, P, H] weights (and of its dl in backward). In the logits
-        design only the offset is kept (no W buffer): `_reserve_norm` keeps its normaliser."""
+        """Element offset of a call's [n, P, H] weights (and of its dl in backward)."""
         off = self._w_used
-        if not self.logits:
-            guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
-            self._w_flat = self._grown(self._w_flat, off, size, guess)
+        guess = self.row0.shape[0] * H * self.capacity * (self.capacity + 1) // 2
+        self._w_flat = self._grown(self._w_flat, off, size, guess)
         self._w_used += size
-        return off
-
-    def _reserve_norm(self, size: int, H: int) -> int:
-        """Element offset of a call's softmax max and normaliser [2, P, H] (the logits design)."""
-        off = self._n_used
-        self._n_flat = self._grown(self._n_flat, off, size, 2 * self.row0.shape[0] * H * self.capacity)
-        self._n_used += size
         return off
 
     def _grown(self, flat: Tensor | None, used: int, size: int, guess: int) -> Tensor:
@@ -548,25 +477,18 @@ class _StackState:
                 f"{'' if row < 0 else f'(row {row}) '}that the source stack was built with: "
                 "`params` must list every site's (query, key-norm weight) in call order")
 
-    def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor, need_weights: bool = True) -> Tensor:
+    def _forward_call(self, call: int, query: Tensor, norm_weight: Tensor) -> Tensor:
         rec = self._calls[call]
         # kept as given (not detached): read only by backward, which runs without grad mode
         rec.q, rec.g = query, norm_weight
         P = self.row0.shape[0]
         out = self._carve("out", rec.dtype, call)
-        norm = None
-        if self.logits:  # the backward recomputes the weights: only asked-for ones are stored
-            noff = self._reserve_norm(2 * P * rec.H, rec.H)
-            norm = self._n_flat[noff: noff + 2 * P * rec.H]
-            rec.form = _logit_consts(rec.dtype, norm_weight.dtype, self.rows.element_size() < 4)
-            W = rec.w = _new((rec.n * P * rec.H,), torch.float32, out.device, self._poison) if need_weights else None
-        else:
-            W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
+        W = rec.w = self._w_flat[rec.woff: rec.woff + rec.n * P * rec.H]  # route() returns it
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
             rec.res = self._carve("res", rec.dtype, call)
         append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables, norm=norm)
+                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -590,7 +512,6 @@ class _StackState:
         calls = self._calls[: top + 1]
         self._bwd_top = top
         self._store_pending()  # a source appended after the last call: no kernel stored it
-        self._check_written()
         poison = self._poison
         # the stored douts: the promoted dtype (fp32 under autocast) or, opted into, the buffer's;
         # the fold-block backward keeps only the unfolded calls' (fold_calls slots: `_dout_slots`)
@@ -598,14 +519,7 @@ class _StackState:
         fold = self.config.fold_calls if self.collect and self.config.stack_backward == "fold" else 0
         self._fold, self._frontier, self._acc = fold, top + 1, None
         slots = min(fold, top + 1) if fold else top + 1
-        self._in_place = self.collect and self.config.stack_douts == "in_place"
-        if self._in_place:  # no slots: a base to address from, and each dout's offset (`_hold_dout`)
-            self._dout_buf = torch.empty(16, dtype=self.dtype, device=dev)
-            # + the sentinel's, and one more: the reader loops load the offsets a reader ahead
-            self._doffs = torch.zeros(top + 3, dtype=torch.int64, device=dev)
-            self._held: dict[int, tuple[Tensor, int]] = {}
-        else:
-            self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
+        self._dout_buf = _new((slots, P, D), self.buffer.dtype if storage else self.dtype, dev, poison)
         self._d_flat = _new((self._w_used,), torch.float32, dev, poison)
         soffs, s = [], 0
         for rec in calls:
@@ -636,8 +550,6 @@ class _StackState:
                             self.launch_tables, narrow_rows=rows is not None and rows.element_size() < 4)
                 for rows in (self.row0, self.buffer))
             self._build_items(calls, top, dev, self._e_plan[0])
-        # the logits design: the constexprs of the weights' recomputation (`_stack_logit_consts`)
-        self._wconsts = _stack_logit_consts(calls) if self.logits else {}
         self._no_grad_token = torch.empty(0, device=dev)  # the chaining token's gradient
         self._hmax = max(r.H for r in calls)
         self._same_h = _uniform_heads(calls)  # the gather's constant-H path
@@ -667,9 +579,8 @@ class _StackState:
     def _release_backward(self) -> None:
         # per-backward buffers only: the calls' records (the outputs' residuals too) stay, as a
         # retained graph may run backward again
-        for name in ("_dout_buf", "_doffs", "_held", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
-                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc",
-                     "_wconsts"):
+        for name in ("_dout_buf", "_d_flat", "_s_flat", "_u", "_tables", "_epart", "_no_grad_token",
+                     "_sh_flat", "_rall", "_qg", "_e_pairs", "_items", "_e_plan", "_e_plan_rows", "_acc"):
             setattr(self, name, None)
 
     def _param_grads(self, need: Sequence[bool]) -> list[Tensor | None]:
@@ -761,26 +672,14 @@ class _StackState:
         t = self._tables
         top1 = self._frontier if fold else self._bwd_top + 1
         dstride, dbase = self._dout_slots()
-        doffs, doff = self._dout_buf, 0
-        if self._in_place:
-            dout, doff = self._hold_dout(call, dout)
-            doffs = self._doffs
-            consts = dict(consts, IN_PLACE=self._align)
-        if self.logits:
-            consts = dict(consts, **self._wconsts)
-        wall, norm, qg = self._weight_args()
         args = (self.row0, self.rows, P * D, dout, out, out if res is None else res, self._dout_buf,
-                dstride, wall, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
+                dstride, self._w_flat, self._d_flat, self._sh_flat, self._s_flat, self._u, self._rall,
                 t[0], t[1], t[2], t[3], dx, call, top1, self._soff[call], rec.j0,
-                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase, doffs, doff, norm, qg)
+                rec.j1, P, rec.eps, self._acc if folded else self._dout_buf, dbase)
         STACK_GATHER(nprog, args, consts, num_warps, maxnreg)
         if fold_due(call, self._frontier, fold, rec.j0):
-            frontier = self._frontier
             self._fold_block(call, rec, self.launch_tables.fold_config(D, rec.H, self._hmax,
                                                                        self._dout_buf.element_size()))
-            if self._in_place:  # folded: no later launch reads these douts
-                for c in range(call, frontier):
-                    self._held.pop(c, None)
         self._dq_all = self._dg_all = None
         if call == 0 and self._want_params:  # every source is gathered: E of every pair, then dq, dg
             top1 = self._bwd_top + 1
@@ -799,38 +698,6 @@ class _StackState:
                 self._dq_all[top1:].zero_()
                 self._dg_all[top1:].zero_()
 
-
-    def _weight_args(self) -> tuple[Tensor, Tensor, Tensor]:
-        """(WALL, NORM, QG) of the dout-reading launches: the stored weights, or in the logits
-        design the calls' normalisers and (q_c, g_c) (WALL then unread: a placeholder)."""
-        if self.logits:
-            return self._d_flat, self._n_flat, self._qg
-        return self._w_flat, self._d_flat, self._d_flat
-
-    @property
-    def _align(self) -> int:
-        """Elements in 16 bytes of a dout: the alignment an in-place dout's offset keeps."""
-        return max(1, 16 // self._dout_buf.element_size())
-
-    def _hold_dout(self, call: int, dout: Tensor) -> tuple[Tensor, int]:
-        """stack_douts="in_place": call `call`'s dout as the kernels will read it, held (with its
-        version) until a fold has read it or the backward ends, and its element offset from the
-        dout base. A dout of another dtype than the stack's, or whose offset is not a multiple of
-        16 bytes (a view), is copied (the bytes of the slot it would have had). Every held dout
-        is checked unchanged: autograd does not write a gradient it has handed on, but a
-        backward elsewhere that did would change what a later gather reads."""
-        base = self._dout_buf  # a fresh allocation: 16-byte aligned
-        if dout.dtype != base.dtype or (dout.data_ptr() - base.data_ptr()) % 16:
-            dout = dout.to(base.dtype, memory_format=torch.contiguous_format, copy=True)
-        for c, (held, version) in self._held.items():
-            if held._version != version:
-                raise RuntimeError(
-                    f"routing backend 'triton': the upstream gradient of routing call {c} was "
-                    "modified in place before the stack's backward had read it; the stack reads "
-                    "douts where autograd left them (KernelConfig(stack_douts='in_place')): "
-                    "use stack_douts='slots'")
-        self._held[call] = (dout, dout._version)
-        return dout, (dout.data_ptr() - base.data_ptr()) // base.element_size()
 
     def _dout_slots(self) -> tuple[int, int]:
         """(stride, base) in elements of the stored douts: call c's at base + c * stride. The gather
@@ -857,48 +724,17 @@ class _StackState:
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources, IN_PLACE=0, **_STORED_WEIGHTS)
+                      LOADS_FIRST=loads_first, SOURCES=sources)
         t = self._tables
         dstride, dbase = self._dout_slots()
-        doffs = self._dout_buf
-        if self._in_place:
-            doffs = self._doffs
-            consts["IN_PLACE"] = self._align
-        consts.update(self._wconsts)
-        wall, norm, qg = self._weight_args()
         STACK_FOLD(cdiv(P, block_p), (
-            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, wall, self._d_flat,
+            self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,
-            self._frontier, rec.j0, int(first), P, rec.eps, doffs, norm, qg), consts, num_warps, maxnreg)
+            self._frontier, rec.j0, int(first), P, rec.eps), consts, num_warps, maxnreg)
         self._frontier = call
 
 
 _GATHER_PLANS: dict[tuple, tuple] = {}  # launch plans of stack_gather_kernel (host time per call)
-
-
-#: the weights' constexprs of the dout-reading kernels where the stored weights are read
-_STORED_WEIGHTS = dict(FORM=0, RMODE=0, RK2=False)
-
-
-def _logit_consts(dtype: torch.dtype, weight_dtype: torch.dtype, narrow_rows: bool) -> tuple[int, int, bool]:
-    """(FORM, RMODE, RK2) of the backward kernels that recompute a call's logits as its forward
-    formed them (`fwd.logit_form`): FORM 1 r <q*g, v> (the forward's FOLD), 2 <round2(round(v r) g), q>
-    with the key rounded to RMODE's dtype (0 none, 1 bf16, 2 fp16) and, RK2, again after g."""
-    rk, rk2, fold = logit_form(dtype, weight_dtype, narrow_rows)
-    return (1 if fold else 2), (_ROUND_MODE.get(dtype, 0) if rk else 0), rk2
-
-
-def _stack_logit_consts(calls: Sequence[_Call]) -> dict[str, object]:
-    """The backward's FORM, RMODE, RK2 for a stack's calls (`_logit_consts`): one for all the calls
-    over more than one source (a call over one has w = 1 whatever its form), or a refusal."""
-    forms = {rec.form for rec in calls if rec.n > 1}
-    if len(forms) > 1:
-        raise RuntimeError(
-            "routing backend 'triton': KernelConfig(stack_weights='logits') recomputes every call's "
-            f"logits in one form, but this stack's calls formed them in {len(forms)} ways (sources or "
-            "key-norm weights of different dtypes); use stack_weights='stored'")
-    form, rmode, rk2 = forms.pop() if forms else (2, 0, False)
-    return dict(FORM=form, RMODE=rmode, RK2=rk2)
 
 
 def _uniform_heads(calls: Sequence[_Call]) -> bool:
@@ -923,7 +759,7 @@ def _gather_plan(D: int, H: int, HM: int, P: int, has_res: bool, has_gather: boo
     consts = dict(D=D, H=H, HM=HM, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                   BLOCK_P=block_p, HAS_RES=has_res, HAS_GATHER=has_gather, GATHER0=gather0,
                   PREFETCH=prefetch, SAME_H=same_h, VEC_B=vec_b, LOADS_FIRST=loads_first, FOLD=fold,
-                  HAS_ACC=has_acc, IN_PLACE=0, **_STORED_WEIGHTS)  # IN_PLACE: the in-place design sets its alignment
+                  HAS_ACC=has_acc)
     return cdiv(P, block_p), consts, num_warps, maxnreg
 
 
@@ -955,16 +791,9 @@ class TritonSourceStack:
     def stacked(self, n: int | None = None) -> Tensor:
         return self._state.stacked(n)
 
-    def next_slot(self) -> Tensor | None:
-        """The buffer row [B, T, d] the next source may be written into
-        (`KernelConfig(stack_append="into_buffer")`), or None (`_StackState.next_slot`)."""
-        return self._state.next_slot()
-
     def route(self, query: Tensor, norm_weight: Tensor, num_heads: int, eps: float,
-              n: int | None = None, need_weights: bool = True) -> tuple[Tensor, Tensor | None]:
-        """(out [B, T, d], weights [n, B, T, H]). need_weights=False lets a stack that does not
-        store its weights (`KernelConfig(stack_weights="logits")`) skip them: weights is then None
-        there (a stack that stores them returns them anyway)."""
+              n: int | None = None) -> tuple[Tensor, Tensor]:
+        """(out [B, T, d], weights [n, B, T, H])."""
         _refuse_recompute()
         st = self._state
         n = st._len if n is None else n
@@ -1002,7 +831,5 @@ class TritonSourceStack:
             torch.empty(0, device=st.row0.device, requires_grad=True)
         if st.collect and call == 0:  # the node that runs last returns every site's gradients
             xs += [t for pair in st._sites for t in pair]
-        st._need_weights = need_weights
         out, self._token = _stack_route_apply(st, call, rows, query, norm_weight, token_prev, *xs)
-        w = st._calls[call].w
-        return out, None if w is None else w.view(n, B, T, num_heads)
+        return out, st._calls[call].w.view(n, B, T, num_heads)

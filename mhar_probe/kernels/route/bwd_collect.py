@@ -42,7 +42,7 @@ from mhar_probe.kernels.config import DEFAULT
 from mhar_probe.kernels.launch import Launcher, cdiv, next_pow2
 from mhar_probe.kernels.launch_tables import LaunchTables, tables_for
 from mhar_probe.kernels.route.bwd import source_grad_split
-from mhar_probe.kernels.route.fwd import block_rows, div_acc, exp_acc, head_split, rsqrt_acc
+from mhar_probe.kernels.route.fwd import block_rows, head_split, rsqrt_acc
 
 
 @triton.jit
@@ -93,103 +93,12 @@ def _reader_index(c, offs_p, offs_hm, CALL_H, HM: tl.constexpr, SAME_H: tl.const
 
 
 @triton.jit
-def _round_to(x, RMODE: tl.constexpr):
-    """x rounded through the storage dtype of a call's key rounding (1 bf16, 2 fp16; 0: as is)."""
-    if RMODE == 1:
-        x = x.to(tl.bfloat16).to(tl.float32)
-    if RMODE == 2:
-        x = x.to(tl.float16).to(tl.float32)
-    return x
-
-
-@triton.jit
-def _reader_weight(c, va, vb, r, cola, colb, cmaska, cmaskb, U, QG, NORM, so, pidx, live, hc, CALL_N, P,
-                   D: tl.constexpr, HM: tl.constexpr, SAME_H: tl.constexpr, FORM: tl.constexpr,
-                   RMODE: tl.constexpr, RK2: tl.constexpr, UT=None):
-    """w_{c,j} [BP, HM] recomputed from source j's row tiles (va, vb; r = r_j) and reader c's
-    softmax max and normaliser m_c, l_c (NORM: per call [2, P, H_c] at 2 so, stored by its
-    forward; `KernelConfig(stack_weights="logits")`), in the forward's order of operations:
-
-        l_{c,j} = r_j <u_c, v_j>                                   (FORM 1: the forward's FOLD)
-                = <round2(round(v_j r_j) g_c), q_c>                (FORM 2; RMODE, RK2 the rounding)
-        w_{c,j} = exp(l_{c,j} - m_c) / l_c                         (exp_acc, div_acc)
-
-    so that with one head count per stack (SAME_H) w is bitwise the weight the forward would
-    have stored. A call over one source has w = 1 exactly (as the forward's exp(0) / 1); 0 where
-    `live` [BP, HM] is off (the reader does not read the source, or the position is padding).
-    Reader c's u_c or (q_c, g_c) tiles are loaded here (c may be the sentinel call, n = 0,
-    whose weight `live` masks off)."""
-    nc = tl.load(CALL_N + c)
-    cq = tl.where(nc > 0, c, 0)  # the sentinel call (past the last) has no parameter rows: read call 0's
-    if FORM == 1:
-        if UT is None:
-            ua = tl.load(U + cq * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-            ub = tl.load(U + cq * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-        else:  # the reader's u_c tiles, loaded by the caller
-            ua = UT[0]
-            ub = UT[1]
-        lg = tl.sum(va * ua, axis=2) + tl.sum(vb * ub, axis=2)  # [BP, HM] per sub-head
-        if not SAME_H:
-            if hc != HM:
-                lg = _head_sum(lg, hc, HM)
-        lg = r[:, None] * lg
-    else:
-        qa = tl.load(QG + 2 * cq * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-        qb = tl.load(QG + 2 * cq * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-        ga = tl.load(QG + (2 * cq + 1) * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
-        gb = tl.load(QG + (2 * cq + 1) * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-        ka = _round_to(va * r[:, None, None], RMODE) * ga
-        kb = _round_to(vb * r[:, None, None], RMODE) * gb
-        if RK2:
-            ka = _round_to(ka, RMODE)
-            kb = _round_to(kb, RMODE)
-        lg = tl.sum(ka * qa, axis=2) + tl.sum(kb * qb, axis=2)
-        if not SAME_H:
-            if hc != HM:
-                lg = _head_sum(lg, hc, HM)
-    mx = tl.load(NORM + 2 * so + pidx, mask=live, other=0.0)
-    nrm = tl.load(NORM + 2 * so + P * hc + pidx, mask=live, other=1.0)
-    w = tl.where(nc > 1, div_acc(exp_acc(lg - mx), nrm), 1.0)
-    return tl.where(live, w, 0.0)
-
-
-@triton.jit
-def _dout_at(DOFF, c, dbase, stride_dc, IN_PLACE: tl.constexpr):
-    """Element offset from the dout base of call c's dout: its slot, dbase + c * stride_dc; or,
-    IN_PLACE > 0 (the douts read where autograd left them, `KernelConfig.stack_douts`), the
-    offset call c's gather stored at DOFF[c], a multiple of IN_PLACE elements (16 bytes: the
-    host copies a dout that is not so aligned), which the hint lets the loads vectorise on."""
-    if IN_PLACE > 0:
-        off = tl.multiple_of(tl.load(DOFF + c), IN_PLACE)
-    else:
-        off = dbase + c * stride_dc
-    return off
-
-
-@triton.jit
-def _dout_step(DOFF, c, carried, dbase, stride_dc, IN_PLACE: tl.constexpr):
-    """(offset of reader c's dout, what the reader loop carries on). In place the offset was
-    loaded a reader earlier (`carried`) and reader c + 1's is loaded now, so no dout load waits on
-    its offset's load; from the slots it is dbase + c * stride_dc and nothing is carried (the
-    loop-carried value folds away)."""
-    if IN_PLACE > 0:
-        off = carried
-        nxt = tl.multiple_of(tl.load(DOFF + c + 1), IN_PLACE)
-    else:
-        off = dbase + c * stride_dc
-        nxt = carried
-    return off, nxt
-
-
-@triton.jit
 def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D: tl.constexpr, HM: tl.constexpr,
                     BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr = False,
-                    dbase=0, FOLD: tl.constexpr = False, V0=None, PICK0: tl.constexpr = False,
-                    DOFF=None, IN_PLACE: tl.constexpr = 0, NORM=None, QG=None, FORM: tl.constexpr = 0,
-                    RMODE: tl.constexpr = 0, RK2: tl.constexpr = False):
+                    dbase=0, FOLD: tl.constexpr = False, V0=None, PICK0: tl.constexpr = False):
     """dv_j (two tiles) and r_j for one block of positions of source j (its row at VSRC) from
     every stored dout of the calls c >= call that read it; stores dl_{c,j}:
 
@@ -210,8 +119,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
 
     Call c's stored dout is at DOUT_BUF + dbase + c * stride_dc (the gather backward: dbase 0,
     one slot per call; the fold-block backward: slot F - 1 - c of a few, dbase = (F - 1) * P * d
-    and a negative stride, still linear in c, so no index arithmetic per reader); IN_PLACE > 0:
-    at DOUT_BUF + DOFF[c], where autograd left it (`_dout_at`).
+    and a negative stride, still linear in c, so no index arithmetic per reader).
 
     FOLD (the fold-block backward, `bwd_fold.py`): the readers are the calls [call, top1)
     only, top1 possibly below the stack's top (the later ones are folded into accumulators), so
@@ -220,10 +128,7 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     PICK0: source 0 is read at V0 where j == 0 (VSRC otherwise; two loads, one masked off), so a
     loop over sources that includes source 0 (another dtype under autocast: the fp32 embedding)
     is one copy of this code instead of two (the fold kernel: 128 instead of 168 registers per
-    thread at 1B, sm_90 offline).
-
-    FORM > 0 (`KernelConfig(stack_weights="logits")`): no stored weights; each reader's w_{c,j}
-    is recomputed from v_j and its softmax normaliser (`_reader_weight`)."""
+    thread at 1B, sm_90 offline)."""
     if PICK0:
         is0a = (rowa * 0 + j) == 0
         is0b = (rowb * 0 + j) == 0
@@ -243,12 +148,9 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
     zero_h = tl.zeros([HM], tl.int64)
     rd = (zero_h + tl.load(CALL_N + call)) > j  # [HM]: does call c read source j
     if PREFETCH:
-        dslot = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
+        dslot = dbase + call * stride_dc
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
-        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
-    else:
-        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     for c in range(call, top1):
         m2 = pmask[:, None] & rd[None, :]  # [BP, HM]
         if PREFETCH:
@@ -257,28 +159,24 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j  # the next call's (sentinel after the last)
             if FOLD:  # the next call may be past this range's end (folded, or not yet stored)
                 rd = rd & ((zero_h + c + 1) < top1)
-            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
+            dslot = dbase + (c + 1) * stride_dc
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None], other=0.0)
         else:
-            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
+            dslot = dbase + c * stride_dc
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rd[None, :, None],
                            other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rd[None, :, None],
                            other=0.0).to(tl.float32)
             rd = (zero_h + tl.load(CALL_N + c + 1)) > j
-        if LOADS_FIRST or FORM == 1:  # before the dl store below, which they may not pass (FORM 1: w needs them)
+        if LOADS_FIRST:  # before the dl store below, which they may not pass
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
             nc = tl.load(CALL_N + c)
         hc, pidx = _reader_index(c, offs_p, offs_hm, CALL_H, HM, SAME_H)
         wo = tl.load(CALL_WOFF + c) + j * P * hc
         so = tl.load(CALL_SOFF + c)
-        if FORM > 0:
-            wg = _reader_weight(c, vga, vgb, rg, cola, colb, cmaska, cmaskb, U, QG, NORM, so, pidx, m2, hc,
-                                CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
-        else:
-            wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
+        wg = tl.load(WALL + wo + pidx, mask=m2, other=0.0)
         sh = tl.load(SHALL + so + pidx, mask=m2, other=0.0)
         sr = tl.load(SALL + so + pidx, mask=m2, other=0.0)
         ds = tl.sum(doga * vga, axis=2) + tl.sum(dogb * vgb, axis=2)  # [BP, HM] per sub-head
@@ -288,12 +186,12 @@ def _gather_collect(VSRC, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb
         dl = wg * ((ds - sh) - sr)
         # a call over one source has a one-way softmax: dl is exactly 0 (shift and D' are the same
         # dot product summed in two layouts, whose rounding would otherwise leave noise in dq, dg)
-        if LOADS_FIRST or FORM == 1:
+        if LOADS_FIRST:
             dl = tl.where((zero_h + nc)[None, :] > 1, dl, 0.0)
         else:
             dl = tl.where((zero_h + tl.load(CALL_N + c))[None, :] > 1, dl, 0.0)
         tl.store(DALL + wo + pidx, dl, mask=m2)
-        if not (LOADS_FIRST or FORM == 1):
+        if not LOADS_FIRST:
             # q*g of call c as [1, HM, BK] tiles: loaded in the row tiles' layout (a 2-D load would
             # be converted through shared memory, with a block barrier, on every reader)
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
@@ -320,27 +218,17 @@ def stack_gather_kernel(
     call, top1, soff, j0, j1, P, eps,
     ACC,  # FOLD, HAS_ACC: [>= j1, P, D] fp32, source j's folded gradient at ACC + j * P * D
     dbase,  # call c's stored dout at DOUT_BUF + dbase + c * stride_dc (see _gather_collect)
-    DOFF, doff,  # IN_PLACE: [calls + 1] int64, call c's dout at DOUT_BUF + DOFF[c]; doff: this call's
-    NORM, QG,  # FORM > 0: per call [2, P, H_c] fp32 softmax max / normaliser; [calls, 2, D] fp32 q_c, g_c
     D: tl.constexpr, H: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     HAS_RES: tl.constexpr, HAS_GATHER: tl.constexpr, GATHER0: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr = 0,
     LOADS_FIRST: tl.constexpr = False, FOLD: tl.constexpr = False, HAS_ACC: tl.constexpr = False,
-    IN_PLACE: tl.constexpr = 0, FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False,
 ):
     """Call `call`'s part (store dout, shift, S') and, after a block barrier, the gradients of
     the sources [j0, j1) it reads first, from the readers [call, top1) (`_gather_collect`).
     FOLD (the fold-block backward, `bwd_fold.py`): douts in slots counted down from the
     fold frontier top1 (dbase, a negative stride_dc); HAS_ACC adds each gathered source's accumulator (the folded readers >= top1):
-    dx_j = ACC_j + gather_j.
-    IN_PLACE > 0 (`KernelConfig.stack_douts="in_place"`): no dout is stored; every program stores
-    this call's offset `doff` (the same value) at DOFF[call] before its block barrier, and the
-    readers load their douts where autograd left them (`_dout_at`): the slot write and its
-    re-read are gone, the dout's rows read by the call part are the gather's own reader's.
-    FORM > 0 (`KernelConfig.stack_weights="logits"`): WALL is not read; the readers' weights
-    are recomputed from NORM and QG or U (`_reader_weight`; FORM 1 r <u, v>, 2 with q, g and
-    the key rounding RMODE, RK2: the forward's `logit_form`)."""
+    dx_j = ACC_j + gather_j."""
     pid = tl.program_id(0)
     nprog = tl.num_programs(0)
     # one tile layout throughout: HM sub-heads (the most heads of any call; each call's H divides it)
@@ -348,16 +236,13 @@ def stack_gather_kernel(
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     own = (offs_hm * H) // HM  # this call's head of each sub-head
     num_blocks = tl.cdiv(P, BLOCK_P)
-    if IN_PLACE > 0:  # read by this launch's readers after the barrier, and by later launches
-        tl.store(DOFF + call, doff)
     for blk in range(pid, num_blocks, nprog):
         offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
         doa_raw = tl.load(DOUT + rowa, mask=maska, other=0.0)
         dob_raw = tl.load(DOUT + rowb, mask=maskb, other=0.0)
-        if IN_PLACE == 0:
-            own_slot = dbase + call * stride_dc
-            tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
-            tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
+        own_slot = dbase + call * stride_dc
+        tl.store(DOUT_BUF + own_slot + rowa, doa_raw.to(DOUT_BUF.dtype.element_ty), mask=maska)
+        tl.store(DOUT_BUF + own_slot + rowb, dob_raw.to(DOUT_BUF.dtype.element_ty), mask=maskb)
         doa = doa_raw.to(tl.float32)
         dob = dob_raw.to(tl.float32)
         sh = tl.sum(doa * tl.load(OUT + rowa, mask=maska, other=0.0).to(tl.float32), axis=2) + \
@@ -375,15 +260,14 @@ def stack_gather_kernel(
             sr = tl.zeros([BLOCK_P, HM], tl.float32)
         tl.store(SALL + soff + hidx, sr, mask=pmask[:, None])
         if HAS_GATHER:
-            tl.debug_barrier()  # this block's dout slot (offset), shift and S' stores, read below by other threads
+            tl.debug_barrier()  # this block's dout slot, shift and S' stores, read below by other threads
             jlo = j0
             if GATHER0:  # source 0 lives in V0 (only the first call gathers it)
                 dxa, dxb, rg = _gather_collect(
                     V0, 0, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False, DOFF, IN_PLACE, NORM, QG, FORM,
-                    RMODE, RK2)
+                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False)
                 if HAS_ACC:
                     dxa = tl.load(ACC + rowa, mask=maska, other=0.0) + dxa
                     dxb = tl.load(ACC + rowb, mask=maskb, other=0.0) + dxb
@@ -396,8 +280,7 @@ def stack_gather_kernel(
                     V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                     cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N,
                     CALL_H, CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH,
-                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False, DOFF, IN_PLACE, NORM, QG, FORM,
-                    RMODE, RK2)
+                    SAME_H, LOADS_FIRST, dbase, FOLD, None, False)
                 if HAS_ACC:
                     aoff = j * P * D
                     dxa = tl.load(ACC + aoff + rowa, mask=maska, other=0.0) + dxa

@@ -47,7 +47,7 @@ import triton.language as tl
 from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route.bwd import source_grad_split
 from mhar_probe.kernels.route.bwd_collect import (
-    _dout_at, _dout_step, _gather_collect, _head_sum, _reader_index, _reader_weight, _tile_cols,
+    _gather_collect, _head_sum, _reader_index, _tile_cols,
 )
 from mhar_probe.kernels.route.fwd import block_rows, rsqrt_acc
 
@@ -83,43 +83,20 @@ def _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM: tl
 
 @triton.jit
 def _fold_meta(c, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL, CALL_H, CALL_WOFF,
-               CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr, BLOCK_P: tl.constexpr,
-               src=None, cols=None, U=None, QG=None, NORM=None, CALL_N=None, D: tl.constexpr = 0,
-               FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False, UT=None,
-               WEIGHTS: tl.constexpr = True, SHIFTS: tl.constexpr = True):
+               CALL_SOFF, P, HM: tl.constexpr, SAME_H: tl.constexpr, TWO: tl.constexpr):
     """Reader c's per-head rows [BP, HM] for sources j (and j + 1 where TWO): w_{c,j}
-    (w_{c,j+1}), shift_c, S'_c; 0 where the reader does not read the source (rd1, rd2 [HM]).
-    FORM > 0: the weights recomputed (`_reader_weight`) from the sources' tiles and r
-    (src = (va1, vb1, r1, va2, vb2, r2)) and the column tiles (cols = (cola, colb, cmaska, cmaskb));
-    UT: reader c's u_c tiles where the caller has loaded them (FORM 1). WEIGHTS / SHIFTS off: the
-    weights / shift and S' are not formed (zeros)."""
+    (w_{c,j+1}), shift_c, S'_c; 0 where the reader does not read the source (rd1, rd2 [HM])."""
     hc, wo, so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
     m1 = pmask[:, None] & rd1[None, :]
     mr = m1
-    if not WEIGHTS:
-        wg1 = tl.zeros([BLOCK_P, HM], tl.float32)
-    elif FORM > 0:
-        wg1 = _reader_weight(c, src[0], src[1], src[2], cols[0], cols[1], cols[2], cols[3], U, QG, NORM, so,
-                             pidx, m1, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
-    else:
-        wg1 = tl.load(WALL + wo + pidx, mask=m1, other=0.0)
+    wg1 = tl.load(WALL + wo + pidx, mask=m1, other=0.0)
     wg2 = wg1
     if TWO:
         m2 = pmask[:, None] & rd2[None, :]
         mr = m1 | m2
-        if not WEIGHTS:
-            wg2 = wg1
-        elif FORM > 0:
-            wg2 = _reader_weight(c, src[3], src[4], src[5], cols[0], cols[1], cols[2], cols[3], U, QG, NORM,
-                                 so, pidx, m2, hc, CALL_N, P, D, HM, SAME_H, FORM, RMODE, RK2, UT)
-        else:
-            wg2 = tl.load(WALL + wo + P * hc + pidx, mask=m2, other=0.0)
-    if SHIFTS:
-        sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
-        sr = tl.load(SALL + so + pidx, mask=mr, other=0.0)
-    else:
-        sh = tl.zeros([BLOCK_P, HM], tl.float32)
-        sr = sh
+        wg2 = tl.load(WALL + wo + P * hc + pidx, mask=m2, other=0.0)
+    sh = tl.load(SHALL + so + pidx, mask=mr, other=0.0)
+    sr = tl.load(SALL + so + pidx, mask=mr, other=0.0)
     return wg1, wg2, sh, sr
 
 
@@ -129,24 +106,18 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                   CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
                   BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                   PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
-                  TWO: tl.constexpr, DOFF, IN_PLACE: tl.constexpr, NORM=None, QG=None,
-                  FORM: tl.constexpr = 0, RMODE: tl.constexpr = 0, RK2: tl.constexpr = False):
+                  TWO: tl.constexpr):
     """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
     where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
     dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
     per reader. Source j's terms are summed as `_gather_collect` sums them (the same order per
     source). PREFETCH 1: the next reader's dout is loaded one iteration ahead; 2: its w (both
     sources), shift and S' as well (all written by earlier launches, so no store of this loop
-    precedes them). Douts where `_dout_at` says (IN_PLACE). Returns (dv_j tiles, dv_{j+1}
-    tiles; the latter dv_j's where not TWO). FORM > 0: the weights recomputed (`_fold_meta`), in
-    each reader's own iteration also under PREFETCH 2 (which then prefetches shift and S' alone:
-    a weight formed a reader ahead held more registers across the loop)."""
+    precedes them). Returns (dv_j tiles, dv_{j+1} tiles; the latter dv_j's where not TWO)."""
     va1, vb1, r1 = _fold_source(VSRC, V0, j, 1, rowa, rowb, maska, maskb, eps, D, True)
     va2, vb2, r2 = va1, vb1, r1
     if TWO:
         va2, vb2, r2 = _fold_source(VSRC + stride_vn, V0, j + 1, live2, rowa, rowb, maska, maskb, eps, D, False)
-    src = (va1, vb1, r1, va2, vb2, r2)
-    cols = (cola, colb, cmaska, cmaskb)
     acc_va1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
     acc_vb1 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     acc_ka1 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
@@ -161,18 +132,13 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
     rd1 = ncur > j  # [HM]: does the reader read source j (j + 1)
     rd2 = (ncur > j + 1) & ((zero_h + live2) != 0)
     if PREFETCH >= 1:
-        dslot = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
+        dslot = dbase + call * stride_dc
         rdd = rd1 | rd2
         dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
         dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
-        dnext = _dout_at(DOFF, call + 1, dbase, stride_dc, IN_PLACE)  # the dout loaded next
-    else:
-        dnext = _dout_at(DOFF, call, dbase, stride_dc, IN_PLACE)
     if PREFETCH == 2:
-        # recomputed weights (FORM > 0) are formed in the reader's own iteration, not a reader ahead
         wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
-                                        CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols, U,
-                                        QG, NORM, CALL_N, D, FORM, RMODE, RK2, None, FORM == 0)
+                                        CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
     for c in range(call, top1):
         cur1 = rd1  # this reader's; rd1, rd2 move on to the next reader below
         cur2 = rd2
@@ -191,36 +157,27 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             rd1 = (nnext > j) & ok
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
             rdd = rd1 | rd2
-            dslot, dnext = _dout_step(DOFF, c + 1, dnext, dbase, stride_dc, IN_PLACE)
+            dslot = dbase + (c + 1) * stride_dc
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
             dnb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0)
             if PREFETCH == 2:
                 wn1, wn2, shn, srn = _fold_meta(c + 1, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL,
-                                                SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P,
-                                                src, cols, U, QG, NORM, CALL_N, D, FORM, RMODE, RK2, None,
-                                                FORM == 0)
+                                                SALL, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
         else:
             rdd = rd1 | rd2
-            dslot, dnext = _dout_step(DOFF, c, dnext, dbase, stride_dc, IN_PLACE)
+            dslot = dbase + c * stride_dc
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0).to(tl.float32)
             nnext = zero_h + tl.load(CALL_N + c + 1)
             rd1 = nnext > j
             rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
-        if LOADS_FIRST or FORM == 1:  # before the dl stores below, which they may not pass (FORM 1: this
-            # reader's weights need them)
+        if LOADS_FIRST:  # before the dl stores below, which they may not pass
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         nc = tl.load(CALL_N + c)
         if PREFETCH < 2:
             wg1, wg2, sh, sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
-                                          CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols, U,
-                                          QG, NORM, CALL_N, D, FORM, RMODE, RK2, (ua, ub) if FORM == 1 else None)
-        elif FORM > 0:  # prefetched shift and S', this reader's weights recomputed now
-            wg1, wg2, _sh, _sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
-                                            CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO, BLOCK_P, src, cols,
-                                            U, QG, NORM, CALL_N, D, FORM, RMODE, RK2,
-                                            (ua, ub) if FORM == 1 else None, True, False)
+                                          CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
         hc, wo, _so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
         one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
         ds1 = tl.sum(doga * va1, axis=2) + tl.sum(dogb * vb1, axis=2)  # [BP, HM] per sub-head
@@ -236,7 +193,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
         if TWO:
             dl2 = tl.where(one_way, wg2 * ((ds2 - sh) - sr), 0.0)
             tl.store(DALL + wo + P * hc + pidx, dl2, mask=m2)
-        if not (LOADS_FIRST or FORM == 1):
+        if not LOADS_FIRST:
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
         acc_va1 += wg1[:, :, None] * doga
@@ -273,13 +230,10 @@ def stack_fold_kernel(
     ACC,  # [>= jf, P, D] fp32 accumulators, source j's at ACC + j * P * D
     call, top1, jf, first, P, eps,  # fold the readers [call, top1) into the sources [0, jf);
     # first: the first fold of this backward (ACC written, not read: its loads masked off)
-    DOFF,  # IN_PLACE: call c's dout at DOUT_BUF + DOFF[c] (`_dout_at`)
-    NORM, QG,  # FORM > 0: as stack_gather_kernel (the weights recomputed, WALL not read)
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    SOURCES: tl.constexpr = 1, IN_PLACE: tl.constexpr = 0, FORM: tl.constexpr = 0,
-    RMODE: tl.constexpr = 0, RK2: tl.constexpr = False,
+    SOURCES: tl.constexpr = 1,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
@@ -302,7 +256,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
                 cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, WALL, DALL, SHALL, SALL, U, CALL_N, CALL_H,
                 CALL_WOFF, CALL_SOFF, P, eps, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB, PREFETCH, SAME_H,
-                LOADS_FIRST, dbase, True, V0, True, DOFF, IN_PLACE, NORM, QG, FORM, RMODE, RK2)
+                LOADS_FIRST, dbase, True, V0, True)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
     else:
         for j in range(0, jf, SOURCES):
@@ -311,7 +265,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
                 maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
-                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2, DOFF, IN_PLACE, NORM, QG, FORM, RMODE, RK2)
+                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
             if SOURCES == 2:
                 l2a = maska & ((rowa * 0 + live2) != 0)
@@ -367,14 +321,12 @@ def launch_readers(launch: BackwardLaunch, layout: Sequence[tuple[int, int, int]
 
 
 def plan_dout_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]], d: int,
-                    dout_bytes: int, in_place: bool = False) -> int:
+                    dout_bytes: int) -> int:
     """DRAM bytes per position of the douts the launches in `plan` load and store, each row a
     launch touches counted once:
 
-      per gather, the call part: its dout read, and stored into its slot unless `in_place`
-        (`KernelConfig.stack_douts`);
-      per reader of a launch: its dout read (from its slot; in place from where autograd left it,
-        so a gather's own call, whose rows its call part has read, is not read again).
+      per gather, the call part: its dout read, and stored into its slot;
+      per reader of a launch: its dout read from its slot.
 
     `tests/test_kernel_floors.py` checks this against the loads and stores of a stack's launches
     in the interpreter."""
@@ -382,32 +334,28 @@ def plan_dout_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, 
     for launch in plan:
         own = launch.kind == "gather"
         if own:
-            total += dout_bytes * d * (1 if in_place else 2)
-        total += dout_bytes * d * sum(1 for c in launch_readers(launch, layout)
-                                      if not (in_place and own and c == launch.call))
+            total += dout_bytes * d * 2
+        total += dout_bytes * d * len(launch_readers(launch, layout))
     return total
 
 
 def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, int]],
-               heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None,
-               douts_in_place: bool = False, weights_logits: bool = False) -> float:
+               heads: Sequence[int], d: int, src_bytes: int, dout_bytes: int, dx_bytes: int | None = None) -> float:
     """DRAM bytes per pair-element of the launches in `plan`, counting each row a launch touches
     once (a program's re-reads of the same positions come from cache):
 
-      the douts: `plan_dout_bytes` (slots, or `douts_in_place`);
+      the douts: `plan_dout_bytes`;
       per gather, the call part: its output read (dout_bytes: the output's dtype), shift_c and
         S'_c written (4 H_c each);
       per source of a launch: v_j read (src_bytes), ACC_j read / written (4 each, where the launch
         does), dx_j written (dx_bytes, gather);
       per reader of a launch that reads one of its sources: shift_c and S'_c (4 H_c each);
-      per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each); with
-        `weights_logits` (`KernelConfig(stack_weights="logits")`) no w_{c,j}, but per reader of a
-        launch its softmax max and normaliser read (4 H_c each), the weights recomputed.
+      per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each).
 
     Divided by sum_c n_c * d. The forward and the E pass (pair_e, the same in both backwards)
     are not counted."""
     dx_bytes = src_bytes if dx_bytes is None else dx_bytes
-    total = plan_dout_bytes(plan, layout, d, dout_bytes, douts_in_place)
+    total = plan_dout_bytes(plan, layout, d, dout_bytes)
     for launch in plan:
         for j in range(launch.lo, launch.hi):
             total += src_bytes * d + (4 * d if launch.acc_read else 0) + (4 * d if launch.acc_write else 0)
@@ -415,9 +363,9 @@ def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, 
                 total += dx_bytes * d
             for c in range(launch.call, launch.top1):
                 if layout[c][0] > j:
-                    total += (4 if weights_logits else 8) * heads[c]
+                    total += 8 * heads[c]
         for c in launch_readers(launch, layout):
-            total += (16 if weights_logits else 8) * heads[c]
+            total += 8 * heads[c]
         if launch.kind == "gather":
             total += dout_bytes * d + 8 * heads[launch.call]
     pairs = sum(n for n, _, _ in layout[: max(launch.call for launch in plan) + 1])

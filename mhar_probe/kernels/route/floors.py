@@ -25,19 +25,12 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
 * `built_bytes`: the bytes the kernels as launched by the stack move, kernel by kernel, each
   row a launch touches counted once:
     fwd    (`route_fwd_kernel`, per call): source 0 at w0, the rest at w_src; the source it
-           appends read from the sublayer's output and written into the buffer (w_src each),
-           or in the design where the sublayers write into the buffer
-           (`KernelConfig(stack_append="into_buffer")`) read from its row and not written;
+           appends read from the sublayer's output and written into the buffer (w_src each);
            the output written (w_out); the raw logits written, then read and rewritten as
-           weights (3 x 4 H_c per pair), or in the logits design
-           (`KernelConfig(stack_weights="logits")`) the softmax max and normaliser (2 x 4 H_c
-           per call) and no weights;
+           weights (3 x 4 H_c per pair);
     bwd    the dout-reading launches (`stack_gather_kernel`, `stack_fold_kernel`):
-           `bwd_fold.plan_bytes` over the plan at `fold_calls`, for the design's douts
-           (`KernelConfig.stack_douts`: each copied into a slot, or read in place, which saves
-           2 x w_dout x d per call: the slot's store, and its re-read by the call's own gather;
-           and with the weights stored or recomputed from the normaliser: 4 H_c per pair read,
-           or 8 H_c per reader of a launch);
+           `bwd_fold.plan_bytes` over the plan at `fold_calls` (each dout copied into a slot,
+           the weights stored: 4 H_c per pair read);
     pair_e (`pair_e_kernel`): each source row read once per block of `block_c` of its readers,
            with its r_j (4 bytes a position), and dl_{c,j} of every pair (4 H_c);
   `collect_dqdg_kernel` reads and writes rows of d per call and split, not per position: left out.
@@ -90,27 +83,23 @@ def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
 
 def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
-                  widths: StackWidths = StackWidths(), weights_logits: bool = False,
-                  into_buffer: bool = False) -> int:
+                  widths: StackWidths = StackWidths()) -> int:
     """Bytes of the stack's forward launches as built (module docstring: fwd). A call appends
-    the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`).
-    weights_logits: the design of `KernelConfig(stack_weights="logits")` (`weight_bytes`);
-    into_buffer: that of `KernelConfig(stack_append="into_buffer")` (no source written)."""
+    the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`)."""
     total = 0
     for (n, j0, j1), h in zip(layout, heads):
-        appends = j1 == n and j0 == n - 1 and n > 1 and not into_buffer
+        appends = j1 == n and j0 == n - 1 and n > 1
         rows = widths.src0 * d + widths.src * d * (n - 1)  # every source row read once
         if appends:
             rows += widths.src * d  # ... and the appended one written into the buffer
-        total += rows + widths.out * d + weight_bytes(n, h, weights_logits)
+        total += rows + widths.out * d + weight_bytes(n, h)
     return total * positions
 
 
-def weight_bytes(n: int, h: int, logits: bool = False) -> int:
+def weight_bytes(n: int, h: int) -> int:
     """Bytes per position a forward over n sources in h heads moves for its weights: the raw
-    logits written, read and rewritten as weights (3 x 4 h n), or, `logits` (the design of
-    `KernelConfig(stack_weights="logits")`), its softmax max and normaliser written (2 x 4 h)."""
-    return 8 * h if logits else 12 * h * n
+    logits written, read and rewritten as weights (3 x 4 h n)."""
+    return 12 * h * n
 
 
 def pair_e_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, block_c: int,
@@ -139,16 +128,11 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths(), douts_in_place: bool = False,
-                weights_logits: bool = False, into_buffer: bool = False) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths()) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
-    whose sources are all at w_src (source 0's extra width in the backward is not counted).
-    douts_in_place: the design of `KernelConfig(stack_douts="in_place")`; weights_logits: that of
-    `KernelConfig(stack_weights="logits")`; into_buffer: that of
-    `KernelConfig(stack_append="into_buffer")`."""
+    whose sources are all at w_src (source 0's extra width in the backward is not counted)."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
-    bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout, douts_in_place=douts_in_place,
-                     weights_logits=weights_logits) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, weights_logits, into_buffer), bwd,
+    bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))

@@ -10,9 +10,7 @@ For one position p, sources v_n (rows of width d = H*K), query q and key-norm we
     out_h    = sum_n w_{n,h} v_{n,h}            (+ partial + gate * ... in the delta form)
 
 Each source row is read once; the only thing written besides `out` is W [N, P, H] (fp32),
-which the backward and the hooks read, or (STORE_NORM, a stack's `KernelConfig(stack_weights=
-"logits")`) each (position, head)'s max m and normaliser l = sum_n exp(l_n - m), from which the
-stack's backward recomputes w_n = exp(l_n - m) / l. `naive.route_reference_f64` is the plain torch reading.
+which the backward and the hooks read. `naive.route_reference_f64` is the plain torch reading.
 """
 
 from __future__ import annotations
@@ -73,9 +71,8 @@ def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
 
 @triton.jit
 def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr,
-              STORE_W: tl.constexpr = True):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits (STORE_W).
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
     FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
     r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
     if FOLD:
@@ -88,8 +85,7 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
         if ROUND_KEY2:
             kh = kh.to(dtype).to(tl.float32)
         logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
-    if STORE_W:
-        tl.store(wptr, logit, mask=pmask[:, None])
+    tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, False)
     return m, l + e, acc + e[:, :, None] * v
 
@@ -105,21 +101,6 @@ def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.co
 
 
 @triton.jit
-def _close_weights(wptr, NORM, offs_p, offs_h, P, N, H: tl.constexpr, m, l, pmask,
-                   W_STAGES: tl.constexpr, STORE_W: tl.constexpr, STORE_NORM: tl.constexpr):
-    """The end of a forward program: the stored logits rewritten as weights (STORE_W), and / or
-    the softmax's max m and normaliser l per (position, head) stored at NORM [2, P, H]
-    (STORE_NORM: what the backward recomputes w = exp(logit - m) / l from, bitwise the weight
-    `_logits_to_weights` writes for the same logit)."""
-    if STORE_W:
-        _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
-    if STORE_NORM:
-        nidx = offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
-        tl.store(NORM + nidx, m, mask=pmask[:, None])
-        tl.store(NORM + P * H + nidx, l, mask=pmask[:, None])
-
-
-@triton.jit
 def route_fwd_kernel(
     V0,  # [P, D] source row 0 (its own tensor: under autocast the fp32 embedding)
     V, stride_vn,  # sources n >= 1: row n of position p at V + n*stride_vn + p*D
@@ -129,25 +110,19 @@ def route_fwd_kernel(
     W,  # [N, P, H] fp32: routing weights
     RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
     X, XDST,  # [P, D] each (APPEND): source N-1 as appended, and its row of V to copy it into
-    NORM,  # [2, P, H] fp32 (STORE_NORM): the softmax's max m and normaliser l
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
-    STORE_W: tl.constexpr = True, STORE_NORM: tl.constexpr = False,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND (1): the source appended just before this call is read from X,
     not from V, and the kernel stores it into its row of V (XDST) on the way: the stack's
     append is this store, with no copy kernel and no second read of the row. It is loaded with
     row 0 and folded into the softmax right after it (no row held in registers through the
-    loop; within fp32 rounding of reading it from V in the rows' order). APPEND 2 (a stack's
-    `KernelConfig(stack_append="into_buffer")`): the same order, X being the row of V the
-    sublayer wrote, and nothing stored.
-    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>.
-    STORE_W (default): W holds the weights; STORE_NORM: m and l go to NORM (`_close_weights`);
-    the stack's `KernelConfig(stack_weights="logits")` stores the normaliser alone, no W."""
+    loop; within fp32 rounding of reading it from V in the rows' order).
+    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -171,21 +146,20 @@ def route_fwd_kernel(
     if APPEND:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
         NV = N - 1
         vx = tl.load(X + row, mask=mask, other=0.0)
-        if APPEND == 1:  # (2: X is its row of V already, written by the sublayer)
-            tl.store(XDST + row, vx, mask=mask)
+        tl.store(XDST + row, vx, mask=mask)
     else:
         NV = N
     m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
+                          ROUND_KEY, ROUND_KEY2, FOLD)
     if APPEND:
         m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
-                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
+                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
     vptr = V + row
     for n in tl.range(1, NV, num_stages=STAGES):
         vptr += stride_vn
         v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
         m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                              ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
+                              ROUND_KEY, ROUND_KEY2, FOLD)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -195,7 +169,7 @@ def route_fwd_kernel(
     tl.store(OUT + row, o_st, mask=mask)
     if HAS_RES:
         tl.store(RES + row, (o - o_st.to(tl.float32)).to(RES.dtype.element_ty), mask=mask)
-    _close_weights(wptr, NORM, offs_p, offs_h, P, N, H, m, l, pmask, W_STAGES, STORE_W, STORE_NORM)
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
 # ------------------------------------------- head width not a power of two: two exact tiles
@@ -243,7 +217,7 @@ def block_rows(blk, P, D: tl.constexpr, BLOCK_P: tl.constexpr, cola, colb, cmask
 @triton.jit
 def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
                     dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                    FOLD: tl.constexpr, STORE_W: tl.constexpr = True):
+                    FOLD: tl.constexpr):
     """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
     ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
     r = rsqrt_acc(ss / D + eps)  # [BP]
@@ -261,21 +235,20 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
             kha = kha.to(dtype).to(tl.float32)
             khb = khb.to(dtype).to(tl.float32)
         logit = tl.sum(kha * qa[None, :, :], axis=2) + tl.sum(khb * qb[None, :, :], axis=2)  # [BP, H]
-    if STORE_W:
-        tl.store(wptr, logit, mask=pmask[:, None])
+    tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acca, accb, e = _softmax_fold(logit, m, l, acca, accb, True)
     return m, l + e, acca + e[:, :, None] * va, accb + e[:, :, None] * vb
 
 
 @triton.jit
 def route_fwd_split_kernel(
-    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST, NORM,  # as route_fwd_kernel
+    V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST,  # as route_fwd_kernel
     P, N, eps,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-    W_STAGES: tl.constexpr, STORE_W: tl.constexpr = True, STORE_NORM: tl.constexpr = False,
+    W_STAGES: tl.constexpr,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -303,18 +276,17 @@ def route_fwd_split_kernel(
         NV = N - 1
         vxa = tl.load(X + rowa, mask=maska, other=0.0)
         vxb = tl.load(X + rowb, mask=maskb, other=0.0)
-        if APPEND == 1:
-            tl.store(XDST + rowa, vxa, mask=maska)
-            tl.store(XDST + rowb, vxb, mask=maskb)
+        tl.store(XDST + rowa, vxa, mask=maska)
+        tl.store(XDST + rowb, vxb, mask=maskb)
     else:
         NV = N
     m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
                                        acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
-                                       FOLD, STORE_W)
+                                       FOLD)
     if APPEND:
         m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
                                            acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
-                                           ROUND_KEY, ROUND_KEY2, FOLD, STORE_W)
+                                           ROUND_KEY, ROUND_KEY2, FOLD)
     pa = V + rowa  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
     pb = V + rowb
     for n in tl.range(1, NV, num_stages=STAGES):
@@ -324,7 +296,7 @@ def route_fwd_split_kernel(
         vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
         m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
                                            wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
-                                           ROUND_KEY2, FOLD, STORE_W)
+                                           ROUND_KEY2, FOLD)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -341,7 +313,7 @@ def route_fwd_split_kernel(
     if HAS_RES:
         tl.store(RES + rowa, (oa - oa_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maska)
         tl.store(RES + rowb, (ob - ob_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maskb)
-    _close_weights(wptr, NORM, offs_p, offs_h, P, N, H, m, l, pmask, W_STAGES, STORE_W, STORE_NORM)
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
 @functools.lru_cache(maxsize=None)
@@ -354,26 +326,21 @@ def rounding_flags(storage: torch.dtype, weight: torch.dtype) -> tuple[bool, boo
 def logit_form(out_dtype: torch.dtype, weight_dtype: torch.dtype, narrow_storage: bool
                ) -> tuple[bool, bool, bool]:
     """(ROUND_KEY, ROUND_KEY2, FOLD) of a forward launch: how its logits are formed
-    (`_fwd_step`); `narrow_storage`: the rows it reads (n >= 1) are 16-bit. The stack's backward
-    recomputes the logits the same way (`KernelConfig(stack_weights="logits")`)."""
+    (`_fwd_step`); `narrow_storage`: the rows it reads (n >= 1) are 16-bit."""
     rk, rk2 = rounding_flags(out_dtype, weight_dtype)
     return rk, rk2, narrow_storage and not (rk or rk2)
 
 
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
-                     eps: float, out: Tensor, W: Tensor | None, partial: Tensor | None = None,
+                     eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
-                     res: Tensor | None = None, append: tuple[Tensor, Tensor | None] | None = None,
-                     tables: LaunchTables | None = None, norm: Tensor | None = None) -> None:
-    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place;
-    None: no weights stored, `norm` must be given); `norm` ([2, P, H] fp32, optional) receives
-    the softmax's max and normaliser per (position, head), from which the stack's backward
-    recomputes the weights (`KernelConfig(stack_weights="logits")`);
+                     res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
+                     tables: LaunchTables | None = None) -> None:
+    """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
     dst, its row of V, by the same kernel (the stack's append folded into the call that first
-    reads the source), and folded into the softmax right after row 0; (x, None): x is that row
-    of V already (written there by the sublayer), read in the same order and not stored.
+    reads the source), and folded into the softmax right after row 0.
     `tables`: the launch tables (default: the built-in ones, `KernelConfig()`'s).
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
@@ -383,32 +350,23 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     D = V.shape[-1]
     if tables is None:
         tables = tables_for(DEFAULT)
-    if W is None and norm is None:
-        raise ValueError("launch_route_fwd: W or norm must be given")
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                _append_kind(append), W is not None, norm is not None)
+                0 if append is None else 1)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
     split, block_p, consts, num_warps, maxnreg = plan
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
-            partial if has_partial else out, gate if has_gate else query, out, norm if W is None else W,
-            out if res is None else res, *((out, out) if append is None else (append[0], append[1] if append[1] is not None else out)),
-            W if norm is None else norm, P, N, eps)
+            partial if has_partial else out, gate if has_gate else query, out, W,
+            out if res is None else res, *((out, out) if append is None else append), P, N, eps)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
-def _append_kind(append: tuple[Tensor, Tensor | None] | None) -> int:
-    """The forward's APPEND: 0 no appended source, 1 read from its own tensor and stored into
-    its row, 2 read from its row (written by the sublayer) and not stored."""
-    return 0 if append is None else 1 if append[1] is not None else 2
-
-
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
-              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool, append: int,
-              store_w: bool = True, store_norm: bool = False) -> tuple[bool, int, dict, int, int | None]:
+              has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool,
+              append: int) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep that changes the configs gets new plans). Host time per routing call matters:
@@ -426,7 +384,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
-                 W_STAGES=W_STAGES, STORE_W=store_w, STORE_NORM=store_norm)
+                 W_STAGES=W_STAGES)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
