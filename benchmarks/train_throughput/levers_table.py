@@ -1,4 +1,5 @@
-"""Issue 55's lever tables from `run_on_device.sh levers` results files, as results.md shows them.
+"""Issue 55's lever tables from `run_on_device.sh levers` results files, as results.md shows them (the
+levers and that mode were deleted on 2026-12-06 after these timings; they live at commit 56b6ecf).
 
     python benchmarks/train_throughput/levers_table.py benchmarks/train_throughput/h100_levers_*.json
 
