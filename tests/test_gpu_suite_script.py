@@ -97,23 +97,3 @@ def test_readme_table_matches_the_committed_suite_logs():
         summary = re.search(rf"^## {part}: exit 0: =+ (\d+) passed.* in ([\d.]+)s", log, flags=re.M)
         assert summary and summary.group(1) == passed and round(float(summary.group(2))) == int(secs), name
         assert "## GPU suite: ALL PASSED" in log, name
-
-
-def test_the_readmes_account_of_the_red_logits_run_is_its_log():
-    """tests/gpu/README.md's paragraph on the one-GPU part at 3cb0bb4 (not green, so not in the table):
-    its commit, counts, seconds and the logits case's two errors and their ratio are the log's. (The
-    logits lever, its GPU test and that test's xfail naming the same numbers were deleted on
-    2026-12-06 with issue 55's other levers; they live at 56b6ecf.)"""
-    import re
-
-    readme = (ROOT / "tests" / "gpu" / "README.md").read_text()
-    name = "suite_h200_1gpu_3cb0bb4_logits_bound.log"
-    log = (ROOT / "tests" / "gpu" / name).read_text()
-    assert re.search(r'^## code: .*"commit": "3cb0bb4', log, flags=re.M)
-    failed, passed, secs = re.search(r"^## 1gpu: exit 1: =+ (\d+) failed, (\d+) passed.* in ([\d.]+)s", log,
-                                     flags=re.M).groups()
-    text = " ".join(readme.split())
-    assert f"{passed} passed and {failed} failed in {round(float(secs))} s ([{name}]({name})" in text
-    lo, st = map(float, re.search(r"AssertionError: \(([\d.e-]+), ([\d.e-]+)\)", log).groups())
-    said = f"{lo:.2e}".replace("e-06", "e-6")
-    assert f"was {said}, {lo / st:.2f}x the stored-weights design's {st:.1e}".replace("e-07", "e-7") in text
