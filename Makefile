@@ -16,7 +16,7 @@ UV_SPEC ?= uv==0.13.9
 TORCH_CPU_WHEELS ?= /opt/wheels
 LOCK_PYTHON ?= 3.11
 # `make test-latest`: a separate venv with the newest releases the ranges allow (torch stays at
-# TORCH_SPEC); LATEST_OVERRIDES installs releases beyond the ranges on top, e.g. transformers==5.25.0.
+# TORCH_SPEC); LATEST_OVERRIDES installs releases beyond the ranges on top, e.g. transformers==5.26.0.
 LATEST_VENV ?= .venv-latest
 LATEST_OVERRIDES ?=
 LATEST_TESTS ?= tests/test_model.py tests/test_hf_remote_code.py tests/test_convert.py tests/test_evaluate.py \
