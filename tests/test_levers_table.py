@@ -87,3 +87,21 @@ def test_a_row_is_its_files_numbers(lt, tmp_path):
     path.write_text(json.dumps(doc))
     with pytest.raises(SystemExit, match="lack the arms"):
         lt.render([path])
+
+
+def test_the_h100_bullet_beside_the_fold_table_is_both_files_numbers(lt):
+    """results.md's "The same H100 step as the fold table below, nine days on": each configuration's
+    baseline tokens/s and MHAR / baseline, in the levers files (1B: the douts-in-place process) and
+    in the fold table's h100_step_*.json, in the order 100M (8k words), 100M, 350M, 1B."""
+    text = " ".join((HERE / "results.md").read_text().split())
+    suffix = {"1b": "_stack_douts"}
+    now, then = [], []
+    for key in lt.ORDER:
+        for prefix, kept in (("h100_levers_", now), ("h100_step_", then)):
+            name = prefix + key + (suffix.get(key, "") if prefix == "h100_levers_" else "") + ".json"
+            by_arm = {r["arm"]: r for r in json.loads((HERE / name).read_text())["results"]}
+            kept.append((by_arm["baseline"]["tokens_per_s"], by_arm["mhar"]["vs_baseline"]))
+    said = (" / ".join(f"{t:,.0f}" for t, _ in now) + " against " + " / ".join(f"{t:,.0f}" for t, _ in then)
+            + " at 09d3627, and MHAR / baseline " + " / ".join(f"{r:.3f}" for _, r in now) + " against "
+            + " / ".join(f"{r:.3f}" for _, r in then))
+    assert f"baseline tokens/s {said}." in text
