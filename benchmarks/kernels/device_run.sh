@@ -166,7 +166,7 @@ case "${1:-tests}" in
   ncu)  # kernel filter : launches to skip : launches to profile, per shape (late calls: many sources)
     SECTIONS="--section SpeedOfLight --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats
       --section WarpStateStats --section SchedulerStats --section ComputeWorkloadAnalysis"
-    METRICS="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes.sum.per_second"
+    METRICS="--metrics regex:smsp__average_warps_issue_stalled_.*_per_issue_active\\.ratio,dram__bytes.sum.per_second,lts__t_bytes.sum.per_second,l1tex__t_bytes.sum.per_second,lts__throughput.avg.pct_of_peak_sustained_elapsed,l1tex__throughput.avg.pct_of_peak_sustained_elapsed"
     # the model's (collect) backward's kernels; JOBS= overrides
     for job in ${JOBS:-1B-train:route_fwd:60:2 1B-train:stack_gather:12:2 1B-train:pair_e:1:1 \
                100M-train:route_fwd:20:1 100M-train:stack_gather:4:1 100M-train:pair_e:1:1}; do
@@ -174,8 +174,8 @@ case "${1:-tests}" in
       timeout 85 ncu --clock-control none --profile-from-start off -k "regex:$kern" --launch-skip "$skip" \
         --launch-count "$count" $SECTIONS $METRICS --csv --page details \
         python benchmarks/kernels/ncu_routing.py --shape "$shape" --heads 8 --dtype mixed \
-        > "$OUT/ncu_${shape}_$kern.csv" 2> "$OUT/ncu_${shape}_$kern.err"
-      echo "$shape $kern: rc $? ($(wc -l < "$OUT/ncu_${shape}_$kern.csv") csv lines)"; tail -2 "$OUT/ncu_${shape}_$kern.err"
+        > "$OUT/ncu_${shape}_${kern}_$skip.csv" 2> "$OUT/ncu_${shape}_${kern}_$skip.err"
+      echo "$shape $kern $skip: rc $? ($(wc -l < "$OUT/ncu_${shape}_${kern}_$skip.csv") csv lines)"; tail -2 "$OUT/ncu_${shape}_${kern}_$skip.err"
     done
     python benchmarks/kernels/ncu_routing.py --summarise "$OUT"/ncu_*.csv --out "$OUT/ncu_summary.json" ;;
   gatherncu)  # Nsight Compute on one late 1B-train gather launch per NCU_CASES row
@@ -229,10 +229,11 @@ case "${1:-tests}" in
     # and checked against today's gradients; no row starts after DEADLINE_S; the closing TABLE (gather
     # backward / today's fold / the tuned fold, stack_gather + stack_fold ms) is printed last, also from the
     # JSON if the time limit cut the sweep. Files: fold_sweep.json (rows, summary), launch_tables_fold.json.
-    # SWEEP_ARGS: more launch_sweep.py arguments (on the CPU: --fold-calls 2 --heads 2 --repeat 1 --dtype float32)
+    # SWEEP_ARGS: more launch_sweep.py arguments (on the CPU: --fold-calls 2 --heads 2 --repeat 1 --dtype float32);
+    # ROWS_FOLD: a JSON list of fold rows to try after the built-in one (launch_sweep.py --rows-fold)
     timeout ${SWEEP_TIMEOUT:-255} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds fold \
       --probes fold,gather-backward --shapes ${SHAPES:-1B-train,350M-train,100M-train} \
-      --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-220} $SWEEP_ARGS \
+      --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-220} $SWEEP_ARGS ${ROWS_FOLD:+--rows-fold "$ROWS_FOLD"} \
       --out "$OUT/fold_sweep.json" --table-out "$OUT/launch_tables_fold.json" 2>&1 | grep -v -i warn \
       | tee "$OUT/fold_sweep.log" | grep -E "probe|sweep:|chose|budget|deadline|Error|^TABLE"
     if ! grep -q "^TABLE" "$OUT/fold_sweep.log" && [ -f "$OUT/fold_sweep.json" ]; then

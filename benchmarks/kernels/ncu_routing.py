@@ -56,6 +56,9 @@ KEEP = {  # ncu metric name -> short label
     "Warp Cycles Per Issued Instruction": "cycles_per_issue", "Compute (SM) Throughput": "sm_pct",
     "L2 Hit Rate": "l2_hit_pct", "L1/TEX Hit Rate": "l1_hit_pct", "Executed Ipc Active": "ipc",
     "Issue Slots Busy": "issue_busy_pct", "dram__bytes.sum.per_second": "dram_bytes_per_s",
+    "lts__t_bytes.sum.per_second": "l2_bytes_per_s", "l1tex__t_bytes.sum.per_second": "l1_bytes_per_s",
+    "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2_pct",
+    "l1tex__throughput.avg.pct_of_peak_sustained_elapsed": "l1_pct",
 }
 
 
@@ -84,7 +87,7 @@ def summarise(paths: list[str]) -> list[dict]:
                     rec["duration_unit"] = unit
     out = []
     for rec in rows.values():
-        top = sorted(rec.pop("stalls").items(), key=lambda kv: -kv[1])[:4]
+        top = sorted(rec.pop("stalls").items(), key=lambda kv: -kv[1])[:6]
         rec["top_stalls"] = [[k, round(v, 2)] for k, v in top]
         out.append(rec)
     return out
@@ -116,7 +119,8 @@ def main() -> None:
               f"{r.get('duration_unit', '')}  dram {r.get('dram_pct', float('nan')):5.1f}%  "
               f"occ {r.get('occupancy_pct', float('nan')):5.1f}% of {r.get('theoretical_occupancy_pct', float('nan')):5.1f}%  "
               f"regs {r.get('registers', float('nan')):4.0f}  cyc/issue {r.get('cycles_per_issue', float('nan')):5.1f}  "
-              f"issue {r.get('issue_busy_pct', float('nan')):5.1f}%  stalls: {stalls}")
+              f"issue {r.get('issue_busy_pct', float('nan')):5.1f}%  L2 {r.get('l2_pct', float('nan')):5.1f}%  "
+              f"L1 {r.get('l1_pct', float('nan')):5.1f}%  stalls: {stalls}")
     if args.out:
         json.dump(recs, open(args.out, "w"), indent=1)
 
