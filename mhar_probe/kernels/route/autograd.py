@@ -719,15 +719,12 @@ class _StackState:
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
         block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
-        stages = 1
-        if prefetch >= 3:  # EXPERIMENT (branch exp-fold-stages): prefetch p >= 3 = pipelined, p - 1 stages
-            prefetch, stages = 0, prefetch - 1
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources, STAGES=stages)
+                      LOADS_FIRST=loads_first, SOURCES=sources)
         t = self._tables
         dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (

@@ -106,7 +106,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                   CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
                   BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                   PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
-                  TWO: tl.constexpr, STAGES: tl.constexpr = 1):
+                  TWO: tl.constexpr):
     """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
     where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
     dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
@@ -139,7 +139,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
     if PREFETCH == 2:
         wn1, wn2, shn, srn = _fold_meta(call, j, rd1, rd2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
                                         CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
-    for c in tl.range(call, top1, num_stages=STAGES):
+    for c in range(call, top1):
         cur1 = rd1  # this reader's; rd1, rd2 move on to the next reader below
         cur2 = rd2
         m1 = pmask[:, None] & cur1[None, :]  # [BP, HM]
@@ -233,7 +233,7 @@ def stack_fold_kernel(
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    SOURCES: tl.constexpr = 1, STAGES: tl.constexpr = 1,
+    SOURCES: tl.constexpr = 1,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
@@ -250,7 +250,7 @@ def stack_fold_kernel(
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
     reada = maska & ((rowa * 0 + first) == 0)
     readb = maskb & ((rowb * 0 + first) == 0)
-    if SOURCES == 1 and PREFETCH < 2 and STAGES == 1:
+    if SOURCES == 1 and PREFETCH < 2:
         for j in range(0, jf):
             dxa, dxb, _r = _gather_collect(
                 V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
@@ -265,7 +265,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
                 maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
-                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2, STAGES)
+                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
             if SOURCES == 2:
                 l2a = maska & ((rowa * 0 + live2) != 0)
