@@ -55,6 +55,8 @@ KEEP = {  # ncu metric name -> short label
     "Registers Per Thread": "registers", "Block Size": "block", "Grid Size": "grid",
     "Warp Cycles Per Issued Instruction": "cycles_per_issue", "Compute (SM) Throughput": "sm_pct",
     "L2 Hit Rate": "l2_hit_pct", "L1/TEX Hit Rate": "l1_hit_pct", "Executed Ipc Active": "ipc",
+    "Eligible Warps Per Scheduler": "eligible_warps_per_scheduler", "Active Warps Per Scheduler": "active_warps_per_scheduler",
+    "smsp__inst_executed.sum": "warp_instructions",
     "Issue Slots Busy": "issue_busy_pct", "dram__bytes.sum.per_second": "dram_bytes_per_s",
     "lts__t_bytes.sum.per_second": "l2_bytes_per_s", "l1tex__t_bytes.sum.per_second": "l1_bytes_per_s",
     "lts__throughput.avg.pct_of_peak_sustained_elapsed": "l2_pct",
@@ -81,6 +83,8 @@ def summarise(paths: list[str]) -> list[dict]:
             m = STALL.fullmatch(name)
             if m:
                 rec["stalls"][m.group(1)] = num
+            elif name == "Memory Throughput" and unit != "%":
+                continue  # the Memory Workload section's byte/s of the same name; SpeedOfLight's is the %
             elif name in KEEP:
                 rec[KEEP[name]] = num
                 if name == "Duration":

@@ -181,6 +181,9 @@ def main() -> None:
     ap.add_argument("--loops", action="store_true",
                     help="also count instructions, shared-memory traffic and barriers per loop iteration")
     ap.add_argument("--out", default="")
+    ap.add_argument("--rows-fold", default=None,
+                    help="with --kernels fold_rows: a JSON list of fold rows compiled after each shape's built-in "
+                         "one (instead of launch_sweep.py's variants)")
     ap.add_argument("--builtin-only", action="store_true",
                     help="compile only the built-in launch-table row of each shape (gather kinds, fwd)")
     args = ap.parse_args()
@@ -206,7 +209,8 @@ def main() -> None:
                 [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
             if kind == "fold_rows":
                 builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
-                extra = [builtin, *fold_variants(builtin)]
+                extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold
+                                    else fold_variants(builtin))]
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
                 fn, types, consts = make(d, cfg)
                 warps = cfg[warps_at]

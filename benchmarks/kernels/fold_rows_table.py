@@ -1,0 +1,130 @@
+"""The fold kernel's profile and its row families, as benchmarks/kernels/results.md shows them
+("H100: the fold kernel's profile, and the rows that lose", 2026-12-06).
+
+    python benchmarks/kernels/fold_rows_table.py profile benchmarks/kernels/h100_fold_ncu_*_15a4c8d.csv
+    python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_rows_*.json
+    python benchmarks/kernels/fold_rows_table.py offline benchmarks/kernels/regs_offline_2026-12-06_fold_wide_triton3.6.json
+
+`profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
+launch each, the backward's first fold, the one over the most sources), read by
+`ncu_routing.summarise`. `rows`: per sweep file (`launch_sweep.py --kinds fold --rows-fold ...`)
+and shape, the card's own row (the sweep's `probe:fold`), the fastest row of each of the three
+fastest families the file tried and the range over every row tried, by the fold kernel's device ms (median of the sweep's profiled runs) and over the
+card's row in the same process. A row's family is its warps, its sources per iteration and, in the
+pipelined file, its stages (`prefetch` p >= 3 meant p - 1 stages there). A test
+(tests/test_fold_rows_table.py) checks that results.md holds these tables as rendered from the
+committed files.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ncu_routing import summarise  # noqa: E402
+
+SHAPES = ("1B-train", "350M-train", "100M-train")
+KERNEL = "stack_fold_kernel"
+TOP = 3  # families shown per shape
+
+
+def render_profile(paths: list[Path]) -> str:
+    """The Nsight Compute table: one row per file (its shape from the file's name)."""
+    lines = ["| shape (fold launch) | ms | registers | warps / SM | issue slots busy | cycles / issue "
+             "| long scoreboard | wait | short scoreboard | barrier | DRAM | L2 | L1 (hit) |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for rec in summarise([str(p) for p in paths]):
+        stalls = dict(rec["top_stalls"])
+        shape = next(s for s in SHAPES if f"_{s.split('-')[0].lower()}_" in Path(rec["file"]).name)
+        lines.append(
+            f"| {shape} | {rec['duration'] / 1e6:.3f} | {rec['registers']:.0f} | "
+            f"{rec['theoretical_occupancy_pct'] * 64 / 100:.0f} | {rec['issue_busy_pct']:.1f}% | "
+            f"{rec['cycles_per_issue']:.2f} | {stalls.get('long_scoreboard', 0):.2f} | {stalls.get('wait', 0):.2f} | "
+            f"{stalls.get('short_scoreboard', 0):.2f} | {stalls.get('barrier', 0):.2f} | {rec['dram_pct']:.1f}% | "
+            f"{rec['l2_pct']:.1f}% | {rec['l1_pct']:.1f}% ({rec['l1_hit_pct']:.0f}%) |")
+    return "\n".join(lines)
+
+
+def family(cfg: list[int], pipelined: bool) -> str:
+    """A fold row's family: `2 warps, 2 sources` (and `, 3 stages` in the pipelined file)."""
+    name = f"{cfg[1]} warp{'s' if cfg[1] > 1 else ''}, {cfg[5]} source{'s' if cfg[5] > 1 else ''}"
+    return name + (f", {cfg[2] - 1} stages" if pipelined and cfg[2] >= 3 else "")
+
+
+def fold_ms(row: dict) -> float:
+    return row["kernels_ms"][KERNEL]
+
+
+def render_rows(paths: list[Path]) -> str:
+    """Per file and shape: the card's row, then each family's fastest row over it."""
+    lines = ["| file | shape | card's row: ms | the three fastest families: fastest row, ms (x the card's row) "
+             "| rows tried: range |", "|---|---|---:|---|---:|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        pipelined = "pipelined" in path.name
+        for shape in SHAPES:
+            rows = [r for r in doc["rows"] if r["shape"] == shape]
+            card = next(r for r in rows if r["what"] == "probe:fold")
+            card_row = tuple(rows[[r["what"] for r in rows].index("sweep:fold")]["cfg"])  # the built-in row, first
+            best: dict[str, dict] = {}
+            for r in rows:
+                if r["what"] != "sweep:fold" or tuple(r["cfg"]) == card_row:
+                    continue
+                fam = family(r["cfg"], pipelined)
+                if fam not in best or fold_ms(r) < fold_ms(best[fam]):
+                    best[fam] = r
+            ranked = sorted(best.items(), key=lambda kv: fold_ms(kv[1]))
+            cells = "; ".join(f"{fam}: {tuple(r['cfg'])}, {fold_ms(r):.2f} ({fold_ms(r) / fold_ms(card):.2f}x)"
+                              for fam, r in ranked[:TOP])
+            tried = [fold_ms(r) / fold_ms(card) for r in rows if r["what"] == "sweep:fold" and tuple(r["cfg"]) != card_row]
+            lines.append(f"| `{path.name}` | {shape} | {fold_ms(card):.3f} {card_row} | {cells} | "
+                         f"{len(tried)}: {min(tried):.2f}-{max(tried):.2f}x |")
+    return "\n".join(lines)
+
+
+def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]]) -> str:
+    """The registers and reader-loop instructions of `regs_offline.py --kernels fold_rows --loops`
+    (compiled for sm_90 without a GPU): per shape the card's row, then the rows at each wider warp
+    count as ranges. Warp-instructions per (pair, position) = the reader loop's instructions x
+    warps / (sources per iteration x positions per program)."""
+    doc = json.loads(path.read_text())
+
+    def cols(rows: list[dict]) -> list[str]:
+        def rng(vals: list[int]) -> str:
+            return f"{min(vals)}" if min(vals) == max(vals) else f"{min(vals)}-{max(vals)}"
+        per_pair = [min(lp["instructions"] for lp in r["loops"]) * r["num_warps"] // (r["cfg"][5] * r["cfg"][0])
+                    for r in rows]
+        return [rng([r["regs"] for r in rows]), rng([r["warps_per_sm_by_regs"] for r in rows]), rng(per_pair)]
+
+    lines = [f"| shape | rows (offline, Triton {doc['triton']}, {doc['arch']}) | registers | warps / SM by registers "
+             "| warp-instructions per (pair, position) |", "|---|---|---:|---:|---:|"]
+    for shape in SHAPES:
+        mine = [r for r in doc["rows"] if f"{r['shape']}-train" == shape]
+        card = [r for r in mine if tuple(r["cfg"]) == card_rows[shape]]
+        lines.append(f"| {shape} | the card's row {card_rows[shape]} | " + " | ".join(cols(card)) + " |")
+        for warps in (4, 8):
+            rows = [r for r in mine if r["num_warps"] == warps]
+            lines.append(f"| {shape} | {len(rows)} rows at {warps} warps | " + " | ".join(cols(rows)) + " |")
+    return "\n".join(lines)
+
+
+#: the H100's fold rows at 15a4c8d (launch_tables.json, devices -> "NVIDIA H100 80GB HBM3")
+H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "100M-train": (1, 1, 2, 0, 0, 2)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("what", choices=["profile", "rows", "offline"])
+    ap.add_argument("files", nargs="+", type=Path)
+    args = ap.parse_args()
+    if args.what == "offline":
+        print(render_offline(args.files[0], H100_ROWS))
+    else:
+        print(render_profile(args.files) if args.what == "profile" else render_rows(args.files))
+
+
+if __name__ == "__main__":
+    main()
