@@ -719,12 +719,15 @@ class _StackState:
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
         block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
+        # DENSE: no masks in the fold's loop (every reader reads every folded source, and two or
+        # more of them; whole position blocks). The model's stacks always are.
+        dense = P % block_p == 0 and all(self._calls[c].n >= max(rec.j0, 2) for c in range(call, self._frontier))
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
-                      LOADS_FIRST=loads_first, SOURCES=sources)
+                      LOADS_FIRST=loads_first, SOURCES=sources, DENSE=dense)
         t = self._tables
         dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (

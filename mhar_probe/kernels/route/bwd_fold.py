@@ -106,7 +106,7 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                   CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D: tl.constexpr, HM: tl.constexpr,
                   BLOCK_P: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr,
                   PREFETCH: tl.constexpr, SAME_H: tl.constexpr, LOADS_FIRST: tl.constexpr,
-                  TWO: tl.constexpr):
+                  TWO: tl.constexpr, DENSE: tl.constexpr = False):
     """`_gather_collect` over the fold's readers [call, top1) for source j (its row at VSRC) and,
     where TWO, source j + 1 (at VSRC + stride_vn; live2: whether it is one of the fold's sources) in the same reader loop: each reader's
     dout_c (and q_c g_c, shift_c, S'_c) loaded once for both, two independent reduction chains
@@ -128,9 +128,13 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
         acc_ka2 = tl.zeros([BLOCK_P, HM, BLOCK_KA], tl.float32)
         acc_kb2 = tl.zeros([BLOCK_P, HM, BLOCK_KB], tl.float32)
     zero_h = tl.zeros([HM], tl.int64)
-    ncur = zero_h + tl.load(CALL_N + call)
-    rd1 = ncur > j  # [HM]: does the reader read source j (j + 1)
-    rd2 = (ncur > j + 1) & ((zero_h + live2) != 0)
+    if DENSE:  # every reader reads every source of the fold (the kernel's docstring)
+        rd1 = tl.full([HM], 1, tl.int1)
+        rd2 = (zero_h + live2) != 0
+    else:
+        ncur = zero_h + tl.load(CALL_N + call)
+        rd1 = ncur > j  # [HM]: does the reader read source j (j + 1)
+        rd2 = (ncur > j + 1) & ((zero_h + live2) != 0)
     if PREFETCH >= 1:
         dslot = dbase + call * stride_dc
         rdd = rd1 | rd2
@@ -152,10 +156,14 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
                 wg2 = wn2
                 sh = shn
                 sr = srn
-            nnext = zero_h + tl.load(CALL_N + c + 1)  # the sentinel after the last call
             ok = (zero_h + c + 1) < top1  # the next reader may be folded already, or not stored
-            rd1 = (nnext > j) & ok
-            rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
+            if DENSE:
+                rd1 = ok
+                rd2 = ((zero_h + live2) != 0) & ok
+            else:
+                nnext = zero_h + tl.load(CALL_N + c + 1)  # the sentinel after the last call
+                rd1 = (nnext > j) & ok
+                rd2 = (nnext > j + 1) & ((zero_h + live2) != 0) & ok
             rdd = rd1 | rd2
             dslot = dbase + (c + 1) * stride_dc
             dna = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0)
@@ -168,18 +176,22 @@ def _fold_collect(VSRC, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, off
             dslot = dbase + c * stride_dc
             doga = tl.load(DOUT_BUF + dslot + rowa, mask=maska & rdd[None, :, None], other=0.0).to(tl.float32)
             dogb = tl.load(DOUT_BUF + dslot + rowb, mask=maskb & rdd[None, :, None], other=0.0).to(tl.float32)
-            nnext = zero_h + tl.load(CALL_N + c + 1)
-            rd1 = nnext > j
-            rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
+            if not DENSE:
+                nnext = zero_h + tl.load(CALL_N + c + 1)
+                rd1 = nnext > j
+                rd2 = (nnext > j + 1) & ((zero_h + live2) != 0)
         if LOADS_FIRST:  # before the dl stores below, which they may not pass
             ua = tl.load(U + c * D + cola[None, :, :], mask=cmaska[None, :, :], other=0.0)
             ub = tl.load(U + c * D + colb[None, :, :], mask=cmaskb[None, :, :], other=0.0)
-        nc = tl.load(CALL_N + c)
         if PREFETCH < 2:
             wg1, wg2, sh, sr = _fold_meta(c, j, cur1, cur2, offs_p, offs_hm, pmask, WALL, SHALL, SALL,
                                           CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H, TWO)
         hc, wo, _so, pidx = _fold_offsets(c, j, offs_p, offs_hm, CALL_H, CALL_WOFF, CALL_SOFF, P, HM, SAME_H)
-        one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
+        if DENSE:  # every reader reads two or more sources
+            one_way = tl.full([1, HM], 1, tl.int1)
+        else:
+            nc = tl.load(CALL_N + c)
+            one_way = (zero_h + nc)[None, :] > 1  # a call over one source: dl exactly 0 (_gather_collect)
         ds1 = tl.sum(doga * va1, axis=2) + tl.sum(dogb * vb1, axis=2)  # [BP, HM] per sub-head
         if TWO:
             ds2 = tl.sum(doga * va2, axis=2) + tl.sum(dogb * vb2, axis=2)
@@ -233,7 +245,7 @@ def stack_fold_kernel(
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr,
     BLOCK_KA: tl.constexpr, KB: tl.constexpr, BLOCK_KB: tl.constexpr, BLOCK_P: tl.constexpr,
     PREFETCH: tl.constexpr, SAME_H: tl.constexpr, VEC_B: tl.constexpr, LOADS_FIRST: tl.constexpr,
-    SOURCES: tl.constexpr = 1,
+    SOURCES: tl.constexpr = 1, DENSE: tl.constexpr = False,
 ):
     """ACC_j = [ACC_j +] G_{[call, top1), j} for j in [0, jf), one program per position block
     (module docstring); stores dl_{c,j} of every folded pair. One loop over the sources, source
@@ -248,9 +260,16 @@ def stack_fold_kernel(
     offs_hm = tl.arange(0, HM)
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
     offs_p, pmask, maska, maskb, _, rowa, rowb = block_rows(blk, P, D, BLOCK_P, cola, colb, cmaska, cmaskb)
+    if DENSE:  # P a multiple of BLOCK_P: no position masked; a full wide tile: none of its columns
+        pmask = tl.full([BLOCK_P], 1, tl.int1)
+        maskb = pmask[:, None, None] & cmaskb[None, :, :]
+        if KA == BLOCK_KA:
+            maska = tl.full([BLOCK_P, HM, BLOCK_KA], 1, tl.int1)
+        else:
+            maska = pmask[:, None, None] & cmaska[None, :, :]
     reada = maska & ((rowa * 0 + first) == 0)
     readb = maskb & ((rowb * 0 + first) == 0)
-    if SOURCES == 1 and PREFETCH < 2:
+    if SOURCES == 1 and PREFETCH < 2 and not DENSE:
         for j in range(0, jf):
             dxa, dxb, _r = _gather_collect(
                 V + j * stride_vn, j, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska, maskb,
@@ -265,7 +284,7 @@ def stack_fold_kernel(
                 V + j * stride_vn, stride_vn, j, live2, call, top1, rowa, rowb, offs_p, offs_hm, cola, colb, maska,
                 maskb, cmaska, cmaskb, pmask, DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
                 CALL_N, CALL_H, CALL_WOFF, CALL_SOFF, P, eps, V0, D, HM, BLOCK_P, BLOCK_KA, BLOCK_KB,
-                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2)
+                PREFETCH, SAME_H, LOADS_FIRST, SOURCES == 2, DENSE)
             _acc_add(ACC, j * P * D, rowa, rowb, maska, maskb, reada, readb, dxa, dxb)
             if SOURCES == 2:
                 l2a = maska & ((rowa * 0 + live2) != 0)
