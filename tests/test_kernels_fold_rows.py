@@ -119,6 +119,39 @@ def test_two_sources_per_iteration_is_bitwise_the_one_source_fold(tmp_path):
         assert all(torch.equal(a, b) for a, b in zip(got, today)), row
 
 
+def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
+    """DENSE (no masks and no call-table loads in the reader loop) is launched where every folded
+    reader reads every folded source and the position blocks are whole, and the masked loop
+    elsewhere; each source's terms are the same either way, so the gradients are bitwise equal.
+    P = 3: rows of one position per block fold DENSE, rows of two do not (a part block)."""
+    S, D = 6, 20
+    heads = [4, 2, 4, 1, 4, 2]
+    dense: list[bool] = []
+    fold = kad.STACK_FOLD
+
+    def spy(grid, args, consts, *rest):
+        dense.append(consts["DENSE"])
+        fold(grid, args, consts, *rest)
+
+    monkeypatch.setattr(kad, "STACK_FOLD", spy)
+
+    def run(row):
+        leaves = _leaves(D, S, heads, 0, 21, torch.float32)
+        cfg = _tables(tmp_path / f"t{'_'.join(map(str, row))}.json", D, heads, 0, row)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=2), leaves, S, heads)
+        return torch.autograd.grad(loss, leaves)
+
+    for dense_row, masked_row in (((1, 1, 0, 0, 0, 1), (2, 1, 0, 0, 0, 1)),
+                                  ((1, 1, 2, 0, 1, 2), (2, 1, 2, 0, 1, 2))):
+        dense.clear()
+        want = run(masked_row)
+        assert dense and not any(dense), masked_row
+        dense.clear()
+        got = run(dense_row)
+        assert dense and all(dense), dense_row
+        assert all(torch.equal(a, b) for a, b in zip(got, want)), (dense_row, masked_row)
+
+
 @pytest.mark.slow
 def test_two_sources_over_a_stack_of_129(tmp_path, launches):
     """129 sources (d = 24, H = 8 and 2: d/H = 3 and 12), folds over 100+ sources (odd and even
