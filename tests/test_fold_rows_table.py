@@ -79,4 +79,17 @@ def test_results_page_holds_the_offline_table_at_the_h100s_rows(frt):
     for shape, row in frt.H100_ROWS.items():
         assert h100[(d[shape], 8, 8, 4)] == row, shape
     path = HERE / "regs_offline_2026-12-06_fold_wide_triton3.6.json"
-    assert frt.render_offline(path, frt.H100_ROWS) in (HERE / "results.md").read_text()
+    dense = HERE / "regs_offline_2026-12-06_fold_dense_triton3.6.json"
+    table = frt.render_offline(path, frt.H100_ROWS, dense)
+    assert table in (HERE / "results.md").read_text()
+    assert table.count("DENSE loop") == 3  # the dense file holds the card's rows, compiled DENSE
+
+
+def test_results_page_holds_the_dense_tables(frt):
+    page = (HERE / "results.md").read_text()
+    masked = sorted(HERE.glob("h100_fold_dense_ab_base_*.json"))
+    dense = sorted(HERE.glob("h100_fold_dense_ab_dense_*.json"))
+    assert len(masked) == len(dense) == 2
+    assert frt.render_dense(masked, dense) in page
+    step = ROOT / "benchmarks" / "train_throughput"
+    assert frt.render_dense_step(step / "h200_fold_dense_ab_1b_base.json", step / "h200_fold_dense_ab_1b_dense.json") in page

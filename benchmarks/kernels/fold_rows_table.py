@@ -3,7 +3,9 @@
 
     python benchmarks/kernels/fold_rows_table.py profile benchmarks/kernels/h100_fold_ncu_*_15a4c8d.csv
     python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_rows_*.json
-    python benchmarks/kernels/fold_rows_table.py offline benchmarks/kernels/regs_offline_2026-12-06_fold_wide_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py offline benchmarks/kernels/regs_offline_2026-12-06_fold_{wide,dense}_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py dense benchmarks/kernels/h100_fold_dense_ab_*.json
+    python benchmarks/kernels/fold_rows_table.py dense-step benchmarks/train_throughput/h200_fold_dense_ab_1b_{base,dense}.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -33,15 +35,16 @@ TOP = 3  # families shown per shape
 
 def render_profile(paths: list[Path]) -> str:
     """The Nsight Compute table: one row per file (its shape from the file's name)."""
-    lines = ["| shape (fold launch) | ms | registers | warps / SM | issue slots busy | cycles / issue "
+    lines = ["| shape (fold launch) | ms | registers | warps / SM | eligible warps / scheduler | issue slots busy | cycles / issue "
              "| long scoreboard | wait | short scoreboard | barrier | DRAM | L2 | L1 (hit) |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rec in summarise([str(p) for p in paths]):
         stalls = dict(rec["top_stalls"])
         shape = next(s for s in SHAPES if f"_{s.split('-')[0].lower()}_" in Path(rec["file"]).name)
         lines.append(
             f"| {shape} | {rec['duration'] / 1e6:.3f} | {rec['registers']:.0f} | "
-            f"{rec['theoretical_occupancy_pct'] * 64 / 100:.0f} | {rec['issue_busy_pct']:.1f}% | "
+            f"{rec['theoretical_occupancy_pct'] * 64 / 100:.0f} | {rec['eligible_warps_per_scheduler']:.2f} | "
+            f"{rec['issue_busy_pct']:.1f}% | "
             f"{rec['cycles_per_issue']:.2f} | {stalls.get('long_scoreboard', 0):.2f} | {stalls.get('wait', 0):.2f} | "
             f"{stalls.get('short_scoreboard', 0):.2f} | {stalls.get('barrier', 0):.2f} | {rec['dram_pct']:.1f}% | "
             f"{rec['l2_pct']:.1f}% | {rec['l1_pct']:.1f}% ({rec['l1_hit_pct']:.0f}%) |")
@@ -85,29 +88,81 @@ def render_rows(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
-def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]]) -> str:
+def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]], dense_path: Path | None = None) -> str:
     """The registers and reader-loop instructions of `regs_offline.py --kernels fold_rows --loops`
     (compiled for sm_90 without a GPU): per shape the card's row, then the rows at each wider warp
-    count as ranges. Warp-instructions per (pair, position) = the reader loop's instructions x
-    warps / (sources per iteration x positions per program)."""
+    count as ranges, and (from `dense_path`, `--dense`) the card's row with the DENSE loop.
+    Warp-instructions per (pair, position) = the reader loop's instructions x warps / (sources per
+    iteration x positions per program); of them, the fp32 arithmetic (FFMA, FADD, FMUL)."""
     doc = json.loads(path.read_text())
+    dense = json.loads(dense_path.read_text()) if dense_path else {"rows": []}
+
+    def per_pair(r: dict, key: str) -> int:
+        loop = min(r["loops"], key=lambda lp: lp["instructions"])  # the innermost: the reader loop
+        return loop[key] * r["num_warps"] // (r["cfg"][5] * r["cfg"][0])
 
     def cols(rows: list[dict]) -> list[str]:
         def rng(vals: list[int]) -> str:
             return f"{min(vals)}" if min(vals) == max(vals) else f"{min(vals)}-{max(vals)}"
-        per_pair = [min(lp["instructions"] for lp in r["loops"]) * r["num_warps"] // (r["cfg"][5] * r["cfg"][0])
-                    for r in rows]
-        return [rng([r["regs"] for r in rows]), rng([r["warps_per_sm_by_regs"] for r in rows]), rng(per_pair)]
+        return [rng([r["regs"] for r in rows]), rng([r["warps_per_sm_by_regs"] for r in rows]),
+                rng([per_pair(r, "instructions") for r in rows]), rng([per_pair(r, "float_arith") for r in rows])]
 
     lines = [f"| shape | rows (offline, Triton {doc['triton']}, {doc['arch']}) | registers | warps / SM by registers "
-             "| warp-instructions per (pair, position) |", "|---|---|---:|---:|---:|"]
+             "| warp-instructions per (pair, position) | of them fp32 arithmetic |", "|---|---|---:|---:|---:|---:|"]
     for shape in SHAPES:
-        mine = [r for r in doc["rows"] if f"{r['shape']}-train" == shape]
-        card = [r for r in mine if tuple(r["cfg"]) == card_rows[shape]]
+        def at(rows: list[dict]) -> list[dict]:
+            return [r for r in rows if f"{r['shape']}-train" == shape]
+        card = [r for r in at(doc["rows"]) if tuple(r["cfg"]) == card_rows[shape]]
         lines.append(f"| {shape} | the card's row {card_rows[shape]} | " + " | ".join(cols(card)) + " |")
         for warps in (4, 8):
-            rows = [r for r in mine if r["num_warps"] == warps]
+            rows = [r for r in at(doc["rows"]) if r["num_warps"] == warps]
             lines.append(f"| {shape} | {len(rows)} rows at {warps} warps | " + " | ".join(cols(rows)) + " |")
+        card_dense = [r for r in at(dense["rows"]) if tuple(r["cfg"]) == card_rows[shape] and r.get("dense")]
+        if card_dense:
+            lines.append(f"| {shape} | the card's row, DENSE loop | " + " | ".join(cols(card_dense)) + " |")
+    return "\n".join(lines)
+
+
+def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
+    return sum(ms for name, ms in row["kernels_ms"].items() if name.startswith(prefixes))
+
+
+def render_dense(masked: list[Path], dense: list[Path]) -> str:
+    """The DENSE reader loop against the masked one, one process per file, alternated in one
+    device call (`launch_sweep.py --kinds fold --probes fold --rows-fold '[]'`, the masked loop's
+    tree on PYTHONPATH first): per shape the fold kernel's device ms of each process's probe (the
+    card's row), and the dout-reading kernels' (stack_gather + stack_fold); ratios of the means."""
+    docs = {"masked": [json.loads(p.read_text()) for p in masked], "dense": [json.loads(p.read_text()) for p in dense]}
+    commits = {k: sorted({d["meta"]["commit"] for d in v}) for k, v in docs.items()}
+    lines = [f"| shape | fold kernel ms, masked ({', '.join(commits['masked'])}) | DENSE ({', '.join(commits['dense'])}) "
+             "| DENSE / masked | gather + fold ms, masked | DENSE | DENSE / masked |", "|---|---|---|---:|---|---|---:|"]
+    for shape in SHAPES:
+        ms = {}
+        for arm, group in docs.items():
+            probes = [next(r for r in d["rows"] if r["shape"] == shape and r["what"] == "probe:fold") for d in group]
+            ms[arm] = ([_kernel_ms(r, (KERNEL,)) for r in probes],
+                       [_kernel_ms(r, ("stack_gather", "stack_fold")) for r in probes])
+        cells = []
+        for i in (0, 1):
+            m, d = ms["masked"][i], ms["dense"][i]
+            cells += [" / ".join(f"{x:.3f}" for x in m), " / ".join(f"{x:.3f}" for x in d),
+                      f"{(sum(d) / len(d)) / (sum(m) / len(m)):.3f}"]
+        lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_dense_step(masked: Path, dense: Path) -> str:
+    """The same A/B inside the training step (train_throughput.py --presets 1b --methods baseline mhar
+    --profile, one process per tree in one call): MHAR / baseline and the step's fold kernel ms."""
+    lines = ["| tree | card | MHAR / baseline (rounds' range) | stack_fold_kernel ms in the MHAR step | MHAR step device ms |",
+             "|---|---|---|---:|---:|"]
+    for name, path in (("masked", masked), ("DENSE", dense)):
+        doc = json.loads(path.read_text())
+        mhar = next(r for r in doc["results"] if r["arm"] == "mhar")
+        fold = sum(k[0] for k in mhar["profile"]["top_kernels"] if k[2] == KERNEL)
+        lo, hi = mhar["vs_baseline_range"]
+        lines.append(f"| {name} ({doc['meta']['commit']}) | {doc['meta']['device']} | {mhar['vs_baseline']:.3f} "
+                     f"({lo:.3f}-{hi:.3f}) | {fold:.2f} | {mhar['profile']['device_ms_events']:.2f} |")
     return "\n".join(lines)
 
 
@@ -117,11 +172,15 @@ H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["profile", "rows", "offline"])
+    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
-    if args.what == "offline":
-        print(render_offline(args.files[0], H100_ROWS))
+    if args.what == "dense":  # the masked loop's files, then DENSE's: *_base_* then *_dense_*
+        print(render_dense([p for p in args.files if "_ab_base_" in p.name], [p for p in args.files if "_ab_dense_" in p.name]))
+    elif args.what == "dense-step":
+        print(render_dense_step(*args.files))
+    elif args.what == "offline":
+        print(render_offline(args.files[0], H100_ROWS, args.files[1] if len(args.files) > 1 else None))
     else:
         print(render_profile(args.files) if args.what == "profile" else render_rows(args.files))
 

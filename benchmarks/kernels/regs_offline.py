@@ -50,9 +50,14 @@ SHAPES = {"100M": 512, "350M": 1024, "1B": 1280}
 DIVISIBLE = {"stride_vn", "stride_dc", "stride_es", "P", "chunk", "dbase"}  # multiples of 16 at these shapes
 
 
+#: fp32 arithmetic opcodes: what a loop computes, as against its addresses, masks, loads and exchanges
+FLOAT_ARITH = ("FFMA", "FADD", "FMUL")
+
+
 def loops(sass: str) -> list[dict]:
     """Every loop of a kernel's SASS (a backward branch and its body): instructions, global loads,
-    and the shared-memory traffic and block barriers that layout conversions cost, per iteration.
+    and the shared-memory traffic and block barriers that layout conversions cost, per iteration;
+    also its fp32 arithmetic (FFMA, FADD, FMUL) and shuffles.
     Nested loops are listed separately, each with its whole body."""
     addr_re = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
     body = [(int(a, 16), op) for a, op in addr_re.findall(sass)]
@@ -64,7 +69,8 @@ def loops(sass: str) -> list[dict]:
             ops = [o for a, o in body if start <= a <= here]
             count = lambda key: sum(1 for o in ops if re.search(rf"(^|\s){key}", o))  # noqa: E731
             found.append(dict(start=hex(start), end=hex(here), instructions=len(ops), LDG=count("LDG"),
-                              LDS=count("LDS"), STS=count("STS"), BAR=count("BAR")))
+                              LDS=count("LDS"), STS=count("STS"), BAR=count("BAR"),
+                              float_arith=sum(count(op) for op in FLOAT_ARITH), SHFL=count("SHFL")))
     return sorted(found, key=lambda r: r["instructions"])
 
 
@@ -147,9 +153,10 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
     return gather_job(d, cfg, fold=True)
 
 
-def fold_job(d: int, cfg: tuple) -> tuple:
+def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row, or at a fold row
-    (six values: its prefetch 0-2 and sources per iteration last)."""
+    (six values: its prefetch 0-2 and sources per iteration last); `dense`: its DENSE reader loop
+    (the model's folds), else the masked one."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
@@ -159,7 +166,8 @@ def fold_job(d: int, cfg: tuple) -> tuple:
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),
-                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1)
+                                          LOADS_FIRST=bool(cfg[4]), SOURCES=cfg[5] if len(cfg) > 5 else 1,
+                                          **({"DENSE": True} if dense else {}))
 
 
 def pair_e_job(d: int, cfg: tuple) -> tuple:
@@ -184,6 +192,8 @@ def main() -> None:
     ap.add_argument("--rows-fold", default=None,
                     help="with --kernels fold_rows: a JSON list of fold rows compiled after each shape's built-in "
                          "one (instead of launch_sweep.py's variants)")
+    ap.add_argument("--dense", action="store_true",
+                    help="fold kinds: compile the fold's DENSE reader loop (the model's folds) instead of the masked one")
     ap.add_argument("--builtin-only", action="store_true",
                     help="compile only the built-in launch-table row of each shape (gather kinds, fwd)")
     args = ap.parse_args()
@@ -212,12 +222,12 @@ def main() -> None:
                 extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold
                                     else fold_variants(builtin))]
             for cfg in list(dict.fromkeys([*cfgs, *extra])):
-                fn, types, consts = make(d, cfg)
+                fn, types, consts = make(d, cfg, True) if args.dense and make is fold_job else make(d, cfg)
                 warps = cfg[warps_at]
                 maxnreg = (cfg[cap_at] or None) if cap_at is not None and len(cfg) > cap_at else None
                 res = resources(fn, types, consts, warps, maxnreg, with_loops=args.loops)
                 row = dict(kernel=fn.__name__, shape=shape, d=d, cfg=list(cfg), num_warps=warps,
-                           maxnreg=maxnreg, **res)
+                           maxnreg=maxnreg, **({"dense": True} if consts.get("DENSE") else {}), **res)
                 rows.append(row)
                 print(f"{fn.__name__:24s} {shape:5s} cfg {str(cfg):22s} regs {res['regs']:3d} "
                       f"spill {res['spill_stack_bytes']:4d} B  warps/SM by regs {res['warps_per_sm_by_regs']:2d}",

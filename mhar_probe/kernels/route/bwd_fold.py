@@ -260,7 +260,7 @@ def stack_fold_kernel(
     DENSE (set by the host, `TritonSourceStack._fold_block`, where every reader of the fold reads
     every folded source and two or more sources, and P is a multiple of BLOCK_P: the model's
     stacks): the reader loop without position, column or reader masks, call-table loads or the
-    one-source test; 13% fewer instructions an iteration at 1B. Bitwise the masked loop's
+    one-source test: fewer instructions an iteration (benchmarks/kernels/results.md). Bitwise the masked loop's
     (tests/test_kernels_fold_rows.py)."""
     blk = tl.program_id(0)
     offs_hm = tl.arange(0, HM)
