@@ -254,14 +254,14 @@ def stack_fold_kernel(
 
     The launch row's variants (`launch_tables.fold_config`): SOURCES 2 takes the sources two at
     a time, each reader's dout loaded once for both (`_fold_collect`); PREFETCH 2 loads the next
-    reader's w, shift and S' with its dout. SOURCES 1 with PREFETCH 0 / 1 is the loop over
-    `_gather_collect` the fold was built with (bitwise the same).
+    reader's w, shift and S' with its dout. SOURCES 1 with PREFETCH 0 / 1 and the masked loop is the
+    loop over `_gather_collect` the fold was built with (bitwise the same).
 
-    DENSE (set by the host, `TritonSourceStack._fold_block`, where every reader of the fold reads
-    every folded source and two or more sources, and P is a multiple of BLOCK_P: the model's
-    stacks): the reader loop without position, column or reader masks, call-table loads or the
-    one-source test: fewer instructions an iteration (benchmarks/kernels/results.md). Bitwise the masked loop's
-    (tests/test_kernels_fold_rows.py)."""
+    DENSE (set by the host, `_StackState._fold_block`, where every reader of the fold reads every
+    folded source and two or more sources, and P is a multiple of BLOCK_P: the model's stacks):
+    `_fold_collect`'s reader loop, at every row, without position, column or reader masks,
+    call-table loads or the one-source test: fewer instructions an iteration
+    (benchmarks/kernels/results.md). Bitwise the masked loop's (tests/test_kernels_fold_rows.py)."""
     blk = tl.program_id(0)
     offs_hm = tl.arange(0, HM)
     cola, colb, cmaska, cmaskb = _tile_cols(HM, KM, KA, BLOCK_KA, KB, BLOCK_KB, VEC_B)
