@@ -93,3 +93,18 @@ def test_results_page_holds_the_dense_tables(frt):
     assert frt.render_dense(masked, dense) in page
     step = ROOT / "benchmarks" / "train_throughput"
     assert frt.render_dense_step(step / "h200_fold_dense_ab_1b_base.json", step / "h200_fold_dense_ab_1b_dense.json") in page
+
+
+@pytest.mark.parametrize("args,says", [
+    (["profile", "no_such.csv"], "no such file"),
+    (["dense-step", "benchmarks/kernels/results.md"], "two files"),
+    (["dense-step", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "not what this table reads"),
+    (["dense", "benchmarks/kernels/h100_fold_rows_wide_15a4c8d.json"], "_ab_base_"),
+])
+def test_bad_input_is_one_message_and_exit_2(args, says):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(HERE / "fold_rows_table.py"), *args], cwd=ROOT,
+                         capture_output=True, text=True)
+    assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr

@@ -175,14 +175,32 @@ def main() -> None:
     ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
-    if args.what == "dense":  # the masked loop's files, then DENSE's: *_base_* then *_dense_*
-        print(render_dense([p for p in args.files if "_ab_base_" in p.name], [p for p in args.files if "_ab_dense_" in p.name]))
-    elif args.what == "dense-step":
-        print(render_dense_step(*args.files))
-    elif args.what == "offline":
-        print(render_offline(args.files[0], H100_ROWS, args.files[1] if len(args.files) > 1 else None))
-    else:
-        print(render_profile(args.files) if args.what == "profile" else render_rows(args.files))
+    missing = [str(p) for p in args.files if not p.is_file()]
+    if missing:
+        ap.error(f"no such file: {', '.join(missing)}")
+    masked = [p for p in args.files if "_ab_base_" in p.name]
+    dense = [p for p in args.files if "_ab_dense_" in p.name]
+    if args.what == "dense" and not (masked and dense):
+        ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
+    if args.what == "dense-step" and len(args.files) != 2:
+        ap.error("dense-step: two files, the masked loop's step then DENSE's")
+    if args.what == "offline" and len(args.files) > 2:
+        ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
+    try:
+        table = _render(args.what, args.files, masked, dense)
+    except (KeyError, StopIteration, ValueError) as exc:
+        ap.error(f"{args.what}: the files are not what this table reads ({type(exc).__name__}: {exc})")
+    print(table)
+
+
+def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path]) -> str:
+    if what == "dense":
+        return render_dense(masked, dense)
+    if what == "dense-step":
+        return render_dense_step(*files)
+    if what == "offline":
+        return render_offline(files[0], H100_ROWS, files[1] if len(files) > 1 else None)
+    return render_profile(files) if what == "profile" else render_rows(files)
 
 
 if __name__ == "__main__":
