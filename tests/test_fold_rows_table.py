@@ -108,3 +108,77 @@ def test_bad_input_is_one_message_and_exit_2(args, says):
     run = subprocess.run([sys.executable, str(HERE / "fold_rows_table.py"), *args], cwd=ROOT,
                          capture_output=True, text=True)
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+def _rng(a: float, b: float, fmt: str) -> str:
+    lo, hi = sorted((a, b))
+    return f"{lo:{fmt}}-{hi:{fmt}}"
+
+
+def test_the_prose_numbers_are_the_files(frt):
+    """The section's sentences quote numbers the tables' files hold: each is recomputed here."""
+    ncu = _load("ncu_routing")
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    p1b, p350 = (ncu.summarise([str(HERE / f"h100_fold_ncu_{s}_15a4c8d.csv")])[0] for s in ("1b", "350m"))
+    st = {k: dict(r["top_stalls"]) for k, r in (("1b", p1b), ("350m", p350))}
+    pair = (p1b, p350)
+    for text in (
+        f"{_rng(*(r['registers'] for r in pair), '.0f')} registers",
+        f"{_rng(*(r['eligible_warps_per_scheduler'] for r in pair), '.2f')} of them eligible",
+        f"so {_rng(*(100 - r['issue_busy_pct'] for r in pair), '.0f')}% of issue slots go empty",
+        f"DRAM {_rng(*(r['dram_pct'] for r in pair), '.0f')}%, L2 {_rng(*(r['l2_pct'] for r in pair), '.0f')}%, "
+        f"L1 {_rng(*(r['l1_pct'] for r in pair), '.0f')}%",
+        f"{st['1b']['long_scoreboard']:.2f} of the {p1b['cycles_per_issue']:.2f} cycles per issue at 1B, "
+        f"{st['350m']['long_scoreboard']:.2f} of {p350['cycles_per_issue']:.2f} at 350M",
+        f"({_rng(*(r['l1_hit_pct'] for r in pair), '.0f')}% hits)",
+        f"take {_rng(st['1b']['barrier'], st['350m']['barrier'], '.2f')}",
+    ):
+        assert text in page, text
+
+    def loop(doc, shape, cfg, key="instructions"):
+        r = next(r for r in doc["rows"] if r["shape"] == shape and tuple(r["cfg"]) == cfg)
+        lp = min(r["loops"], key=lambda x: x["instructions"])
+        return lp[key] * r["num_warps"] // (r["cfg"][5] * r["cfg"][0])
+
+    wide = json.loads((HERE / "regs_offline_2026-12-06_fold_wide_triton3.6.json").read_text())
+    dense = json.loads((HERE / "regs_offline_2026-12-06_fold_dense_triton3.6.json").read_text())
+    rows = {s.split("-")[0]: r for s, r in frt.H100_ROWS.items()}
+    share = [loop(wide, s, r) / loop(wide, s, r, "float_arith") for s, r in rows.items()]
+    assert f"issues {min(share):.1f}-{max(share):.1f}x the instructions of its arithmetic" in page
+    assert f"with {min(share):.1f}-{max(share):.1f}x the arithmetic's instructions per pair" in page  # still missing
+    cut = {s: 100 * (1 - loop(dense, s, r) / loop(wide, s, r)) for s, r in rows.items()}
+    assert f"loses {cut['1B']:.0f}% / {cut['350M']:.0f}% / {cut['100M']:.0f}% of its instructions" in page
+    assert f"{loop(wide, '1B', rows['1B'])} -> {loop(dense, '1B', rows['1B'])} at 1B" in page
+    wider = [loop(wide, r["shape"], tuple(r["cfg"])) / loop(wide, r["shape"], rows[r["shape"]])
+             for r in wide["rows"] if r["num_warps"] >= 4]
+    assert f"for {min(wider):.1f}-{max(wider):.1f}x the instructions per pair" in page
+    most = max(r["warps_per_sm_by_regs"] for r in wide["rows"] if r["num_warps"] >= 4)
+    card_warps = {r["warps_per_sm_by_regs"] for r in wide["rows"] if tuple(r["cfg"]) == rows[r["shape"]]}
+    assert card_warps == {8} and most == 40 and "Up to five times the warps an SM" in page
+
+    def ratios(name):
+        doc = json.loads((HERE / name).read_text())
+        out = []
+        for shape in frt.SHAPES:
+            mine = [r for r in doc["rows"] if r["shape"] == shape]
+            card = frt.fold_ms(next(r for r in mine if r["what"] == "probe:fold"))
+            first = next(r for r in mine if r["what"] == "sweep:fold")["cfg"]
+            out += [frt.fold_ms(r) / card for r in mine if r["what"] == "sweep:fold" and r["cfg"] != first]
+        return out
+
+    w, p = ratios("h100_fold_rows_wide_15a4c8d.json"), ratios("h100_fold_rows_pipelined_54fcf46.json")
+    assert f"loses, by {100 * (min(w) - 1):.0f}% (350M, 4 warps, two sources) to {100 * (max(w) - 1):.0f}%" in page
+    assert f"Pipelining loses more ({min(p):.2f}-{max(p):.2f}x)" in page
+
+    def ms(group, shape, prefixes):
+        vals = [frt._kernel_ms(next(r for r in json.loads(f.read_text())["rows"]
+                                    if r["shape"] == shape and r["what"] == "probe:fold"), prefixes)
+                for f in sorted(HERE.glob(f"h100_fold_dense_ab_{group}_*.json"))]
+        return sum(vals) / len(vals)
+
+    fold = (frt.KERNEL,)
+    both = ("stack_gather", "stack_fold")
+    assert (f"takes {100 * (1 - ms('dense', '1B-train', fold) / ms('base', '1B-train', fold)):.1f}% less "
+            f"({ms('base', '1B-train', fold):.2f} -> {ms('dense', '1B-train', fold):.2f} ms) and the dout-reading "
+            f"kernels {100 * (1 - ms('dense', '1B-train', both) / ms('base', '1B-train', both)):.1f}% less") in page
+    assert f"cut 1B's fold by {100 * (1 - ms('dense', '1B-train', fold) / ms('base', '1B-train', fold)):.0f}% on the H100 only" in page
