@@ -182,9 +182,9 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
-            if kind == "fold" and (val[5] not in (1, 2) or val[2] not in (0, 1, 2)):
+            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
-                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 1 or 2")
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2")
             rows[key] = val
         tables[kind] = rows
     return tables

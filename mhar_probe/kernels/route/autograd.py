@@ -33,7 +33,7 @@ from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_S
 from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, fold_due
+from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due
 from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -711,7 +711,8 @@ class _StackState:
 
     def _fold_block(self, call: int, rec: _Call, config: tuple) -> None:
         """Fold the readers [call, frontier) into the accumulators of the sources [0, j0) not yet
-        gathered (`stack_fold_kernel`); the first fold allocates them ([j0, P, d] fp32) and writes
+        gathered (`stack_fold_kernel`, or `stack_fold_held_kernel` where the row's `sources` is 0
+        and the fold is one it serves); the first fold allocates them ([j0, P, d] fp32) and writes
         without reading. Launch config: the fold's row (`LaunchTables.fold_config`; the gather's
         row where the table has none)."""
         P, D = self.row0.shape
@@ -719,17 +720,30 @@ class _StackState:
         if first:
             self._acc = _new((rec.j0, P, D), torch.float32, self.row0.device, self._poison)
         block_p, num_warps, prefetch, maxnreg, loads_first, sources = config
+        readers = self._frontier - call
+        held = sources == 0
+        if held:  # the held kernel's own rows: one position a program, a block of 2^k readers
+            block_p = 1
         # DENSE: no masks in the fold's loop (every reader reads every folded source, and two or
         # more of them; whole position blocks). The model's stacks always are.
         dense = P % block_p == 0 and all(self._calls[c].n >= max(rec.j0, 2) for c in range(call, self._frontier))
         KM = D // self._hmax
         ka, block_ka, kb, block_kb = tile_split(KM)
+        t = self._tables
+        dstride, dbase = self._dout_slots()
+        if held and dense and self._same_h and readers & (readers - 1) == 0:
+            STACK_FOLD_HELD(P, (
+                self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
+                self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
+                rec.eps), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
+                               CB=readers, PREFETCH=int(prefetch > 0)), num_warps, maxnreg)
+            self._frontier = call
+            return
+        sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),
                       LOADS_FIRST=loads_first, SOURCES=sources, DENSE=dense)
-        t = self._tables
-        dstride, dbase = self._dout_slots()
         STACK_FOLD(cdiv(P, block_p), (
             self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
             self._sh_flat, self._s_flat, self._u, t[0], t[1], t[2], t[3], self._acc, call,

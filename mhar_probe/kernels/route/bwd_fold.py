@@ -301,6 +301,120 @@ def stack_fold_kernel(
 STACK_FOLD = Launcher(stack_fold_kernel)
 
 
+@triton.jit
+def stack_fold_held_kernel(
+    V0, V, stride_vn,  # as stack_fold_kernel
+    DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
+    CALL_WOFF, CALL_SOFF,  # int64 call tables
+    ACC, call, jf, first, P, eps,  # fold the readers [call, call + CB) into the sources [0, jf)
+    D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
+    KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
+):
+    """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
+    block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
+    once from memory) and loops over the sources, each iteration every reader at once:
+
+        ds_{c,j}  = <dout_c, v_j> per head            [HM, CB]: the heads on warps, a head's
+        dl_{c,j}  = w_{c,j} ((ds_{c,j} - shift_c) - S'_c)   columns on lanes, the readers in
+        ACC_j    += sum_c w_{c,j} dout_c + r_j a_j - (r_j^3/d) <a_j, v_j> v_j,   each thread
+        a_j       = sum_c dl_{c,j} u_c
+
+    so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
+    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed). r_j and
+    <a_j, v_j> take one exchange across the warps together.
+
+    Only for the model's folds: dense (every reader reads every folded source, two or more), one
+    head count (HM) for every call, and CB = the fold's readers a power of two (the host checks,
+    `_StackState._fold_block`). A width like 160 is 128 + 32: the narrow tile is held transposed,
+    its columns permuted, so that Triton lays it out one column a lane with the heads on the
+    warps, as the wide tile (else each head's dot crosses layouts through shared memory). The
+    same terms as `stack_fold_kernel`, summed in another order (fp32 rounding)."""
+    p = tl.program_id(0).to(tl.int64)
+    offs_h = tl.arange(0, HM)
+    offs_a = tl.arange(0, BLOCK_KA)
+    cola = offs_h[:, None] * KM + offs_a[None, :]  # [HM, BKA]
+    cmaska = (offs_a < KA)[None, :] & (offs_h < HM)[:, None]
+    TWO: tl.constexpr = KB > 0  # a narrow tile (BLOCK_KB may be 1: a width like 5 is 4 + 1)
+    offs_b = (tl.arange(0, BLOCK_KB) * 17) % BLOCK_KB  # a permutation: no provable runs of columns
+    colb = offs_h[None, :] * KM + KA + offs_b[:, None]  # [BKB, HM]
+    cmaskb = (offs_b < KB)[:, None] & (offs_h < HM)[None, :]
+    cs = call + tl.arange(0, CB)  # [CB] the fold's readers
+    dslot = dbase + cs.to(tl.int64) * stride_dc + p * D
+    urow = cs.to(tl.int64) * D
+    da = tl.load(DOUT_BUF + dslot[None, :, None] + cola[:, None, :], mask=cmaska[:, None, :], other=0.0
+                 ).to(tl.float32)  # [HM, CB, BKA]
+    ua = tl.load(U + urow[None, :, None] + cola[:, None, :], mask=cmaska[:, None, :], other=0.0)
+    if TWO:
+        db = tl.load(DOUT_BUF + dslot[None, None, :] + colb[:, :, None], mask=cmaskb[:, :, None], other=0.0
+                     ).to(tl.float32)  # [BKB, HM, CB]
+        ub = tl.load(U + urow[None, None, :] + colb[:, :, None], mask=cmaskb[:, :, None], other=0.0)
+    hidx = p * HM + offs_h  # [HM] SAME_H: (position, head) of every reader's per-head rows
+    sidx = tl.load(CALL_SOFF + cs)[None, :] + hidx[:, None]  # [HM, CB]
+    sh = tl.load(SHALL + sidx)
+    sr = tl.load(SALL + sidx)
+    widx = tl.load(CALL_WOFF + cs)[None, :] + hidx[:, None]  # [HM, CB], source 0's
+    rowa = p * D + cola
+    rowb = p * D + colb
+    PD = P * D
+    reada = cmaska & ((cola * 0 + first) == 0)  # masks as tensors (the interpreter's scalars are ints)
+    readb = cmaskb & ((colb * 0 + first) == 0)
+    # source 0 (at V0: the fp32 embedding under autocast); later sources at V + j * stride_vn
+    nva = tl.load(V0 + rowa, mask=cmaska, other=0.0).to(tl.float32)
+    naa = tl.load(ACC + rowa, mask=reada, other=0.0)
+    nw = tl.load(WALL + widx)
+    if TWO:
+        nvb = tl.load(V0 + rowb, mask=cmaskb, other=0.0).to(tl.float32)
+        nab = tl.load(ACC + rowb, mask=readb, other=0.0)
+    for j in range(0, jf):
+        if PREFETCH:
+            va = nva
+            acca = naa
+            w = nw
+            morea = (cola * 0 + j + 1) < jf
+            nva = tl.load(V + (j + 1) * stride_vn + rowa, mask=cmaska & morea, other=0.0).to(tl.float32)
+            naa = tl.load(ACC + (j + 1) * PD + rowa, mask=reada & morea, other=0.0)
+            nw = tl.load(WALL + widx + (j + 1) * P * HM, mask=(widx * 0 + j + 1) < jf, other=0.0)
+            if TWO:
+                vb = nvb
+                accb = nab
+                moreb = (colb * 0 + j + 1) < jf
+                nvb = tl.load(V + (j + 1) * stride_vn + rowb, mask=cmaskb & moreb, other=0.0).to(tl.float32)
+                nab = tl.load(ACC + (j + 1) * PD + rowb, mask=readb & moreb, other=0.0)
+        else:
+            is0 = j == 0
+            va = tl.where(is0, nva, tl.load(V + j * stride_vn + rowa, mask=cmaska & ((cola * 0 + j) > 0), other=0.0
+                                            ).to(tl.float32))
+            acca = tl.load(ACC + j * PD + rowa, mask=reada, other=0.0)
+            w = tl.load(WALL + widx + j * P * HM)
+            if TWO:
+                vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
+                                                other=0.0).to(tl.float32))
+                accb = tl.load(ACC + j * PD + rowb, mask=readb, other=0.0)
+        ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
+        if TWO:
+            ds += tl.sum(db * vb[:, :, None], axis=0)
+        dl = w * ((ds - sh) - sr)
+        tl.store(DALL + widx + j * P * HM, dl)
+        acc_va = tl.sum(w[:, :, None] * da, axis=1)  # [HM, BKA]: sum_c w_{c,j} dout_c
+        acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
+        ssq_h = tl.sum(va * va, axis=1)  # [HM]
+        dot_h = tl.sum(acc_ka * va, axis=1)
+        if TWO:
+            acc_vb = tl.sum(w[None, :, :] * db, axis=2)  # [BKB, HM]
+            acc_kb = tl.sum(dl[None, :, :] * ub, axis=2)
+            ssq_h += tl.sum(vb * vb, axis=0)
+            dot_h += tl.sum(acc_kb * vb, axis=0)
+        ssq, dot = tl.split(tl.sum(tl.join(ssq_h, dot_h), axis=0))  # one exchange across the warps
+        r = rsqrt_acc(ssq / D + eps)
+        fac = r * r * r * dot / D
+        tl.store(ACC + j * PD + rowa, acca + (acc_va + r * acc_ka - fac * va), mask=cmaska)
+        if TWO:
+            tl.store(ACC + j * PD + rowb, accb + (acc_vb + r * acc_kb - fac * vb), mask=cmaskb)
+
+
+STACK_FOLD_HELD = Launcher(stack_fold_held_kernel)
+
+
 # ------------------------------------------------------------------ the plan and its bytes
 @dataclass(frozen=True)
 class BackwardLaunch:
