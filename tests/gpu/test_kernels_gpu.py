@@ -362,10 +362,11 @@ def test_fold_backward_at_model_depth(L, D, heads, fold_calls):
                                            (24, 1024, (8,), (1, 2, 0, 0, 1, 2)), (36, 1280, (32, 8), (1, 1, 2, 0, 0, 1))])
 def test_fold_rows_at_model_depth(tmp_path, L, D, heads, row):
     """The fold kernel under a fold row of its own (compiled, fp32, 2L+1 calls): every weight and
-    gradient within 1e-5 of today's fold (the card's built-in rows: the gather's row with one source
-    per iteration where the card has no fold row of its own, as on the H100), its error
+    gradient within 1e-5 of today's fold (the card's built-in rows: on the H100 and H200 their own
+    fold rows, the held kernel's on the H100; elsewhere the gather's row), its error
     against float64 within 1.5x of today's (plus 1e-7), and bitwise repeatable."""
-    path = table_file(tmp_path, "fold", fold={(D, h, max(heads), 0): row for h in set(heads)})
+    # keyed by the fp32 douts' width (4): a card's own rows of that width would win over width 0
+    path = table_file(tmp_path, "fold", fold={(D, h, max(heads), 4): row for h in set(heads)})
     kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
     truth = stack_reads(_f64_stack, torch.float64, **kw)
     today = stack_reads(configured(), torch.float32, **kw)
@@ -378,6 +379,39 @@ def test_fold_rows_at_model_depth(tmp_path, L, D, heads, row):
            today_vs_f64_max=max(et), rows_vs_today_max=max(between))
     assert all(torch.equal(x, y) for x, y in zip(var, again))
     assert max(ev) <= 1.5 * max(et) + 1e-7, (max(ev), max(et))
+    assert max(between) < 1e-5, max(between)
+
+
+# held rows (sources 0): stack_fold_held_kernel, one position a program holding the block's douts
+@pytest.mark.parametrize("L,D,heads,row", [(12, 512, (8,), (1, 4, 1, 0, 0, 0)), (24, 1024, (8,), (1, 8, 1, 128, 0, 0)),
+                                           (36, 1280, (8,), (1, 8, 1, 0, 0, 0)), (36, 1280, (32,), (1, 8, 0, 0, 0, 0))])
+def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
+    """The held fold kernel (a fold row with sources 0; compiled, fp32, 2L+1 calls, d/H = 64, 128,
+    160 = 128 + 32 and 40 = 32 + 8): launched at every fold, every weight and gradient within 1e-5
+    of the reader loop's (a row of sources 2), its error against float64 within 1.5x of the reader
+    loop's (plus 1e-7), and bitwise repeatable."""
+    import mhar_probe.kernels.route.autograd as kad
+
+    launched = []
+    held = kad.STACK_FOLD_HELD
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", lambda *a: (launched.append(a[2]["CB"]), held(*a)))
+    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
+    # keyed by the fp32 douts' width (4): a card's own rows of that width would win over width 0
+    reader = table_file(tmp_path, "reader", fold={(D, h, max(heads), 4): (1, 2, 2, 0, 1, 2) for h in heads})
+    path = table_file(tmp_path, "held", fold={(D, h, max(heads), 4): row for h in heads})
+    truth = stack_reads(_f64_stack, torch.float64, **kw)
+    loop = stack_reads(configured(launch_table=reader), torch.float32, **kw)
+    assert not launched
+    var = stack_reads(configured(launch_table=path), torch.float32, **kw)
+    again = stack_reads(configured(launch_table=path), torch.float32, **kw)
+    ev = [rel(a, b) for a, b in zip(var, truth)]
+    el = [rel(a, b) for a, b in zip(loop, truth)]
+    between = [rel(a, b) for a, b in zip(var, loop)]
+    record(test="held_fold_at_depth", L=L, D=D, heads=list(heads), row=list(row), held_launches=len(launched),
+           held_vs_f64_max=max(ev), reader_vs_f64_max=max(el), held_vs_reader_max=max(between))
+    assert launched and set(launched) == {8}
+    assert all(torch.equal(x, y) for x, y in zip(var, again))
+    assert max(ev) <= 1.5 * max(el) + 1e-7, (max(ev), max(el))
     assert max(between) < 1e-5, max(between)
 
 
