@@ -1,6 +1,7 @@
 """The fold kernel's own launch rows (`fold` in launch_tables.py) and the variants they select,
 on the CPU interpreter: two sources per iteration of the reader loop sharing each dout load
-(`sources` 2), and the next reader's w, shift and S' loaded with its dout (`prefetch` 2).
+(`sources` 2), the next reader's w, shift and S' loaded with its dout (`prefetch` 2), and the held
+kernel (`sources` 0: one position a program holding the block's douts, the loop over sources).
 
 Every kernel output is poisoned (NaN) before the kernels write it; the truth is float64 autograd
 through eq. (mh) over a Python list of sources (as tests/test_kernels_fold.py). Each backward's
@@ -33,7 +34,7 @@ def launches(monkeypatch):
     """(BackwardLaunch, the fold launches' SOURCES and PREFETCH) of every backward in the test."""
     seen: list[BackwardLaunch] = []
     fold_consts: list[tuple[int, int]] = []
-    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
+    gather, fold, held = kad.STACK_GATHER, kad.STACK_FOLD, kad.STACK_FOLD_HELD
 
     def spy_gather(grid, args, consts, *rest):
         seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
@@ -44,8 +45,14 @@ def launches(monkeypatch):
         fold_consts.append((consts["SOURCES"], int(consts["PREFETCH"])))
         fold(grid, args, consts, *rest)
 
+    def spy_held(grid, args, consts, *rest):  # the held kernel: (SOURCES 0, PREFETCH)
+        seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
+        fold_consts.append((0, consts["PREFETCH"]))
+        held(grid, args, consts, *rest)
+
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", spy_held)
     return seen, fold_consts
 
 
@@ -152,6 +159,90 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (dense_row, masked_row)
 
 
+# held rows: (1, warps, prefetch 0 / 1, 0, 0, 0); one head count for every call (the model's)
+@pytest.mark.parametrize("D,H,fold_calls,S,row", [
+    (40, 4, 2, 6, (1, 2, 1, 0, 0, 0)),  # d/H = 10: two tiles, 8 + 2; three folds
+    (96, 32, 2, 7, (1, 1, 0, 0, 0, 0)),  # H = 32, d/H = 3 (2 + 1), no prefetch
+    (24, 2, 4, 9, (1, 4, 1, 0, 0, 0)),  # d/H = 12 (8 + 4), blocks of four readers
+    (32, 4, 2, 6, (1, 8, 0, 0, 0, 0)),  # d/H = 8: one tile
+])
+def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, launches, D, H, fold_calls, S, row):
+    """The held kernel (a fold row with sources 0) at every fold of a model-shaped chain, P = 3:
+    every gradient against float64 autograd, bitwise repeatable, the launches the plan's (each
+    dout still read by one fold and at most fold_calls gathers)."""
+    seen, consts = launches
+    heads = [H] * S
+    cfg = _tables(tmp_path / "t.json", D, heads, 0, row)
+
+    def run():
+        seen.clear()
+        consts.clear()
+        leaves = _leaves(D, S, heads, 0, 11, torch.float32)
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=fold_calls), leaves, S, heads)
+        return leaves, torch.autograd.grad(loss, leaves)
+
+    leaves, grads = run()
+    layout = [(c + 1, c, c + 1) for c in range(S)]
+    _check_plan(seen, layout, fold_calls)
+    assert consts and set(consts) == {(0, row[2])}
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    for i, (a, b) in enumerate(zip(grads, truth)):
+        assert rel(a, b) < 2e-5, i
+    assert all(torch.equal(a, b) for a, b in zip(grads, run()[1]))
+
+
+@pytest.mark.parametrize("head_cycle,fold_calls", [((4, 4, 4), 3), ((1, 2, 4), 2)])
+def test_held_rows_fall_back_to_the_reader_loop(tmp_path, launches, head_cycle, fold_calls):
+    """Where the held kernel does not serve a fold (blocks of 3 readers: not a power of two; calls
+    of several head counts), a held row runs the reader loop with one source per iteration at the
+    row's warps and prefetch; gradients against float64."""
+    seen, consts = launches
+    S, D = 6, 12
+    heads = [head_cycle[s % 3] for s in range(S)]
+    cfg = _tables(tmp_path / "t.json", D, heads, 0, (1, 2, 1, 0, 0, 0))
+    leaves = _leaves(D, S, heads, 0, 13, torch.float32)
+    loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=fold_calls), leaves, S, heads)
+    grads = torch.autograd.grad(loss, leaves)
+    _check_plan(seen, [(c + 1, c, c + 1) for c in range(S)], fold_calls)
+    assert set(consts) == {(1, 1)}
+    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
+    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
+    for i, (a, b) in enumerate(zip(grads, truth)):
+        assert rel(a, b) < 2e-5, i
+
+
+@pytest.mark.slow
+def test_held_fold_over_a_stack_of_129(tmp_path, launches):
+    """129 sources, H = 32 and d/H = 3 (d = 96), blocks of two readers folded into the accumulators
+    of 100+ sources by the held kernel: every gradient against float64, bitwise repeatable."""
+    seen, consts = launches
+    D, groups = 96, [100, 4, 5, 4, 4, 7]
+    heads = [32] * len(groups)
+    path = tmp_path / "t.json"
+    LaunchTables(fold={(D, 32, 32, 0): (1, 2, 1, 0, 0, 0)}).dump(path)
+    cfg = poisoned(launch_table=str(path))
+    gen = torch.Generator().manual_seed(9)
+    xs = [torch.randn(1, 2, D, generator=gen) for _ in range(sum(groups))]
+    qs = [torch.randn(D, generator=gen) * 0.7 for _ in groups]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in groups]
+    n = len(xs)
+
+    def run(dtype, make):
+        leaves = [t.to(dtype).requires_grad_() for t in xs + qs + gs]
+        loss, stack = _wide(make, leaves[:n], leaves[n:n + 6], leaves[n + 6:], heads, groups)
+        return stack, torch.autograd.grad(loss, leaves)
+
+    stack, grads = run(torch.float32, lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=2))
+    assert stack._calls[-1].n == 129 and consts and set(consts) == {(0, 1)}
+    _check_plan(seen, [(c.n, c.j0, c.j1) for c in stack._calls], 2)
+    _, truth = run(torch.float64, f64_stack)
+    for i, (a, b) in enumerate(zip(grads, truth)):
+        assert rel(a, b) < 2e-5, i
+    _, again = run(torch.float32, lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=2))
+    assert all(torch.equal(a, b) for a, b in zip(grads, again))
+
+
 @pytest.mark.slow
 def test_two_sources_over_a_stack_of_129(tmp_path, launches):
     """129 sources (d = 24, H = 8 and 2: d/H = 3 and 12), folds over 100+ sources (odd and even
@@ -205,7 +296,11 @@ def test_fold_rows_load_and_fall_back_to_the_gather_row(tmp_path):
     for d in (512, 1024, 1280):
         for width in (2, 4):
             assert builtin.fold_config(d, 8, 8, width) == as_fold(builtin.gather_config(d, 8, 8, width))
-    for bad in ([512, 8, 8, 4, 1, 1, 1, 0, 0, 3], [512, 8, 8, 4, 1, 1, 3, 0, 0, 1], [512, 8, 8, 4, 1, 1, 1, 0, 0]):
+    held = LaunchTables(fold={(1024, 8, 8, 4): (1, 8, 1, 128, 0, 0)})
+    held.dump(tmp_path / "held.json")
+    assert load_tables(tmp_path / "held.json").fold_config(1024, 8, 8, 4) == (1, 8, 1, 128, False, 0)
+    for bad in ([512, 8, 8, 4, 1, 1, 1, 0, 0, 3], [512, 8, 8, 4, 1, 1, 3, 0, 0, 1], [512, 8, 8, 4, 1, 1, 1, 0, 0],
+                [512, 8, 8, 4, 1, 1, 1, 0, 0, -1]):
         (tmp_path / "bad.json").write_text(json.dumps({"fold": [bad]}))
         with pytest.raises(UserError, match="bad.json"):
             load_tables(tmp_path / "bad.json")
