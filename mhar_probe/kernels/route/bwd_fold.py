@@ -302,13 +302,6 @@ STACK_FOLD = Launcher(stack_fold_kernel)
 
 
 @triton.jit
-def _lane_sums(x, HM: tl.constexpr, BLOCK_KA: tl.constexpr, BLOCK_KB: tl.constexpr):
-    """x [HM, BLOCK_KA] -> [HM, BLOCK_KB]: the sums of its runs of BLOCK_KA / BLOCK_KB columns (the
-    columns one lane holds where the wide tile spreads over BLOCK_KB lanes)."""
-    return tl.sum(tl.reshape(x, [HM, BLOCK_KB, BLOCK_KA // BLOCK_KB]), axis=2)
-
-
-@triton.jit
 def stack_fold_held_kernel(
     V0, V, stride_vn,  # as stack_fold_kernel
     DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
@@ -397,25 +390,20 @@ def stack_fold_held_kernel(
                 vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
                                                 other=0.0).to(tl.float32))
                 accb = tl.load(ACC + j * PD + rowb, mask=readb, other=0.0)
-        if TWO:  # the narrow tile's column i sits in lane i, beside the wide tile's columns
-            # [R*i, R*i + R) (R = BLOCK_KA / BLOCK_KB): summed within each thread first, so that
-            # each head's dot crosses the lanes once, not once a tile
-            pa = tl.sum(tl.reshape(da * va[:, None, :], [HM, CB, BLOCK_KB, BLOCK_KA // BLOCK_KB]), axis=3)
-            ds = tl.sum(pa + tl.permute(db * vb[:, :, None], (1, 2, 0)), axis=2)  # [HM, CB]
-        else:
-            ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
+        ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
+        if TWO:
+            ds += tl.sum(db * vb[:, :, None], axis=0)
         dl = w * ((ds - sh) - sr)
         tl.store(DALL + widx + j * P * HM, dl)
         acc_va = tl.sum(w[:, :, None] * da, axis=1)  # [HM, BKA]: sum_c w_{c,j} dout_c
         acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
+        ssq_h = tl.sum(va * va, axis=1)  # [HM]
+        dot_h = tl.sum(acc_ka * va, axis=1)
         if TWO:
             acc_vb = tl.sum(w[None, :, :] * db, axis=2)  # [BKB, HM]
             acc_kb = tl.sum(dl[None, :, :] * ub, axis=2)
-            ssq_h = tl.sum(_lane_sums(va * va, HM, BLOCK_KA, BLOCK_KB) + tl.permute(vb * vb, (1, 0)), axis=1)  # [HM]
-            dot_h = tl.sum(_lane_sums(acc_ka * va, HM, BLOCK_KA, BLOCK_KB) + tl.permute(acc_kb * vb, (1, 0)), axis=1)
-        else:
-            ssq_h = tl.sum(va * va, axis=1)  # [HM]
-            dot_h = tl.sum(acc_ka * va, axis=1)
+            ssq_h += tl.sum(vb * vb, axis=0)
+            dot_h += tl.sum(acc_kb * vb, axis=0)
         ssq, dot = tl.split(tl.sum(tl.join(ssq_h, dot_h), axis=0))  # one exchange across the warps
         r = rsqrt_acc(ssq / D + eps)
         fac = r * r * r * dot / D
