@@ -42,7 +42,19 @@ def test_step_rows_read_the_profiled_routing_kernels():
     for g in groups.values():
         assert g["of_copy"] == pytest.approx(g["built_ms"] / g["ms"])
     assert row["routing_x_f4"] == pytest.approx(row["routing_ms"] / row["f4_ms"])
+    assert row["routing_x_stack"] == pytest.approx(row["routing_ms"] / row["stack_ms"])
     assert row["target_x_built"] == pytest.approx(1.3 * row["f4_ms"] / row["built_ms"])
+
+
+def test_the_held_kernel_counts_as_the_backward():
+    """The H100 step with the held fold kernel (h100_step_held_1b.json): its fold is in the `bwd` group."""
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    doc = json.loads((ROOT / "benchmarks/train_throughput/h100_step_held_1b.json").read_text())
+    (row,) = bf.step_rows(doc, 2933.0)
+    mhar = next(r for r in doc["results"] if r["method"] == "mhar")
+    held = sum(ms for ms, _, name in mhar["profile"]["top_kernels"] if name == "stack_fold_held_kernel")
+    gather = sum(ms for ms, _, name in mhar["profile"]["top_kernels"] if name == "stack_gather_kernel")
+    assert held > 0 and row["groups"]["bwd"]["ms"] == pytest.approx(held + gather)
 
 
 def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):

@@ -10,7 +10,7 @@ For a preset's stack (2L + 1 calls, call c reading sources [0, c]; autocast's wi
 
 With `train_throughput.py` JSON files, each MHAR arm's profiled step: its routing kernels'
 device ms per group (`profile.top_kernels`) against the group's built bytes (% of copy), the
-whole routing category against F4 and the built floor, and 1.3 x F4 (issue 35's target) against
+whole routing category against F4, the stack floor (issue 55's measure) and the built floor, and 1.3 x F4 (issue 35's target) against
 the built floor: a target below it needs fewer bytes, not faster kernels.
 
     PYTHONPATH=. python benchmarks/kernels/byte_floors.py --copy-gbps 2933 \\
@@ -33,7 +33,7 @@ from mhar_probe.model.config import PRESETS
 PAPER = {"100m": (8, 2048), "350m": (4, 1024), "1b": (2, 1024)}  # the paper's training microbatches
 GROUPS = {  # kernel group: the kernels' names in a profile
     "fwd": ("route_fwd_kernel", "route_fwd_split_kernel"),
-    "bwd": ("stack_gather_kernel", "stack_fold_kernel"),
+    "bwd": ("stack_gather_kernel", "stack_fold_kernel", "stack_fold_held_kernel"),
     "pair_e": ("pair_e_kernel",),
 }
 TARGET = 1.3  # issue 35: routing within 1.3x of F4
@@ -87,7 +87,8 @@ def step_rows(doc: dict, copy_gbps: float) -> list[dict]:
         routing = prof["categories_ms"]["routing"]
         rows.append(dict(preset=r["preset"], arm=r["arm"], vocab=doc["meta"]["args"].get("vocab"),
                          f4_ms=fl.f4, stack_ms=fl.stack, built_ms=fl.built_total, routing_ms=routing,
-                         routing_x_f4=routing / fl.f4, routing_x_built=routing / fl.built_total,
+                         routing_x_f4=routing / fl.f4, routing_x_stack=routing / fl.stack,
+                         routing_x_built=routing / fl.built_total,
                          target_x_built=TARGET * fl.f4 / fl.built_total,
                          groups={g: dict(ms=got[g], built_ms=fl.built[g], of_copy=fl.built[g] / got[g] if got[g] else None)
                                  for g in GROUPS}))
@@ -119,11 +120,11 @@ def main(argv: list[str] | None = None) -> None:
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise SystemExit(f"{path}: not a train_throughput.py result ({type(exc).__name__}: {exc})") from None
     if rows:
-        print(f"\n{'preset':7s} {'vocab':>6s} {'arm':10s} {'routing':>7s} {'x F4':>5s} {'x built':>7s} "
+        print(f"\n{'preset':7s} {'vocab':>6s} {'arm':10s} {'routing':>7s} {'x F4':>5s} {'x stack':>7s} {'x built':>7s} "
               f"{'1.3F4/built':>11s}  per group: ms (% of copy over its built bytes)")
     for r in rows:
         print(f"{r['preset']:7s} {r['vocab'] or '':>6} {r['arm'][:10]:10s} {r['routing_ms']:7.2f} {r['routing_x_f4']:5.2f} "
-              f"{r['routing_x_built']:7.2f} {r['target_x_built']:11.2f}  "
+              f"{r['routing_x_stack']:7.2f} {r['routing_x_built']:7.2f} {r['target_x_built']:11.2f}  "
               + "  ".join(f"{g} {v['ms']:.2f} ({v['of_copy']:.0%})" if v["of_copy"] else f"{g} -"
                           for g, v in r["groups"].items()))
     if args.out:

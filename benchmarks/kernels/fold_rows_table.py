@@ -1,11 +1,15 @@
 """The fold kernel's profile and its row families, as benchmarks/kernels/results.md shows them
-("H100: the fold kernel's profile, and the rows that lose", 2026-12-06).
+("H100: the fold kernel's profile, and the rows that lose" and "H100: the held fold kernel", 2026-12-06).
 
     python benchmarks/kernels/fold_rows_table.py profile benchmarks/kernels/h100_fold_ncu_*_15a4c8d.csv
     python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_rows_*.json
     python benchmarks/kernels/fold_rows_table.py offline benchmarks/kernels/regs_offline_2026-12-06_fold_{wide,dense}_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py dense benchmarks/kernels/h100_fold_dense_ab_*.json
     python benchmarks/kernels/fold_rows_table.py dense-step benchmarks/train_throughput/h200_fold_dense_ab_1b_{base,dense}.json
+    python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_held_{sweep_cedd221,rows_938ad29}.json
+    python benchmarks/kernels/fold_rows_table.py profile benchmarks/kernels/h100_fold_held_ncu_*_938ad29.csv
+    python benchmarks/kernels/fold_rows_table.py merge benchmarks/kernels/h100_fold_held_merge_ab_*.json
+    python benchmarks/kernels/fold_rows_table.py steps benchmarks/train_throughput/h100_step_{dense,held}_{100m,350m,1b}.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -52,13 +56,18 @@ def render_profile(paths: list[Path]) -> str:
 
 
 def family(cfg: list[int], pipelined: bool) -> str:
-    """A fold row's family: `2 warps, 2 sources` (and `, 3 stages` in the pipelined file)."""
-    name = f"{cfg[1]} warp{'s' if cfg[1] > 1 else ''}, {cfg[5]} source{'s' if cfg[5] > 1 else ''}"
+    """A fold row's family: `2 warps, 2 sources` (and `, 3 stages` in the pipelined file); a held
+    row (sources 0, `stack_fold_held_kernel`): `held, 8 warps`."""
+    warps = f"{cfg[1]} warp{'s' if cfg[1] > 1 else ''}"
+    if cfg[5] == 0:
+        return f"held, {warps}"
+    name = f"{warps}, {cfg[5]} source{'s' if cfg[5] > 1 else ''}"
     return name + (f", {cfg[2] - 1} stages" if pipelined and cfg[2] >= 3 else "")
 
 
 def fold_ms(row: dict) -> float:
-    return row["kernels_ms"][KERNEL]
+    """The fold's device ms in a sweep row: the reader loop's kernel or the held one."""
+    return _kernel_ms(row, ("stack_fold",))
 
 
 def render_rows(paths: list[Path]) -> str:
@@ -128,26 +137,51 @@ def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
 
 
 def render_dense(masked: list[Path], dense: list[Path]) -> str:
-    """The DENSE reader loop against the masked one, one process per file, alternated in one
-    device call (`launch_sweep.py --kinds fold --probes fold --rows-fold '[]'`, the masked loop's
-    tree on PYTHONPATH first): per shape the fold kernel's device ms of each process's probe (the
-    card's row), and the dout-reading kernels' (stack_gather + stack_fold); ratios of the means."""
-    docs = {"masked": [json.loads(p.read_text()) for p in masked], "dense": [json.loads(p.read_text()) for p in dense]}
+    """The DENSE reader loop against the masked one (`render_ab`)."""
+    return render_ab(masked, dense, "masked", "DENSE")
+
+
+def render_ab(base: list[Path], variant: list[Path], base_name: str, variant_name: str) -> str:
+    """Two trees' fold kernels, one process per file, alternated in one device call
+    (`launch_sweep.py --kinds "" --probes fold`, the base tree on PYTHONPATH first; `device_run.sh
+    foldab`): per shape the fold kernel's device ms of each process's probe (the card's row), and
+    the dout-reading kernels' (stack_gather + stack_fold); ratios of the means."""
+    docs = {"b": [json.loads(p.read_text()) for p in base], "v": [json.loads(p.read_text()) for p in variant]}
     commits = {k: sorted({d["meta"]["commit"] for d in v}) for k, v in docs.items()}
-    lines = [f"| shape | fold kernel ms, masked ({', '.join(commits['masked'])}) | DENSE ({', '.join(commits['dense'])}) "
-             "| DENSE / masked | gather + fold ms, masked | DENSE | DENSE / masked |", "|---|---|---|---:|---|---|---:|"]
+    b, v = base_name, variant_name
+    lines = [f"| shape | fold kernel ms, {b} ({', '.join(commits['b'])}) | {v} ({', '.join(commits['v'])}) "
+             f"| {v} / {b} | gather + fold ms, {b} | {v} | {v} / {b} |", "|---|---|---|---:|---|---|---:|"]
     for shape in SHAPES:
         ms = {}
         for arm, group in docs.items():
             probes = [next(r for r in d["rows"] if r["shape"] == shape and r["what"] == "probe:fold") for d in group]
-            ms[arm] = ([_kernel_ms(r, (KERNEL,)) for r in probes],
-                       [_kernel_ms(r, ("stack_gather", "stack_fold")) for r in probes])
+            ms[arm] = ([fold_ms(r) for r in probes], [_kernel_ms(r, ("stack_gather", "stack_fold")) for r in probes])
         cells = []
         for i in (0, 1):
-            m, d = ms["masked"][i], ms["dense"][i]
+            m, d = ms["b"][i], ms["v"][i]
             cells += [" / ".join(f"{x:.3f}" for x in m), " / ".join(f"{x:.3f}" for x in d),
                       f"{(sum(d) / len(d)) / (sum(m) / len(m)):.3f}"]
         lines.append(f"| {shape} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def render_steps(paths: list[Path]) -> str:
+    """Training steps (`run_on_device.sh fold`: train_throughput.py --methods baseline mhar --profile,
+    one process per preset), one row per file: tokens/s, MHAR / baseline over the rounds, peak memory,
+    and the fold kernel's ms (either kernel) in the profiled MHAR step."""
+    lines = ["| preset | tree | card | baseline tokens/s | MHAR tokens/s | MHAR / baseline (rounds' range) "
+             "| peak memory / baseline | fold kernel ms in the MHAR step | MHAR step device ms |",
+             "|---|---|---|---:|---:|---|---:|---:|---:|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        arms = {r["arm"]: r for r in doc["results"]}
+        base, mhar = arms["baseline"], arms["mhar"]
+        fold = sum(k[0] for k in mhar["profile"]["top_kernels"] if k[2].startswith("stack_fold"))
+        lo, hi = mhar["vs_baseline_range"]
+        lines.append(f"| {mhar['preset']} | {doc['meta']['commit']} | {doc['meta']['device']} | "
+                     f"{base['tokens_per_s']:,.0f} | {mhar['tokens_per_s']:,.0f} | {mhar['vs_baseline']:.3f} "
+                     f"({lo:.3f}-{hi:.3f}) | {mhar['memory_vs_baseline']:.3f}x | {fold:.2f} | "
+                     f"{mhar['profile']['device_ms_events']:.2f} |")
     return "\n".join(lines)
 
 
@@ -172,16 +206,18 @@ H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step"])
+    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
     if missing:
         ap.error(f"no such file: {', '.join(missing)}")
     masked = [p for p in args.files if "_ab_base_" in p.name]
-    dense = [p for p in args.files if "_ab_dense_" in p.name]
+    dense = [p for p in args.files if f"_ab_{'merge' if args.what == 'merge' else 'dense'}_" in p.name]
     if args.what == "dense" and not (masked and dense):
         ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
+    if args.what == "merge" and not (masked and dense):
+        ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what == "dense-step" and len(args.files) != 2:
         ap.error("dense-step: two files, the masked loop's step then DENSE's")
     if args.what == "offline" and len(args.files) > 2:
@@ -196,6 +232,10 @@ def main() -> None:
 def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path]) -> str:
     if what == "dense":
         return render_dense(masked, dense)
+    if what == "merge":
+        return render_ab(masked, dense, "held", "merged sums")
+    if what == "steps":
+        return render_steps(files)
     if what == "dense-step":
         return render_dense_step(*files)
     if what == "offline":
