@@ -42,6 +42,15 @@
 #                                                         fold kernel's own rows swept (two sources per reader
 #                                                         iteration, prefetch 2), a TABLE last; the fold rows in
 #                                                         $OUT/launch_tables_fold.json
+#   BASE=exp_base BASE_COMMIT=... bash benchmarks/kernels/device_run.sh foldab
+#                                                         ONE call (~100 s): two trees' fold kernels at the card's rows,
+#                                                         four processes alternated (base, this tree, base, this tree;
+#                                                         launch_sweep.py's probe:fold at the training microbatches);
+#                                                         BASE holds the base commit's mhar_probe (`git archive
+#                                                         BASE_COMMIT mhar_probe | tar -x -C exp_base`, untracked, so
+#                                                         it travels; delete it after). Files
+#                                                         $OUT/${PREFIX}_ab_{base,$VARIANT}_{1,2}.json, the table:
+#                                                         fold_rows_table.py dense / merge
 #   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
 #                                                         replay (carry .whl with its wheel)
 # Sweeps write launch-table files (*_tuned.json, mhar_probe/kernels/launch_tables.py's format);
@@ -240,6 +249,14 @@ case "${1:-tests}" in
       echo "(cut short: the table of what ran)"
       timeout 20 python benchmarks/kernels/launch_sweep.py --summarise "$OUT/fold_sweep.json"
     fi ;;
+  foldab)  # the header: BASE, BASE_COMMIT, COMMIT, PREFIX (default ${TAG:-h100}_fold), VARIANT (default variant)
+    if [ ! -d "${BASE:-}/mhar_probe" ]; then echo "foldab: BASE must name a directory holding the base tree's mhar_probe" >&2; exit 2; fi
+    for i in 1 2; do for arm in base ${VARIANT:-variant}; do
+      if [ $arm = base ]; then pp=$PWD/$BASE:$PWD; commit=${BASE_COMMIT:-base}; else pp=$PWD; commit=${COMMIT:-}; fi
+      PYTHONPATH=$pp timeout 80 python benchmarks/kernels/launch_sweep.py --commit "$commit" --kinds "" --probes fold \
+        --shapes ${SHAPES:-1B-train,350M-train,100M-train} --out "$OUT/${PREFIX:-${TAG:-h100}_fold}_ab_${arm}_$i.json" \
+        --table-out "/tmp/foldab_${arm}_$i.json" 2>&1 | grep -E "probe|Error" | cut -c1-110
+    done; done ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
     # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
     sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;
