@@ -76,8 +76,10 @@ def test_results_page_holds_the_offline_table_at_the_h100s_rows(frt):
     table = json.loads((ROOT / "mhar_probe" / "kernels" / "launch_tables.json").read_text())
     h100 = {tuple(r[:4]): tuple(r[4:]) for r in table["devices"]["NVIDIA H100 80GB HBM3"]["fold"]}
     d = {"1B-train": 1280, "350M-train": 1024, "100M-train": 512}
-    for shape, row in frt.H100_ROWS.items():
-        assert h100[(d[shape], 8, 8, 4)] == row, shape
+    wide = json.loads((HERE / "h100_fold_rows_wide_15a4c8d.json").read_text())
+    for shape, row in frt.H100_ROWS.items():  # the card's rows at 15a4c8d: each sweep's first row
+        assert tuple(next(r["cfg"] for r in wide["rows"] if r["shape"] == shape and r["what"] == "sweep:fold")) == row
+        assert h100[(d[shape], 8, 8, 4)] == frt.H100_HELD_ROWS[shape], shape  # today's: the held rows
     path = HERE / "regs_offline_2026-12-06_fold_wide_triton3.6.json"
     dense = HERE / "regs_offline_2026-12-06_fold_dense_triton3.6.json"
     table = frt.render_offline(path, frt.H100_ROWS, dense)
@@ -145,7 +147,6 @@ def test_the_prose_numbers_are_the_files(frt):
     rows = {s.split("-")[0]: r for s, r in frt.H100_ROWS.items()}
     share = [loop(wide, s, r) / loop(wide, s, r, "float_arith") for s, r in rows.items()]
     assert f"issues {min(share):.1f}-{max(share):.1f}x the instructions of its arithmetic" in page
-    assert f"with {min(share):.1f}-{max(share):.1f}x the arithmetic's instructions per pair" in page  # still missing
     cut = {s: 100 * (1 - loop(dense, s, r) / loop(wide, s, r)) for s, r in rows.items()}
     assert f"loses {cut['1B']:.0f}% / {cut['350M']:.0f}% / {cut['100M']:.0f}% of its instructions" in page
     assert f"{loop(wide, '1B', rows['1B'])} -> {loop(dense, '1B', rows['1B'])} at 1B" in page
@@ -181,4 +182,92 @@ def test_the_prose_numbers_are_the_files(frt):
     assert (f"takes {100 * (1 - ms('dense', '1B-train', fold) / ms('base', '1B-train', fold)):.1f}% less "
             f"({ms('base', '1B-train', fold):.2f} -> {ms('dense', '1B-train', fold):.2f} ms) and the dout-reading "
             f"kernels {100 * (1 - ms('dense', '1B-train', both) / ms('base', '1B-train', both)):.1f}% less") in page
-    assert f"cut 1B's fold by {100 * (1 - ms('dense', '1B-train', fold) / ms('base', '1B-train', fold)):.0f}% on the H100 only" in page
+
+
+def _steps() -> dict[str, dict]:
+    """tree -> preset -> (baseline, mhar) arms of the H100 step files (dense: 60503e9, held: 0b218b8)."""
+    out: dict[str, dict] = {}
+    for tree in ("dense", "held"):
+        for preset in ("100m", "350m", "1b"):
+            doc = json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_{tree}_{preset}.json").read_text())
+            arms = {r["arm"]: r for r in doc["results"]}
+            out.setdefault(tree, {})[preset] = arms
+    return out
+
+
+def test_results_page_holds_the_held_kernels_tables(frt):
+    page = (HERE / "results.md").read_text()
+    step = ROOT / "benchmarks" / "train_throughput"
+    assert frt.render_rows([HERE / "h100_fold_held_sweep_cedd221.json", HERE / "h100_fold_held_rows_938ad29.json"]) in page
+    assert frt.render_profile(sorted(HERE.glob("h100_fold_held_ncu_*_938ad29.csv"))) in page
+    assert frt.render_held_offline(HERE / "regs_offline_2026-12-06_fold_held_triton3.6.json",
+                                   HERE / "regs_offline_2026-12-06_fold_dense_triton3.6.json") in page
+    base = sorted(HERE.glob("h100_fold_held_merge_ab_base_*.json"))
+    merge = sorted(HERE.glob("h100_fold_held_merge_ab_merge_*.json"))
+    assert len(base) == len(merge) == 2 and frt.render_ab(base, merge, "held", "merged sums") in page
+    files = [step / f"h100_step_{t}_{p}.json" for t in ("dense", "held") for p in ("100m", "350m", "1b")]
+    assert frt.render_steps(files) in page
+
+
+def test_the_held_sections_prose_numbers_are_the_files(frt):
+    """The held section's and "What is still missing"'s sentences, recomputed from the files."""
+    from script_checks import load_script
+
+    ncu = _load("ncu_routing")
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    sweep = json.loads((HERE / "h100_fold_held_sweep_cedd221.json").read_text())
+    wins = []
+    for shape in frt.SHAPES:
+        rows = [r for r in sweep["rows"] if r["shape"] == shape and r["what"] == "sweep:fold"]
+        card, best = frt.fold_ms(rows[0]), min(frt.fold_ms(r) for r in rows if r["cfg"][5] == 0)
+        wins.append(f"{100 * (1 - best / card):.0f}%")
+    assert f"by {' / '.join(wins)} of the fold kernel at 1B / 350M / 100M" in page
+    held = json.loads((HERE / "regs_offline_2026-12-06_fold_held_triton3.6.json").read_text())
+    dense = json.loads((HERE / "regs_offline_2026-12-06_fold_dense_triton3.6.json").read_text())
+
+    def per_pair(doc, shape, cfg, key):
+        r = next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
+        lp = min(r["loops"], key=lambda x: x["instructions"])
+        return lp[key] * r["num_warps"] // (8 if cfg[5] == 0 else cfg[5] * cfg[0]), r
+
+    ratio = [per_pair(held, s, frt.H100_HELD_ROWS[s], "instructions")[0] / per_pair(dense, s, frt.H100_ROWS[s],
+             "instructions")[0] for s in frt.SHAPES]
+    assert f"issues {min(ratio):.1f}-{max(ratio):.1f}x the reader loop's instructions" in page
+    sh = [per_pair(held, s, frt.H100_HELD_ROWS[s], "SHFL")[0] for s in frt.SHAPES]
+    shr = [per_pair(dense, s, frt.H100_ROWS[s], "SHFL")[0] for s in frt.SHAPES]
+    assert f"{min(sh)}-{max(sh)} shuffles against {min(shr)}-{max(shr)}" in page
+    old1b, new1b, new350 = (ncu.summarise([str(HERE / n)])[0] for n in (
+        "h100_fold_ncu_1b_15a4c8d.csv", "h100_fold_held_ncu_1b_938ad29.csv", "h100_fold_held_ncu_350m_938ad29.csv"))
+    assert (f"falls from {dict(old1b['top_stalls'])['long_scoreboard']:.2f} to "
+            f"{dict(new1b['top_stalls'])['long_scoreboard']:.2f} cycles per issue and the issue slots are "
+            f"{new1b['issue_busy_pct']:.1f}% busy instead of {old1b['issue_busy_pct']:.1f}%") in page
+    spill = per_pair(held, "350M-train", frt.H100_HELD_ROWS["350M-train"], "SHFL")[1]["spill_stack_bytes"]
+    assert f"({spill} bytes offline, long scoreboard {dict(new350['top_stalls'])['long_scoreboard']:.2f})" in page
+    m350 = {tuple(r["cfg"]): frt.fold_ms(r) for r in sweep["rows"] if r["shape"] == "350M-train" and r["what"] == "sweep:fold"}
+    assert f"({m350[(1, 8, 1, 128, 0, 0)]:.2f} against {m350[(1, 8, 1, 0, 0, 0)]:.2f} ms" in page
+    st = _steps()
+    pts = [100 * (st["held"][p]["mhar"]["vs_baseline"] - st["dense"][p]["mhar"]["vs_baseline"]) for p in ("100m", "350m", "1b")]
+    assert f"rises by {' / '.join(f'{x:.1f}' for x in pts)} points" in page
+
+    def fold(arm):
+        return sum(k[0] for k in arm["profile"]["top_kernels"] if k[2].startswith("stack_fold"))
+
+    dfold = [fold(st["dense"][p]["mhar"]) - fold(st["held"][p]["mhar"]) for p in ("100m", "350m", "1b")]
+    dstep = [st["dense"][p]["mhar"]["profile"]["device_ms_events"] - st["held"][p]["mhar"]["profile"]["device_ms_events"]
+             for p in ("100m", "350m", "1b")]
+    assert f"the fold takes {' / '.join(f'{x:.2f}' for x in dfold)} ms less and the whole step " \
+           f"{' / '.join(f'{x:.2f}' for x in dstep)} ms less" in page
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = {t: [bf.step_rows({"results": list(st[t][p].values()), "meta": {"args": {}}}, 2933.0)[0]
+                for p in ("100m", "350m", "1b")] for t in ("dense", "held")}
+    x = {t: " / ".join(f"{r['routing_x_stack']:.2f}" for r in rows[t]) for t in rows}
+    assert f'"x stack") is {x["held"]}x, from {x["dense"]}x with the DENSE reader loop' in page
+    assert f"(1.60 / 1.65 / 1.65x at 100M / 350M / 1B with the held kernel on the H100)".replace(
+        "1.60 / 1.65 / 1.65", x["held"]) in page
+    pct = {t: " / ".join(f"{r['groups']['bwd']['of_copy']:.0%}" for r in rows[t]) for t in rows}
+    assert f"runs at {pct['held']} of copy over its bytes at 100M / 350M / 1B in the step (from {pct['dense']};" in page
+    fwd = " / ".join(f"{r['groups']['fwd']['of_copy']:.0%}" for r in rows["held"])
+    assert f"the forward at {fwd};" in page
+    fwd_ms = " / ".join(f"{r['groups']['fwd']['ms']:.2f}" for r in rows["held"])
+    fold_ms = " / ".join(f"{fold(st['held'][p]['mhar']):.2f}" for p in ("100m", "350m", "1b"))
+    assert f"({fwd_ms} ms against {fold_ms})" in page

@@ -10,6 +10,7 @@
     python benchmarks/kernels/fold_rows_table.py profile benchmarks/kernels/h100_fold_held_ncu_*_938ad29.csv
     python benchmarks/kernels/fold_rows_table.py merge benchmarks/kernels/h100_fold_held_merge_ab_*.json
     python benchmarks/kernels/fold_rows_table.py steps benchmarks/train_throughput/h100_step_{dense,held}_{100m,350m,1b}.json
+    python benchmarks/kernels/fold_rows_table.py held-offline benchmarks/kernels/regs_offline_2026-12-06_fold_{held,dense}_triton3.6.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -132,6 +133,37 @@ def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]], dense_path
     return "\n".join(lines)
 
 
+#: the H100's held rows (launch_tables.json since 0b218b8, adopted from h100_fold_held_sweep_cedd221.json)
+H100_HELD_ROWS = {"1B-train": (1, 8, 1, 0, 0, 0), "350M-train": (1, 8, 1, 128, 0, 0), "100M-train": (1, 4, 1, 0, 0, 0)}
+
+
+def render_held_offline(held_path: Path, dense_path: Path) -> str:
+    """The held kernel at the H100's held rows against the reader loop's DENSE compile at the rows
+    it replaced (`regs_offline.py --kernels fold_rows --dense --loops`, sm_90 without a GPU): one
+    iteration of the held kernel's loop is one source and every reader of the block (8), so its
+    warp-instructions per (pair, position) = instructions x warps / 8."""
+    held, dense = json.loads(held_path.read_text()), json.loads(dense_path.read_text())
+
+    def pick(doc: dict, shape: str, cfg: tuple) -> dict:
+        return next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
+
+    def per_pair(r: dict, key: str) -> int:
+        loop = min(r["loops"], key=lambda lp: lp["instructions"])
+        pairs = 8 if r["kernel"] == "stack_fold_held_kernel" else r["cfg"][5] * r["cfg"][0]
+        return loop[key] * r["num_warps"] // pairs
+
+    lines = [f"| shape | kernel, row (offline, Triton {held['triton']}, {held['arch']}) | registers | spilled bytes "
+             "| warps / SM by registers | warp-instructions per (pair, position) | of them fp32 arithmetic | shuffles |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for name, r in (("reader loop (DENSE)", pick(dense, shape, H100_ROWS[shape])),
+                        ("held", pick(held, shape, H100_HELD_ROWS[shape]))):
+            lines.append(f"| {shape} | {name}, {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                         f"{r['warps_per_sm_by_regs']} | {per_pair(r, 'instructions')} | {per_pair(r, 'float_arith')} | "
+                         f"{per_pair(r, 'SHFL')} |")
+    return "\n".join(lines)
+
+
 def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
     return sum(ms for name, ms in row["kernels_ms"].items() if name.startswith(prefixes))
 
@@ -206,7 +238,8 @@ H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps"])
+    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
+                                     "held-offline"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -220,6 +253,8 @@ def main() -> None:
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what == "dense-step" and len(args.files) != 2:
         ap.error("dense-step: two files, the masked loop's step then DENSE's")
+    if args.what == "held-offline" and len(args.files) != 2:
+        ap.error("held-offline: two files, the held rows' regs_offline file, then the --dense one")
     if args.what == "offline" and len(args.files) > 2:
         ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
     try:
@@ -236,6 +271,8 @@ def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path])
         return render_ab(masked, dense, "held", "merged sums")
     if what == "steps":
         return render_steps(files)
+    if what == "held-offline":
+        return render_held_offline(*files)
     if what == "dense-step":
         return render_dense_step(*files)
     if what == "offline":
