@@ -271,3 +271,42 @@ def test_the_held_sections_prose_numbers_are_the_files(frt):
     fwd_ms = " / ".join(f"{r['groups']['fwd']['ms']:.2f}" for r in rows["held"])
     fold_ms = " / ".join(f"{fold(st['held'][p]['mhar']):.2f}" for p in ("100m", "350m", "1b"))
     assert f"({fwd_ms} ms against {fold_ms})" in page
+
+
+def test_the_step_page_holds_the_held_steps_and_their_numbers(frt):
+    """benchmarks/train_throughput/results.md: the steps table and the numbers its section quotes
+    (MHAR / baseline, routing and its groups against the stack floor, issue 55's misses)."""
+    from script_checks import load_script
+
+    step = ROOT / "benchmarks" / "train_throughput"
+    page = (step / "results.md").read_text()
+    files = [step / f"h100_step_{t}_{p}.json" for t in ("dense", "held") for p in ("100m", "350m", "1b")]
+    assert frt.render_steps(files) in page
+    flat = " ".join(page.replace("**", "").split())
+    st = _steps()
+    presets = ("100m", "350m", "1b")
+    pts = " / ".join(f"{100 * (st['held'][p]['mhar']['vs_baseline'] - st['dense'][p]['mhar']['vs_baseline']):.1f}"
+                     for p in presets)
+    assert f"The held kernel adds {pts} points" in flat
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = {t: [bf.step_rows({"results": list(st[t][p].values()), "meta": {"args": {}}}, 2933.0)[0] for p in presets]
+            for t in ("dense", "held")}
+
+    def join(vals, fmt=".2f"):
+        return " / ".join(f"{v:{fmt}}" for v in vals)
+
+    held = rows["held"]
+    assert (f"routing takes {join(r['routing_ms'] for r in held)} ms of the MHAR step, "
+            f"{join(r['routing_x_stack'] for r in held)}x its stack floor; of it the forward "
+            f"{join(r['groups']['fwd']['ms'] for r in held)} ms, the dout-reading backward (gather + fold) "
+            f"{join(r['groups']['bwd']['ms'] for r in held)} ms and pair_e {join(r['groups']['pair_e']['ms'] for r in held)} ms") in flat
+    x = [r["routing_x_stack"] for r in held]
+    cells = " | ".join(f"{v:.2f}x" for v in x)
+    assert (f"| routing in the step <= 1.35x the stack floor | {cells} | missed at all three, by "
+            f"{join((round(v, 2) - 1.35 for v in x))} (from {join(r['routing_x_stack'] for r in rows['dense'])}x") in flat
+    vs = [st["held"][p]["mhar"]["vs_baseline"] for p in presets]
+    assert (f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {' | '.join(f'{v:.3f}' for v in vs)} | missed at all three, by "
+            f"{join((t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)), '.3f')}") in flat
+    mem = [st["held"][p]["mhar"]["memory_vs_baseline"] for p in presets]
+    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
+    assert f"| {' | '.join(f'{m:.3f}x' for m in mem)} | met" in flat
