@@ -8,12 +8,14 @@ A table file holds one list of rows per kernel, each row its key columns then it
     gather  d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first
                                                                            (stack_gather_kernel)
     fold    d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first, sources
-                                                                           (stack_fold_kernel)
+                                                      (stack_fold_kernel; sources 0: stack_fold_held_kernel)
     pair_e  d, HM            -> block_c, block_p, num_warps                (pair_e_kernel)
 
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
-loop, sharing each dout load). Where a shape has no fold row (tables written before the kind
+loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
+over sources; num_warps, prefetch 0 / 1 and maxnreg are its own, block_p and loads_first unused)
+where it serves the fold, else the reader loop with one source per iteration. Where a shape has no fold row (tables written before the kind
 existed among them) the fold runs under the gather's row with one source per iteration, as it
 did before it had a kind of its own.
 
