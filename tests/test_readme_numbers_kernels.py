@@ -1,0 +1,95 @@
+"""The README's speed numbers ("Numbers (H100, ...)" under the kernels' section), each recomputed
+from the committed records it names: the H100 training steps with the held fold kernel
+(benchmarks/train_throughput/h100_step_held_*.json), the routing's floors (byte_floors.py), the
+kernel table (benchmarks/kernels/results_h100.json, h100_fla_h1.json) and the backward's bytes
+(route/bwd_fold.plan_bytes)."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout, plan_bytes
+from script_checks import load_script
+
+ROOT = Path(__file__).resolve().parents[1]
+STEP = ROOT / "benchmarks" / "train_throughput"
+KERN = ROOT / "benchmarks" / "kernels"
+PRESETS = ("100m", "350m", "1b")
+
+
+def _readme() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("Numbers (H100, ")
+    return " ".join(text[start:text.index("The kernels take no environment switches", start)].split())
+
+
+def _arms() -> dict[str, dict[str, dict]]:
+    out = {}
+    for p in PRESETS:
+        doc = json.loads((STEP / f"h100_step_held_{p}.json").read_text())
+        out[p] = {r["arm"]: r for r in doc["results"]}
+    return out
+
+
+def _k(x: float) -> str:
+    """419,411 -> 419k; 94,005 -> 94.0k (three figures)."""
+    return f"{x / 1e3:.0f}k" if x >= 1e5 else f"{x / 1e3:.1f}k"
+
+
+def _j(vals, fmt: str, end: str = "") -> str:
+    """' / '-joined values, each formatted with `fmt` and followed by `end`."""
+    return " / ".join(format(v, fmt) + end for v in vals)
+
+
+def test_throughput_numbers_are_the_step_records():
+    text, arms = _readme(), _arms()
+    bt = load_script("benchmarks/train_throughput/train_throughput.py")
+    base = [arms[p]["baseline"] for p in PRESETS]
+    mhar = [arms[p]["mhar"] for p in PRESETS]
+    assert f"baseline {' / '.join(_k(r['tokens_per_s']) for r in base)} tokens/s at 100M / 350M / 1B" in text
+    assert f"(MFU {_j((100 * r['mfu'] for r in base), '.0f', '%')})" in text
+    assert f"MHAR (H=8) {' / '.join(_k(r['tokens_per_s']) for r in mhar)}" in text
+    paper = [bt.PAPER[p][1] for p in PRESETS]
+    assert f"{_j((r['tokens_per_s'] / q for r, q in zip(mhar, paper)), '.1f', 'x')} the paper's *baseline*" in text
+    assert f"({_j((q / 1e3 for q in paper), '.1f', 'k')})" in text  # as the paper states them
+    assert f"{_j((r['vs_baseline'] for r in mhar), '.3f', 'x')} of ours" in text
+    busy = [r["busy_fraction_of_step"] for r in mhar]
+    assert f"busy {100 * min(busy):.1f}-{100 * max(busy):.1f}% of MHAR's step" in text
+    mem = [r["memory_vs_baseline"] for r in mhar]
+    assert f"Peak memory {min(mem):.2f}-{max(mem):.2f}x the baseline's" in text
+    eight = {r["arm"]: r for r in json.loads((STEP / "h100_levers_100m_vocab8192.json").read_text())["results"]}["mhar"]
+    assert f"({eight['memory_vs_baseline']:.2f}x at the study's 8,192-word vocabulary, where MHAR ran at " \
+           f"{eight['vs_baseline']:.3f}x" in text
+
+
+def test_routing_numbers_are_the_floors_and_the_kernel_table():
+    text, arms = _readme(), _arms()
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = [bf.step_rows({"results": list(arms[p].values()), "meta": {"args": {}}}, 2933.0)[0] for p in PRESETS]
+    assert (f"take {_j((r['routing_ms'] for r in rows), '.1f')} ms of a step, "
+            f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x their stack floor") in text
+    assert f"and {_j((r['routing_x_f4'] for r in rows), '.1f')}x the 4-byte floor" in text
+    table = json.loads((KERN / "results_h100.json").read_text())
+    by = {(r["shape"], r["H"], r["backend"]): r["graph_fwdbwd_ms"] for r in table["rows"]}
+    keys = [(s, h) for s, h, b in by if b == "triton"]
+    floor = [1 / next(r for r in table["rows"] if (r["shape"], r["H"], r["backend"]) == (s, h, "triton"))
+             ["graph_floor_fraction"] for s, h in keys]
+    comp = [by[(s, h, "compile")] / by[(s, h, "triton")] for s, h in keys]
+    eager = [by[(s, h, "eager")] / by[(s, h, "triton")] for s, h in keys]
+    assert f"they are {min(floor):.2f}-{max(floor):.2f}x the 4-byte floor, {min(comp):.1f}-{max(comp):.1f}x " \
+           f"faster than `torch.compile` of the reference and {min(eager):.0f}-{max(eager):.0f}x than eager" in text
+    fla = json.loads((KERN / "h100_fla_h1.json").read_text())
+    ratios = [r["graph_fwdbwd_ms"] / by[(r["shape"], 1, "triton")]
+              for call in fla["calls"] for r in call["rows"] if r["backend"] == "fla"]
+    assert len(ratios) == 3 and f"{min(ratios):.2f}-{max(ratios):.2f}x faster than FLA's `fused_attnres` at H=1" in text
+
+
+def test_backward_bytes_are_the_plans():
+    text = _readme()
+    fold, gather = [], []
+    for calls, d in ((25, 512), (49, 1024), (73, 1280)):
+        layout = model_layout(calls)
+        fold.append(plan_bytes(backward_plan(layout, calls - 1, 8), layout, [8] * calls, d, 2, 4))
+        gather.append(plan_bytes(backward_plan(layout, calls - 1, 0), layout, [8] * calls, d, 2, 4))
+    assert (f"moves {_j(fold, '.1f')} bytes per pair-element at 100M / 350M / 1B, "
+            f"the gather backward {_j(gather, '.1f')}") in text
