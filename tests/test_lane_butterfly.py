@@ -1,0 +1,28 @@
+"""benchmarks/kernels/lane_butterfly.py: the transposed butterfly's per-head sums are the float64
+sums (interpreter), and results.md quotes its committed offline counts."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from script_checks import load_script
+
+pytest.importorskip("triton")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_both_reductions_are_the_float64_sums(monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    lb = load_script("benchmarks/kernels/lane_butterfly.py")
+    assert lb.check() < 1e-4
+
+
+def test_results_page_quotes_the_offline_counts():
+    rec = json.loads((ROOT / "benchmarks/kernels/lane_butterfly_triton3.6.json").read_text())["kernels"]
+    b, t = rec["butterfly"], rec["tl.sum"]
+    assert b["SHFL"] < t["SHFL"] and b["LDS"] + b["STS"] <= t["LDS"] + t["STS"] + 1
+    page = " ".join((ROOT / "benchmarks/kernels/results.md").read_text().split())
+    assert (f"{b['SHFL']} shuffles and {b['FADD']} adds a thread against `tl.sum`'s {t['SHFL']} and {t['FADD']}, "
+            f"plus {b['FSEL']} selects") in page
