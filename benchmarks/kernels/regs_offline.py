@@ -38,7 +38,7 @@ from mhar_probe.kernels.route.bwd import stack_bwd_kernel, stack_bwd_split_kerne
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route.bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
-from mhar_probe.kernels.route.bwd_fold import held_lanes, stack_fold_held_kernel, stack_fold_kernel
+from mhar_probe.kernels.route.bwd_fold import stack_fold_held_kernel, stack_fold_kernel
 from mhar_probe.kernels.route.fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -166,8 +166,7 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     if len(cfg) > 5 and cfg[5] == 0:  # a held row: stack_fold_held_kernel over blocks of 8 readers
         held = {k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                                  CB=8, PREFETCH=int(cfg[2] > 0),
-                                                  LANES=held_lanes(bka, bkb, 8) if cfg[4] else 0)
+                                                  CB=8, PREFETCH=int(cfg[2] > 0))
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

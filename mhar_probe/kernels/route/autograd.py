@@ -33,7 +33,7 @@ from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_S
 from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due, held_lanes
+from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due
 from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -736,8 +736,7 @@ class _StackState:
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
                 rec.eps), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
-                               CB=readers, PREFETCH=int(prefetch > 0),
-                               LANES=held_lanes(block_ka, block_kb, readers) if loads_first else 0), num_warps, maxnreg)
+                               CB=readers, PREFETCH=int(prefetch > 0)), num_warps, maxnreg)
             self._frontier = call
             return
         sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop

@@ -302,52 +302,6 @@ STACK_FOLD = Launcher(stack_fold_kernel)
 
 
 @triton.jit
-def _xor_lane(x, lane, m: tl.constexpr):
-    """x[..., l ^ m] along the last axis (the lanes): a shuffle where that axis lies in a warp."""
-    return tl.gather(x, tl.broadcast_to(lane ^ m, x.shape), axis=len(x.shape) - 1)
-
-
-@triton.jit
-def _halve_readers(x, lane, m: tl.constexpr, n: tl.constexpr, L: tl.constexpr):
-    """x [HM, n, L] -> [HM, n / 2, L]: a lane keeps the upper half of the readers where its bit m is
-    set, else the lower, and adds its xor-m partner's partials of the same half."""
-    HM: tl.constexpr = x.shape[0]
-    lo, hi = tl.split(tl.permute(tl.reshape(x, [HM, 2, n // 2, L]), (0, 2, 3, 1)))
-    b = (lane & m) != 0
-    return tl.where(b, hi, lo) + _xor_lane(tl.where(b, lo, hi), lane, m)
-
-
-@triton.jit
-def _lane_butterfly(x, lane, L: tl.constexpr, CB: tl.constexpr):
-    """x [HM, CB, L] of lane partials -> [HM, CB, L]: every lane holds every reader's sum over the
-    L lanes. A transposed butterfly (benchmarks/kernels/lane_butterfly.py): at each of the first
-    log2 CB levels a lane keeps the half of its readers that its lane bit names and adds its
-    partner's partials of that half; the last levels add plainly; reader c's sum then sits in lane
-    c L / CB and a gather hands it to every lane. L >= CB, both powers of two, CB <= 16, L <= 32."""
-    if CB >= 2:
-        x = _halve_readers(x, lane, L // 2, CB, L)
-    if CB >= 4:
-        x = _halve_readers(x, lane, L // 4, CB // 2, L)
-    if CB >= 8:
-        x = _halve_readers(x, lane, L // 8, CB // 4, L)
-    if CB >= 16:
-        x = _halve_readers(x, lane, L // 16, CB // 8, L)
-    if L // CB >= 2:  # the plain levels, lane bits L / 2CB down to 1
-        x = x + _xor_lane(x, lane, L // CB // 2)
-    if L // CB >= 4:
-        x = x + _xor_lane(x, lane, L // CB // 4)
-    if L // CB >= 8:
-        x = x + _xor_lane(x, lane, L // CB // 8)
-    if L // CB >= 16:
-        x = x + _xor_lane(x, lane, L // CB // 16)
-    if L // CB >= 32:
-        x = x + _xor_lane(x, lane, L // CB // 32)
-    HM: tl.constexpr = x.shape[0]
-    src = tl.arange(0, CB) * (L // CB)
-    return tl.gather(tl.broadcast_to(x, [HM, CB, L]), tl.broadcast_to(src[None, :, None], [HM, CB, L]), axis=2)
-
-
-@triton.jit
 def stack_fold_held_kernel(
     V0, V, stride_vn,  # as stack_fold_kernel
     DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
@@ -355,7 +309,6 @@ def stack_fold_held_kernel(
     ACC, call, jf, first, P, eps,  # fold the readers [call, call + CB) into the sources [0, jf)
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
     KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
-    LANES: tl.constexpr = 0,
 ):
     """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
     block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
@@ -400,9 +353,6 @@ def stack_fold_held_kernel(
     sh = tl.load(SHALL + sidx)
     sr = tl.load(SALL + sidx)
     widx = tl.load(CALL_WOFF + cs)[None, :] + hidx[:, None]  # [HM, CB], source 0's
-    if LANES > 0:
-        lane = tl.arange(0, LANES)[None, None, :]
-        ua4 = tl.reshape(ua, [HM, CB, LANES, BLOCK_KA // LANES])
     rowa = p * D + cola
     rowb = p * D + colb
     PD = P * D
@@ -440,29 +390,18 @@ def stack_fold_held_kernel(
                 vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
                                                 other=0.0).to(tl.float32))
                 accb = tl.load(ACC + j * PD + rowb, mask=readb, other=0.0)
-        if LANES > 0:  # the per-head sums by the lanes' butterfly; dl kept as [HM, CB, LANES] lane copies
-            x = tl.sum(tl.reshape(da * va[:, None, :], [HM, CB, LANES, BLOCK_KA // LANES]), axis=3)
-            if TWO:  # the narrow tile's column i is in lane i
-                x += tl.permute(db * vb[:, :, None], (1, 2, 0))
-            dl = w[:, :, None] * ((_lane_butterfly(x, lane, LANES, CB) - sh[:, :, None]) - sr[:, :, None])
-            tl.store(DALL + widx[:, :, None] + j * P * HM + lane * 0, dl, mask=lane == 0)
-            acc_ka = tl.reshape(tl.sum(dl[:, :, :, None] * ua4, axis=1), [HM, BLOCK_KA])  # a_j
-        else:
-            ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
-            if TWO:
-                ds += tl.sum(db * vb[:, :, None], axis=0)
-            dl = w * ((ds - sh) - sr)
-            tl.store(DALL + widx + j * P * HM, dl)
-            acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
+        ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
+        if TWO:
+            ds += tl.sum(db * vb[:, :, None], axis=0)
+        dl = w * ((ds - sh) - sr)
+        tl.store(DALL + widx + j * P * HM, dl)
         acc_va = tl.sum(w[:, :, None] * da, axis=1)  # [HM, BKA]: sum_c w_{c,j} dout_c
+        acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
         ssq_h = tl.sum(va * va, axis=1)  # [HM]
         dot_h = tl.sum(acc_ka * va, axis=1)
         if TWO:
             acc_vb = tl.sum(w[None, :, :] * db, axis=2)  # [BKB, HM]
-            if LANES > 0:
-                acc_kb = tl.sum(tl.permute(dl, (2, 0, 1)) * ub, axis=2)
-            else:
-                acc_kb = tl.sum(dl[None, :, :] * ub, axis=2)
+            acc_kb = tl.sum(dl[None, :, :] * ub, axis=2)
             ssq_h += tl.sum(vb * vb, axis=0)
             dot_h += tl.sum(acc_kb * vb, axis=0)
         ssq, dot = tl.split(tl.sum(tl.join(ssq_h, dot_h), axis=0))  # one exchange across the warps
@@ -474,15 +413,6 @@ def stack_fold_held_kernel(
 
 
 STACK_FOLD_HELD = Launcher(stack_fold_held_kernel)
-
-
-def held_lanes(block_ka: int, block_kb: int, readers: int) -> int:
-    """LANES of the held kernel's butterfly (a held row with loads_first 1; experimental): the lanes
-    Triton gives a head's wide tile (4 fp32 columns a lane, at most 32), where they are at least the
-    readers and the narrow tile (if any) is one column a lane; else 0 (Triton's reduction)."""
-    lanes = min(32, block_ka // 4)
-    ok = lanes >= max(readers, 2) and (block_kb <= 1 or block_kb == lanes) and block_ka % lanes == 0
-    return lanes if ok else 0
 
 
 # ------------------------------------------------------------------ the plan and its bytes
