@@ -310,3 +310,9 @@ def test_the_step_page_holds_the_held_steps_and_their_numbers(frt):
     mem = [st["held"][p]["mhar"]["memory_vs_baseline"] for p in presets]
     assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
     assert f"| {' | '.join(f'{m:.3f}x' for m in mem)} | met" in flat
+
+
+def test_results_page_holds_the_butterfly_experiments_offline_table(frt):
+    page = (HERE / "results.md").read_text()
+    table = frt.render_butterfly_offline(HERE / "regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json")
+    assert "\n".join("  " + line for line in table.splitlines()) in page

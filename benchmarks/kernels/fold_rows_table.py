@@ -11,6 +11,7 @@
     python benchmarks/kernels/fold_rows_table.py merge benchmarks/kernels/h100_fold_held_merge_ab_*.json
     python benchmarks/kernels/fold_rows_table.py steps benchmarks/train_throughput/h100_step_{dense,held}_{100m,350m,1b}.json
     python benchmarks/kernels/fold_rows_table.py held-offline benchmarks/kernels/regs_offline_2026-12-06_fold_{held,dense}_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py butterfly-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -164,6 +165,23 @@ def render_held_offline(held_path: Path, dense_path: Path) -> str:
     return "\n".join(lines)
 
 
+def render_butterfly_offline(path: Path) -> str:
+    """The held kernel at the H100's held rows, with Triton's per-head reduction and with the lanes'
+    butterfly (the same row with loads_first 1, experiment c9a7d34; `regs_offline.py --kernels
+    fold_rows --dense --loops` at that commit)."""
+    doc = json.loads(path.read_text())
+    lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
+             "| warps / SM by registers | warp-instructions per (pair, position) | shuffles |", "|---|---|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for name, flag in (("Triton's reduction", 0), ("butterfly", 1)):
+            cfg = H100_HELD_ROWS[shape][:4] + (flag, 0)
+            r = next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
+            loop = min(r["loops"], key=lambda lp: lp["instructions"])
+            lines.append(f"| {shape} | {name}, {cfg} | {r['regs']} | {r['spill_stack_bytes']} | {r['warps_per_sm_by_regs']} "
+                         f"| {loop['instructions'] * r['num_warps'] // 8} | {loop['SHFL'] * r['num_warps'] // 8} |")
+    return "\n".join(lines)
+
+
 def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
     return sum(ms for name, ms in row["kernels_ms"].items() if name.startswith(prefixes))
 
@@ -239,7 +257,7 @@ H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
-                                     "held-offline"])
+                                     "held-offline", "butterfly-offline"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -273,6 +291,8 @@ def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path])
         return render_steps(files)
     if what == "held-offline":
         return render_held_offline(*files)
+    if what == "butterfly-offline":
+        return render_butterfly_offline(files[0])
     if what == "dense-step":
         return render_dense_step(*files)
     if what == "offline":
