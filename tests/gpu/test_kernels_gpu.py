@@ -367,19 +367,24 @@ def test_fold_rows_at_model_depth(tmp_path, L, D, heads, row):
     against float64 within 1.5x of today's (plus 1e-7), and bitwise repeatable."""
     # keyed by the fp32 douts' width (4): a card's own rows of that width would win over width 0
     path = table_file(tmp_path, "fold", fold={(D, h, max(heads), 4): row for h in set(heads)})
-    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
+    ev, et, between, repeats = _variant_against(dict(L=L, D=D, heads=heads, hw=0, collect=True), configured(), path)
+    record(test="fold_rows_at_depth", L=L, D=D, heads=list(heads), row=list(row), rows_vs_f64_max=ev,
+           today_vs_f64_max=et, rows_vs_today_max=between)
+    assert repeats
+    assert ev <= 1.5 * et + 1e-7, (ev, et)
+    assert between < 1e-5, between
+
+
+def _variant_against(kw: dict, reference, path: str) -> tuple[float, float, float, bool]:
+    """Stacks (`stack_reads(**kw)`, fp32) under the launch table at `path` against stacks made by
+    `reference`: the largest errors of the variant and the reference against float64, of the
+    variant against the reference, and whether the variant repeats bitwise."""
     truth = stack_reads(_f64_stack, torch.float64, **kw)
-    today = stack_reads(configured(), torch.float32, **kw)
+    ref = stack_reads(reference, torch.float32, **kw)
     var = stack_reads(configured(launch_table=path), torch.float32, **kw)
     again = stack_reads(configured(launch_table=path), torch.float32, **kw)
-    ev = [rel(a, b) for a, b in zip(var, truth)]
-    et = [rel(a, b) for a, b in zip(today, truth)]
-    between = [rel(a, b) for a, b in zip(var, today)]
-    record(test="fold_rows_at_depth", L=L, D=D, heads=list(heads), row=list(row), rows_vs_f64_max=max(ev),
-           today_vs_f64_max=max(et), rows_vs_today_max=max(between))
-    assert all(torch.equal(x, y) for x, y in zip(var, again))
-    assert max(ev) <= 1.5 * max(et) + 1e-7, (max(ev), max(et))
-    assert max(between) < 1e-5, max(between)
+    return (max(rel(a, b) for a, b in zip(var, truth)), max(rel(a, b) for a, b in zip(ref, truth)),
+            max(rel(a, b) for a, b in zip(var, ref)), all(torch.equal(x, y) for x, y in zip(var, again)))
 
 
 # held rows (sources 0): stack_fold_held_kernel, one position a program holding the block's douts
@@ -395,24 +400,20 @@ def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     launched = []
     held = kad.STACK_FOLD_HELD
     monkeypatch.setattr(kad, "STACK_FOLD_HELD", lambda *a: (launched.append(a[2]["CB"]), held(*a)))
-    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
+    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
+
     # keyed by the fp32 douts' width (4): a card's own rows of that width would win over width 0
     reader = table_file(tmp_path, "reader", fold={(D, h, max(heads), 4): (1, 2, 2, 0, 1, 2) for h in heads})
     path = table_file(tmp_path, "held", fold={(D, h, max(heads), 4): row for h in heads})
-    truth = stack_reads(_f64_stack, torch.float64, **kw)
-    loop = stack_reads(configured(launch_table=reader), torch.float32, **kw)
-    assert not launched
-    var = stack_reads(configured(launch_table=path), torch.float32, **kw)
-    again = stack_reads(configured(launch_table=path), torch.float32, **kw)
-    ev = [rel(a, b) for a, b in zip(var, truth)]
-    el = [rel(a, b) for a, b in zip(loop, truth)]
-    between = [rel(a, b) for a, b in zip(var, loop)]
+    ev, el, between, repeats = _variant_against(dict(L=L, D=D, heads=heads, hw=0, collect=True),
+                                                configured(launch_table=reader), path)
     record(test="held_fold_at_depth", L=L, D=D, heads=list(heads), row=list(row), held_launches=len(launched),
-           held_vs_f64_max=max(ev), reader_vs_f64_max=max(el), held_vs_reader_max=max(between))
-    assert launched and set(launched) == {8}
-    assert all(torch.equal(x, y) for x, y in zip(var, again))
-    assert max(ev) <= 1.5 * max(el) + 1e-7, (max(ev), max(el))
-    assert max(between) < 1e-5, max(between)
+           held_vs_f64_max=ev, reader_vs_f64_max=el, held_vs_reader_max=between)
+    folds = sum(x.kind == "fold" for x in backward_plan(model_layout(2 * L + 1), 2 * L, 8))
+    assert set(launched) == {8} and len(launched) == 2 * folds  # every fold of the two held runs, none of the reader's
+    assert repeats
+    assert ev <= 1.5 * el + 1e-7, (ev, el)
+    assert between < 1e-5, between
 
 
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
