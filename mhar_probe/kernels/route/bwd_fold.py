@@ -24,7 +24,8 @@ At call c's node:
 
 One program per position block: per source j it reads v_j once, ACC_j once and writes it once,
 and the block's Cb douts, whose re-reads for the next source of the same positions come from
-cache. Only the unfolded calls' douts are ever read again, so the douts live in Cb slots (call
+cache. `stack_fold_held_kernel` (a fold row with `sources` 0) turns the loops over: one program
+per position holds the block's douts in registers, read once, and loops over the sources. Only the unfolded calls' douts are ever read again, so the douts live in Cb slots (call
 c's in slot F - 1 - c: linear in c, addressed with a negative stride, no index arithmetic),
 and the accumulators ([j0, P, d] fp32 at the first fold) take the memory the per-call dout
 buffer of the gather backward took. Every dl_{c,j} is stored exactly once (by the fold or
@@ -255,7 +256,8 @@ def stack_fold_kernel(
     The launch row's variants (`launch_tables.fold_config`): SOURCES 2 takes the sources two at
     a time, each reader's dout loaded once for both (`_fold_collect`); PREFETCH 2 loads the next
     reader's w, shift and S' with its dout. SOURCES 1 with PREFETCH 0 / 1 and the masked loop is the
-    loop over `_gather_collect` the fold was built with (bitwise the same).
+    loop over `_gather_collect` the fold was built with (bitwise the same). A row with SOURCES 0
+    launches `stack_fold_held_kernel` instead, where it serves the fold.
 
     DENSE (set by the host, `_StackState._fold_block`, where every reader of the fold reads every
     folded source and two or more sources, and P is a multiple of BLOCK_P: the model's stacks):
