@@ -41,7 +41,7 @@ def test_builtin_row_is_the_cards_row():
     from the gather's row with one source per iteration)."""
     ls = _load()
     assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H200") == (1, 2, 1, 0, 1, 2)
-    assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H100 80GB HBM3") == (1, 2, 0, 0, 1, 2)
+    assert ls.builtin_row("fold", 1280, 8, 4, "NVIDIA H100 80GB HBM3") == (1, 8, 1, 0, 0, 0)  # the held kernel
     assert ls.builtin_row("fold", 1280, 8, 4) == ls.builtin_row("fold", 1280, 8, 4, "NVIDIA A100-SXM4-80GB") \
         == (1, 2, 0, 0, 1, 1)
     assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H200") == (1, 1, 0, 0, 0)  # the H200's own row

@@ -22,8 +22,10 @@ H100 = "NVIDIA H100 80GB HBM3"
 #: keyed (d, H, HM, bytes): 1B, 350M, 100M at the training microbatches under autocast
 H200_FOLD = {(1280, 8, 8, 4): (1, 2, 1, 0, 1, 2), (1024, 8, 8, 4): (1, 1, 0, 0, 1, 1),
              (512, 8, 8, 4): (1, 1, 2, 0, 1, 1)}
-H100_FOLD = {(1280, 8, 8, 4): (1, 2, 0, 0, 1, 2), (1024, 8, 8, 4): (1, 2, 2, 0, 1, 2),
-             (512, 8, 8, 4): (1, 1, 2, 0, 0, 2)}
+#: the H100's: the held kernel's rows (sources 0), from its first sweep (h100_fold_held_sweep_cedd221.json;
+#: before 2026-12-06 the reader loop's rows of h100_fold_sweep.json)
+H100_FOLD = {(1280, 8, 8, 4): (1, 8, 1, 0, 0, 0), (1024, 8, 8, 4): (1, 8, 1, 128, 0, 0),
+             (512, 8, 8, 4): (1, 4, 1, 0, 0, 0)}
 #: the H200's gather and forward rows where its sweep beat the default rows by more than 2%
 #: (benchmarks/kernels/h200_launch_sweep_8cce591.json through adopt_rows.py): 1B's gather and
 #: forward, 350M's forward; the other shapes keep the default rows
@@ -57,7 +59,7 @@ def _rows(t: LaunchTables) -> dict:
 
 
 @pytest.mark.parametrize("card, record, rows", [(H200, "h200_fold_sweep.json", H200_FOLD),
-                                               (H100, "h100_fold_sweep.json", H100_FOLD)])
+                                               (H100, "h100_fold_held_sweep_cedd221.json", H100_FOLD)])
 def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
     """The built-in file's entry for a card holds the fold rows its fold sweep chose and the gather
     and forward rows its launch sweep had adopted (the committed records), and nothing else."""
