@@ -316,3 +316,18 @@ def test_results_page_holds_the_butterfly_experiments_offline_table(frt):
     page = (HERE / "results.md").read_text()
     table = frt.render_butterfly_offline(HERE / "regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json")
     assert "\n".join("  " + line for line in table.splitlines()) in page
+
+
+def test_the_merged_sums_offline_numbers_are_their_records():
+    """The lost merged-sums variant's offline loop (44ec505) against the held kernel's, at 1B's row."""
+    def loop(name):
+        doc = json.loads((HERE / name).read_text())
+        r = next(r for r in doc["rows"] if r["shape"] == "1B" and r["kernel"] == "stack_fold_held_kernel"
+                 and tuple(r["cfg"]) == (1, 8, 1, 0, 0, 0))
+        return min(r["loops"], key=lambda x: x["instructions"])
+
+    held, merged = loop("regs_offline_2026-12-06_fold_held_triton3.6.json"), \
+        loop("regs_offline_2026-12-06_fold_held_merged_44ec505_triton3.6.json")
+    page = " ".join((HERE / "results.md").read_text().split())
+    assert (f"cut the 1B loop from {held['instructions']} to {merged['instructions']} instructions and "
+            f"{held['SHFL']} to {merged['SHFL']} shuffles per source and warp offline") in page
