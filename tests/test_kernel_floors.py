@@ -194,12 +194,40 @@ class _DoutTraffic:
         self.parts.append((parts[0], parts[1]))
 
 
-@pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
-def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
+def _held_config(tmp_path, held: bool) -> dict:
+    """KernelConfig changes for `_mixed_chain`'s stacks (d 8, H 2): with `held`, a launch table whose
+    fold row is the held kernel's (sources 0)."""
+    if not held:
+        return {}
+    from mhar_probe.kernels.launch_tables import LaunchTables
+
+    path = tmp_path / "held.json"
+    LaunchTables(fold={(8, 2, 2, 0): (1, 1, 1, 0, 0, 0)}).dump(path)
+    return dict(launch_table=str(path))
+
+
+def _held_launch(kad, seen: list, run) -> None:
+    """Spy on the held fold kernel as on the reader loop: its launch recorded as a fold, then `run`."""
+    from mhar_probe.kernels.route.bwd_fold import BackwardLaunch
+
+    held = kad.STACK_FOLD_HELD
+
+    def spy(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
+        spy.launches += 1
+        run(held, grid, args, consts, rest)
+    spy.launches = 0
+    return spy
+
+
+@pytest.mark.parametrize("stack_backward,fold_calls,held", [("fold", 2, False), ("fold", 2, True), ("gather", 8, False)],
+                         ids=["fold", "held", "gather"])
+def test_dout_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_backward, fold_calls, held):
     """A model-shaped fp32-embedding / bf16-buffer chain of 6 calls (d 8, H 2, fp32 douts) through
     the triton stack in the interpreter: the dout bytes each launch loads and stores
     (`_DoutTraffic`) are `plan_dout_bytes` over the stack's launches (each dout stored into its
-    slot by its call's gather and read from there by every reader)."""
+    slot by its call's gather and read from there by every reader), the folds run by the reader
+    loop or by the held kernel."""
     pytest.importorskip("triton")
     import mhar_probe.kernels.route.autograd as kad
     from kernel_checks import poisoned_stack
@@ -220,18 +248,24 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_
 
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    held_spy = _held_launch(kad, seen, lambda launcher, grid, args, consts, rest:
+                            traffic.launch(launcher, grid, args, consts, rest, [args[3]]))
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", held_spy)
     S, D, H, P = 6, 8, 2, 3
     stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
-                                                             fold_calls=fold_calls), S, D, H, P)
+                                                             fold_calls=fold_calls, **_held_config(tmp_path, held)),
+                         S, D, H, P)
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
     assert any(x.kind == "fold" for x in seen) == (stack_backward == "fold")
+    assert (held_spy.launches > 0) == held  # the held row runs the held kernel
     assert sum(traffic.bytes) == P * plan_dout_bytes(seen, layout, D, 4)
 
 
 # ------------------------------------------------ the weights' bytes
-@pytest.mark.parametrize("stack_backward,fold_calls", [("fold", 2), ("gather", 8)])
-def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fold_calls):
+@pytest.mark.parametrize("stack_backward,fold_calls,held", [("fold", 2, False), ("fold", 2, True), ("gather", 8, False)],
+                         ids=["fold", "held", "gather"])
+def test_weight_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_backward, fold_calls, held):
     """The chain of `test_dout_bytes_are_those_of_the_launches`: the bytes every forward launch
     loads and stores in its weights (W), and every dout-reading launch loads from the stored
     weights, from the interpreter's own loads and stores (`_DoutTraffic`; the forward's logits and
@@ -275,12 +309,17 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, stack_backward, fol
         monkeypatch.setattr(rfwd, name, spy_fwd(name))
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    held_spy = _held_launch(kad, seen, lambda launcher, grid, args, consts, rest:
+                            traced(launcher, grid, args, consts, rest, args[6], args[7]))
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", held_spy)
     S, D, H, P = 6, 8, 2, 3
     stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
-                                                             fold_calls=fold_calls), S, D, H, P)
+                                                             fold_calls=fold_calls, **_held_config(tmp_path, held)),
+                         S, D, H, P)
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
     assert sum(dl_loads) == 0
+    assert (held_spy.launches > 0) == held
     assert sum(fwd_bytes) == P * sum(weight_bytes(n, H) for n, _, _ in layout)
     per_pair = sum(4 * H * sum(1 for c in range(x.call, x.top1) for j in range(x.lo, x.hi) if layout[c][0] > j)
                    for x in seen)
