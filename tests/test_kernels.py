@@ -138,6 +138,21 @@ def test_forward_bad_heads():
         poisoned_route(src, q, w, 5, EPS)
 
 
+def test_stacks_past_32_bit_offsets_are_refused_before_any_kernel(monkeypatch):
+    """The kernels address rows as row x (B*T*d) in 32-bit integers: a stack or a stacked tensor of
+    more than 2^31 - 1 elements is refused with one message before anything is allocated or
+    launched (a [1, 2, 4] source in a stack of 2^28 rows: 2^31 elements), and one element fewer is
+    not."""
+    src, q, w, _ = make(2, 1, 2, 4, torch.float32)
+    stack = poisoned_stack(2**28)
+    with pytest.raises(ValueError, match="32-bit offsets"):
+        stack.append(src[0])
+    poisoned_stack(2**28 - 1).append(src[0])  # 2^31 - 8 elements: taken
+    monkeypatch.setattr(kad, "INT32_ELEMENTS", 15)  # the stacked form: [2, 1, 2, 4] is 16 elements
+    with pytest.raises(ValueError, match="use a smaller microbatch"):
+        poisoned_route(src, q, w, 2, EPS)
+
+
 @pytest.mark.parametrize("delta", [False, True])
 @pytest.mark.parametrize("N,D,H", [(3, 12, 2), (6, 10, 1)])
 def test_per_call_backward(N, D, H, delta):

@@ -59,6 +59,21 @@ def _check_device(t: Tensor) -> None:
             "triton is imported, for the CPU interpreter); use routing_backend='eager' on CPU")
 
 
+#: the kernels address a stack's rows as row * (B*T*d) in 32-bit integers (`V + j * stride_vn`,
+#: `DOUT_BUF + c * stride_dc`, `ACC + j * P * D`): a stack of more elements would wrap silently
+INT32_ELEMENTS = 2**31 - 1
+
+
+def check_offsets(rows: int, positions: int, d: int) -> None:
+    """Refuse (ValueError) a stack of `rows` sources of [positions, d] whose element offsets would
+    overflow the kernels' 32-bit row arithmetic."""
+    if rows * positions * d > INT32_ELEMENTS:
+        raise ValueError(
+            f"routing backend 'triton': {rows} sources x {positions} positions x d={d} = "
+            f"{rows * positions * d:,} elements, more than the kernels' 32-bit offsets address "
+            f"({INT32_ELEMENTS:,}); use a smaller microbatch (B x T) or routing_backend='eager'")
+
+
 def check_heads(d: int, num_heads: int) -> None:
     """Refuse (ValueError) a read of width d in H heads that the kernels cannot route."""
     if num_heads < 1 or d % num_heads:
@@ -160,6 +175,7 @@ def route_triton(sources: Tensor, query: Tensor, norm_weight: Tensor, num_heads:
     check_heads(D, num_heads)
     if N < 1:
         raise ValueError("routing needs at least one source")
+    check_offsets(N, B * T, D)
     sources = sources.contiguous()
     if partial is not None and partial.dtype != sources.dtype:
         partial = partial.to(sources.dtype)
@@ -344,6 +360,7 @@ class _StackState:
         if self.row0 is None:
             _check_device(x)
             B, T, D = x.shape
+            check_offsets(self.capacity, B * T, D)
             self.shape = (B, T, D)
             self.row0 = x.detach().reshape(B * T, D).contiguous()
             self.dtype = x.dtype
