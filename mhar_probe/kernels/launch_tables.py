@@ -15,9 +15,9 @@ The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next read
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
 loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
 over sources; num_warps, prefetch 0 / 1 and maxnreg are its own, block_p and loads_first unused)
-where it serves the fold, else the reader loop with one source per iteration. Where a shape has no fold row (tables written before the kind
-existed among them) the fold runs under the gather's row with one source per iteration, as it
-did before it had a kind of its own.
+where it serves the fold, else the reader loop with one source per iteration. Where a shape has
+no fold row (tables written before the kind existed among them) the fold runs under the gather's
+row with one source per iteration, as it did before it had a kind of its own.
 
 `bytes` is the storage width a row was swept for (bytes per forward output / stored dout
 element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no

@@ -25,8 +25,9 @@ At call c's node:
 One program per position block: per source j it reads v_j once, ACC_j once and writes it once,
 and the block's Cb douts, whose re-reads for the next source of the same positions come from
 cache. `stack_fold_held_kernel` (a fold row with `sources` 0) turns the loops over: one program
-per position holds the block's douts in registers, read once, and loops over the sources. Only the unfolded calls' douts are ever read again, so the douts live in Cb slots (call
-c's in slot F - 1 - c: linear in c, addressed with a negative stride, no index arithmetic),
+per position holds the block's douts in registers, read once, and loops over the sources. Only
+the unfolded calls' douts are ever read again, so the douts live in Cb slots (call c's in slot
+F - 1 - c: linear in c, addressed with a negative stride, no index arithmetic),
 and the accumulators ([j0, P, d] fp32 at the first fold) take the memory the per-call dout
 buffer of the gather backward took. Every dl_{c,j} is stored exactly once (by the fold or
 the gather that sums T_{c,j}), so `pair_e_kernel` and `collect_dqdg_kernel` are unchanged.
