@@ -102,6 +102,9 @@ def test_results_page_holds_the_dense_tables(frt):
     (["dense-step", "benchmarks/kernels/results.md"], "two files"),
     (["dense-step", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "not what this table reads"),
     (["dense", "benchmarks/kernels/h100_fold_rows_wide_15a4c8d.json"], "_ab_base_"),
+    (["butterfly-offline", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "one file"),
+    (["held-offline", "benchmarks/kernels/results.md"], "two files"),
+    (["steps", "benchmarks/kernels/h100_fold_held_sweep_cedd221.json"], "not what this table reads"),
 ])
 def test_bad_input_is_one_message_and_exit_2(args, says):
     import subprocess

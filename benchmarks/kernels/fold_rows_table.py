@@ -271,6 +271,8 @@ def main() -> None:
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what == "dense-step" and len(args.files) != 2:
         ap.error("dense-step: two files, the masked loop's step then DENSE's")
+    if args.what == "butterfly-offline" and len(args.files) != 1:
+        ap.error("butterfly-offline: one file, the butterfly experiment's regs_offline record")
     if args.what == "held-offline" and len(args.files) != 2:
         ap.error("held-offline: two files, the held rows' regs_offline file, then the --dense one")
     if args.what == "offline" and len(args.files) > 2:

@@ -96,6 +96,9 @@ def counts(K: int = 128, num_warps: int = 8) -> dict[str, dict[str, int]]:
     from triton.compiler import ASTSource
 
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
+    if not os.path.exists(cuobjdump):
+        raise SystemExit(f"lane_butterfly.py: no cuobjdump at {cuobjdump} (Triton's NVIDIA backend); "
+                         "the offline counts need it")
     out = {}
     for b in (False, True):
         sig = {p.name: "constexpr" if p.is_constexpr else "*fp32" for p in per_head_sums_kernel.params}
@@ -127,9 +130,12 @@ def main() -> None:
     for name, c in res.items():
         print(f"{name:10s} " + " ".join(f"{k} {v}" for k, v in c.items()))
     if args.out:
-        with open(args.out, "w") as f:
-            json.dump(dict(date=datetime.date.today().isoformat(), triton=triton.__version__, arch="sm_90",
-                           shape=dict(HM=8, CB=8, K=128, num_warps=8), kernels=res), f, indent=1)
+        try:
+            with open(args.out, "w") as f:
+                json.dump(dict(date=datetime.date.today().isoformat(), triton=triton.__version__, arch="sm_90",
+                               shape=dict(HM=8, CB=8, K=128, num_warps=8), kernels=res), f, indent=1)
+        except OSError as exc:
+            raise SystemExit(f"lane_butterfly.py: cannot write {args.out} ({exc.strerror})") from None
 
 
 if __name__ == "__main__":
