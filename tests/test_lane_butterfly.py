@@ -36,3 +36,12 @@ def test_results_page_quotes_the_other_compilers_counts():
     page = " ".join((ROOT / "benchmarks/kernels/results.md").read_text().split())
     assert (f"the butterfly takes {b['instructions']} instructions against `tl.sum`'s {t['instructions']} "
             "and more shared memory") in page
+
+
+def test_an_unwritable_out_is_one_message(tmp_path):
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels/lane_butterfly.py"), "--out",
+                          str(tmp_path / "no_such_dir" / "x.json")], cwd=ROOT, capture_output=True, text=True)
+    assert run.returncode != 0 and "cannot write" in run.stderr and "Traceback" not in run.stderr, run.stderr
