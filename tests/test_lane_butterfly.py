@@ -38,10 +38,17 @@ def test_results_page_quotes_the_other_compilers_counts():
             "and more shared memory") in page
 
 
-def test_an_unwritable_out_is_one_message(tmp_path):
+@pytest.mark.parametrize("interpret,says", [(False, "cannot write"), (True, "without TRITON_INTERPRET")])
+def test_bad_input_is_one_message(tmp_path, interpret, says):
+    """An unwritable --out, or the offline counts asked for under the interpreter: one message and a
+    non-zero exit, no traceback."""
+    import os
     import subprocess
     import sys
 
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks/kernels/lane_butterfly.py"), "--out",
-                          str(tmp_path / "no_such_dir" / "x.json")], cwd=ROOT, capture_output=True, text=True)
-    assert run.returncode != 0 and "cannot write" in run.stderr and "Traceback" not in run.stderr, run.stderr
+                          str(tmp_path / "no_such_dir" / "x.json")], cwd=ROOT, capture_output=True, text=True, env=env)
+    assert run.returncode != 0 and says in run.stderr and "Traceback" not in run.stderr, run.stderr

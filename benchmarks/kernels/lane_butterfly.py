@@ -95,6 +95,9 @@ def counts(K: int = 128, num_warps: int = 8) -> dict[str, dict[str, int]]:
     from triton.backends.compiler import GPUTarget
     from triton.compiler import ASTSource
 
+    if not hasattr(per_head_sums_kernel, "params"):  # TRITON_INTERPRET=1: no compiler to count with
+        raise SystemExit("lane_butterfly.py: the offline counts compile for sm_90; run them without "
+                         "TRITON_INTERPRET (it is for --check)")
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "cuobjdump")
     if not os.path.exists(cuobjdump):
         raise SystemExit(f"lane_butterfly.py: no cuobjdump at {cuobjdump} (Triton's NVIDIA backend); "
