@@ -334,3 +334,21 @@ def test_the_merged_sums_offline_numbers_are_their_records():
     page = " ".join((HERE / "results.md").read_text().split())
     assert (f"cut the 1B loop from {held['instructions']} to {merged['instructions']} instructions and "
             f"{held['SHFL']} to {merged['SHFL']} shuffles per source and warp offline") in page
+
+
+def test_kernels_readme_quotes_the_held_kernels_records(frt):
+    """mhar_probe/kernels/README.md's numbers for the held kernel and the offset limit, from the records."""
+    from mhar_probe.kernels.route.autograd import INT32_ELEMENTS
+
+    ncu = _load("ncu_routing")
+    text = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    sweep = json.loads((HERE / "h100_fold_held_sweep_cedd221.json").read_text())
+    wins = []
+    for shape in frt.SHAPES:
+        rows = [r for r in sweep["rows"] if r["shape"] == shape and r["what"] == "sweep:fold"]
+        wins.append(f"{100 * (1 - min(frt.fold_ms(r) for r in rows if r['cfg'][5] == 0) / frt.fold_ms(rows[0])):.0f}%")
+    assert f"it cut the fold kernel by {' / '.join(wins)} at 1B / 350M / 100M" in text
+    old, new = (ncu.summarise([str(HERE / n)])[0]["issue_busy_pct"]
+                for n in ("h100_fold_ncu_1b_15a4c8d.csv", "h100_fold_held_ncu_1b_938ad29.csv"))
+    assert f"the issue slots {new:.0f}% busy at 1B, from {old:.0f}%" in text
+    assert f"is 73 x 2048 x 1280, {100 * 73 * 2048 * 1280 / INT32_ELEMENTS:.0f}% of it" in text
