@@ -318,7 +318,22 @@ def test_the_step_page_holds_the_held_steps_and_their_numbers(frt):
 def test_results_page_holds_the_butterfly_experiments_offline_table(frt):
     page = (HERE / "results.md").read_text()
     table = frt.render_butterfly_offline(HERE / "regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json")
-    assert "\n".join("  " + line for line in table.splitlines()) in page
+    assert table in page
+
+
+def test_results_page_holds_the_butterflys_timing_and_its_loss(frt):
+    """The butterfly's rows as timed (0a826e1) are on the page, each slower than the card's row of
+    Triton's reduction in the same process, and the page's "11%" at 1B is that file's ratio."""
+    page = (HERE / "results.md").read_text()
+    path = HERE / "h100_fold_held_butterfly_0a826e1.json"
+    assert frt.render_rows([path]) in page
+    rows = [r for r in json.loads(path.read_text())["rows"] if r.get("what") == "sweep:fold"]
+    card = {r["shape"]: frt.fold_ms(r) for r in rows if r["cfg"][4] == 0}
+    butterfly = [(r["shape"], frt.fold_ms(r)) for r in rows if r["cfg"][4] == 1]
+    assert len(card) == 3 and len(butterfly) == 9
+    assert all(ms > card[shape] for shape, ms in butterfly)
+    best_1b = min(ms for shape, ms in butterfly if shape == "1B-train")
+    assert f"by {round(100 * (best_1b / card['1B-train'] - 1))}% of the fold kernel at 1B" in page
 
 
 def test_the_merged_sums_offline_numbers_are_their_records():

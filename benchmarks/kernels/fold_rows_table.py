@@ -12,6 +12,7 @@
     python benchmarks/kernels/fold_rows_table.py steps benchmarks/train_throughput/h100_step_{dense,held}_{100m,350m,1b}.json
     python benchmarks/kernels/fold_rows_table.py held-offline benchmarks/kernels/regs_offline_2026-12-06_fold_{held,dense}_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py butterfly-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_held_butterfly_0a826e1.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -59,10 +60,12 @@ def render_profile(paths: list[Path]) -> str:
 
 def family(cfg: list[int], pipelined: bool) -> str:
     """A fold row's family: `2 warps, 2 sources` (and `, 3 stages` in the pipelined file); a held
-    row (sources 0, `stack_fold_held_kernel`): `held, 8 warps`."""
+    row (sources 0, `stack_fold_held_kernel`): `held, 8 warps`; a held row with loads_first 1 ran
+    the lane butterfly (c9a7d34's tree, timed as 0a826e1 and deleted; main's held kernel has no use
+    for the column, and no record of main's tree holds such a row): `held, butterfly, 8 warps`."""
     warps = f"{cfg[1]} warp{'s' if cfg[1] > 1 else ''}"
     if cfg[5] == 0:
-        return f"held, {warps}"
+        return f"held, {'butterfly, ' if cfg[4] else ''}{warps}"
     name = f"{warps}, {cfg[5]} source{'s' if cfg[5] > 1 else ''}"
     return name + (f", {cfg[2] - 1} stages" if pipelined and cfg[2] >= 3 else "")
 
