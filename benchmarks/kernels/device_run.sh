@@ -221,17 +221,19 @@ case "${1:-tests}" in
     timeout ${PAIRE_TIMEOUT:-200} python benchmarks/kernels/pair_e_dot.py $COMMIT_ARG --out "$OUT/pair_e_dot.json" 2>&1 \
       | grep -v -i warn | tee "$OUT/pair_e_dot.log" | tail -6 ;;
   adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
-    # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S), the rows that beat the card's by more
-    # than 2% made its built-in rows in this copy (adopt_rows.py), then the kernel GPU tests under them.
+    # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S; ROWS_FWD: a JSON list of forward rows
+    # instead of the sweep's list), the rows that beat the card's by more than 2% made its built-in rows in
+    # this copy (adopt_rows.py), then the kernel GPU tests under them (TESTS_K: only those pytest -k selects).
     # Files: launch_sweep.json, adopt.log, launch_tables.json (the built-in table with them), pytest.log
     timeout ${SWEEP_TIMEOUT:-320} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather,fwd} \
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-240} --no-probes \
-      --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
-      | tee "$OUT/launch_sweep.log" | grep -E "chose|budget|Error"
+      ${ROWS_FWD:+--rows-fwd "$ROWS_FWD"} --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" \
+      2>&1 | grep -v -i warn | tee "$OUT/launch_sweep.log" | grep -E "sweep:|chose|budget|Error" | cut -c1-150
     python benchmarks/kernels/adopt_rows.py "$OUT/launch_sweep.json" 2>&1 | tee "$OUT/adopt.log"
     cp mhar_probe/kernels/launch_tables.json "$OUT/launch_tables.json"
     timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
-      tests/test_kernels_model.py 2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14 ;;
+      tests/test_kernels_model.py ${TESTS_K:+-k "$TESTS_K"} 2>&1 | tee "$OUT/pytest.log" \
+      | grep -E "passed|failed|Error|^E  " | tail -14 ;;
   foldsweep)  # launch_sweep.py --kinds fold: per shape (default the training microbatches, 1B first) the
     # probes fold (built-in rows: today's fold) and gather-backward, then the fold kind's rows (the built-in
     # row, then two sources, prefetch 2, both, the other warp count, ...) judged by stack_fold's device time
