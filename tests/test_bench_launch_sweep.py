@@ -21,19 +21,17 @@ def test_candidates_start_at_the_builtin_row_without_repeats_and_refuse_short_ro
     assert set(rows) == {(1, 2, 0, 0, 1), *ls.GATHER_ORDER}
     first = sum(1 for r in rows if r[4])
     assert all(r[4] == 1 for r in rows[:first])  # loads-first rows first
-    # forward rows: one without `sources` folds one source an iteration (the sweep's old lists)
-    assert ls.candidates("fwd", (1, 1, 0, 3, 1), "[[1, 1, 0, 3], [2, 1, 0, 4], [1, 1, 0, 3, 2]]") == \
-        [(1, 1, 0, 3, 1), (2, 1, 0, 4, 1), (1, 1, 0, 3, 2)]
+    assert ls.candidates("fwd", (1, 1, 0, 3), "[[1, 1, 0, 3], [2, 1, 0, 4]]") == [(1, 1, 0, 3), (2, 1, 0, 4)]
     with pytest.raises(SystemExit, match="expected"):
         ls.candidates("gather", (1, 1, 0, 0, 1), "[[1, 1, 0]]")
 
 
 def test_builtin_row_is_the_launch_tables_row():
     """At 1B-train (d 1280, H 8, fp32 douts) the built-in gather row is (1, 2, 0, 0, 1) and the
-    forward's (1, 1, 0, 3), one source an iteration (mhar_probe/kernels/launch_tables.json)."""
+    forward's (1, 1, 0, 3) (mhar_probe/kernels/launch_tables.json)."""
     ls = _load()
     assert ls.builtin_row("gather", 1280, 8, 4) == (1, 2, 0, 0, 1)
-    assert ls.builtin_row("fwd", 1280, 8, 4) == (1, 1, 0, 3, 1)
+    assert ls.builtin_row("fwd", 1280, 8, 4) == (1, 1, 0, 3)
     assert ls.table_key("gather", 1280, 8, 4) == (1280, 8, 8, 4) and ls.table_key("fwd", 512, 8, 2) == (512, 8, 2)
 
 
@@ -48,7 +46,7 @@ def test_builtin_row_is_the_cards_row():
         == (1, 2, 0, 0, 1, 1)
     assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H200") == (1, 1, 0, 0, 0)  # the H200's own row
     assert ls.builtin_row("gather", 1280, 8, 4, "NVIDIA H100 80GB HBM3") == (1, 2, 0, 0, 1)  # the default row
-    assert ls.builtin_row("fwd", 1024, 8, 4, "NVIDIA H200") == (2, 1, 0, 3, 1)
+    assert ls.builtin_row("fwd", 1024, 8, 4, "NVIDIA H200") == (2, 1, 0, 3)
 
 
 def test_choose_takes_the_fastest_row_with_the_reference_gradients():
@@ -65,9 +63,8 @@ def test_choose_takes_the_fastest_row_with_the_reference_gradients():
 @pytest.mark.slow
 def test_sweep_on_the_interpreter_writes_a_launch_table_the_kernels_take(tmp_path):
     """A tiny chain (d 16, 3 calls, 4 positions, H 2) on the CPU interpreter: the probes run, each
-    kind tries the built-in row and the given one (the forward's at two sources an iteration), the
-    chosen rows are the fastest with the reference gradients, and the table file loads and drives
-    the kernels to the same gradients."""
+    kind tries the built-in row and the given one, the chosen rows are the fastest with the
+    reference gradients, and the table file loads and drives the kernels to the same gradients."""
     import torch
 
     from mhar_probe.kernels import KernelConfig
@@ -76,7 +73,7 @@ def test_sweep_on_the_interpreter_writes_a_launch_table_the_kernels_take(tmp_pat
     ls = _load()
     out, table = tmp_path / "sweep.json", tmp_path / "table.json"
     ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "float32",
-             "--rows-gather", "[[2, 1, 1, 0, 0]]", "--rows-fwd", "[[2, 1, 0, 3, 2]]", "--out", str(out),
+             "--rows-gather", "[[2, 1, 1, 0, 0]]", "--rows-fwd", "[[2, 1, 0, 3]]", "--out", str(out),
              "--table-out", str(table)])
     doc = json.loads(out.read_text())
     assert doc["meta"]["dtype"] == "float32" and doc["meta"]["copy_gbps"] is None

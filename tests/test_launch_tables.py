@@ -113,7 +113,7 @@ def test_h200_lookup_picks_the_h200_rows():
         if key[:2] + (4,) not in H200_FWD:
             assert h200.fwd_config(key[0], key[1], 4) == default.fwd_config(key[0], key[1], 4)
     assert h200.gather_config(1280, 8, 8, 4) == (1, 1, False, None, False)
-    assert h200.fwd_config(1024, 8, 4)[1:] == (2, 1, None, 3, 1)
+    assert h200.fwd_config(1024, 8, 4)[1:] == (2, 1, None, 3)
     assert h200.fold_config(1280, 8, 8, 4) != default.fold_config(1280, 8, 8, 4)
 
 

@@ -136,8 +136,8 @@ def builtin_row(kind: str, d: int, H: int, width: int, card: str | None = None) 
         return bp, warps, int(pre), cap or 0, int(first), sources
     if kind == "pair_e":
         return tuple(tables.pair_e_config(d, H))
-    _, bp, warps, cap, stages, sources = tables.fwd_config(d, H, width)
-    return bp, warps, cap or 0, stages, sources
+    _, bp, warps, cap, stages = tables.fwd_config(d, H, width)
+    return bp, warps, cap or 0, stages
 
 
 def candidates(kind: str, builtin: tuple[int, ...], given: str | None) -> list[tuple[int, ...]]:
@@ -146,8 +146,6 @@ def candidates(kind: str, builtin: tuple[int, ...], given: str | None) -> list[t
     default = {"gather": GATHER_ORDER, "fwd": SWEEP_FWD, "pair_e": SWEEP_PAIR_E}.get(kind) or \
         (fold_variants(tuple(builtin)) + FOLD_ORDER if len(builtin) == 6 else FOLD_ORDER)
     rows = [tuple(int(x) for x in r) for r in json.loads(given)] if given else list(default)
-    if kind == "fwd":  # a forward row without `sources` folds one source an iteration
-        rows = [(*r, 1) if len(r) == len(VALUE_COLUMNS[kind]) - 1 else r for r in rows]
     bad = [r for r in rows if len(r) != len(VALUE_COLUMNS[kind])]
     if bad:
         raise SystemExit(f"{kind} rows {bad}: expected ({', '.join(VALUE_COLUMNS[kind])})")

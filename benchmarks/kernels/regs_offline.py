@@ -113,7 +113,7 @@ def fwd_job(d: int, cfg: tuple) -> tuple:
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
                                                    BLOCK_K2=split[2], **flags)
-    return route_fwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, SOURCES=cfg[4] if len(cfg) > 4 else 1, **flags)
+    return route_fwd_kernel, types, dict(D=d, H=H, K=K, BLOCK_K=K, **flags)
 
 
 def stack_job(d: int, cfg: tuple) -> tuple:
@@ -193,9 +193,6 @@ def main() -> None:
     ap.add_argument("--loops", action="store_true",
                     help="also count instructions, shared-memory traffic and barriers per loop iteration")
     ap.add_argument("--out", default="")
-    ap.add_argument("--rows-fwd", default=None,
-                    help="with --kernels fwd: a JSON list of forward rows (block_p, num_warps, maxnreg, stages, "
-                         "sources) compiled after each shape's built-in one (instead of the sweep's list)")
     ap.add_argument("--rows-fold", default=None,
                     help="with --kernels fold_rows: a JSON list of fold rows compiled after each shape's built-in "
                          "one (instead of launch_sweep.py's variants)")
@@ -224,8 +221,6 @@ def main() -> None:
             extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] \
                 if kind in ("gather", "gather_fold", "fold") else \
                 [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
-            if kind == "fwd" and args.rows_fwd:
-                cfgs = [tuple(r) for r in json.loads(args.rows_fwd)]
             if kind == "fold_rows":
                 builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
                 extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold

@@ -3,17 +3,13 @@
 A table file holds one list of rows per kernel, each row its key columns then its values
 (the file's own `columns` entry names them):
 
-    fwd     d, H, bytes      -> block_p, num_warps, maxnreg, stages, sources   (route_fwd kernels)
+    fwd     d, H, bytes      -> block_p, num_warps, maxnreg, stages       (route_fwd kernels)
     stack   d, H, HM         -> block_p, num_warps, programs_per_sm, maxnreg   (stack_bwd kernels)
     gather  d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first
                                                                            (stack_gather_kernel)
     fold    d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first, sources
                                                       (stack_fold_kernel; sources 0: stack_fold_held_kernel)
     pair_e  d, HM            -> block_c, block_p, num_warps                (pair_e_kernel)
-
-A forward row's `sources` (1 or 2) is the rows an iteration of route_fwd_kernel's loop folds in
-(two-tile heads, route_fwd_split_kernel, take one whatever it says); a row without it (7
-integers, every table written before 2026-12-06) means 1.
 
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
@@ -52,7 +48,7 @@ BUILTIN = Path(__file__).with_name("launch_tables.json")
 KINDS = ("fwd", "stack", "gather", "fold", "pair_e")
 KEY_COLUMNS = {"fwd": ("d", "H", "bytes"), "stack": ("d", "H", "HM"), "gather": ("d", "H", "HM", "bytes"),
                "fold": ("d", "H", "HM", "bytes"), "pair_e": ("d", "HM")}
-VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages", "sources"),
+VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages"),
                  "stack": ("block_p", "num_warps", "programs_per_sm", "maxnreg"),
                  "gather": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first"),
                  "fold": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first", "sources"),
@@ -99,18 +95,16 @@ class LaunchTables:
         Path(path).write_text(json.dumps(self.to_json(), indent=1) + "\n")
 
     # -- lookups ---------------------------------------------------------------------
-    def fwd_config(self, d: int, num_heads: int, out_bytes: int = 0
-                   ) -> tuple[int, int, int, int | None, int, int]:
-        """(BLOCK_K, BLOCK_P, num_warps, maxnreg, stages, sources) of the forward for a [BLOCK_P,
-        H, BLOCK_K] register tile; a row naming `out_bytes` (the output's bytes per element) wins
-        over the one for any width. A row of four values (no `sources`) folds one source an
-        iteration."""
+    def fwd_config(self, d: int, num_heads: int, out_bytes: int = 0) -> tuple[int, int, int, int | None, int]:
+        """(BLOCK_K, BLOCK_P, num_warps, maxnreg, stages) of the forward for a [BLOCK_P, H,
+        BLOCK_K] register tile; a row naming `out_bytes` (the output's bytes per element) wins
+        over the one for any width."""
         block_k = next_pow2(d // num_heads)
         hit = self.fwd.get((d, num_heads, out_bytes)) or self.fwd.get((d, num_heads, 0))
         if hit is not None:
-            return block_k, hit[0], hit[1], hit[2] or None, hit[3], hit[4] if len(hit) > 4 else 1
+            return block_k, hit[0], hit[1], hit[2] or None, hit[3]
         width = num_heads * block_k  # 512 columns -> 1 warp ... 2048 -> 4, wider -> 8
-        return block_k, 1, max(1, min(8, width // 512)), None, 3, 1
+        return block_k, 1, max(1, min(8, width // 512)), None, 3
 
     def stack_config(self, d: int, num_heads: int, max_heads: int) -> tuple[int, int, int, int | None]:
         """(BLOCK_P, num_warps, programs per SM, maxnreg) of the stack_bwd kernels."""
@@ -182,17 +176,14 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
     for kind in KINDS:
         nk, nv = len(KEY_COLUMNS[kind]), len(VALUE_COLUMNS[kind])
         rows = {}
-        widths = (nk + nv, nk + nv - 1) if kind == "fwd" else (nk + nv,)  # fwd: `sources` may be left out
         for row in data.get(kind, []):
-            if not isinstance(row, list) or len(row) not in widths or not all(isinstance(x, (int, bool)) for x in row):
+            if not isinstance(row, list) or len(row) != nk + nv or not all(isinstance(x, (int, bool)) for x in row):
                 raise UserError(f"launch table {path}: a {kind} row is {row}; expected {nk + nv} integers "
-                                f"({', '.join(KEY_COLUMNS[kind] + VALUE_COLUMNS[kind])})"
-                                + (f" or {nk + nv - 1}, without sources (then 1)" if kind == "fwd" else ""))
+                                f"({', '.join(KEY_COLUMNS[kind] + VALUE_COLUMNS[kind])})")
             key, val = tuple(int(x) for x in row[:nk]), tuple(int(x) for x in row[nk:])
-            if kind == "fwd" and (val[3] < 2 or val[4:] not in ((), (1,), (2,))):
-                raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages and sources "
-                                f"{val[4] if len(val) > 4 else 1}; the forward's loop runs under Triton's "
-                                "pipeliner with 2 or more stages, and folds 1 or 2 sources an iteration")
+            if kind == "fwd" and val[3] < 2:
+                raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
+                                "loop runs under Triton's pipeliner with 2 or more")
             if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
                                 f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2")

@@ -554,67 +554,6 @@ def test_forward_pipeline_depth_is_neutral(tmp_path, D):
         assert err <= 1e-6, (stages, err)
 
 
-# forward rows (block_p, num_warps, maxnreg, stages, sources): two source rows an iteration of the
-# one-tile kernel's loop (`_fwd_step2`); keyed for every width, so no card row shadows them
-@pytest.mark.parametrize("L,D,row", [(12, 512, (1, 1, 0, 5, 2)), (24, 1024, (1, 2, 0, 4, 2)), (24, 1024, (1, 1, 0, 3, 2))])
-def test_forward_two_sources_at_model_depth(tmp_path, monkeypatch, L, D, row):
-    """fp32 routing over the model's 2L+1 calls (H = 8; every call past the first has 2..2L+1
-    sources, odd and even) with the forward at two sources an iteration: every launch took them,
-    every weight and gradient within 1e-5 of one source an iteration (the same row with 1), its
-    error against float64 within 1.5x of that (plus 1e-7), and bitwise repeatable."""
-    from mhar_probe.kernels.route import fwd as route_fwd
-
-    sources_launched = []
-    real = route_fwd._FWD
-    monkeypatch.setattr(route_fwd, "_FWD", lambda g, a, c, *r: (sources_launched.append(c["SOURCES"]), real(g, a, c, *r)))
-    one = table_file(tmp_path, "one", fwd={(D, 8, b): (*row[:4], 1) for b in (0, 2, 4)})
-    two = table_file(tmp_path, "two", fwd={(D, 8, b): row for b in (0, 2, 4)})
-    ev, e1, between, repeats = _variant_against(dict(L=L, D=D, heads=(8,), hw=0, collect=True),
-                                                configured(launch_table=one), two)
-    record(test="fwd_two_sources_at_depth", L=L, D=D, row=list(row), two_vs_f64_max=ev, one_vs_f64_max=e1,
-           two_vs_one_max=between, bitwise_repeat=repeats)
-    assert 2 in sources_launched and 1 in sources_launched  # both tables ran
-    assert repeats
-    assert ev <= 1.5 * e1 + 1e-7, (ev, e1)
-    assert between < 1e-5, between
-
-
-@pytest.mark.parametrize("D,N,row", [(512, 25, (1, 1, 0, 5, 2)), (1024, 49, (1, 2, 0, 4, 2)), (1024, 48, (1, 1, 0, 3, 2))])
-def test_forward_two_sources_in_autocasts_layout(D, N, row):
-    """Autocast's training layout (an fp32 row 0 and fp32 output over a bf16 buffer: the logit
-    r * <q*g, v>), a training microbatch's positions, the newest row appended by the kernel: the
-    weights and output at two sources an iteration against float64 within what one source an
-    iteration makes of them (1.5x plus 1e-7), and within 1e-5 of it."""
-    from mhar_probe.kernels.route import fwd as route_fwd
-
-    H, P = 8, 2048
-    g = torch.Generator(device="cuda").manual_seed(D + N)
-    src = torch.randn(N, P, D, device="cuda", generator=g) * (1 + torch.rand(N, 1, 1, device="cuda", generator=g))
-    q, w = torch.randn(D, device="cuda", generator=g) * 0.5, 1 + 0.3 * torch.randn(D, device="cuda", generator=g)
-    buf = src.to(torch.bfloat16)
-    truth = torch.cat([src[:1].double(), buf[1:].double()])[:, None]  # [N, 1, P, D]
-    ref_out, ref_W = route_reference_f64(truth, q, w, H, 1e-6)
-    runs = {}
-    for sources in (1, 2, 2):
-        tables = LaunchTables(fwd={(D, H, 4): (*row[:4], sources)})
-        out = torch.full((P, D), float("nan"), device="cuda")
-        W = torch.full((N, P, H), float("nan"), device="cuda")
-        stored = buf.clone()
-        stored[N - 1] = float("nan")
-        route_fwd.launch_route_fwd(stored, N, P, q, w, H, 1e-6, out, W, v0=src[0], append=(buf[N - 1], stored[N - 1]),
-                                   tables=tables)
-        assert torch.equal(stored[N - 1], buf[N - 1])
-        runs.setdefault(sources, []).append((out, W))
-    (o1, w1), = runs[1]
-    (o2, w2), (o2b, w2b) = runs[2]
-    e1 = max(rel(o1, ref_out[0]), rel(w1, ref_W[:, 0]))
-    e2 = max(rel(o2, ref_out[0]), rel(w2, ref_W[:, 0]))
-    record(test="fwd_two_sources_autocast_layout", D=D, N=N, row=list(row), two_vs_f64_max=e2, one_vs_f64_max=e1)
-    assert torch.equal(o2, o2b) and torch.equal(w2, w2b)
-    assert e2 <= 1.5 * e1 + 1e-7, (e2, e1)
-    assert max(rel(o2, o1), rel(w2, w1)) < 1e-5
-
-
 @pytest.mark.parametrize("D", [512, 1280])
 def test_gather_same_h_matches_general_path(monkeypatch, D):
     """The gather's constant-H path (every call has the same head count) forms the same terms in

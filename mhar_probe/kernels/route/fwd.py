@@ -51,11 +51,14 @@ def div_acc(a, b):
 
 
 @triton.jit
-def _rescale(m, m_new, l, acca, accb, TWO: tl.constexpr):
-    """The old softmax terms (l and the accumulator, held as one tile or, TWO, as two tiles acca,
-    accb) rescaled from running max m to m_new by exp(m - m_new). The rescale runs only when some
-    running max grew in this block; otherwise its factor is exp(0) = 1 exactly, so skipping it
-    changes nothing but the instruction count."""
+def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
+    """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
+    softmax numerator e = exp(logit - m_new) and the old terms (l and the accumulator, held as
+    one tile or, TWO, as two tiles acca, accb) rescaled by exp(m - m_new).
+    The rescale runs only when some running max grew in this block; otherwise its factor is
+    exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
+    m_new = tl.maximum(m, logit)
+    e = exp_acc(logit - m_new)
     grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
     if grew > 0:
         scale = exp_acc(m - m_new)
@@ -63,26 +66,17 @@ def _rescale(m, m_new, l, acca, accb, TWO: tl.constexpr):
         acca = acca * scale[:, :, None]
         if TWO:
             accb = accb * scale[:, :, None]
-    return l, acca, accb
-
-
-@triton.jit
-def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
-    """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
-    softmax numerator e = exp(logit - m_new) and the old terms rescaled (`_rescale`)."""
-    m_new = tl.maximum(m, logit)
-    e = exp_acc(logit - m_new)
-    l, acca, accb = _rescale(m, m_new, l, acca, accb, TWO)
     return m_new, l, acca, accb, e
 
 
 @triton.jit
-def _row_logits(v, r, q, g, dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                FOLD: tl.constexpr):
-    """l_h = <q_h, khat_h> [BP, H] of one row v [BP, H, BK] with inverse RMS r [BP].
+def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
     FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
+    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
     if FOLD:
-        logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)
+        logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)  # [BP, H]
     else:
         kh = v * r[:, None, None]
         if ROUND_KEY:
@@ -90,47 +84,10 @@ def _row_logits(v, r, q, g, dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_
         kh = kh * g[None, :, :]
         if ROUND_KEY2:
             kh = kh.to(dtype).to(tl.float32)
-        logit = tl.sum(kh * q[None, :, :], axis=2)
-    return logit
-
-
-@triton.jit
-def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits."""
-    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
-    logit = _row_logits(v, r, q, g, dtype, ROUND_KEY, ROUND_KEY2, FOLD)  # [BP, H]
+        logit = tl.sum(kh * q[None, :, :], axis=2)  # [BP, H]
     tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, False)
     return m, l + e, acc + e[:, :, None] * v
-
-
-@triton.jit
-def _add_pairs(a, b, c, d):
-    return a + c, b + d
-
-
-@triton.jit
-def _fwd_step2(va, vb, q, g, m, l, acc, wptr, PH, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-               ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
-    """Fold two consecutive source rows va, vb [BP, H, BK] into the online softmax at once and
-    store both rows' raw logits (at wptr and wptr + PH): one reduction (over several warps, one
-    exchange) for both row sums, one store of both logits, one running-max update:
-
-        m' = max(m, l_a, l_b),  l' = l e^(m - m') + e_a + e_b,  acc' = acc e^(m - m') + e_a v_a + e_b v_b
-
-    with e_x = exp(l_x - m'): the terms of two `_fwd_step`s, rounded in another order."""
-    sa, sb = tl.reduce((va * va, vb * vb), 2, _add_pairs)
-    sa, sb = tl.reduce((sa, sb), 1, _add_pairs)  # [BP] each
-    la = _row_logits(va, rsqrt_acc(sa / D + eps), q, g, dtype, ROUND_KEY, ROUND_KEY2, FOLD)  # [BP, H]
-    lb = _row_logits(vb, rsqrt_acc(sb / D + eps), q, g, dtype, ROUND_KEY, ROUND_KEY2, FOLD)
-    two = tl.arange(0, 2)
-    tl.store(wptr[:, :, None] + two[None, None, :] * PH, tl.join(la, lb), mask=pmask[:, None, None])
-    m_new = tl.maximum(m, tl.maximum(la, lb))
-    ea = exp_acc(la - m_new)
-    eb = exp_acc(lb - m_new)
-    l, acc, _ = _rescale(m, m_new, l, acc, acc, False)
-    return m_new, l + ea + eb, acc + ea[:, :, None] * va + eb[:, :, None] * vb
 
 
 @triton.jit
@@ -158,11 +115,9 @@ def route_fwd_kernel(
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
-    SOURCES: tl.constexpr,
 ):
-    """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 iterations ahead in flight
-    (cp.async into shared memory), SOURCES (1 or 2) rows an iteration (`_fwd_step2`: two rows
-    share the loop's reductions, exchanges and running-max update). APPEND (1): the source appended just before this call is read from X,
+    """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
+    into shared memory). APPEND (1): the source appended just before this call is read from X,
     not from V, and the kernel stores it into its row of V (XDST) on the way: the stack's
     append is this store, with no copy kernel and no second read of the row. It is loaded with
     row 0 and folded into the softmax right after it (no row held in registers through the
@@ -200,24 +155,11 @@ def route_fwd_kernel(
         m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
                               cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
     vptr = V + row
-    if SOURCES == 2:  # rows [1, NV) two at a time, then the odd one left
-        NP = 1 + (NV - 1) // 2 * 2
-        for n in tl.range(1, NP, 2, num_stages=STAGES):
-            va = tl.load(vptr + stride_vn, mask=mask, other=0.0).to(tl.float32)
-            vb = tl.load(vptr + 2 * stride_vn, mask=mask, other=0.0).to(tl.float32)
-            vptr += 2 * stride_vn
-            m, l, acc = _fwd_step2(va, vb, q, g, m, l, acc, wptr + n * P * H, P * H, pmask, eps, D,
-                                   cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
-        if NP < NV:
-            v = tl.load(vptr + stride_vn, mask=mask, other=0.0).to(tl.float32)
-            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + NP * P * H, pmask, eps, D, cdtype,
-                                  ROUND_KEY, ROUND_KEY2, FOLD)
-    else:
-        for n in tl.range(1, NV, num_stages=STAGES):
-            vptr += stride_vn
-            v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-            m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                                  ROUND_KEY, ROUND_KEY2, FOLD)
+    for n in tl.range(1, NV, num_stages=STAGES):
+        vptr += stride_vn
+        v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
+        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
+                              ROUND_KEY, ROUND_KEY2, FOLD)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -436,12 +378,9 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     against the 2^-8 of the stored sources). fp32 storage keeps the reference's order r*v*g*q:
     there the fp32 path must stay within 2.5e-6 of float64 on every gradient, which the fold
     exceeded on an H100 (3.6e-6 at N=17, d=768, H=2; the session diary, git show 56d8861:benchmarks/kernels/results_h100.md).
-    Head widths that are not a power of two run as two exact tiles (`head_split`), one source
-    per iteration whatever the row's `sources`: a prototype of the two-tile kernel with two (not
-    kept) took more instructions per source than one when compiled offline for sm_90 at 1B (435
-    against 385 at one warp, 239 registers against 215; benchmarks/kernels/results.md)."""
+    Head widths that are not a power of two run as two exact tiles (`head_split`)."""
     K = D // H
-    block_k, block_p, num_warps, maxnreg, stages, sources = config
+    block_k, block_p, num_warps, maxnreg, stages = config
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
@@ -451,8 +390,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
         k1, k2, block_k2 = split
         return True, block_p, dict(D=D, H=H, K=K, K1=k1, K2=k2, BLOCK_K2=block_k2, **flags), \
             num_warps, maxnreg
-    return False, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, SOURCES=sources, **flags), num_warps, \
-        maxnreg
+    return False, block_p, dict(D=D, H=H, K=K, BLOCK_K=block_k, **flags), num_warps, maxnreg
 
 
 # Stages of the pipelined loop at the end of every forward program that turns the stored
