@@ -61,4 +61,5 @@ def test_figures_read_the_topic_folders(tmp_path):
     assert presets == {"100m", "350m", "1b"}  # one file, a row per preset and arm
     speedups = report.made["table_kernel_speed"][0].data["graph_speedups"]
     assert speedups and all(v is not None and v > 1 for v in speedups.values())
-    assert {name for name, _, _ in speedups} == {"results_h100.json", "results_h200.json"}
+    assert {name for name, _, _ in speedups} == {"results_h100.json", "results_h200.json", "h100_kernel_table_734ef24.json",
+                                                 "h100_kernel_table_1b_734ef24.json"}

@@ -105,6 +105,9 @@ def test_results_page_holds_the_dense_tables(frt):
     (["butterfly-offline", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "one file"),
     (["held-offline", "benchmarks/kernels/results.md"], "two files"),
     (["steps", "benchmarks/kernels/h100_fold_held_sweep_cedd221.json"], "not what this table reads"),
+    (["fwd-rows", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "one file"),
+    (["backends", "benchmarks/kernels/h100_fold_held_sweep_cedd221.json"], "not what this table reads"),
+    (["fwd-offline", "benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json"], "not what this table reads"),
 ])
 def test_bad_input_is_one_message_and_exit_2(args, says):
     import subprocess
@@ -367,3 +370,50 @@ def test_kernels_readme_quotes_the_held_kernels_records(frt):
                 for n in ("h100_fold_ncu_1b_15a4c8d.csv", "h100_fold_held_ncu_1b_938ad29.csv"))
     assert f"the issue slots {new:.0f}% busy at 1B, from {old:.0f}%" in text
     assert f"is 73 x 2048 x 1280, {100 * 73 * 2048 * 1280 / INT32_ELEMENTS:.0f}% of it" in text
+
+
+def test_results_page_holds_the_backends_and_forward_tables(frt):
+    """kernels/results.md's section "H100: every backend in one process, and the forward": its four
+    tables are the committed records' (the kernel table, the forward's profile, the two-source
+    forward offline and on the card)."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_backends([HERE / "h100_kernel_table_734ef24.json", HERE / "h100_kernel_table_1b_734ef24.json"]) in page
+    ncu = [HERE / f"h100_fwd_ncu_{n}_ab5556e.csv" for n in ("1b_late", "350m_late", "350m_early")]
+    assert frt.render_profile(ncu, "forward launch") in page
+    assert frt.render_fwd_offline(HERE / "regs_offline_2026-12-06_fwd_sources_triton3.6.json") in page
+    assert frt.render_fwd_rows(HERE / "h100_fwd_sources_sweep_5271ffa.json") in page
+
+
+def test_the_backends_and_forward_prose_numbers_are_the_files(frt):
+    """The ranges and ratios the section quotes: triton against compile, eager and FLA in one
+    process; the two-source forward's instruction cuts and its best time at 350M; the 8k step."""
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    ratios = {"compile": [], "eager": [], "fla": []}
+    for name in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json"):
+        rows = json.loads((HERE / name).read_text())["rows"]
+        for r in rows:
+            if r["backend"] != "triton":
+                tri = next(t for t in rows if (t["shape"], t["H"], t["backend"]) == (r["shape"], r["H"], "triton"))
+                ratios[r["backend"]].append(r["graph_fwdbwd_ms"] / tri["graph_fwdbwd_ms"])
+    assert (f"triton is {min(ratios['compile']):.1f}-{max(ratios['compile']):.1f}x faster than `torch.compile`, "
+            f"{min(ratios['eager']):.0f}-{max(ratios['eager']):.0f}x than eager, and "
+            f"{ratios['fla'][0]:.1f}x / {ratios['fla'][1]:.1f}x than FLA at H = 1") in page
+    off = {(r["shape"], tuple(r["cfg"])): max(lp["instructions"] for lp in r["loops"]) * r["cfg"][1] / r["cfg"][4]
+           for r in json.loads((HERE / "regs_offline_2026-12-06_fwd_sources_triton3.6.json").read_text())["rows"]
+           if r["kernel"] == "route_fwd_kernel"}
+    a, b = off["350M", (1, 2, 0, 4, 1)], off["350M", (1, 2, 0, 4, 2)]
+    c, d = off["100M", (1, 1, 0, 5, 1)], off["100M", (1, 1, 0, 5, 2)]
+    assert (f"by {round(100 * (1 - b / a))}% at 350M's card row ({a:.0f} to {b:.0f}) and by "
+            f"{round(100 * (1 - d / c))}% at 100M ({c:.0f} to {d:.0f})") in page
+    sweep = [r for r in json.loads((HERE / "h100_fwd_sources_sweep_5271ffa.json").read_text())["rows"]
+             if r["what"] == "sweep:fwd" and r["shape"] == "350M-train"]
+    best = min(frt._kernel_ms(r, ("route_fwd",)) for r in sweep[1:])
+    assert f"took {100 * (1 - best / frt._kernel_ms(sweep[0], ('route_fwd',))):.1f}% off the 350M forward" in page
+    step = ROOT / "benchmarks" / "train_throughput"
+    sp = " ".join((step / "results.md").read_text().replace("**", "").split())
+    assert frt.render_steps([step / "h100_step_held_100m_vocab8192.json"]) in (step / "results.md").read_text()
+    mhar = next(r for r in json.loads((step / "h100_step_held_100m_vocab8192.json").read_text())["results"]
+                if r["arm"] == "mhar")
+    v, m = mhar["vs_baseline"], mhar["memory_vs_baseline"]
+    assert (f"| {v:.3f}, peak {m:.3f}x | | | measured (above); against 100M's targets it misses MHAR / baseline "
+            f"by {0.90 - round(v, 3):.3f} and peak memory by {round(m, 3) - 1.04:.3f}") in sp

@@ -13,6 +13,10 @@
     python benchmarks/kernels/fold_rows_table.py held-offline benchmarks/kernels/regs_offline_2026-12-06_fold_{held,dense}_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py butterfly-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_butterfly_c9a7d34_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py rows benchmarks/kernels/h100_fold_held_butterfly_0a826e1.json
+    python benchmarks/kernels/fold_rows_table.py fwd-profile benchmarks/kernels/h100_fwd_ncu_*_ab5556e.csv
+    python benchmarks/kernels/fold_rows_table.py fwd-offline benchmarks/kernels/regs_offline_2026-12-06_fwd_sources_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py fwd-rows benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json
+    python benchmarks/kernels/fold_rows_table.py backends benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -38,11 +42,12 @@ from ncu_routing import summarise  # noqa: E402
 SHAPES = ("1B-train", "350M-train", "100M-train")
 KERNEL = "stack_fold_kernel"
 TOP = 3  # families shown per shape
+PRESET_VOCAB = 151_936  # the presets' vocabulary (Qwen3's); a step run with another is labelled with it
 
 
-def render_profile(paths: list[Path]) -> str:
-    """The Nsight Compute table: one row per file (its shape from the file's name)."""
-    lines = ["| shape (fold launch) | ms | registers | warps / SM | eligible warps / scheduler | issue slots busy | cycles / issue "
+def render_profile(paths: list[Path], launch: str = "fold launch") -> str:
+    """The Nsight Compute table: one row per profiled launch (its shape from the file's name)."""
+    lines = [f"| shape ({launch}) | ms | registers | warps / SM | eligible warps / scheduler | issue slots busy | cycles / issue "
              "| long scoreboard | wait | short scoreboard | barrier | DRAM | L2 | L1 (hit) |",
              "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for rec in summarise([str(p) for p in paths]):
@@ -231,7 +236,9 @@ def render_steps(paths: list[Path]) -> str:
         base, mhar = arms["baseline"], arms["mhar"]
         fold = sum(k[0] for k in mhar["profile"]["top_kernels"] if k[2].startswith("stack_fold"))
         lo, hi = mhar["vs_baseline_range"]
-        lines.append(f"| {mhar['preset']} | {doc['meta']['commit']} | {doc['meta']['device']} | "
+        vocab = doc["meta"]["args"].get("vocab")
+        preset = mhar["preset"] + (f", {vocab:,} words" if vocab and vocab != PRESET_VOCAB else "")
+        lines.append(f"| {preset} | {doc['meta']['commit']} | {doc['meta']['device']} | "
                      f"{base['tokens_per_s']:,.0f} | {mhar['tokens_per_s']:,.0f} | {mhar['vs_baseline']:.3f} "
                      f"({lo:.3f}-{hi:.3f}) | {mhar['memory_vs_baseline']:.3f}x | {fold:.2f} | "
                      f"{mhar['profile']['device_ms_events']:.2f} |")
@@ -253,6 +260,63 @@ def render_dense_step(masked: Path, dense: Path) -> str:
     return "\n".join(lines)
 
 
+def render_fwd_rows(path: Path) -> str:
+    """A forward sweep (`launch_sweep.py --kinds fwd`): each row tried, route_fwd's device ms, over the
+    card's row (the first tried) in the same process, and its gradients' largest difference from the
+    card's row's."""
+    rows = [r for r in json.loads(path.read_text())["rows"] if r.get("what") == "sweep:fwd"]
+    lines = ["| shape | row (block_p, num_warps, maxnreg, stages, sources) | route_fwd ms | x the card's row "
+             "| gradients: largest difference |", "|---|---|---:|---:|---:|"]
+    for shape in SHAPES:
+        tried = [r for r in rows if r["shape"] == shape]
+        for r in tried:
+            ms = _kernel_ms(r, ("route_fwd",))
+            lines.append(f"| {shape} | {tuple(r['cfg'])}{' (the card' + chr(39) + 's)' if r is tried[0] else ''} | "
+                         f"{ms:.3f} | {ms / _kernel_ms(tried[0], ('route_fwd',)):.3f} | {r['grad_rel_err']:.1e} |")
+    return "\n".join(lines)
+
+
+def render_fwd_offline(path: Path) -> str:
+    """The one-tile forward compiled offline (`regs_offline.py --kernels fwd --loops --rows-fwd`): per
+    row, registers, warps an SM by registers, its loop's instructions per iteration and the
+    warp-instructions per source row (iteration x warps / sources). 1B's two-tile kernel is left out:
+    it folds one source an iteration whatever the row says."""
+    doc = json.loads(path.read_text())
+    lines = [f"| shape | row (block_p, num_warps, maxnreg, stages, sources; offline, Triton {doc['triton']}, "
+             f"{doc['arch']}) | registers | warps / SM by registers | loop instructions an iteration "
+             "| warp-instructions per source |", "|---|---|---:|---:|---:|---:|"]
+    for r in doc["rows"]:
+        if r["kernel"] != "route_fwd_kernel":
+            continue
+        loop = max(lp["instructions"] for lp in r["loops"])
+        cfg = r["cfg"] + [1] * (5 - len(r["cfg"]))
+        lines.append(f"| {r['shape']}-train | {tuple(cfg)} | {r['regs']} | {r['warps_per_sm_by_regs']} | {loop} | "
+                     f"{loop * cfg[1] / cfg[4]:.0f} |")
+    return "\n".join(lines)
+
+
+def render_backends(paths: list[Path]) -> str:
+    """The kernel table (`mhar bench routing --graph`, 16-bit chains, all 2L+1 calls of one
+    microbatch forward and backward), one process per file: per shape and H, triton's graph-replay
+    ms over the byte floor, and each other backend's graph-replay ms and its ratio to triton's;
+    extra peak memory in GiB (triton / compile / eager / FLA)."""
+    lines = ["| shape | H | triton ms | / floor | compile ms | compile / triton | eager ms | eager / triton "
+             "| FLA ms | FLA / triton | extra peak GiB: triton / compile / eager / FLA |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|"]
+    for path in paths:
+        rows = json.loads(path.read_text())["rows"]
+        for shape, H in dict.fromkeys((r["shape"], r["H"]) for r in rows):
+            by = {r["backend"]: r for r in rows if (r["shape"], r["H"]) == (shape, H)}
+            tri = by["triton"]["graph_fwdbwd_ms"]
+            cell = {b: (f"{by[b]['graph_fwdbwd_ms']:.2f}", f"**{by[b]['graph_fwdbwd_ms'] / tri:.1f}x**")
+                    if b in by else ("", "") for b in ("compile", "eager", "fla")}
+            peak = " / ".join(f"{by[b]['peak_extra_gib']:.2f}" if b in by else "-"
+                              for b in ("triton", "compile", "eager", "fla"))
+            lines.append(f"| {shape} | {H} | {tri:.3f} | {tri / by['triton']['floor_ms']:.2f}x | "
+                         f"{' | '.join(x for b in ('compile', 'eager', 'fla') for x in cell[b])} | {peak} |")
+    return "\n".join(lines)
+
+
 #: the H100's fold rows at 15a4c8d (launch_tables.json, devices -> "NVIDIA H100 80GB HBM3")
 H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "100M-train": (1, 1, 2, 0, 0, 2)}
 
@@ -260,7 +324,8 @@ H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
-                                     "held-offline", "butterfly-offline"])
+                                     "held-offline", "butterfly-offline", "fwd-profile", "fwd-rows", "fwd-offline",
+                                     "backends"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -278,6 +343,9 @@ def main() -> None:
         ap.error("butterfly-offline: one file, the butterfly experiment's regs_offline record")
     if args.what == "held-offline" and len(args.files) != 2:
         ap.error("held-offline: two files, the held rows' regs_offline file, then the --dense one")
+    if args.what in ("fwd-rows", "fwd-offline") and len(args.files) != 1:
+        ap.error(f"{args.what}: one file, the forward's launch_sweep.py --out record" if args.what == "fwd-rows"
+                 else "fwd-offline: one file, regs_offline.py's --kernels fwd record")
     if args.what == "offline" and len(args.files) > 2:
         ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
     try:
@@ -300,6 +368,14 @@ def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path])
         return render_butterfly_offline(files[0])
     if what == "dense-step":
         return render_dense_step(*files)
+    if what == "fwd-profile":
+        return render_profile(files, "forward launch")
+    if what == "fwd-rows":
+        return render_fwd_rows(files[0])
+    if what == "fwd-offline":
+        return render_fwd_offline(files[0])
+    if what == "backends":
+        return render_backends(files)
     if what == "offline":
         return render_offline(files[0], H100_ROWS, files[1] if len(files) > 1 else None)
     return render_profile(files) if what == "profile" else render_rows(files)
