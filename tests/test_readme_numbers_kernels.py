@@ -1,7 +1,7 @@
 """The README's speed numbers ("Numbers (H100, ...)" under the kernels' section), each recomputed
 from the committed records it names: the H100 training steps with the held fold kernel
 (benchmarks/train_throughput/h100_step_held_*.json), the routing's floors (byte_floors.py), the
-kernel table (benchmarks/kernels/results_h100.json, h100_fla_h1.json) and the backward's bytes
+kernel table (benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json) and the backward's bytes
 (route/bwd_fold.plan_bytes)."""
 from __future__ import annotations
 
@@ -57,8 +57,8 @@ def test_throughput_numbers_are_the_step_records():
     assert f"busy {100 * min(busy):.1f}-{100 * max(busy):.1f}% of MHAR's step" in text
     mem = [r["memory_vs_baseline"] for r in mhar]
     assert f"Peak memory {min(mem):.2f}-{max(mem):.2f}x the baseline's" in text
-    eight = {r["arm"]: r for r in json.loads((STEP / "h100_levers_100m_vocab8192.json").read_text())["results"]}["mhar"]
-    assert f"({eight['memory_vs_baseline']:.2f}x at the study's 8,192-word vocabulary, where MHAR ran at " \
+    eight = {r["arm"]: r for r in json.loads((STEP / "h100_step_held_100m_vocab8192.json").read_text())["results"]}["mhar"]
+    assert f"({eight['memory_vs_baseline']:.2f}x at the study's 8,192-word vocabulary, where MHAR runs at " \
            f"{eight['vs_baseline']:.3f}x" in text
 
 
@@ -69,19 +69,22 @@ def test_routing_numbers_are_the_floors_and_the_kernel_table():
     assert (f"take {_j((r['routing_ms'] for r in rows), '.1f')} ms of a step, "
             f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x their stack floor") in text
     assert f"and {_j((r['routing_x_f4'] for r in rows), '.1f')}x the 4-byte floor" in text
-    table = json.loads((KERN / "results_h100.json").read_text())
-    by = {(r["shape"], r["H"], r["backend"]): r["graph_fwdbwd_ms"] for r in table["rows"]}
+    rows_ = [r for name in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json")
+             for r in json.loads((KERN / name).read_text())["rows"]]
+    by = {(r["shape"], r["H"], r["backend"]): r for r in rows_}
     keys = [(s, h) for s, h, b in by if b == "triton"]
-    floor = [1 / next(r for r in table["rows"] if (r["shape"], r["H"], r["backend"]) == (s, h, "triton"))
-             ["graph_floor_fraction"] for s, h in keys]
-    comp = [by[(s, h, "compile")] / by[(s, h, "triton")] for s, h in keys]
-    eager = [by[(s, h, "eager")] / by[(s, h, "triton")] for s, h in keys]
+    assert len(keys) == 6  # 100M, 350M, 1B at H = 1 and 8
+
+    def ratio(s, h, b):
+        return by[(s, h, b)]["graph_fwdbwd_ms"] / by[(s, h, "triton")]["graph_fwdbwd_ms"]
+
+    floor = [1 / by[(s, h, "triton")]["graph_floor_fraction"] for s, h in keys]
+    comp = [ratio(s, h, "compile") for s, h in keys]
+    eager = [ratio(s, h, "eager") for s, h in keys]
     assert f"they are {min(floor):.2f}-{max(floor):.2f}x the 4-byte floor, {min(comp):.1f}-{max(comp):.1f}x " \
            f"faster than `torch.compile` of the reference and {min(eager):.0f}-{max(eager):.0f}x than eager" in text
-    fla = json.loads((KERN / "h100_fla_h1.json").read_text())
-    ratios = [r["graph_fwdbwd_ms"] / by[(r["shape"], 1, "triton")]
-              for call in fla["calls"] for r in call["rows"] if r["backend"] == "fla"]
-    assert len(ratios) == 3 and f"{min(ratios):.2f}-{max(ratios):.2f}x faster than FLA's `fused_attnres` at H=1" in text
+    fla = [ratio(s, h, "fla") for s, h in keys if (s, h, "fla") in by]
+    assert len(fla) == 2 and f"{min(fla):.1f}-{max(fla):.1f}x faster than FLA's `fused_attnres` at H=1 (100M and 350M" in text
 
 
 def test_backward_bytes_are_the_plans():
