@@ -2,7 +2,9 @@
 per backend and the speedup of the fused kernels over torch.compile, from
 benchmarks/kernels/*.json (bench_routing.py). Where the file has CUDA-graph replay times
 (`--graph`: the device's time without host launch cost), the fused kernels' and their speedup
-over compile by that measure follow."""
+over compile by that measure follow. Where several files time the same card, shape and H, the
+newest run (its `meta.date`, then its file name) gives the row: a table of one row per card, shape
+and H, each from the run its note names."""
 
 from __future__ import annotations
 
@@ -21,6 +23,19 @@ def _ms(row: dict, key: str = "fwdbwd_ms") -> float | None:
     return row.get(key, row.get("microbatch_ms") if key == "fwdbwd_ms" else None)
 
 
+def _newest_runs(files: list[tuple]) -> dict[tuple, object]:
+    """(card, shape, H) -> the path of the newest file timing it (by `meta.date`, then file name)."""
+    newest: dict[tuple, tuple] = {}
+    for path, doc in files:
+        meta = doc.get("meta", {})
+        rank = (str(meta.get("date", "")), path.name)
+        for r in doc["rows"]:
+            key = (str(meta.get("device", "?")), r["shape"], r.get("H"))
+            if key not in newest or rank > newest[key][0]:
+                newest[key] = (rank, path)
+    return {key: path for key, (_, path) in newest.items()}
+
+
 @generator("table_kernel_speed", kind="table", paper_ref="tab:kernelspeed", needs=NEEDS)
 def make(ctx) -> list[Output]:
     files = kernel_files(ctx.benchmark_files("kernels") + ctx.benchmark_files())
@@ -32,11 +47,16 @@ def make(ctx) -> list[Output]:
     files = compared or files
     t = Table("table_kernel_speed", "Routing per microbatch, forward+backward (ms) and fused-kernel speedup", COLUMNS)
     speedups, graph_speedups = {}, {}
+    newest = _newest_runs(files)
     for path, doc in files:
         device = str(doc.get("meta", {}).get("device", "?"))
         cells: dict[tuple, dict[str, dict]] = {}
         for r in doc["rows"]:
-            cells.setdefault((r["shape"], r.get("H")), {})[r["backend"]] = r
+            if newest.get((device, r["shape"], r.get("H"))) == path:
+                cells.setdefault((r["shape"], r.get("H")), {})[r["backend"]] = r
+        if cells:
+            t.notes.append(f"{device}, {', '.join(f'{s} H={h}' for s, h in cells)}: {path.name} "
+                           f"({doc.get('meta', {}).get('date', 'undated')}).")
         for i, ((shape, H), by) in enumerate(cells.items()):
             ms = {b: _ms(r) for b, r in by.items()}
             speed = ms["compile"] / ms["triton"] if ms.get("compile") and ms.get("triton") else None

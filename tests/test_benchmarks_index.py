@@ -49,7 +49,8 @@ def test_named_paths_exist(page):
 
 def test_figures_read_the_topic_folders(tmp_path):
     """table_cost finds the end-to-end files in benchmarks/train_throughput/, and table_kernel_speed
-    lists the kernel files that compare triton with compile (not the triton-only runs beside them)."""
+    lists the kernel files that compare triton with compile (not the triton-only runs beside them),
+    the newest run per card, shape and H."""
     from figures.build import build
 
     report = build(None, tmp_path / "figs", only=["table_cost", "table_kernel_speed"], benchmarks=[BENCH])
@@ -61,5 +62,7 @@ def test_figures_read_the_topic_folders(tmp_path):
     assert presets == {"100m", "350m", "1b"}  # one file, a row per preset and arm
     speedups = report.made["table_kernel_speed"][0].data["graph_speedups"]
     assert speedups and all(v is not None and v > 1 for v in speedups.values())
-    assert {name for name, _, _ in speedups} == {"results_h100.json", "results_h200.json", "h100_kernel_table_734ef24.json",
+    # the newest run per card, shape and H: today's H100 kernel tables supersede results_h100.json (11-27)
+    assert {name for name, _, _ in speedups} == {"results_h200.json", "h100_kernel_table_734ef24.json",
                                                  "h100_kernel_table_1b_734ef24.json"}
+    assert len(speedups) == 12  # 3 shapes x H 1, 8 on each card
