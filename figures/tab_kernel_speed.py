@@ -8,6 +8,10 @@ and H, each from the run its note names."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from mhar_probe.bench.routing import SHAPES
+
 from .benchfiles import kernel_files
 from .registry import Output, Skip, generator
 from .tables import Cell, Table
@@ -48,6 +52,7 @@ def make(ctx) -> list[Output]:
     t = Table("table_kernel_speed", "Routing per microbatch, forward+backward (ms) and fused-kernel speedup", COLUMNS)
     speedups, graph_speedups = {}, {}
     newest = _newest_runs(files)
+    groups: list[tuple[str, str, object, dict, Path]] = []  # (card, shape, H, backend -> row, file)
     for path, doc in files:
         device = str(doc.get("meta", {}).get("device", "?"))
         cells: dict[tuple, dict[str, dict]] = {}
@@ -57,20 +62,25 @@ def make(ctx) -> list[Output]:
         if cells:
             t.notes.append(f"{device}, {', '.join(f'{s} H={h}' for s, h in cells)}: {path.name} "
                            f"({doc.get('meta', {}).get('date', 'undated')}).")
-        for i, ((shape, H), by) in enumerate(cells.items()):
-            ms = {b: _ms(r) for b, r in by.items()}
-            speed = ms["compile"] / ms["triton"] if ms.get("compile") and ms.get("triton") else None
-            gms = {b: _ms(r, "graph_fwdbwd_ms") for b, r in by.items()}
-            gspeed = gms["compile"] / gms["triton"] if gms.get("compile") and gms.get("triton") else None
-            floor = next((r.get("floor_ms") for r in by.values() if r.get("floor_ms")), None)
-            t.add([Cell(shape, shape), Cell(str(H if H is not None else "-"), H),
-                   *[Cell.num(ms.get(b), "{:.2f}") if not by.get(b, {}).get("oom") else Cell("OOM")
-                     for b in ("eager", "compile", "triton")],
-                   Cell.num(speed, "{:.1f}", suffix="x", bold=True), Cell.num(gms.get("triton"), "{:.2f}"),
-                   Cell.num(gspeed, "{:.1f}", suffix="x"), Cell.num(floor, "{:.2f}"), Cell(device, device)],
-                  rule_before=i == 0 and bool(t.rows))
-            speedups[(path.name, shape, H)] = speed
-            graph_speedups[(path.name, shape, H)] = gspeed
+        groups += [(device, shape, H, by, path) for (shape, H), by in cells.items()]
+    # per card (in the order first met), by model size, then H (the benchmark's shapes; others after, by name)
+    cards = list(dict.fromkeys(g[0] for g in groups))
+    size = {name: i for i, name in enumerate(SHAPES)}  # the benchmark's shapes, smallest first
+    groups.sort(key=lambda g: (cards.index(g[0]), size.get(g[1], len(size)), g[1], -1 if g[2] is None else g[2]))
+    for i, (device, shape, H, by, path) in enumerate(groups):
+        ms = {b: _ms(r) for b, r in by.items()}
+        speed = ms["compile"] / ms["triton"] if ms.get("compile") and ms.get("triton") else None
+        gms = {b: _ms(r, "graph_fwdbwd_ms") for b, r in by.items()}
+        gspeed = gms["compile"] / gms["triton"] if gms.get("compile") and gms.get("triton") else None
+        floor = next((r.get("floor_ms") for r in by.values() if r.get("floor_ms")), None)
+        t.add([Cell(shape, shape), Cell(str(H if H is not None else "-"), H),
+               *[Cell.num(ms.get(b), "{:.2f}") if not by.get(b, {}).get("oom") else Cell("OOM")
+                 for b in ("eager", "compile", "triton")],
+               Cell.num(speed, "{:.1f}", suffix="x", bold=True), Cell.num(gms.get("triton"), "{:.2f}"),
+               Cell.num(gspeed, "{:.1f}", suffix="x"), Cell.num(floor, "{:.2f}"), Cell(device, device)],
+              rule_before=i > 0 and device != groups[i - 1][0])
+        speedups[(path.name, shape, H)] = speed
+        graph_speedups[(path.name, shape, H)] = gspeed
     for i, r in enumerate(ctx.paper["kernel_speed"]["rows"]):
         t.add([Cell(f"{r['shape']} (paper)", r["shape"]), Cell("-"), Cell("-"), Cell.num(r["compile_ms"], "{:.1f}"),
                Cell.num(r["triton_ms"], "{:.1f}"), Cell.num(r["speedup"], "{:.1f}", suffix="x"), Cell("-"),

@@ -618,7 +618,8 @@ def test_the_masked_cells_colour_is_none_of_the_colormaps_colours():
 
 def test_kernel_speed_table_takes_the_newest_run_per_card_shape_and_h(tmp_path):
     """Two runs on one card time 100M H=8 (the newer wins; its other shape stays), a third card's run
-    stays: one row per card, shape and H, and a note naming each row's file and date."""
+    stays: one row per card, shape and H, by model size within a card whatever the file's order, and
+    a note naming each row's file and date."""
     bench = tmp_path / "benchmarks" / "kernels"
     bench.mkdir(parents=True)
 
@@ -628,12 +629,13 @@ def test_kernel_speed_table_takes_the_newest_run_per_card_shape_and_h(tmp_path):
         (bench / name).write_text(json.dumps(dict(meta=dict(device=device, date=date), rows=rows)))
 
     run("old.json", "CARD A", "2026-11-27", ["100M"], 2.0)
-    run("new.json", "CARD A", "2026-12-06", ["100M", "350M"], 1.0)
+    run("new.json", "CARD A", "2026-12-06", ["350M", "100M"], 1.0)
     run("other.json", "CARD B", "2026-11-01", ["100M"], 3.0)
     report = build(None, tmp_path / "figs", only=["table_kernel_speed"], benchmarks=[tmp_path / "benchmarks"])
     out = report.made["table_kernel_speed"][0]
     assert set(out.data["speedups"]) == {("new.json", "100M", 8), ("new.json", "350M", 8), ("other.json", "100M", 8)}
-    assert [r[4] for r in table_rows(report, "table_kernel_speed")] == [pytest.approx(1.0)] * 2 + [pytest.approx(3.0)]
+    rows = table_rows(report, "table_kernel_speed")
+    assert [(r[0], r[4], r[-1]) for r in rows] == [("100M", 1.0, "CARD A"), ("350M", 1.0, "CARD A"), ("100M", 3.0, "CARD B")]
     notes = out.data["table"].notes
-    assert "CARD A, 100M H=8, 350M H=8: new.json (2026-12-06)." in notes
+    assert "CARD A, 350M H=8, 100M H=8: new.json (2026-12-06)." in notes
     assert "CARD B, 100M H=8: other.json (2026-11-01)." in notes and not any("old.json" in n for n in notes)
