@@ -417,3 +417,57 @@ def test_the_backends_and_forward_prose_numbers_are_the_files(frt):
     v, m = mhar["vs_baseline"], mhar["memory_vs_baseline"]
     assert (f"| {v:.3f}, peak {m:.3f}x | | | measured (above); against 100M's targets it misses MHAR / baseline "
             f"by {0.90 - round(v, 3):.3f} and peak memory by {round(m, 3) - 1.04:.3f}") in sp
+
+
+def test_the_new_sections_other_prose_numbers_are_the_files(frt):
+    """The remaining numbers the 2026-12-06 sections quote in prose: the kernel table against
+    2026-11-27 and its extra peak memory, the forward's profile, the one-warp two-source rows, the
+    two-tile kernel's one-source row, and the 8k step against the paper's 100M."""
+    import sys
+
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    rows = [r for n in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json")
+            for r in json.loads((HERE / n).read_text())["rows"]]
+    old = {(r["shape"], r["H"]): r["graph_fwdbwd_ms"] for r in json.loads((HERE / "results_h100.json").read_text())["rows"]
+           if r["backend"] == "triton"}
+    new = {(r["shape"], r["H"]): r["graph_fwdbwd_ms"] for r in rows if r["backend"] == "triton"}
+    change = [abs(new[k] / old[k] - 1) for k in new]
+    assert len(change) == 6 and max(change) < 0.03 and "triton is within 3% everywhere" in page
+    assert (f"({new['100M', 1]:.3f} against {old['100M', 1]:.3f} ms at 100M H = 1, {new['1B', 8]:.3f} against "
+            f"{old['1B', 8]:.3f} at 1B H = 8)") in page
+    peak = {b: [r["peak_extra_gib"] for r in rows if r["backend"] == b] for b in ("triton", "compile")}
+    assert (f"with {min(peak['triton']):.2f}-{max(peak['triton']):.2f} GiB of extra peak memory against compile's "
+            f"{min(peak['compile']):.1f}-{max(peak['compile']):.0f} GiB") in page
+    sys.path.insert(0, str(HERE))
+    from ncu_routing import summarise
+    late350, late1b = (summarise([str(HERE / f"h100_fwd_ncu_{n}_late_ab5556e.csv")])[0] for n in ("350m", "1b"))
+    assert (f"At 350M the issue slots look busy ({late350['issue_busy_pct']:.0f}%, "
+            f"{late350['theoretical_occupancy_pct'] * 64 / 100:.0f} warps an SM, \"not selected\" "
+            f"{dict(late350['top_stalls'])['not_selected']:.1f} cycles an issue), and DRAM runs at "
+            f"{late350['dram_pct']:.0f}% of peak") in page
+    assert (f"{late1b['registers']:.0f} registers leave eight 1-warp programs an SM, with the issue slots "
+            f"{late1b['issue_busy_pct']:.0f}% busy and DRAM at {late1b['dram_pct']:.0f}%") in page
+    off = {(r["shape"], tuple(r["cfg"])): r
+           for r in json.loads((HERE / "regs_offline_2026-12-06_fwd_sources_triton3.6.json").read_text())["rows"]}
+    one_warp = off["350M", (1, 1, 0, 3, 2)]
+    assert f"(one warp, two sources: {max(lp['instructions'] for lp in one_warp['loops']) / 2:.0f} per source at" in page
+    split = off["1B", (1, 1, 0, 3, 1)]
+    assert split["kernel"] == "route_fwd_split_kernel"
+    assert (f"against {max(lp['instructions'] for lp in split['loops'])} a source, and 239 registers against "
+            f"{split['regs']}") in page
+    step = ROOT / "benchmarks" / "train_throughput"
+    sp = " ".join((step / "results.md").read_text().split())
+    arms = {n: {r["arm"]: r for r in json.loads((step / f"h100_step_held_{n}.json").read_text())["results"]}
+            for n in ("100m", "100m_vocab8192")}
+    eight, full = arms["100m_vocab8192"], arms["100m"]
+    assert f"({eight['mhar']['vs_baseline']:.3f} against {full['mhar']['vs_baseline']:.3f})" in sp
+    added = [a["mhar"]["peak_memory_gb"] - a["baseline"]["peak_memory_gb"] for a in (eight, full)]
+    assert abs(added[0] - added[1]) < 0.01
+    assert (f"MHAR adds the same {added[0]:.2f} GB as at the paper's 100M ({eight['mhar']['peak_memory_gb']:.2f} against "
+            f"{eight['baseline']['peak_memory_gb']:.2f} GB; {full['mhar']['peak_memory_gb']:.2f} against "
+            f"{full['baseline']['peak_memory_gb']:.2f} GB") in sp
+    from script_checks import load_script
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    doc = json.loads((step / "h100_step_held_100m_vocab8192.json").read_text())
+    row = bf.step_rows(doc, 2933.0)[0]
+    assert f"({row['routing_ms']:.2f} ms, {row['routing_x_stack']:.2f}x its stack floor" in sp
