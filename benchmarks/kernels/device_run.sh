@@ -7,6 +7,7 @@
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh final   the whole kernel table in one run: triton (and
 #                                                         the VARIANTS, comma-separated), eager, compile and
 #                                                         FLA (H=1; carry .whl with its wheel), graph replay
+#                                                         (SHAPES, HEADS: a part of it, e.g. SHAPES=1B HEADS=1)
 #   VARIANTS=.. bash benchmarks/kernels/device_run.sh check   every GPU test, then triton against the VARIANTS at
 #                                                         the training microbatches (routing kernels, H = 8)
 #   VARIANT=.. bash benchmarks/kernels/device_run.sh train   autocast-layout kernel table at the training
@@ -136,8 +137,8 @@ case "${1:-tests}" in
   final)
     fla_setup
     timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
-      --shapes 100M,350M,1B --heads 8,1 --backends triton${VARIANTS:+,$VARIANTS},eager,compile$FLA --repeat 5 \
-      --graph 2>&1 | grep -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
+      --shapes ${SHAPES:-100M,350M,1B} --heads ${HEADS:-8,1} --backends triton${VARIANTS:+,$VARIANTS},eager,compile$FLA \
+      --repeat 5 --graph 2>&1 | grep -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
   check)  # every GPU test, then the routing kernels at the training microbatches (autocast layout,
     # H = 8): triton against the VARIANTS (comma-separated) in one process
     timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
