@@ -17,6 +17,7 @@
     python benchmarks/kernels/fold_rows_table.py fwd-offline benchmarks/kernels/regs_offline_2026-12-06_fwd_sources_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py fwd-rows benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json
     python benchmarks/kernels/fold_rows_table.py backends benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json
+    python benchmarks/kernels/fold_rows_table.py fwd-caps benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -295,6 +296,29 @@ def render_fwd_offline(path: Path) -> str:
     return "\n".join(lines)
 
 
+def render_fwd_caps(offline: Path, sweep: Path) -> str:
+    """Forward rows compiled offline (`regs_offline.py --kernels fwd --loops --rows-fwd`) beside the same
+    rows timed on a card (`launch_sweep.py --kinds fwd --rows-fwd`): per shape and row, registers, spill
+    bytes, warps an SM by registers, the source loop's instructions and local-memory loads / stores an
+    iteration (offline), then route_fwd's device ms and its ratio to the card's row (the sweep's first)."""
+    doc = json.loads(offline.read_text())
+    comp = {(r["shape"] + "-train", tuple(r["cfg"])): r for r in doc["rows"]}
+    rows = [r for r in json.loads(sweep.read_text())["rows"] if r.get("what") == "sweep:fwd"]
+    lines = [f"| shape | row (block_p, num_warps, maxnreg, stages) | registers (offline, Triton {doc['triton']}) | "
+             "spill bytes | warps / SM by registers | loop instructions | loop LDL / STL | route_fwd ms on the card "
+             "| x the card's row |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        tried = [r for r in rows if r["shape"] == shape]
+        for r in tried:
+            c = comp[shape, tuple(r["cfg"])]
+            lp = max(c["loops"], key=lambda x: x["instructions"])
+            ms = _kernel_ms(r, ("route_fwd",))
+            lines.append(f"| {shape} | {tuple(r['cfg'])}{' (the card' + chr(39) + 's)' if r is tried[0] else ''} | "
+                         f"{c['regs']} | {c['spill_stack_bytes']} | {c['warps_per_sm_by_regs']} | {lp['instructions']} | "
+                         f"{lp['LDL']} / {lp['STL']} | {ms:.3f} | {ms / _kernel_ms(tried[0], ('route_fwd',)):.3f} |")
+    return "\n".join(lines)
+
+
 def render_backends(paths: list[Path]) -> str:
     """The kernel table (`mhar bench routing --graph`, 16-bit chains, all 2L+1 calls of one
     microbatch forward and backward), one process per file: per shape and H, triton's graph-replay
@@ -325,7 +349,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
                                      "held-offline", "butterfly-offline", "fwd-profile", "fwd-rows", "fwd-offline",
-                                     "backends"])
+                                     "fwd-caps", "backends"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -346,6 +370,9 @@ def main() -> None:
     if args.what in ("fwd-rows", "fwd-offline") and len(args.files) != 1:
         ap.error(f"{args.what}: one file, the forward's launch_sweep.py --out record" if args.what == "fwd-rows"
                  else "fwd-offline: one file, regs_offline.py's --kernels fwd record")
+    if args.what == "fwd-caps" and len(args.files) != 2:
+        ap.error("fwd-caps: two files, regs_offline.py's --kernels fwd --rows-fwd record, then the card's "
+                 "launch_sweep.py --out record of the same rows")
     if args.what == "offline" and len(args.files) > 2:
         ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
     try:
@@ -374,6 +401,8 @@ def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path])
         return render_fwd_rows(files[0])
     if what == "fwd-offline":
         return render_fwd_offline(files[0])
+    if what == "fwd-caps":
+        return render_fwd_caps(*files)
     if what == "backends":
         return render_backends(files)
     if what == "offline":

@@ -57,7 +57,8 @@ FLOAT_ARITH = ("FFMA", "FADD", "FMUL")
 def loops(sass: str) -> list[dict]:
     """Every loop of a kernel's SASS (a backward branch and its body): instructions, global loads,
     and the shared-memory traffic and block barriers that layout conversions cost, per iteration;
-    also its fp32 arithmetic (FFMA, FADD, FMUL) and shuffles.
+    also its fp32 arithmetic (FFMA, FADD, FMUL), shuffles, and local-memory loads and stores (LDL, STL:
+    spilled registers).
     Nested loops are listed separately, each with its whole body."""
     addr_re = re.compile(r"/\*([0-9a-f]{4,})\*/\s+(.*?);")
     body = [(int(a, 16), op) for a, op in addr_re.findall(sass)]
@@ -70,7 +71,8 @@ def loops(sass: str) -> list[dict]:
             count = lambda key: sum(1 for o in ops if re.search(rf"(^|\s){key}", o))  # noqa: E731
             found.append(dict(start=hex(start), end=hex(here), instructions=len(ops), LDG=count("LDG"),
                               LDS=count("LDS"), STS=count("STS"), BAR=count("BAR"),
-                              float_arith=sum(count(op) for op in FLOAT_ARITH), SHFL=count("SHFL")))
+                              float_arith=sum(count(op) for op in FLOAT_ARITH), SHFL=count("SHFL"),
+                              LDL=count("LDL"), STL=count("STL")))
     return sorted(found, key=lambda r: r["instructions"])
 
 
@@ -196,6 +198,9 @@ def main() -> None:
     ap.add_argument("--rows-fold", default=None,
                     help="with --kernels fold_rows: a JSON list of fold rows compiled after each shape's built-in "
                          "one (instead of launch_sweep.py's variants)")
+    ap.add_argument("--rows-fwd", default=None,
+                    help="with --kernels fwd: a JSON list of forward rows (block_p, num_warps, maxnreg, stages) "
+                         "compiled after each shape's built-in one (instead of the sweep list)")
     ap.add_argument("--dense", action="store_true",
                     help="fold kinds: compile the fold's DENSE reader loop (the model's folds) instead of the masked one")
     ap.add_argument("--builtin-only", action="store_true",
@@ -221,6 +226,9 @@ def main() -> None:
             extra = [tuple(int(x or 0) for x in tables.gather_config(d, 8, 8, 4))] \
                 if kind in ("gather", "gather_fold", "fold") else \
                 [tuple(int(x or 0) for x in tables.fwd_config(d, 8, 4)[1:])] if kind == "fwd" else []
+            if kind == "fwd" and args.rows_fwd:
+                cfgs = []  # only the built-in row (extra) and the given ones
+                extra = [*extra, *(tuple(r) for r in json.loads(args.rows_fwd))]
             if kind == "fold_rows":
                 builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
                 extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold
