@@ -108,6 +108,9 @@ def test_results_page_holds_the_dense_tables(frt):
     (["fwd-rows", "benchmarks/kernels/results.md", "benchmarks/kernels/results.md"], "one file"),
     (["backends", "benchmarks/kernels/h100_fold_held_sweep_cedd221.json"], "not what this table reads"),
     (["fwd-offline", "benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json"], "not what this table reads"),
+    (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "two files"),
+    (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json",
+      "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
 ])
 def test_bad_input_is_one_message_and_exit_2(args, says):
     import subprocess
@@ -471,3 +474,57 @@ def test_the_new_sections_other_prose_numbers_are_the_files(frt):
     doc = json.loads((step / "h100_step_held_100m_vocab8192.json").read_text())
     row = bf.step_rows(doc, 2933.0)[0]
     assert f"({row['routing_ms']:.2f} ms, {row['routing_x_stack']:.2f}x its stack floor" in sp
+
+
+CAPS_OFFLINE, CAPS_SWEEP = HERE / "regs_offline_2026-12-06_fwd_caps_triton3.6.json", HERE / "h100_fwd_caps_sweep_ce3036b.json"
+FLA_1B = HERE / "h100_kernel_table_1b_fla_ce3036b.json"
+
+
+def test_results_page_holds_the_caps_and_fla_tables(frt):
+    """kernels/results.md's section "H100: the forward under register caps, and FLA at 1B in one
+    process": its two tables are the committed records' (every row of the sweep found offline)."""
+    page = (HERE / "results.md").read_text()
+    caps = frt.render_fwd_caps(CAPS_OFFLINE, CAPS_SWEEP)
+    assert caps in page and len(caps.splitlines()) == 2 + 27  # 3 shapes x (the card's row + 8)
+    assert frt.render_backends([FLA_1B]) in page
+
+
+def test_the_caps_and_fla_prose_numbers_are_the_files(frt):
+    """The numbers that section quotes in prose: the one-warp caps' losses at 1B, the 168-register
+    row offline, the nearest capped rows at 350M and 100M, and FLA / compile / eager at 1B."""
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    rows = [r for r in json.loads(CAPS_SWEEP.read_text())["rows"] if r["what"] == "sweep:fwd"]
+    ms = {(r["shape"], tuple(r["cfg"])): frt._kernel_ms(r, ("route_fwd",)) for r in rows}
+    card = {s: next(r for r in rows if r["shape"] == s)["cfg"] for s in frt.SHAPES}
+    assert card == {"1B-train": [1, 1, 0, 3], "350M-train": [1, 2, 0, 4], "100M-train": [1, 1, 0, 5]}
+    x = {k: v / ms[k[0], tuple(card[k[0]])] for k, v in ms.items()}
+    capped_1b = [x["1B-train", c] for c in ((1, 1, 168, 3), (1, 1, 144, 3), (1, 1, 128, 3), (1, 1, 144, 4))]
+    assert min(x[k] for k in x if k[1] != tuple(card[k[0]])) > 1  # every capped row lost
+    assert f"ran {100 * (min(capped_1b) - 1):.1f}-{100 * (max(capped_1b) - 1):.1f}% slower" in page
+    off = {(r["shape"] + "-train", tuple(r["cfg"])): r for r in json.loads(CAPS_OFFLINE.read_text())["rows"]}
+
+    def loop(r):
+        return max(r["loops"], key=lambda lp: lp["instructions"])
+
+    c168, c0 = off["1B-train", (1, 1, 168, 3)], off["1B-train", (1, 1, 0, 3)]
+    assert loop(c168)["LDL"] == loop(c168)["STL"] == 0
+    assert (f"({loop(c168)['instructions']} instructions an iteration against {loop(c0)['instructions']}, no LDL or "
+            f"STL) and raises the warps an SM by registers from {c0['warps_per_sm_by_regs']} to "
+            f"{c168['warps_per_sm_by_regs']}, and it still lost {100 * (x['1B-train', (1, 1, 168, 3)] - 1):.1f}%") in page
+    assert f"where the offline compile gives {c0['regs']}" in page
+    b350, b100 = (min((k for k in x if k[0] == s and k[1] != tuple(card[s])), key=x.get) for s in ("350M-train", "100M-train"))
+    assert (f"At 350M the nearest capped row, {b350[1]}, was {100 * (x[b350] - 1):.1f}% slower; at 100M, {b100[1]} was "
+            f"{100 * (x[b100] - 1):.1f}% slower") in page
+    tri = {(r["shape"], r["H"], r["backend"]): r["graph_fwdbwd_ms"] for r in json.loads(FLA_1B.read_text())["rows"]}
+    old = {(r["shape"], r["H"], r["backend"]): r["graph_fwdbwd_ms"] for n in ("h100_kernel_table_734ef24.json",)
+           for r in json.loads((HERE / n).read_text())["rows"]}
+    fla = [old["100M", 1, "fla"] / old["100M", 1, "triton"], old["350M", 1, "fla"] / old["350M", 1, "triton"],
+           tri["1B", 1, "fla"] / tri["1B", 1, "triton"]]
+    assert f"triton is {fla[0]:.1f}x / {fla[1]:.1f}x / {fla[2]:.1f}x faster than FLA's `fused_attnres` at H = 1" in page
+    assert (f"{tri['1B', 1, 'compile'] / tri['1B', 1, 'triton']:.1f}x faster than `torch.compile` and "
+            f"{tri['1B', 1, 'eager'] / tri['1B', 1, 'triton']:.1f}x than eager at 1B") in page
+    prev = next(r["graph_fwdbwd_ms"] for r in json.loads((HERE / "h100_kernel_table_1b_734ef24.json").read_text())["rows"]
+                if (r["shape"], r["H"], r["backend"]) == ("1B", 1, "triton"))
+    assert abs(tri["1B", 1, "triton"] / prev - 1) < 0.01
+    assert f"Triton's {tri['1B', 1, 'triton']:.3f} ms is within 1% of the 734ef24 run's {prev:.3f} ms" in page
+    assert f"copy bandwidth {json.loads(FLA_1B.read_text())['meta']['copy_gbps']:.0f} GB/s" in page
