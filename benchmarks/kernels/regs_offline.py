@@ -168,7 +168,7 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     if len(cfg) > 5 and cfg[5] == 0:  # a held row: stack_fold_held_kernel over blocks of 8 readers
         held = {k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                                  CB=8, PREFETCH=cfg[2])
+                                                  CB=8, PREFETCH=int(cfg[2] > 0))
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

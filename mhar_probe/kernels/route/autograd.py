@@ -753,7 +753,7 @@ class _StackState:
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
                 rec.eps), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
-                               CB=readers, PREFETCH=prefetch), num_warps, maxnreg)
+                               CB=readers, PREFETCH=int(prefetch > 0)), num_warps, maxnreg)
             self._frontier = call
             return
         sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop

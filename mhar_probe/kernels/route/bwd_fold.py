@@ -305,16 +305,6 @@ STACK_FOLD = Launcher(stack_fold_kernel)
 
 
 @triton.jit
-def _held_tile(V, stride_vn, ACC, s, jf, row, col, cmask, read, PD):
-    """One tile of source s's row (fp32; s >= 1, at V + s * stride_vn) and of its accumulator,
-    for the held kernel's prefetch: zeros, and nothing read, where s >= jf."""
-    more = (col * 0 + s) < jf
-    v = tl.load(V + s * stride_vn + row, mask=cmask & more, other=0.0).to(tl.float32)
-    a = tl.load(ACC + s * PD + row, mask=read & more, other=0.0)
-    return v, a
-
-
-@triton.jit
 def stack_fold_held_kernel(
     V0, V, stride_vn,  # as stack_fold_kernel
     DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
@@ -333,8 +323,7 @@ def stack_fold_held_kernel(
         a_j       = sum_c dl_{c,j} u_c
 
     so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
-    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed; 2: j + 1's and j + 2's
-    in flight). r_j and
+    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed). r_j and
     <a_j, v_j> take one exchange across the warps together.
 
     Only for the model's folds: dense (every reader reads every folded source, two or more), one
@@ -376,44 +365,30 @@ def stack_fold_held_kernel(
     nva = tl.load(V0 + rowa, mask=cmaska, other=0.0).to(tl.float32)
     naa = tl.load(ACC + rowa, mask=reada, other=0.0)
     nw = tl.load(WALL + widx)
-    PHM = P * HM
     if TWO:
         nvb = tl.load(V0 + rowb, mask=cmaskb, other=0.0).to(tl.float32)
         nab = tl.load(ACC + rowb, mask=readb, other=0.0)
-    if PREFETCH == 2:  # source 1 as well: two sources in flight ahead of the one summed
-        mva, maa = _held_tile(V, stride_vn, ACC, 1, jf, rowa, cola, cmaska, reada, PD)
-        mw = tl.load(WALL + widx + PHM, mask=(widx * 0 + 1) < jf, other=0.0)
-        if TWO:
-            mvb, mab = _held_tile(V, stride_vn, ACC, 1, jf, rowb, colb, cmaskb, readb, PD)
     for j in range(0, jf):
         if PREFETCH:
             va = nva
             acca = naa
             w = nw
+            morea = (cola * 0 + j + 1) < jf
+            nva = tl.load(V + (j + 1) * stride_vn + rowa, mask=cmaska & morea, other=0.0).to(tl.float32)
+            naa = tl.load(ACC + (j + 1) * PD + rowa, mask=reada & morea, other=0.0)
+            nw = tl.load(WALL + widx + (j + 1) * P * HM, mask=(widx * 0 + j + 1) < jf, other=0.0)
             if TWO:
                 vb = nvb
                 accb = nab
-            if PREFETCH == 2:
-                nva = mva
-                naa = maa
-                nw = mw
-                mva, maa = _held_tile(V, stride_vn, ACC, j + 2, jf, rowa, cola, cmaska, reada, PD)
-                mw = tl.load(WALL + widx + (j + 2) * PHM, mask=(widx * 0 + j + 2) < jf, other=0.0)
-                if TWO:
-                    nvb = mvb
-                    nab = mab
-                    mvb, mab = _held_tile(V, stride_vn, ACC, j + 2, jf, rowb, colb, cmaskb, readb, PD)
-            else:
-                nva, naa = _held_tile(V, stride_vn, ACC, j + 1, jf, rowa, cola, cmaska, reada, PD)
-                nw = tl.load(WALL + widx + (j + 1) * PHM, mask=(widx * 0 + j + 1) < jf, other=0.0)
-                if TWO:
-                    nvb, nab = _held_tile(V, stride_vn, ACC, j + 1, jf, rowb, colb, cmaskb, readb, PD)
+                moreb = (colb * 0 + j + 1) < jf
+                nvb = tl.load(V + (j + 1) * stride_vn + rowb, mask=cmaskb & moreb, other=0.0).to(tl.float32)
+                nab = tl.load(ACC + (j + 1) * PD + rowb, mask=readb & moreb, other=0.0)
         else:
             is0 = j == 0
             va = tl.where(is0, nva, tl.load(V + j * stride_vn + rowa, mask=cmaska & ((cola * 0 + j) > 0), other=0.0
                                             ).to(tl.float32))
             acca = tl.load(ACC + j * PD + rowa, mask=reada, other=0.0)
-            w = tl.load(WALL + widx + j * PHM)
+            w = tl.load(WALL + widx + j * P * HM)
             if TWO:
                 vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
                                                 other=0.0).to(tl.float32))
@@ -422,7 +397,7 @@ def stack_fold_held_kernel(
         if TWO:
             ds += tl.sum(db * vb[:, :, None], axis=0)
         dl = w * ((ds - sh) - sr)
-        tl.store(DALL + widx + j * PHM, dl)
+        tl.store(DALL + widx + j * P * HM, dl)
         acc_va = tl.sum(w[:, :, None] * da, axis=1)  # [HM, BKA]: sum_c w_{c,j} dout_c
         acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
         ssq_h = tl.sum(va * va, axis=1)  # [HM]
