@@ -109,6 +109,7 @@ def test_results_page_holds_the_dense_tables(frt):
     (["backends", "benchmarks/kernels/h100_fold_held_sweep_cedd221.json"], "not what this table reads"),
     (["fwd-offline", "benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "two files"),
+    (["prefetch2-offline", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json",
       "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
 ])
@@ -528,3 +529,21 @@ def test_the_caps_and_fla_prose_numbers_are_the_files(frt):
     assert abs(tri["1B", 1, "triton"] / prev - 1) < 0.01
     assert f"Triton's {tri['1B', 1, 'triton']:.3f} ms is within 1% of the 734ef24 run's {prev:.3f} ms" in page
     assert f"copy bandwidth {json.loads(FLA_1B.read_text())['meta']['copy_gbps']:.0f} GB/s" in page
+
+
+PREFETCH2 = HERE / "regs_offline_2026-12-06_fold_held_prefetch2_f22ee2f_triton3.6.json"
+
+
+def test_results_page_holds_the_held_prefetch2_offline_table_and_its_numbers(frt):
+    """The untimed prefetch-2 held kernel (f22ee2f): its offline table is the record's, and the prose's
+    register cost at 1B, its warps an SM and 350M's larger spill are the record's numbers."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_prefetch2_offline(PREFETCH2) in page
+    text = " ".join(page.split())
+    rows = {(r["shape"], tuple(r["cfg"])): r for r in json.loads(PREFETCH2.read_text())["rows"]}
+    one, two = rows["1B", (1, 8, 1, 0, 0, 0)], rows["1B", (1, 8, 2, 0, 0, 0)]
+    assert two["spill_stack_bytes"] == 0 and two["warps_per_sm_by_regs"] == one["warps_per_sm_by_regs"]
+    assert (f"Offline it costs {two['regs'] - one['regs']} registers at 1B and stays at "
+            f"{two['warps_per_sm_by_regs']} warps an SM without spilling, and spills more at 350M's cap") in text
+    assert rows["350M", (1, 8, 2, 128, 0, 0)]["spill_stack_bytes"] > rows["350M", (1, 8, 1, 128, 0, 0)]["spill_stack_bytes"]
+    assert "git revert d0d7528" in text and "ROWS_FOLD='[[1,8,2,0,0,0],[1,8,2,128,0,0],[1,4,2,0,0,0]]'" in text

@@ -18,6 +18,7 @@
     python benchmarks/kernels/fold_rows_table.py fwd-rows benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json
     python benchmarks/kernels/fold_rows_table.py backends benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json
     python benchmarks/kernels/fold_rows_table.py fwd-caps benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json
+    python benchmarks/kernels/fold_rows_table.py prefetch2-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_prefetch2_f22ee2f_triton3.6.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -191,6 +192,26 @@ def render_butterfly_offline(path: Path) -> str:
     return "\n".join(lines)
 
 
+def render_prefetch2_offline(path: Path) -> str:
+    """The held kernel at the H100's held rows with one source in flight ahead (prefetch 1, the card's)
+    and with two (prefetch 2, experiment f22ee2f; `regs_offline.py --kernels fold_rows --loops
+    --rows-fold` at that commit): registers, spills, warps an SM by registers, warp-instructions per
+    (pair, position) and the loop's local-memory loads / stores an iteration."""
+    doc = json.loads(path.read_text())
+    lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
+             "| warps / SM by registers | warp-instructions per (pair, position) | loop LDL / STL |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for ahead in (1, 2):
+            cfg = H100_HELD_ROWS[shape][:2] + (ahead,) + H100_HELD_ROWS[shape][3:]
+            r = next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
+            loop = min(r["loops"], key=lambda lp: lp["instructions"])
+            lines.append(f"| {shape} | prefetch {ahead}, {cfg} | {r['regs']} | {r['spill_stack_bytes']} | "
+                         f"{r['warps_per_sm_by_regs']} | {loop['instructions'] * r['num_warps'] // 8} | "
+                         f"{loop['LDL']} / {loop['STL']} |")
+    return "\n".join(lines)
+
+
 def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
     return sum(ms for name, ms in row["kernels_ms"].items() if name.startswith(prefixes))
 
@@ -349,7 +370,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
                                      "held-offline", "butterfly-offline", "fwd-profile", "fwd-rows", "fwd-offline",
-                                     "fwd-caps", "backends"])
+                                     "fwd-caps", "prefetch2-offline", "backends"])
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -363,6 +384,8 @@ def main() -> None:
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what == "dense-step" and len(args.files) != 2:
         ap.error("dense-step: two files, the masked loop's step then DENSE's")
+    if args.what == "prefetch2-offline" and len(args.files) != 1:
+        ap.error("prefetch2-offline: one file, the prefetch-2 experiment's regs_offline record")
     if args.what == "butterfly-offline" and len(args.files) != 1:
         ap.error("butterfly-offline: one file, the butterfly experiment's regs_offline record")
     if args.what == "held-offline" and len(args.files) != 2:
@@ -393,6 +416,8 @@ def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path])
         return render_held_offline(*files)
     if what == "butterfly-offline":
         return render_butterfly_offline(files[0])
+    if what == "prefetch2-offline":
+        return render_prefetch2_offline(files[0])
     if what == "dense-step":
         return render_dense_step(*files)
     if what == "fwd-profile":
