@@ -123,3 +123,34 @@ def test_the_douts_timing_table_is_the_committed_record():
                    f"the gather {gather:.2f}x, the fold {fold:.2f}x",
                    f"({ms('350M-train', 'triton', 'stack_fold_kernel'):.1f} and {folds_1b[0]:.1f}-{folds_1b[1]:.1f} ms"):
         assert phrase in said, phrase
+
+
+def test_issue55_table_is_the_held_steps_against_their_floors():
+    """kernels/results.md's table of what issue 55's 1.35x of the stack floor asks: byte_floors'
+    rows of the held kernel's profiled H100 steps, the target over the built floor equal to
+    1.35 x stack / built, and the prose's shares of copy (asked and now) the table's."""
+    import sys
+
+    sys.path.insert(0, str(ROOT / "benchmarks" / "kernels"))
+    import byte_floors as bfm
+
+    rows = [r for p in ("100m", "350m", "1b")
+            for r in bfm.step_rows(json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_held_{p}.json")
+                                              .read_text()), 2933.0)]
+    assert [r["preset"] for r in rows] == ["100m", "350m", "1b"]
+    for r in rows:
+        assert r["target55_x_built"] == pytest.approx(1.35 * r["stack_ms"] / r["built_ms"])
+    page = (ROOT / "benchmarks" / "kernels" / "results.md").read_text()
+    assert bfm.issue55_table(rows) in page
+    text = " ".join(page.replace("**", "").split())
+    small, mid, big = rows
+    assert small["target55_x_built"] < 1 and mid["target55_x_built"] > 1 and big["target55_x_built"] > 1
+    assert (f"below what the kernels' own bytes take at copy speed ({small['target55_x_built']:.2f})") in text
+    assert f"The kernels there already average {small['built_ms'] / small['routing_ms']:.0%} of copy" in text
+    assert (f"average {1 / mid['target55_x_built']:.0%} / {1 / big['target55_x_built']:.0%} of copy over their bytes, "
+            f"against {mid['built_ms'] / mid['routing_ms']:.0%} / {big['built_ms'] / big['routing_ms']:.0%} in the step") in text
+    assert (f"at 350M / 1B it asks {1 / mid['target55_x_built']:.0%} / {1 / big['target55_x_built']:.0%} of copy "
+            "on average") in text  # "What is still missing"
+    of_copy = {r["preset"]: {g: v["of_copy"] for g, v in r["groups"].items()} for r in rows}
+    assert (f"the backward ({of_copy['350m']['bwd']:.0%} / {of_copy['1b']['bwd']:.0%}) and, at 350M, the forward "
+            f"({of_copy['350m']['fwd']:.0%})") in text
