@@ -37,6 +37,7 @@ import json
 import os
 import sys
 from pathlib import Path
+from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ncu_routing import summarise  # noqa: E402
@@ -175,41 +176,41 @@ def render_held_offline(held_path: Path, dense_path: Path) -> str:
     return "\n".join(lines)
 
 
-def render_butterfly_offline(path: Path) -> str:
-    """The held kernel at the H100's held rows, with Triton's per-head reduction and with the lanes'
-    butterfly (the same row with loads_first 1, experiment c9a7d34; `regs_offline.py --kernels
-    fold_rows --dense --loops` at that commit)."""
+def _held_variants(path: Path, variants: list[tuple[str, Callable[[tuple], tuple]]], column: str,
+                   cell: Callable[[dict, dict], object]) -> str:
+    """The held kernel at the H100's held rows in two or more offline variants of a regs_offline record:
+    per shape and variant (its label, and a function of the card's row giving the variant's row),
+    registers, spills, warps an SM by registers, warp-instructions per (pair, position), then `column`
+    (`cell(row record, its loop)`)."""
     doc = json.loads(path.read_text())
     lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
-             "| warps / SM by registers | warp-instructions per (pair, position) | shuffles |", "|---|---|---:|---:|---:|---:|---:|"]
+             f"| warps / SM by registers | warp-instructions per (pair, position) | {column} |",
+             "|---|---|---:|---:|---:|---:|---:|"]
     for shape in SHAPES:
-        for name, flag in (("Triton's reduction", 0), ("butterfly", 1)):
-            cfg = H100_HELD_ROWS[shape][:4] + (flag, 0)
+        for name, row_of in variants:
+            cfg = row_of(H100_HELD_ROWS[shape])
             r = next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
             loop = min(r["loops"], key=lambda lp: lp["instructions"])
             lines.append(f"| {shape} | {name}, {cfg} | {r['regs']} | {r['spill_stack_bytes']} | {r['warps_per_sm_by_regs']} "
-                         f"| {loop['instructions'] * r['num_warps'] // 8} | {loop['SHFL'] * r['num_warps'] // 8} |")
+                         f"| {loop['instructions'] * r['num_warps'] // 8} | {cell(r, loop)} |")
     return "\n".join(lines)
+
+
+def render_butterfly_offline(path: Path) -> str:
+    """The held kernel at the H100's held rows, with Triton's per-head reduction and with the lanes'
+    butterfly (the same row with loads_first 1, experiment c9a7d34; `regs_offline.py --kernels
+    fold_rows --dense --loops` at that commit), and the shuffles per (pair, position)."""
+    return _held_variants(path, [(name, lambda row, f=flag: row[:4] + (f, 0))
+                                 for name, flag in (("Triton's reduction", 0), ("butterfly", 1))],
+                          "shuffles", lambda r, loop: loop["SHFL"] * r["num_warps"] // 8)
 
 
 def render_prefetch2_offline(path: Path) -> str:
     """The held kernel at the H100's held rows with one source in flight ahead (prefetch 1, the card's)
     and with two (prefetch 2, experiment f22ee2f; `regs_offline.py --kernels fold_rows --loops
-    --rows-fold` at that commit): registers, spills, warps an SM by registers, warp-instructions per
-    (pair, position) and the loop's local-memory loads / stores an iteration."""
-    doc = json.loads(path.read_text())
-    lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
-             "| warps / SM by registers | warp-instructions per (pair, position) | loop LDL / STL |",
-             "|---|---|---:|---:|---:|---:|---:|"]
-    for shape in SHAPES:
-        for ahead in (1, 2):
-            cfg = H100_HELD_ROWS[shape][:2] + (ahead,) + H100_HELD_ROWS[shape][3:]
-            r = next(r for r in doc["rows"] if f"{r['shape']}-train" == shape and tuple(r["cfg"]) == cfg)
-            loop = min(r["loops"], key=lambda lp: lp["instructions"])
-            lines.append(f"| {shape} | prefetch {ahead}, {cfg} | {r['regs']} | {r['spill_stack_bytes']} | "
-                         f"{r['warps_per_sm_by_regs']} | {loop['instructions'] * r['num_warps'] // 8} | "
-                         f"{loop['LDL']} / {loop['STL']} |")
-    return "\n".join(lines)
+    --rows-fold` at that commit), and the loop's local-memory loads / stores an iteration."""
+    return _held_variants(path, [(f"prefetch {a}", lambda row, a=a: row[:2] + (a,) + row[3:]) for a in (1, 2)],
+                          "loop LDL / STL", lambda r, loop: f"{loop['LDL']} / {loop['STL']}")
 
 
 def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
@@ -366,11 +367,40 @@ def render_backends(paths: list[Path]) -> str:
 H100_ROWS = {"1B-train": (1, 2, 0, 0, 1, 2), "350M-train": (1, 2, 2, 0, 1, 2), "100M-train": (1, 1, 2, 0, 0, 2)}
 
 
+#: mode -> renderer(files, masked A/B files, variant A/B files)
+RENDER = {
+    "profile": lambda f, a, b: render_profile(f),
+    "rows": lambda f, a, b: render_rows(f),
+    "offline": lambda f, a, b: render_offline(f[0], H100_ROWS, f[1] if len(f) > 1 else None),
+    "dense": lambda f, a, b: render_dense(a, b),
+    "dense-step": lambda f, a, b: render_dense_step(*f),
+    "merge": lambda f, a, b: render_ab(a, b, "held", "merged sums"),
+    "steps": lambda f, a, b: render_steps(f),
+    "held-offline": lambda f, a, b: render_held_offline(*f),
+    "butterfly-offline": lambda f, a, b: render_butterfly_offline(f[0]),
+    "prefetch2-offline": lambda f, a, b: render_prefetch2_offline(f[0]),
+    "fwd-profile": lambda f, a, b: render_profile(f, "forward launch"),
+    "fwd-rows": lambda f, a, b: render_fwd_rows(f[0]),
+    "fwd-offline": lambda f, a, b: render_fwd_offline(f[0]),
+    "fwd-caps": lambda f, a, b: render_fwd_caps(*f),
+    "backends": lambda f, a, b: render_backends(f),
+}
+#: mode -> (how many files it takes, what they are), for the modes that take a fixed number
+FILES = {
+    "dense-step": (2, "two files, the masked loop's step then DENSE's"),
+    "prefetch2-offline": (1, "one file, the prefetch-2 experiment's regs_offline record"),
+    "butterfly-offline": (1, "one file, the butterfly experiment's regs_offline record"),
+    "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
+    "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
+    "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
+    "fwd-caps": (2, "two files, regs_offline.py's --kernels fwd --rows-fwd record, then the card's "
+                    "launch_sweep.py --out record of the same rows"),
+}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("what", choices=["profile", "rows", "offline", "dense", "dense-step", "merge", "steps",
-                                     "held-offline", "butterfly-offline", "fwd-profile", "fwd-rows", "fwd-offline",
-                                     "fwd-caps", "prefetch2-offline", "backends"])
+    ap.add_argument("what", choices=list(RENDER))
     ap.add_argument("files", nargs="+", type=Path)
     args = ap.parse_args()
     missing = [str(p) for p in args.files if not p.is_file()]
@@ -382,57 +412,15 @@ def main() -> None:
         ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
     if args.what == "merge" and not (masked and dense):
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
-    if args.what == "dense-step" and len(args.files) != 2:
-        ap.error("dense-step: two files, the masked loop's step then DENSE's")
-    if args.what == "prefetch2-offline" and len(args.files) != 1:
-        ap.error("prefetch2-offline: one file, the prefetch-2 experiment's regs_offline record")
-    if args.what == "butterfly-offline" and len(args.files) != 1:
-        ap.error("butterfly-offline: one file, the butterfly experiment's regs_offline record")
-    if args.what == "held-offline" and len(args.files) != 2:
-        ap.error("held-offline: two files, the held rows' regs_offline file, then the --dense one")
-    if args.what in ("fwd-rows", "fwd-offline") and len(args.files) != 1:
-        ap.error(f"{args.what}: one file, the forward's launch_sweep.py --out record" if args.what == "fwd-rows"
-                 else "fwd-offline: one file, regs_offline.py's --kernels fwd record")
-    if args.what == "fwd-caps" and len(args.files) != 2:
-        ap.error("fwd-caps: two files, regs_offline.py's --kernels fwd --rows-fwd record, then the card's "
-                 "launch_sweep.py --out record of the same rows")
+    if args.what in FILES and len(args.files) != FILES[args.what][0]:
+        ap.error(f"{args.what}: {FILES[args.what][1]}")
     if args.what == "offline" and len(args.files) > 2:
         ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
     try:
-        table = _render(args.what, args.files, masked, dense)
+        table = RENDER[args.what](args.files, masked, dense)
     except (KeyError, StopIteration, ValueError) as exc:
         ap.error(f"{args.what}: the files are not what this table reads ({type(exc).__name__}: {exc})")
     print(table)
-
-
-def _render(what: str, files: list[Path], masked: list[Path], dense: list[Path]) -> str:
-    if what == "dense":
-        return render_dense(masked, dense)
-    if what == "merge":
-        return render_ab(masked, dense, "held", "merged sums")
-    if what == "steps":
-        return render_steps(files)
-    if what == "held-offline":
-        return render_held_offline(*files)
-    if what == "butterfly-offline":
-        return render_butterfly_offline(files[0])
-    if what == "prefetch2-offline":
-        return render_prefetch2_offline(files[0])
-    if what == "dense-step":
-        return render_dense_step(*files)
-    if what == "fwd-profile":
-        return render_profile(files, "forward launch")
-    if what == "fwd-rows":
-        return render_fwd_rows(files[0])
-    if what == "fwd-offline":
-        return render_fwd_offline(files[0])
-    if what == "fwd-caps":
-        return render_fwd_caps(*files)
-    if what == "backends":
-        return render_backends(files)
-    if what == "offline":
-        return render_offline(files[0], H100_ROWS, files[1] if len(files) > 1 else None)
-    return render_profile(files) if what == "profile" else render_rows(files)
 
 
 if __name__ == "__main__":
