@@ -61,6 +61,8 @@ def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):
     bf = load_script("benchmarks/kernels/byte_floors.py")
     with pytest.raises(SystemExit, match="positive"):
         bf.main(["--copy-gbps", "0"])
+    with pytest.raises(SystemExit, match="--issue55 sets the target against profiled steps"):
+        bf.main(["--copy-gbps", "2933", "--issue55"])
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="bad.json: not a train_throughput.py result"):
@@ -69,6 +71,8 @@ def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):
     bf.main(["--copy-gbps", "2933", str(STEP), "--out", str(out)])
     assert [r["preset"] for r in json.loads(out.read_text())] == ["1b"]
     assert "1b" in capsys.readouterr().out
+    bf.main(["--copy-gbps", "2933", str(STEP), "--issue55"])
+    assert "| 1B |" in capsys.readouterr().out.split("share of copy now |")[1]
 
 
 def test_pair_e_dot_plans_and_its_refusal_without_a_gpu(monkeypatch):
