@@ -11,6 +11,8 @@
 # against MHAR under BACKWARDS (default: fold, the default backward; `fold gather` adds the gather
 # backward), 6 rounds and one profiled step per arm, each process under FOLD_TIMEOUT (110) seconds, so a
 # slow configuration costs only itself -> $OUT/${TAG}_fold_<config>.json.
+# VARIANTS (one KernelConfig spec, e.g. forward=lookahead) adds that MHAR arm to each `fold` process
+# (train_throughput.py --variant), interleaved with the others.
 # WITH_8K=0 leaves out `fold`'s first configuration (100m with 8,192 words), so that a call can give
 # its whole time to the larger presets.
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
@@ -57,8 +59,8 @@ if [[ $what == fold ]]; then
   for config in "${configs[@]}"; do
     name=${tag}_fold_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
-      --methods baseline mhar --routing-backward ${BACKWARDS:-fold} --rounds 6 --profile --commit "$commit" \
-      --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
+      --methods baseline mhar --routing-backward ${BACKWARDS:-fold} ${VARIANTS:+--variant $VARIANTS} --rounds 6 \
+      --profile --commit "$commit" --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
     echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   done
 fi
