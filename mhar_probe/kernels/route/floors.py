@@ -156,11 +156,12 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths()) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
-    whose sources are all at w_src (source 0's extra width in the backward is not counted)."""
+    whose sources are all at w_src (source 0's extra width in the backward is not counted);
+    `lookahead`: the forward's (`forward_bytes`)."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
     bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths), bwd,
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))
