@@ -424,7 +424,7 @@ def test_forward_bytes_are_those_of_the_launches(monkeypatch, lookahead):
         monkeypatch.setattr(rfwd, name, spy(name))
     S, D, H, P = 7, 8, 2, 3
     widths = StackWidths(src0=4, src=2, out=4, dout=4)
-    changes = dict(forward="lookahead") if lookahead else {}
+    changes = dict(forward="lookahead" if lookahead else "plain")
     stack = _projected_chain(lambda cap, params: poisoned_stack(cap, params, **changes), S, D, H, P)
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S)
