@@ -213,6 +213,25 @@ def render_prefetch2_offline(path: Path) -> str:
                           "loop LDL / STL", lambda r, loop: f"{loop['LDL']} / {loop['STL']}")
 
 
+def render_ahead_offline(path: Path) -> str:
+    """The forward at each shape's card row and one more row, as today's call (plain) and as the
+    lookahead's leading call (next: each row folded for itself and the next call; `regs_offline.py
+    --kernels fwd --ahead --loops`, experiment 7eb5fc8; the resuming call reads one row): registers,
+    spills, warps an SM, the main loop's warp-instructions an iteration (one source row), and per call
+    served (the leading call's loop serves two)."""
+    rows = [r for r in json.loads(path.read_text())["rows"] if r.get("ahead") in ("plain", "next")]
+    if not rows:
+        raise ValueError("no lookahead rows (regs_offline.py --kernels fwd --ahead)")
+    lines = ["| shape | row (block_p, num_warps, maxnreg, stages) | call | registers | spilled bytes | warps / SM by "
+             "registers | loop warp-instructions an iteration | per call served |", "|---|---|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        loop = max(r["loops"], key=lambda lp: lp["instructions"])["instructions"] * r["num_warps"]
+        served = 2 if r["ahead"] == "next" else 1
+        lines.append(f"| {r['shape']}-train | {tuple(r['cfg'])} | {r['ahead']} | {r['regs']} | {r['spill_stack_bytes']} "
+                     f"| {r['warps_per_sm_by_regs']} | {loop} | {loop / served:.0f} |")
+    return "\n".join(lines)
+
+
 def _kernel_ms(row: dict, prefixes: tuple[str, ...]) -> float:
     return sum(ms for name, ms in row["kernels_ms"].items() if name.startswith(prefixes))
 
@@ -265,28 +284,6 @@ def render_steps(paths: list[Path]) -> str:
                      f"{base['tokens_per_s']:,.0f} | {mhar['tokens_per_s']:,.0f} | {mhar['vs_baseline']:.3f} "
                      f"({lo:.3f}-{hi:.3f}) | {mhar['memory_vs_baseline']:.3f}x | {fold:.2f} | "
                      f"{mhar['profile']['device_ms_events']:.2f} |")
-    return "\n".join(lines)
-
-
-def render_lookahead(paths: list[Path]) -> str:
-    """The forward's lookahead in the training step (`VARIANTS=forward=lookahead run_on_device.sh fold`:
-    baseline, MHAR and MHAR with KernelConfig(forward="lookahead") interleaved in one process per preset):
-    per preset and arm, MHAR / baseline over the rounds, peak memory, the forward kernels' and the
-    routing category's ms in the profiled step, and the step's device ms."""
-    lines = ["| preset | card | arm | MHAR / baseline (rounds' range) | peak memory / baseline | forward kernels ms "
-             "| routing ms | MHAR step device ms |", "|---|---|---|---|---:|---:|---:|---:|"]
-    for path in paths:
-        doc = json.loads(path.read_text())
-        for r in doc["results"]:
-            if r["method"] == "baseline":
-                continue
-            prof = r["profile"]
-            fwd = sum(k[0] for k in prof["top_kernels"] if k[2].startswith("route_fwd"))
-            lo, hi = r["vs_baseline_range"]
-            arm = "lookahead" if r.get("routing_forward") == "lookahead" else "plain"
-            lines.append(f"| {r['preset']} | {doc['meta']['device']} | {arm} | {r['vs_baseline']:.3f} ({lo:.3f}-{hi:.3f}) "
-                         f"| {r['memory_vs_baseline']:.3f}x | {fwd:.2f} | {prof['categories_ms']['routing']:.2f} "
-                         f"| {prof['device_ms_events']:.2f} |")
     return "\n".join(lines)
 
 
@@ -398,7 +395,7 @@ RENDER = {
     "dense-step": lambda f, a, b: render_dense_step(*f),
     "merge": lambda f, a, b: render_ab(a, b, "held", "merged sums"),
     "steps": lambda f, a, b: render_steps(f),
-    "lookahead": lambda f, a, b: render_lookahead(f),
+    "ahead-offline": lambda f, a, b: render_ahead_offline(f[0]),
     "held-offline": lambda f, a, b: render_held_offline(*f),
     "butterfly-offline": lambda f, a, b: render_butterfly_offline(f[0]),
     "prefetch2-offline": lambda f, a, b: render_prefetch2_offline(f[0]),
@@ -412,6 +409,7 @@ RENDER = {
 FILES = {
     "dense-step": (2, "two files, the masked loop's step then DENSE's"),
     "prefetch2-offline": (1, "one file, the prefetch-2 experiment's regs_offline record"),
+    "ahead-offline": (1, "one file, the lookahead experiment's regs_offline record (--kernels fwd --ahead)"),
     "butterfly-offline": (1, "one file, the butterfly experiment's regs_offline record"),
     "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
