@@ -110,6 +110,7 @@ def test_results_page_holds_the_dense_tables(frt):
     (["fwd-offline", "benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "two files"),
     (["prefetch2-offline", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "not what this table reads"),
+    (["ahead-offline", "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json",
       "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
 ])
@@ -547,3 +548,38 @@ def test_results_page_holds_the_held_prefetch2_offline_table_and_its_numbers(frt
             f"{two['warps_per_sm_by_regs']} warps an SM without spilling, and spills more at 350M's cap") in text
     assert rows["350M", (1, 8, 2, 128, 0, 0)]["spill_stack_bytes"] > rows["350M", (1, 8, 1, 128, 0, 0)]["spill_stack_bytes"]
     assert "git revert d0d7528" in text and "ROWS_FOLD='[[1,8,2,0,0,0],[1,8,2,128,0,0],[1,4,2,0,0,0]]'" in text
+
+
+AHEAD = HERE / "regs_offline_2026-12-06_fwd_lookahead_7eb5fc8_triton3.6.json"
+
+
+def test_results_page_holds_the_lookahead_record_its_table_and_the_call_that_times_it(frt):
+    """The untimed lookahead (7eb5fc8, reverted in 66bc483): its offline table is the record's; the
+    prose's register and spill numbers are the record's; the plain forward's bytes at copy speed are
+    byte_floors' today, and the routing estimate follows from the stated bytes and the held steps'
+    forward and routing ms; the page names the revert and the call that times it."""
+    from script_checks import load_script
+
+    page = (HERE / "results.md").read_text()
+    assert frt.render_ahead_offline(AHEAD) in page
+    text = " ".join(page.split())
+    rows = {(r["shape"], tuple(r["cfg"]), r["ahead"]): r for r in json.loads(AHEAD.read_text())["rows"]}
+    lead, plain = rows["1B", (1, 1, 0, 3), "next"], rows["1B", (1, 1, 0, 3), "plain"]
+    two = rows["1B", (1, 2, 0, 3), "next"]
+    assert (f"at 1B's card row it needs {lead['regs']} registers and spills {lead['spill_stack_bytes']} bytes offline "
+            f"(and the card compiles the plain row to 242 registers, not {plain['regs']}); at two warps it takes "
+            f"{two['regs']} registers without spilling") in text and two["spill_stack_bytes"] == 0
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    plain_ms = [bf.floors(p, *bf.PAPER[p], 8, 8, 2933).built["fwd"] for p in ("100m", "350m", "1b")]
+    ahead_ms = [1.990, 2.788, 3.409]
+    assert (f"({' / '.join(f'{x:.3f}' for x in plain_ms)} ms at copy speed become "
+            f"{' / '.join(f'{x:.3f}' for x in ahead_ms)} ms)") in text
+    assert "77% / 66% / 62%" in text and [round(a / b, 2) for a, b in zip(ahead_ms, plain_ms)] == [0.77, 0.66, 0.62]
+    steps = [r for p in ("100m", "350m", "1b") for r in bf.step_rows(
+        json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_held_{p}.json").read_text()), 2933)]
+    cut = [r["groups"]["fwd"]["ms"] * (1 - a / b) for r, a, b in zip(steps, ahead_ms, plain_ms)]
+    after = [(r["routing_ms"] - c) / r["stack_ms"] for r, c in zip(steps, cut)]
+    assert (f"routing would take about {' / '.join(f'{c:.1f}' for c in cut)} ms less, about "
+            f"{' / '.join(f'{x:.2f}' for x in after)}x of the stack floor against "
+            f"{' / '.join(format(r['routing_x_stack'], '.2f') for r in steps)}x") in text
+    assert "`git revert 66bc483`" in text and "VARIANTS=forward=lookahead FOLD_TIMEOUT=150" in text
