@@ -551,6 +551,7 @@ def test_results_page_holds_the_held_prefetch2_offline_table_and_its_numbers(frt
 
 
 AHEAD = HERE / "regs_offline_2026-12-06_fwd_lookahead_7eb5fc8_triton3.6.json"
+AHEAD_BYTES = HERE / "lookahead_forward_bytes_7eb5fc8.json"
 
 
 def test_results_page_holds_the_lookahead_record_its_table_and_the_call_that_times_it(frt):
@@ -558,6 +559,8 @@ def test_results_page_holds_the_lookahead_record_its_table_and_the_call_that_tim
     prose's register and spill numbers are the record's; the plain forward's bytes at copy speed are
     byte_floors' today, and the routing estimate follows from the stated bytes and the held steps'
     forward and routing ms; the page names the revert and the call that times it."""
+    import sys
+
     from script_checks import load_script
 
     page = (HERE / "results.md").read_text()
@@ -566,15 +569,22 @@ def test_results_page_holds_the_lookahead_record_its_table_and_the_call_that_tim
     rows = {(r["shape"], tuple(r["cfg"]), r["ahead"]): r for r in json.loads(AHEAD.read_text())["rows"]}
     lead, plain = rows["1B", (1, 1, 0, 3), "next"], rows["1B", (1, 1, 0, 3), "plain"]
     two = rows["1B", (1, 2, 0, 3), "next"]
+    sys.path.insert(0, str(HERE))
+    from ncu_routing import summarise
+
+    card = summarise([str(HERE / "h100_fwd_ncu_1b_late_ab5556e.csv")])[0]["registers"]
     assert (f"at 1B's card row it needs {lead['regs']} registers and spills {lead['spill_stack_bytes']} bytes offline "
-            f"(and the card compiles the plain row to 242 registers, not {plain['regs']}); at two warps it takes "
+            f"(and the card compiles the plain row to {card:.0f} registers, not {plain['regs']}); at two warps it takes "
             f"{two['regs']} registers without spilling") in text and two["spill_stack_bytes"] == 0
+    # the bytes: the record of the lookahead tree's forward_bytes, its plain column today's byte model
     bf = load_script("benchmarks/kernels/byte_floors.py")
+    record = {r["preset"]: r for r in json.loads(AHEAD_BYTES.read_text())["rows"]}
     plain_ms = [bf.floors(p, *bf.PAPER[p], 8, 8, 2933).built["fwd"] for p in ("100m", "350m", "1b")]
-    ahead_ms = [1.990, 2.788, 3.409]
+    assert plain_ms == pytest.approx([record[p]["plain_bytes"] / 2933e6 for p in ("100m", "350m", "1b")])
+    ahead_ms = [record[p]["lookahead_bytes"] / 2933e6 for p in ("100m", "350m", "1b")]
     assert (f"({' / '.join(f'{x:.3f}' for x in plain_ms)} ms at copy speed become "
             f"{' / '.join(f'{x:.3f}' for x in ahead_ms)} ms)") in text
-    assert "77% / 66% / 62%" in text and [round(a / b, 2) for a, b in zip(ahead_ms, plain_ms)] == [0.77, 0.66, 0.62]
+    assert " / ".join(f"{a / b:.0%}" for a, b in zip(ahead_ms, plain_ms)) + " of its bytes" in text
     steps = [r for p in ("100m", "350m", "1b") for r in bf.step_rows(
         json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_held_{p}.json").read_text()), 2933)]
     cut = [r["groups"]["fwd"]["ms"] * (1 - a / b) for r, a, b in zip(steps, ahead_ms, plain_ms)]
