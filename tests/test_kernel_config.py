@@ -74,7 +74,7 @@ def test_every_field_with_choices_refuses_another_value_by_name():
     that names the field, the value and the choices (one check in __post_init__ serves them all)."""
     from mhar_probe.kernels.config import CHOICES
 
-    assert set(CHOICES) == {"routing_douts", "stack_backward"}
+    assert set(CHOICES) == {"routing_douts", "stack_backward", "forward"}
     for name, choices in CHOICES.items():
         for choice in choices:
             assert getattr(KernelConfig(**{name: choice}), name) == choice

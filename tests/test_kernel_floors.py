@@ -389,3 +389,62 @@ def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
     read_out_weights = P * sum(widths.src0 * D + widths.src * D * (n - 1) + widths.out * D + weight_bytes(n, H)
                                for n, _, _ in layout)
     assert appended == forward_bytes(layout, D, heads, P, widths) - read_out_weights == P * widths.src * D * (S - 1)
+
+
+@pytest.mark.parametrize("lookahead", [False, True])
+def test_forward_bytes_are_those_of_the_launches(monkeypatch, lookahead):
+    """A 7-call chain under bf16 autocast (d 8, H 2, an fp32 source 0 beside bf16 projections):
+    every per-position byte each forward launch loads (distinct elements) and stores (every store:
+    the logits, then the weights over them) in the sources, the appended tensor, the output, the
+    weights and the lookahead's state, from the interpreter's own loads and stores, is
+    `forward_bytes`; with the lookahead (KernelConfig(forward="lookahead")), calls 1, 3 and 5
+    resume and read one row each (`lookahead_pairs`), and the forward moves fewer bytes. A row a
+    resuming call read again, or a state it failed to read, would change the count."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.route.fwd as rfwd
+    from kernel_checks import poisoned_stack
+
+    from mhar_probe.kernels.route.floors import lookahead_pairs
+
+    traffic = _DoutTraffic(monkeypatch)
+    launchers = {name: getattr(rfwd, name) for name in ("_FWD", "_FWD_SPLIT")}
+    resumed: list[tuple[int, int]] = []
+
+    def spy(name):
+        def run(grid, args, consts, *rest):
+            if consts["RESUME"]:
+                resumed.append((args[13], args[20]))
+            # every per-position tensor: V0, V, OUT, W, X, WN, SACC, SML (not the queries, [d] each)
+            per_position = [args[i] for i in (0, 1, 7, 8, 10, 17, 18, 19)]
+            traffic.launch(launchers[name], grid, args, consts, rest, list({t.data_ptr(): t for t in per_position}.values()),
+                           every_store=True)
+        return run
+
+    for name in launchers:
+        monkeypatch.setattr(rfwd, name, spy(name))
+    S, D, H, P = 7, 8, 2, 3
+    widths = StackWidths(src0=4, src=2, out=4, dout=4)
+    changes = dict(forward="lookahead" if lookahead else "plain")
+    stack = _projected_chain(lambda cap, params: poisoned_stack(cap, params, **changes), S, D, H, P)
+    layout = [(c.n, c.j0, c.j1) for c in stack._calls]
+    assert layout == model_layout(S)
+    counted = sum(loaded + stored for loaded, stored in traffic.parts)
+    assert counted == forward_bytes(layout, D, [H] * S, P, widths, lookahead=lookahead)
+    if lookahead:  # (N, N0) of each resuming launch
+        assert resumed == [(2, 1), (4, 3), (6, 5)] and lookahead_pairs(layout, [H] * S) == {1: 1, 3: 3, 5: 5}
+    else:
+        assert not resumed
+
+
+def test_lookahead_moves_fewer_forward_bytes_at_the_paper_stacks():
+    """At the paper's stacks the lookahead's state (4 d + 8 H written and read per pair) costs less
+    than the rows it saves: the forward moves 77% / 66% / 62% of the plain forward's bytes at 100M /
+    350M / 1B (25 / 49 / 73 calls, H = 8). A short stack of narrow rows can move more (the chain
+    above: d 8, 7 calls)."""
+    shares = []
+    for calls, d, P in ((25, 512, 16384), (49, 1024, 4096), (73, 1280, 2048)):
+        layout, heads = model_layout(calls), [8] * calls
+        shares.append(forward_bytes(layout, d, heads, P, lookahead=True) / forward_bytes(layout, d, heads, P))
+    assert [round(x, 2) for x in shares] == [0.77, 0.66, 0.62]
+    small = model_layout(7)
+    assert forward_bytes(small, 8, [2] * 7, 3, lookahead=True) > forward_bytes(small, 8, [2] * 7, 3)

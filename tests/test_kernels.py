@@ -269,7 +269,7 @@ class _AppendSpy:
 
     def __getitem__(self, grid):
         def run(*args, **kwargs):
-            self.seen.append((args[-2], kwargs["APPEND"]))  # (..., P, N, eps)
+            self.seen.append((args[13], kwargs["APPEND"]))  # args[12:15]: P, N, eps
             return self.fn[grid](*args, **kwargs)
         return run
 

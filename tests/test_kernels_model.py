@@ -104,6 +104,24 @@ def test_model_fold_backward_matches_eager_cpu(method, folds):
     assert len(folds) >= 2
 
 
+@pytest.mark.parametrize("method", STACKED)
+def test_model_lookahead_forward_matches_eager_cpu(method, monkeypatch):
+    """Every shared-stack method under the forward's lookahead (KernelConfig(forward="lookahead"))
+    matches eager, and some call resumed from the state its previous call left."""
+    if torch.cuda.is_available():
+        pytest.skip("the GPU tests run the lookahead at model depth")
+    from mhar_probe.kernels import KernelConfig
+    from mhar_probe.kernels.route import fwd as route_fwd
+
+    resumed: list[int] = []
+    for name in ("_FWD", "_FWD_SPLIT"):
+        real = getattr(route_fwd, name)
+        monkeypatch.setattr(route_fwd, name, lambda grid, args, consts, *rest, _real=real: (
+            resumed.append(consts["RESUME"]), _real(grid, args, consts, *rest)))
+    _check(_small(method), "cpu", T=3, tol=2e-5, kernels=KernelConfig(forward="lookahead"))
+    assert sum(resumed) >= 1
+
+
 def _small(method: str = "mhar") -> MHARConfig:
     return MHARConfig.from_preset("tiny", residual_method=method, hidden_size=32, num_hidden_layers=2,
                                   num_attention_heads=4, num_key_value_heads=2, intermediate_size=48,

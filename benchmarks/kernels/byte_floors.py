@@ -6,7 +6,8 @@ For a preset's stack (2L + 1 calls, call c reading sources [0, c]; autocast's wi
     F4     the 4-byte floor (the kernel table's, issue 35's)
     stack  F4 with each call's output, dout and normaliser and each source's gradient counted
     built  the bytes the kernels move as launched (fwd, the dout-reading backward at fold_calls,
-           pair_e), each group divided by the copy bandwidth: its time at copy speed
+           pair_e), each group divided by the copy bandwidth: its time at copy speed; an arm
+           that ran the forward's lookahead (`routing_forward` "lookahead") has its forward's bytes
 
 With `train_throughput.py` JSON files, each MHAR arm's profiled step: its routing kernels'
 device ms per group (`profile.top_kernels`) against the group's built bytes (% of copy), the
@@ -57,13 +58,15 @@ class Floors:
         return sum(self.built.values())
 
 
-def floors(preset: str, batch: int, seq: int, heads: int, fold_calls: int, copy_gbps: float) -> Floors:
-    """The floors of `preset`'s stack over batch x seq positions (module docstring)."""
+def floors(preset: str, batch: int, seq: int, heads: int, fold_calls: int, copy_gbps: float,
+           lookahead: bool = False) -> Floors:
+    """The floors of `preset`'s stack over batch x seq positions (module docstring); `lookahead`:
+    the built forward's bytes under KernelConfig(forward="lookahead")."""
     d, L = PRESETS[preset]["hidden_size"], PRESETS[preset]["num_hidden_layers"]
     calls, positions = 2 * L + 1, batch * seq
     layout, per_call = model_layout(calls), [heads] * calls
     block_c = tables_for(DEFAULT).pair_e_config(d, heads)[0]
-    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c)
+    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c, lookahead=lookahead)
     ms = 1e-6 / copy_gbps  # bytes -> ms
     return Floors(four_byte_floor(layout, d, positions) * ms, stack_floor(layout, d, per_call, positions) * ms,
                   dict(fwd=built.fwd * ms, bwd=built.bwd * ms, pair_e=built.pair_e * ms))
@@ -87,7 +90,7 @@ def step_rows(doc: dict, copy_gbps: float) -> list[dict]:
         if r["method"] == "baseline" or not prof.get("top_kernels"):
             continue
         fl = floors(r["preset"], r["batch"], r["seq"], r.get("routing_heads") or 8,
-                    r.get("fold_calls") or 8, copy_gbps)
+                    r.get("fold_calls") or 8, copy_gbps, r.get("routing_forward") == "lookahead")
         got = group_ms(prof["top_kernels"])
         routing = prof["categories_ms"]["routing"]
         rows.append(dict(preset=r["preset"], arm=r["arm"], vocab=doc["meta"]["args"].get("vocab"),

@@ -104,13 +104,16 @@ def resources(fn, types: dict[str, str], consts: dict, num_warps: int, maxnreg: 
     return out
 
 
-def fwd_job(d: int, cfg: tuple) -> tuple:
+def fwd_job(d: int, cfg: tuple, ahead: tuple[int, int] = (0, 0)) -> tuple:
+    """The forward at row `cfg`; `ahead` = (NEXT, RESUME): the lookahead's leading or resuming call."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
-                 RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F)
+                 RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F, QN=F32, GN=F32, WN=F32, SACC=F32, SML=F32,
+                 N0=I32)
     # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES)
+                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES, NEXT=ahead[0],
+                 RESUME=ahead[1])
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
@@ -203,6 +206,9 @@ def main() -> None:
                          "compiled after each shape's built-in one (instead of the sweep list)")
     ap.add_argument("--dense", action="store_true",
                     help="fold kinds: compile the fold's DENSE reader loop (the model's folds) instead of the masked one")
+    ap.add_argument("--ahead", action="store_true",
+                    help="with --kernels fwd: also compile each row as the lookahead's leading call (NEXT) and "
+                         "resuming call (RESUME), KernelConfig(forward='lookahead')")
     ap.add_argument("--builtin-only", action="store_true",
                     help="compile only the built-in launch-table row of each shape (gather kinds, fwd)")
     args = ap.parse_args()
@@ -233,15 +239,19 @@ def main() -> None:
                 builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
                 extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold
                                     else fold_variants(builtin))]
-            for cfg in list(dict.fromkeys([*cfgs, *extra])):
-                fn, types, consts = make(d, cfg, True) if args.dense and make is fold_job else make(d, cfg)
+            variants = [(cfg, ahead) for cfg in dict.fromkeys([*cfgs, *extra])
+                        for ahead in ([(0, 0), (1, 0), (0, 1)] if kind == "fwd" and args.ahead else [None])]
+            for cfg, ahead in variants:
+                fn, types, consts = make(d, cfg, True) if args.dense and make is fold_job else \
+                    make(d, cfg, ahead) if ahead else make(d, cfg)
                 warps = cfg[warps_at]
                 maxnreg = (cfg[cap_at] or None) if cap_at is not None and len(cfg) > cap_at else None
                 res = resources(fn, types, consts, warps, maxnreg, with_loops=args.loops)
                 row = dict(kernel=fn.__name__, shape=shape, d=d, cfg=list(cfg), num_warps=warps,
-                           maxnreg=maxnreg, **({"dense": True} if consts.get("DENSE") else {}), **res)
+                           maxnreg=maxnreg, **({"dense": True} if consts.get("DENSE") else {}),
+                           **({"ahead": ["plain", "next", "resume"][ahead[0] + 2 * ahead[1]]} if ahead else {}), **res)
                 rows.append(row)
-                print(f"{fn.__name__:24s} {shape:5s} cfg {str(cfg):22s} regs {res['regs']:3d} "
+                print(f"{fn.__name__:24s} {shape:5s} cfg {str(cfg):22s} {row.get('ahead', ''):6s} regs {res['regs']:3d} "
                       f"spill {res['spill_stack_bytes']:4d} B  warps/SM by regs {res['warps_per_sm_by_regs']:2d}",
                       flush=True)
                 for lp in res.get("loops", []):

@@ -25,8 +25,9 @@ from typing import Literal
 #: the dout policy (`--routing-douts`, `KernelConfig.routing_douts`): the one tuple of its choices
 ROUTING_DOUTS = ("promoted", "storage")
 STACK_BACKWARDS = ("fold", "gather")
+FORWARDS = ("plain", "lookahead")
 #: the fields that take one of a set of choices, and their choices
-CHOICES = dict(routing_douts=ROUTING_DOUTS, stack_backward=STACK_BACKWARDS)
+CHOICES = dict(routing_douts=ROUTING_DOUTS, stack_backward=STACK_BACKWARDS, forward=FORWARDS)
 
 
 @dataclass(frozen=True)
@@ -46,13 +47,19 @@ class KernelConfig:
     calls' douts folded into per-source fp32 accumulators, so a dout is read about once per
     block instead of once per (call, source) pair. "gather": every source's gather reads the
     douts of all its readers (route/bwd_collect.py alone), kept to time against.
-    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1)."""
+    fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1).
+    forward: the forward of a stack built with its sites' parameters. "plain" (default): each
+    call reads all its rows. "lookahead": queries are parameters, so a call also folds the rows
+    it reads into the next call's online softmax (state: an fp32 [P, d] row and two per head),
+    and the next call reads only the rows appended since: in pairs of calls, the second reads
+    one row instead of all (route/fwd.py, NEXT and RESUME). The same terms, in another order."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
     launch_table: str | None = None
     stack_backward: Literal["fold", "gather"] = "fold"
     fold_calls: int = 8
+    forward: Literal["plain", "lookahead"] = "plain"
 
     def __post_init__(self) -> None:
         for name, choices in CHOICES.items():

@@ -416,6 +416,41 @@ def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     assert between < 1e-5, between
 
 
+@pytest.mark.parametrize("L,D,heads", [(12, 512, (8,)), (24, 1024, (8,)), (36, 1280, (8,)), (12, 1280, (8, 1, 4))])
+def test_lookahead_forward_at_model_depth(monkeypatch, L, D, heads):
+    """The forward's lookahead (KernelConfig(forward="lookahead"); compiled, fp32, 2L+1 calls, d/H
+    = 64, 128, 160 = 128 + 32): every weight and gradient within 1e-5 of the plain forward's, its
+    error against float64 within 1.5x of the plain forward's (plus 1e-7), bitwise repeatable, and
+    the calls pair up (each second call of a pair resumes; with H changing, where H repeats)."""
+    from mhar_probe.kernels.route import fwd as route_fwd
+
+    resumed = []
+    for name in ("_FWD", "_FWD_SPLIT"):
+        real = getattr(route_fwd, name)
+        monkeypatch.setattr(route_fwd, name, lambda grid, args, consts, *rest, _real=real: (
+            resumed.append(consts["RESUME"]), _real(grid, args, consts, *rest)))
+    kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
+    truth = stack_reads(_f64_stack, torch.float64, **kw)
+    plain = stack_reads(configured(), torch.float32, **kw)
+    resumed.clear()
+    ahead = stack_reads(configured(forward="lookahead"), torch.float32, **kw)
+    pairs = sum(resumed)
+    again = stack_reads(configured(forward="lookahead"), torch.float32, **kw)
+    ea = max(rel(a, b) for a, b in zip(ahead, truth))
+    ep = max(rel(a, b) for a, b in zip(plain, truth))
+    between = max(rel(a, b) for a, b in zip(ahead, plain))
+    record(test="lookahead_at_depth", L=L, D=D, heads=list(heads), resumed=pairs, ahead_vs_f64_max=ea,
+           plain_vs_f64_max=ep, ahead_vs_plain_max=between)
+    expect, lead = 0, None  # a call resumes where its leader had its H, else it leads the next
+    for c in range(2 * L + 1):
+        h = heads[c % len(heads)]
+        expect, lead = (expect + 1, None) if lead == h else (expect, h if c < 2 * L else None)
+    assert pairs == expect and expect >= L // 2
+    assert all(torch.equal(x, y) for x, y in zip(ahead, again))
+    assert ea <= 1.5 * ep + 1e-7, (ea, ep)
+    assert between < 1e-5, between
+
+
 def test_direct_launch_taken_and_bitwise_equal_to_tritons_path(monkeypatch):
     """The direct launch (`kernels/launch.py`) must pick the very kernel Triton's own lookup picks:
     the chain and the delta call give bitwise the same outputs and gradients through both paths,
@@ -679,8 +714,8 @@ def test_pair_e_split_dot_over_the_bf16_buffer_matches_ieee_dot(monkeypatch, D):
 
 
 @pytest.mark.parametrize("collect,changes", [(False, {}), (True, {}), (True, dict(fold_calls=2)),
-                                             (True, dict(stack_backward="gather"))],
-                         ids=["", "collect", "fold2", "gather"])
+                                             (True, dict(stack_backward="gather")), (True, dict(forward="lookahead"))],
+                         ids=["", "collect", "fold2", "gather", "lookahead"])
 def test_stack_fwd_bwd_replays_in_a_cuda_graph(collect, changes):
     """The routing autograd path is capturable (no host sync, host-built tables on the device
     once per layout): a chain's forward and backward captured with torch.cuda.graph, then replayed

@@ -34,7 +34,7 @@ from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
 from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due
-from mhar_probe.kernels.route.fwd import head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
+from mhar_probe.kernels.route.fwd import ForwardAhead, head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
 def kernel_settings(config: KernelConfig = DEFAULT) -> dict[str, object]:
@@ -248,6 +248,8 @@ class _Call:
     g: Tensor | None = None
     w: Tensor | None = None  # its weights, a view of the stack's flat W buffer (set in forward)
     res: Tensor | None = None  # collect mode, non-fp32 output: its rounding residual (forward)
+    lead_woff: int = -1  # lookahead: where the next call's W starts (this call writes its rows [0, n))
+    resume_from: int = 0  # lookahead: rows [0, resume_from) were folded by the previous call
 
 
 class _StackRoute(torch.autograd.Function):
@@ -350,6 +352,9 @@ class _StackState:
         self._chunks: dict[str, list] = {"out": [None, 0], "res": [None, 0]}
         self._bwd_next: int | None = None  # next call whose backward may run (None: fresh)
         self._bwd_top = -1
+        # forward="lookahead": (call, n, H, eps, dtype, W offset) the last call folded its rows for
+        self._lead: tuple[int, int, int, float, torch.dtype, int] | None = None
+        self._ahead_state: tuple[Tensor, Tensor] | None = None  # [P, d], [P, 2, H] fp32
 
     # -- forward ---------------------------------------------------------------------
     def append(self, x: Tensor) -> None:  # x: [B, T, d]
@@ -476,6 +481,47 @@ class _StackState:
         slot[1] = used + 1
         return chunk[used]
 
+    def _reserve_call(self, call: int, n: int, H: int, eps: float) -> _Call:
+        """The record of routing call `call` over rows [0, n), its weights' room reserved. With
+        forward="lookahead" (collect mode), a call that the previous one folded its rows for
+        resumes from that state, with its W continuing the rows the previous call wrote; any
+        other call leads, reserving the next call's first n rows of W after its own."""
+        P = self.row0.shape[0]
+        dtype = self._dtype_of(n)
+        rec = _Call(n, H, eps, -1, self._last_len, self._len, dtype)
+        lead, self._lead = self._lead, None
+        if lead is not None and lead[0] == call and n >= lead[1] and lead[2:5] == (H, eps, dtype) \
+                and self._w_used == lead[5] + lead[1] * P * H:  # its W right after the rows written
+            off = self._reserve_w((n - lead[1]) * P * H, H)
+            rec.woff, rec.resume_from = off - lead[1] * P * H, lead[1]
+        else:
+            rec.woff = self._reserve_w(n * P * H, H)
+            if self.collect and self.config.forward == "lookahead" and call + 1 < len(self._expect):
+                rec.lead_woff = self._reserve_w(n * P * H, H)
+                self._lead = (call + 1, n, H, eps, dtype, rec.lead_woff)
+        return rec
+
+    def _site_params(self, call: int) -> tuple[Tensor, Tensor]:
+        """Collect mode: the (query, key-norm weight) call `call` routes with."""
+        site, row = self._expect[call]
+        qp, gp = self._sites[site]
+        return (qp if row < 0 else qp[row]), gp
+
+    def _ahead(self, rec: _Call, call: int) -> ForwardAhead | None:
+        """The lookahead of call `call`'s forward launch (None: it has none)."""
+        if rec.lead_woff < 0 and not rec.resume_from:
+            return None
+        P, D = self.row0.shape
+        state = self._ahead_state
+        if state is None or state[1].shape[-1] != rec.H:
+            state = self._ahead_state = (_new((P, D), torch.float32, self.row0.device, self._poison),
+                                         _new((P, 2, rec.H), torch.float32, self.row0.device, self._poison))
+        nxt = None
+        if rec.lead_woff >= 0:
+            qn, gn = self._site_params(call + 1)
+            nxt = (qn.detach(), gn.detach(), self._w_flat[rec.lead_woff: rec.lead_woff + rec.n * P * rec.H])
+        return ForwardAhead(state, nxt, rec.resume_from)
+
     def _check_params(self, call: int, query: Tensor, norm_weight: Tensor) -> None:
         """Collect mode: call `call` must route with the parameters the stack was built with."""
         if call >= len(self._expect):
@@ -505,7 +551,8 @@ class _StackState:
             rec.res = self._carve("res", rec.dtype, call)
         append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
-                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables)
+                         v0=self.row0, res=rec.res, append=append, tables=self.launch_tables,
+                         ahead=self._ahead(rec, call))
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -854,9 +901,7 @@ class TritonSourceStack:
         call = len(st._calls)
         if st.collect:  # before anything is recorded: a refused call leaves the stack as it was
             st._check_params(call, query, norm_weight)
-        size = n * P * num_heads
-        woff = st._reserve_w(size, num_heads)
-        st._calls.append(_Call(n, num_heads, eps, woff, st._last_len, st._len, st._dtype_of(n)))
+        st._calls.append(st._reserve_call(call, n, num_heads, eps))
         st._last_len = st._len
         rows = [j for j, _ in self._pending]
         xs = [x for _, x in self._pending]

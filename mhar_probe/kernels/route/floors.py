@@ -83,17 +83,45 @@ def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
 
 def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
-                  widths: StackWidths = StackWidths()) -> int:
+                  widths: StackWidths = StackWidths(), lookahead: bool = False) -> int:
     """Bytes of the stack's forward launches as built (module docstring: fwd). A call appends
-    the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`)."""
+    the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`).
+
+    lookahead (`KernelConfig(forward="lookahead")`, the stack's pairing rule `lookahead_pairs`):
+    a leading call also writes the next call's softmax state (an fp32 row and 2 H fp32:
+    4 d + 8 H); the call that resumes reads that state instead of rows [0, n0), and reads only
+    rows [n0, n). The next call's logits of rows [0, n0) are written by the leader instead of by
+    it: `weight_bytes` of the resuming call, as before."""
+    resume = lookahead_pairs(layout, heads) if lookahead else {}
     total = 0
-    for (n, j0, j1), h in zip(layout, heads):
+    for c, ((n, j0, j1), h) in enumerate(zip(layout, heads)):
         appends = j1 == n and j0 == n - 1 and n > 1
-        rows = widths.src0 * d + widths.src * d * (n - 1)  # every source row read once
+        n0 = resume.get(c, 0)
+        if n0:  # rows [n0, n) read, and the state read
+            rows = widths.src * d * (n - n0) + 4 * d + 8 * h
+        else:  # every source row read once
+            rows = widths.src0 * d + widths.src * d * (n - 1)
+        if c + 1 in resume:  # the next call's state written
+            rows += 4 * d + 8 * h
         if appends:
             rows += widths.src * d  # ... and the appended one written into the buffer
         total += rows + widths.out * d + weight_bytes(n, h)
     return total * positions
+
+
+def lookahead_pairs(layout: Layout, heads: Sequence[int]) -> dict[int, int]:
+    """{call: n0} of the calls that resume under the forward's lookahead (`_StackState.
+    _reserve_call`): a call leads unless it resumes and a next call exists; the next call resumes
+    from the leader's n0 = n rows where it has the leader's H (and eps and dtype: one each here)
+    and reads at least those rows."""
+    out: dict[int, int] = {}
+    lead = None  # (n, H) of the leading call before this one
+    for c, ((n, _, _), h) in enumerate(zip(layout, heads)):
+        if lead is not None and lead[1] == h and n >= lead[0]:
+            out[c], lead = lead[0], None
+        else:
+            lead = (n, h) if c + 1 < len(layout) else None
+    return out
 
 
 def weight_bytes(n: int, h: int) -> int:
@@ -128,11 +156,12 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths()) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
-    whose sources are all at w_src (source 0's extra width in the backward is not counted)."""
+    whose sources are all at w_src (source 0's extra width in the backward is not counted);
+    `lookahead`: the forward's (`forward_bytes`)."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
     bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths), bwd,
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))

@@ -15,6 +15,7 @@ which the backward and the hooks read. `naive.route_reference_f64` is the plain 
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 
 import torch
@@ -70,11 +71,17 @@ def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
 
 
 @triton.jit
-def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
-              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
-    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits.
-    FOLD (no key rounding): `q` holds u = q * g and the logit is r * <u_h, v_h>."""
-    r = rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)  # [BP]
+def _row_rsqrt(v, eps, D: tl.constexpr):
+    """r = rsqrt(mean(v^2) + eps) of rows [BP, H, BK] -> [BP]."""
+    return rsqrt_acc(tl.sum(tl.sum(v * v, axis=2), axis=1) / D + eps)
+
+
+@triton.jit
+def _fwd_fold_row(v, r, q, g, m, l, acc, wptr, pmask, dtype: tl.constexpr, ROUND_KEY: tl.constexpr,
+                  ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
+    """Fold one source row [BP, H, BK] with its r [BP] into one call's online softmax; store
+    its raw logits at wptr. FOLD (no key rounding): `q` holds u = q * g and the logit is
+    r * <u_h, v_h>."""
     if FOLD:
         logit = r[:, None] * tl.sum(v * q[None, :, :], axis=2)  # [BP, H]
     else:
@@ -88,6 +95,14 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
     tl.store(wptr, logit, mask=pmask[:, None])
     m, l, acc, _, e = _softmax_fold(logit, m, l, acc, acc, False)
     return m, l + e, acc + e[:, :, None] * v
+
+
+@triton.jit
+def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.constexpr,
+              ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
+    """Fold one source row [BP, H, BK] into the online softmax; store its raw logits."""
+    r = _row_rsqrt(v, eps, D)
+    return _fwd_fold_row(v, r, q, g, m, l, acc, wptr, pmask, dtype, ROUND_KEY, ROUND_KEY2, FOLD)
 
 
 @triton.jit
@@ -111,10 +126,15 @@ def route_fwd_kernel(
     RES,  # [P, D] (HAS_RES): the output's rounding residual, fp32 mix - OUT, in OUT's dtype
     X, XDST,  # [P, D] each (APPEND): source N-1 as appended, and its row of V to copy it into
     P, N, eps,
+    QN, GN,  # [D] (NEXT): the next call's query and key-norm weight
+    WN,  # (NEXT) the next call's W: its raw logits of rows [0, N) written here
+    SACC, SML,  # [P, D], [P, 2, H] fp32: the next call's softmax state (NEXT writes, RESUME reads)
+    N0,  # (RESUME) rows [0, N0) are in the state; this call reads rows [N0, N)
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
+    NEXT: tl.constexpr, RESUME: tl.constexpr,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND (1): the source appended just before this call is read from X,
@@ -122,7 +142,14 @@ def route_fwd_kernel(
     append is this store, with no copy kernel and no second read of the row. It is loaded with
     row 0 and folded into the softmax right after it (no row held in registers through the
     loop; within fp32 rounding of reading it from V in the rows' order).
-    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>."""
+    FOLD (16-bit storage, no key rounding): the logit is r * <q*g, v>.
+
+    The lookahead (`KernelConfig.forward="lookahead"`): queries are parameters, so a call can
+    fold the rows it reads into the next call's softmax as well. NEXT: each row's r is shared,
+    the next call's raw logits go to WN and its state (m, l, acc: unnormalised) to SACC, SML.
+    RESUME: the call starts from that state and reads only the rows appended since (N0 on),
+    then turns all N of its logits into weights. Same terms as a call that reads every row,
+    the rows in another order (the appended one after row N0 - 1 instead of after row 0)."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -137,29 +164,62 @@ def route_fwd_kernel(
     if FOLD:
         q = q * g  # u = q * g
     wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+    sml = SML + offs_p[:, None] * (2 * H) + offs_h[None, :]  # [BP, H]: m; l at + H
     cdtype = OUT.dtype.element_ty  # the promoted dtype of the routed sources (rounding)
+    PH = P * H
 
-    m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_P, H], tl.float32)
-    acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
-    v0 = tl.load(V0 + row, mask=mask, other=0.0)
-    if APPEND:  # rows [1, NV) from V, row N-1 from X, loaded here and stored into V
+    if RESUME:  # the state the previous call left: rows [0, N0)
+        m = tl.load(sml, mask=pmask[:, None], other=0.0)
+        l = tl.load(sml + H, mask=pmask[:, None], other=0.0)
+        acc = tl.load(SACC + row, mask=mask, other=0.0)
+        start = N0
+    else:
+        m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_P, H], tl.float32)
+        acc = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
+        start = 1
+    if NEXT:
+        qn = tl.load(QN + col, mask=cmask, other=0.0).to(tl.float32)
+        gn = tl.load(GN + col, mask=cmask, other=0.0).to(tl.float32)
+        if FOLD:
+            qn = qn * gn
+        wnptr = WN + offs_p[:, None] * H + offs_h[None, :]
+        mn = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+        ln = tl.zeros([BLOCK_P, H], tl.float32)
+        accn = tl.zeros([BLOCK_P, H, BLOCK_K], tl.float32)
+    if APPEND:  # rows [start, NV) from V, row N-1 from X, loaded here and stored into V
         NV = N - 1
         vx = tl.load(X + row, mask=mask, other=0.0)
         tl.store(XDST + row, vx, mask=mask)
     else:
         NV = N
-    m, l, acc = _fwd_step(v0.to(tl.float32), q, g, m, l, acc, wptr, pmask, eps, D, cdtype,
-                          ROUND_KEY, ROUND_KEY2, FOLD)
+    if not RESUME:
+        v0 = tl.load(V0 + row, mask=mask, other=0.0).to(tl.float32)
+        r0 = _row_rsqrt(v0, eps, D)
+        m, l, acc = _fwd_fold_row(v0, r0, q, g, m, l, acc, wptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+        if NEXT:
+            mn, ln, accn = _fwd_fold_row(v0, r0, qn, gn, mn, ln, accn, wnptr, pmask, cdtype, ROUND_KEY,
+                                         ROUND_KEY2, FOLD)
     if APPEND:
-        m, l, acc = _fwd_step(vx.to(tl.float32), q, g, m, l, acc, wptr + NV * P * H, pmask, eps, D,
-                              cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+        vxf = vx.to(tl.float32)
+        rx = _row_rsqrt(vxf, eps, D)
+        m, l, acc = _fwd_fold_row(vxf, rx, q, g, m, l, acc, wptr + NV * PH, pmask, cdtype, ROUND_KEY,
+                                  ROUND_KEY2, FOLD)
+        if NEXT:
+            mn, ln, accn = _fwd_fold_row(vxf, rx, qn, gn, mn, ln, accn, wnptr + NV * PH, pmask, cdtype,
+                                         ROUND_KEY, ROUND_KEY2, FOLD)
     vptr = V + row
-    for n in tl.range(1, NV, num_stages=STAGES):
+    if RESUME:
+        vptr += (start - 1).to(tl.int64) * stride_vn
+    for n in tl.range(start, NV, num_stages=STAGES):
         vptr += stride_vn
         v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-        m, l, acc = _fwd_step(v, q, g, m, l, acc, wptr + n * P * H, pmask, eps, D, cdtype,
-                              ROUND_KEY, ROUND_KEY2, FOLD)
+        r = _row_rsqrt(v, eps, D)
+        m, l, acc = _fwd_fold_row(v, r, q, g, m, l, acc, wptr + n * PH, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
+                                  FOLD)
+        if NEXT:
+            mn, ln, accn = _fwd_fold_row(v, r, qn, gn, mn, ln, accn, wnptr + n * PH, pmask, cdtype, ROUND_KEY,
+                                         ROUND_KEY2, FOLD)
     o = div_acc(acc, l[:, :, None])
     if HAS_PARTIAL:
         if HAS_GATE:
@@ -169,6 +229,10 @@ def route_fwd_kernel(
     tl.store(OUT + row, o_st, mask=mask)
     if HAS_RES:
         tl.store(RES + row, (o - o_st.to(tl.float32)).to(RES.dtype.element_ty), mask=mask)
+    if NEXT:
+        tl.store(SACC + row, accn, mask=mask)
+        tl.store(sml, mn, mask=pmask[:, None])
+        tl.store(sml + H, ln, mask=pmask[:, None])
     _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
@@ -215,12 +279,16 @@ def block_rows(blk, P, D: tl.constexpr, BLOCK_P: tl.constexpr, cola, colb, cmask
 
 
 @triton.jit
-def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, D: tl.constexpr,
-                    dtype: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
-                    FOLD: tl.constexpr):
-    """`_fwd_step` for a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
+def _row_rsqrt_split(va, vb, eps, D: tl.constexpr):
+    """`_row_rsqrt` of a row held as two tiles [BP, H, K1] and [BP, H, BLOCK_K2]."""
     ss = tl.sum(tl.sum(va * va, axis=2), axis=1) + tl.sum(tl.sum(vb * vb, axis=2), axis=1)
-    r = rsqrt_acc(ss / D + eps)  # [BP]
+    return rsqrt_acc(ss / D + eps)  # [BP]
+
+
+@triton.jit
+def _fwd_fold_row_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, dtype: tl.constexpr,
+                        ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, FOLD: tl.constexpr):
+    """`_fwd_fold_row` for a row held as two tiles."""
     if FOLD:  # qa, qb hold u = q * g
         logit = r[:, None] * (tl.sum(va * qa[None, :, :], axis=2) + tl.sum(vb * qb[None, :, :], axis=2))
     else:
@@ -243,12 +311,12 @@ def _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask, eps, 
 @triton.jit
 def route_fwd_split_kernel(
     V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST,  # as route_fwd_kernel
-    P, N, eps,
+    P, N, eps, QN, GN, WN, SACC, SML, N0,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-    W_STAGES: tl.constexpr,
+    W_STAGES: tl.constexpr, NEXT: tl.constexpr, RESUME: tl.constexpr,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -264,15 +332,36 @@ def route_fwd_split_kernel(
         qa = qa * ga
         qb = qb * gb
     wptr = W + offs_p[:, None] * H + offs_h[None, :]  # [BP, H]
+    sml = SML + offs_p[:, None] * (2 * H) + offs_h[None, :]  # [BP, H]: m; l at + H
     cdtype = OUT.dtype.element_ty
+    PH = P * H
 
-    m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
-    l = tl.zeros([BLOCK_P, H], tl.float32)
-    acca = tl.zeros([BLOCK_P, H, K1], tl.float32)
-    accb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
-    v0a = tl.load(V0 + rowa, mask=maska, other=0.0)
-    v0b = tl.load(V0 + rowb, mask=maskb, other=0.0)
-    if APPEND:  # rows [1, NV) from V, row N-1 from X (see route_fwd_kernel)
+    if RESUME:
+        m = tl.load(sml, mask=pmask[:, None], other=0.0)
+        l = tl.load(sml + H, mask=pmask[:, None], other=0.0)
+        acca = tl.load(SACC + rowa, mask=maska, other=0.0)
+        accb = tl.load(SACC + rowb, mask=maskb, other=0.0)
+        start = N0
+    else:
+        m = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+        l = tl.zeros([BLOCK_P, H], tl.float32)
+        acca = tl.zeros([BLOCK_P, H, K1], tl.float32)
+        accb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
+        start = 1
+    if NEXT:
+        qna = tl.load(QN + cola, mask=cmaska, other=0.0).to(tl.float32)
+        qnb = tl.load(QN + colb, mask=cmaskb, other=0.0).to(tl.float32)
+        gna = tl.load(GN + cola, mask=cmaska, other=0.0).to(tl.float32)
+        gnb = tl.load(GN + colb, mask=cmaskb, other=0.0).to(tl.float32)
+        if FOLD:
+            qna = qna * gna
+            qnb = qnb * gnb
+        wnptr = WN + offs_p[:, None] * H + offs_h[None, :]
+        mn = tl.full([BLOCK_P, H], float("-inf"), tl.float32)
+        ln = tl.zeros([BLOCK_P, H], tl.float32)
+        accna = tl.zeros([BLOCK_P, H, K1], tl.float32)
+        accnb = tl.zeros([BLOCK_P, H, BLOCK_K2], tl.float32)
+    if APPEND:  # rows [start, NV) from V, row N-1 from X (see route_fwd_kernel)
         NV = N - 1
         vxa = tl.load(X + rowa, mask=maska, other=0.0)
         vxb = tl.load(X + rowb, mask=maskb, other=0.0)
@@ -280,23 +369,42 @@ def route_fwd_split_kernel(
         tl.store(XDST + rowb, vxb, mask=maskb)
     else:
         NV = N
-    m, l, acca, accb = _fwd_step_split(v0a.to(tl.float32), v0b.to(tl.float32), qa, qb, ga, gb, m, l,
-                                       acca, accb, wptr, pmask, eps, D, cdtype, ROUND_KEY, ROUND_KEY2,
-                                       FOLD)
+    if not RESUME:
+        v0a = tl.load(V0 + rowa, mask=maska, other=0.0).to(tl.float32)
+        v0b = tl.load(V0 + rowb, mask=maskb, other=0.0).to(tl.float32)
+        r0 = _row_rsqrt_split(v0a, v0b, eps, D)
+        m, l, acca, accb = _fwd_fold_row_split(v0a, v0b, r0, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask,
+                                               cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+        if NEXT:
+            mn, ln, accna, accnb = _fwd_fold_row_split(v0a, v0b, r0, qna, qnb, gna, gnb, mn, ln, accna, accnb,
+                                                       wnptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
     if APPEND:
-        m, l, acca, accb = _fwd_step_split(vxa.to(tl.float32), vxb.to(tl.float32), qa, qb, ga, gb, m, l,
-                                           acca, accb, wptr + NV * P * H, pmask, eps, D, cdtype,
-                                           ROUND_KEY, ROUND_KEY2, FOLD)
+        vxa = vxa.to(tl.float32)
+        vxb = vxb.to(tl.float32)
+        rx = _row_rsqrt_split(vxa, vxb, eps, D)
+        m, l, acca, accb = _fwd_fold_row_split(vxa, vxb, rx, qa, qb, ga, gb, m, l, acca, accb, wptr + NV * PH,
+                                               pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+        if NEXT:
+            mn, ln, accna, accnb = _fwd_fold_row_split(vxa, vxb, rx, qna, qnb, gna, gnb, mn, ln, accna, accnb,
+                                                       wnptr + NV * PH, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
+                                                       FOLD)
     pa = V + rowa  # as in route_fwd_kernel: Triton's pipeliner, STAGES-1 rows ahead
     pb = V + rowb
-    for n in tl.range(1, NV, num_stages=STAGES):
+    if RESUME:
+        pa += (start - 1).to(tl.int64) * stride_vn
+        pb += (start - 1).to(tl.int64) * stride_vn
+    for n in tl.range(start, NV, num_stages=STAGES):
         pa += stride_vn
         pb += stride_vn
         va = tl.load(pa, mask=maska, other=0.0).to(tl.float32)
         vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
-        m, l, acca, accb = _fwd_step_split(va, vb, qa, qb, ga, gb, m, l, acca, accb,
-                                           wptr + n * P * H, pmask, eps, D, cdtype, ROUND_KEY,
-                                           ROUND_KEY2, FOLD)
+        r = _row_rsqrt_split(va, vb, eps, D)
+        m, l, acca, accb = _fwd_fold_row_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr + n * PH,
+                                               pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
+        if NEXT:
+            mn, ln, accna, accnb = _fwd_fold_row_split(va, vb, r, qna, qnb, gna, gnb, mn, ln, accna, accnb,
+                                                       wnptr + n * PH, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
+                                                       FOLD)
     oa = div_acc(acca, l[:, :, None])
     ob = div_acc(accb, l[:, :, None])
     if HAS_PARTIAL:
@@ -313,6 +421,11 @@ def route_fwd_split_kernel(
     if HAS_RES:
         tl.store(RES + rowa, (oa - oa_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maska)
         tl.store(RES + rowb, (ob - ob_st.to(tl.float32)).to(RES.dtype.element_ty), mask=maskb)
+    if NEXT:
+        tl.store(SACC + rowa, accna, mask=maska)
+        tl.store(SACC + rowb, accnb, mask=maskb)
+        tl.store(sml, mn, mask=pmask[:, None])
+        tl.store(sml + H, ln, mask=pmask[:, None])
     _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
 
 
@@ -331,11 +444,33 @@ def logit_form(out_dtype: torch.dtype, weight_dtype: torch.dtype, narrow_storage
     return rk, rk2, narrow_storage and not (rk or rk2)
 
 
+@dataclasses.dataclass(frozen=True)
+class ForwardAhead:
+    """The forward's lookahead for one launch (`route_fwd_kernel`'s NEXT and RESUME).
+
+    state: (SACC [P, D], SML [P, 2, H]) fp32, the next call's unnormalised softmax state.
+    next: (query, key-norm weight, W [>= N, P, H]) of the next call: this launch also folds its
+      rows [0, N) into that call's softmax (raw logits into W's first N rows, the rest into state).
+    resume_from: N0 > 0: this launch starts from the state over rows [0, N0) and reads [N0, N)."""
+
+    state: tuple[Tensor, Tensor]
+    next: tuple[Tensor, Tensor, Tensor] | None = None
+    resume_from: int = 0
+
+
+def ahead_args(ahead: ForwardAhead | None, query: Tensor, norm_weight: Tensor, W: Tensor) -> tuple:
+    """(QN, GN, WN, SACC, SML, N0) of a forward launch; placeholders where unused."""
+    if ahead is None:
+        return query, norm_weight, W, W, W, 0
+    qn, gn, wn = ahead.next if ahead.next is not None else (query, norm_weight, W)
+    return qn, gn, wn, *ahead.state, ahead.resume_from
+
+
 def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tensor, num_heads: int,
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
                      res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
-                     tables: LaunchTables | None = None) -> None:
+                     tables: LaunchTables | None = None, ahead: ForwardAhead | None = None) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
@@ -345,14 +480,18 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
-    output follow `out.dtype`, the promoted dtype of the routed sources."""
+    output follow `out.dtype`, the promoted dtype of the routed sources.
+    `ahead`: the lookahead (`ForwardAhead`; `route_fwd_kernel`'s NEXT and RESUME)."""
+    if ahead is not None and partial is not None:
+        raise ValueError("the forward's lookahead is for a source stack's calls, not the delta form")
+    nxt, resume = (0, 0) if ahead is None else (int(ahead.next is not None), int(ahead.resume_from > 0))
     has_partial, has_gate = partial is not None, partial is not None and gate is not None
     D = V.shape[-1]
     if tables is None:
         tables = tables_for(DEFAULT)
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                0 if append is None else 1)
+                0 if append is None else 1, nxt, resume)
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -360,13 +499,14 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     launcher = _FWD_SPLIT if split else _FWD  # looked up per call: tests swap the launchers
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, W,
-            out if res is None else res, *((out, out) if append is None else append), P, N, eps)
+            out if res is None else res, *((out, out) if append is None else append), P, N, eps,
+            *ahead_args(ahead, query, norm_weight, W))
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool,
-              append: int) -> tuple[bool, int, dict, int, int | None]:
+              append: int, nxt: int = 0, resume: int = 0) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep that changes the configs gets new plans). Host time per routing call matters:
@@ -384,7 +524,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
-                 W_STAGES=W_STAGES)
+                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
