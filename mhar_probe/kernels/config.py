@@ -48,18 +48,19 @@ class KernelConfig:
     block instead of once per (call, source) pair. "gather": every source's gather reads the
     douts of all its readers (route/bwd_collect.py alone), kept to time against.
     fold_calls: the block size Cb of the fold-block backward (calls per fold, >= 1).
-    forward: the forward of a stack built with its sites' parameters. "plain" (default): each
-    call reads all its rows. "lookahead": queries are parameters, so a call also folds the rows
-    it reads into the next call's online softmax (state: an fp32 [P, d] row and two per head),
-    and the next call reads only the rows appended since: in pairs of calls, the second reads
-    one row instead of all (route/fwd.py, NEXT and RESUME). The same terms, in another order."""
+    forward: the forward of a stack built with its sites' parameters. "lookahead" (default):
+    queries are parameters, so a call also folds the rows it reads into the next call's online
+    softmax (state: an fp32 [P, d] row and two per head), and the next call reads only the rows
+    appended since: in pairs of calls, the second reads one row instead of all (route/fwd.py,
+    NEXT and RESUME). The same terms, in another order. "plain": each call reads all its rows,
+    kept to time against."""
 
     routing_douts: Literal["promoted", "storage"] = "promoted"
     poison: bool = False
     launch_table: str | None = None
     stack_backward: Literal["fold", "gather"] = "fold"
     fold_calls: int = 8
-    forward: Literal["plain", "lookahead"] = "plain"
+    forward: Literal["plain", "lookahead"] = "lookahead"
 
     def __post_init__(self) -> None:
         for name, choices in CHOICES.items():
