@@ -3,6 +3,8 @@ pair_e's bytes counted from the launches a real stack makes in the interpreter."
 
 from __future__ import annotations
 
+import functools
+
 import pytest
 import torch
 
@@ -87,7 +89,7 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     item_lists = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: args[4].tolist())  # (j, c0) rows
     S, D, H, P, block_c = 6, 8, 2, 3, 4
     monkeypatch.setattr(kad, "pair_e_plan", _with_block_c(kad.pair_e_plan, block_c))
-    stack = _mixed_chain(poisoned_stack, S, D, H, P)
+    stack = _mixed_chain(functools.partial(poisoned_stack, forward="plain"), S, D, H, P)
     fwd_seen = fwd_seen + fwd_split_seen
     items_seen = [tuple(r) for items in item_lists for r in items]
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
@@ -378,7 +380,7 @@ def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
         monkeypatch.setattr(rfwd, name, spy_fwd(name))
     S, D, H, P = 6, 8, 2, 3
     widths = StackWidths(src0=4, src=2, out=4, dout=4)
-    stack = _projected_chain(poisoned_stack, S, D, H, P)
+    stack = _projected_chain(functools.partial(poisoned_stack, forward="plain"), S, D, H, P)
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S) and stack.buffer.dtype == torch.bfloat16
     assert kinds == [0] + [1] * (S - 1)

@@ -15,10 +15,11 @@ triton = pytest.importorskip("triton")
 
 from mhar_probe.kernels.route import fwd as route_fwd  # noqa: E402
 
-from kernel_checks import POISON, poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
+from kernel_checks import poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
 from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
 
 AHEAD = poisoned(forward="lookahead")
+PLAIN = poisoned(forward="plain")
 
 
 def _spy_forward(monkeypatch) -> list:
@@ -84,7 +85,7 @@ def test_lookahead_is_the_plain_forward_and_bitwise_repeatable():
     S, D = 6, 40
     heads = [8] * S
     leaves = _leaves(D, S, heads, 0, 11, torch.float32)
-    plain = _run(leaves, S, heads, POISON, half_sources=True)
+    plain = _run(leaves, S, heads, PLAIN, half_sources=True)
     ahead = [_run(leaves, S, heads, AHEAD, half_sources=True) for _ in range(2)]
     for i, (a, b) in enumerate(zip(ahead[0], plain)):
         assert a.dtype == b.dtype and rel(a, b) < 1e-5, i
@@ -114,7 +115,7 @@ def test_lookahead_drops_a_state_the_next_call_cannot_use():
         return [*outs, *torch.autograd.grad(loss, [leaf])], [(c.resume_from, c.lead_woff >= 0) for c in stack._calls]
 
     got, calls = run(AHEAD)
-    want, _ = run(POISON)
+    want, _ = run(PLAIN)
     # call 1 reads 2 < 3 rows: it does not resume; it leads instead, and call 2 resumes from its 2
     assert calls == [(0, True), (0, True), (2, False)]
     for a, b in zip(got, want):

@@ -431,7 +431,7 @@ def test_lookahead_forward_at_model_depth(monkeypatch, L, D, heads):
             resumed.append(consts["RESUME"]), _real(grid, args, consts, *rest)))
     kw = dict(L=L, D=D, heads=heads, hw=0, collect=True)
     truth = stack_reads(_f64_stack, torch.float64, **kw)
-    plain = stack_reads(configured(), torch.float32, **kw)
+    plain = stack_reads(configured(forward="plain"), torch.float32, **kw)
     resumed.clear()
     ahead = stack_reads(configured(forward="lookahead"), torch.float32, **kw)
     pairs = sum(resumed)
