@@ -316,7 +316,7 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_bac
     monkeypatch.setattr(kad, "STACK_FOLD_HELD", held_spy)
     S, D, H, P = 6, 8, 2, 3
     stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
-                                                             fold_calls=fold_calls, **_held_config(tmp_path, held)),
+                                                             fold_calls=fold_calls, forward="plain", **_held_config(tmp_path, held)),
                          S, D, H, P)
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S) and seen == backward_plan(layout, S - 1, fold_calls if stack_backward == "fold" else 0)
