@@ -416,12 +416,13 @@ def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     assert between < 1e-5, between
 
 
-@pytest.mark.parametrize("L,D,heads", [(12, 512, (8,)), (24, 1024, (8,)), (36, 1280, (8,)), (12, 1280, (8, 1, 4))])
+@pytest.mark.parametrize("L,D,heads", [(12, 512, (8,)), (24, 1024, (8,)), (36, 1280, (8,)), (12, 1280, (8, 8, 1, 4))])
 def test_lookahead_forward_at_model_depth(monkeypatch, L, D, heads):
     """The forward's lookahead (KernelConfig(forward="lookahead"); compiled, fp32, 2L+1 calls, d/H
     = 64, 128, 160 = 128 + 32): every weight and gradient within 1e-5 of the plain forward's, its
     error against float64 within 1.5x of the plain forward's (plus 1e-7), bitwise repeatable, and
-    the calls pair up (each second call of a pair resumes; with H changing, where H repeats)."""
+    the calls pair up (each second call of a pair resumes; with H changing, where the next call's H
+    repeats its leader's: 8, 8, 1, 4 pairs each 8 with the 8 after it, never 1 or 4)."""
     from mhar_probe.kernels.route import fwd as route_fwd
 
     resumed = []
