@@ -287,6 +287,29 @@ def render_steps(paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def render_lookahead(paths: list[Path]) -> str:
+    """The forward's lookahead in the training step (`VARIANTS=forward=... run_on_device.sh fold`:
+    baseline, MHAR and MHAR with the other KernelConfig.forward interleaved in one process per preset):
+    per preset and MHAR arm, its forward, MHAR / baseline over the rounds, peak memory, the forward
+    kernels' and the routing category's ms in the profiled step, and the step's device ms."""
+    lines = ["| preset | tree | card | forward | MHAR / baseline (rounds' range) | peak memory / baseline "
+             "| forward kernels ms | routing ms | MHAR step device ms |", "|---|---|---|---|---|---:|---:|---:|---:|"]
+    for path in paths:
+        doc = json.loads(path.read_text())
+        vocab = doc["meta"]["args"].get("vocab")
+        for r in doc["results"]:
+            if r["method"] == "baseline":
+                continue
+            prof = r["profile"]
+            fwd = sum(k[0] for k in prof["top_kernels"] if k[2].startswith("route_fwd"))
+            lo, hi = r["vs_baseline_range"]
+            preset = r["preset"] + (f", {vocab:,} words" if vocab and vocab != PRESET_VOCAB else "")
+            lines.append(f"| {preset} | {doc['meta']['commit']} | {doc['meta']['device']} | {r['routing_forward']} "
+                         f"| {r['vs_baseline']:.3f} ({lo:.3f}-{hi:.3f}) | {r['memory_vs_baseline']:.3f}x | {fwd:.2f} "
+                         f"| {prof['categories_ms']['routing']:.2f} | {prof['device_ms_events']:.2f} |")
+    return "\n".join(lines)
+
+
 def render_dense_step(masked: Path, dense: Path) -> str:
     """The same A/B inside the training step (train_throughput.py --presets 1b --methods baseline mhar
     --profile, one process per tree in one call): MHAR / baseline and the step's fold kernel ms."""
@@ -396,6 +419,7 @@ RENDER = {
     "merge": lambda f, a, b: render_ab(a, b, "held", "merged sums"),
     "steps": lambda f, a, b: render_steps(f),
     "ahead-offline": lambda f, a, b: render_ahead_offline(f[0]),
+    "lookahead": lambda f, a, b: render_lookahead(f),
     "held-offline": lambda f, a, b: render_held_offline(*f),
     "butterfly-offline": lambda f, a, b: render_butterfly_offline(f[0]),
     "prefetch2-offline": lambda f, a, b: render_prefetch2_offline(f[0]),
