@@ -14,13 +14,14 @@
 # VARIANTS (one KernelConfig spec, e.g. forward=lookahead) adds that MHAR arm to each `fold` process
 # (train_throughput.py --variant), interleaved with the others.
 # WITH_8K=0 leaves out `fold`'s first configuration (100m with 8,192 words), so that a call can give
-# its whole time to the larger presets.
+# its whole time to the larger presets; an empty PRESETS ("") runs that configuration alone (PRESETS
+# left out: all three presets).
 # TAG (default h100) names the JSON files: TAG=h200 on an H200.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir .whl/*.whl 2>/dev/null
-what=${1:-all}; commit=${2:-}; presets=${3:-100m 350m 1b}; tag=${TAG:-h100}
+what=${1:-all}; commit=${2:-}; presets=${3-100m 350m 1b}; tag=${TAG:-h100}
 configs=("100m --vocab 8192" $presets); [[ ${WITH_8K:-1} == 0 ]] && configs=($presets)
 bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json (METHODS: the arms)
   local name=$1; shift
