@@ -701,3 +701,33 @@ def test_the_step_page_holds_the_lookahead_steps_and_issue55s_table(frt):
     assert (f"| {e['vs_baseline']:.3f}, peak {e['memory_vs_baseline']:.3f}x | | | measured (f53536d); against 100M's "
             f"targets it misses MHAR / baseline by {0.90 - round(e['vs_baseline'], 3):.3f} and peak memory by "
             f"{round(e['memory_vs_baseline'], 3) - 1.04:.3f}") in flat
+
+
+AHEAD_ROWS = HERE / "regs_offline_2026-12-06_fwd_lookahead_rows_20a898a_triton3.6.json"
+
+
+def test_results_page_holds_the_leading_calls_rows_offline_and_their_numbers(frt):
+    """The offline rows for the lookahead's leading call: the table is the record's, and the prose's
+    registers, spills and warps an SM are its numbers."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_ahead_offline(AHEAD_ROWS) in page
+    text = " ".join(page.replace("**", "").split())
+    rows = {(r["shape"], tuple(r["cfg"]), r["ahead"]): r for r in json.loads(AHEAD_ROWS.read_text())["rows"]}
+
+    def lead(shape, cfg):
+        return rows[shape, cfg, "next"]
+
+    two, two5, four = lead("1B", (1, 2, 0, 4)), lead("1B", (1, 2, 0, 5)), lead("1B", (1, 4, 0, 3))
+    assert two["regs"] == two5["regs"] and two["spill_stack_bytes"] == two5["spill_stack_bytes"] == 0
+    assert (f"At 1B two warps (1, 2, 0, 4 or 5) take the leading call to {two['regs']} registers without spilling "
+            f"({two['warps_per_sm_by_regs']} warps an SM) and four warps to {four['regs']} "
+            f"({four['warps_per_sm_by_regs']}); every register cap tried spills there") in text
+    assert all(r["spill_stack_bytes"] > 0 for (s, c, a), r in rows.items() if s == "1B" and a == "next" and c[2])
+    cap, card, four = lead("350M", (1, 2, 128, 4)), lead("350M", (1, 2, 0, 4)), lead("350M", (1, 4, 0, 3))
+    assert cap["spill_stack_bytes"] == 0
+    assert (f"holds the leading call to {cap['regs']} registers without spilling ({cap['warps_per_sm_by_regs']} warps "
+            f"an SM against {card['warps_per_sm_by_regs']}), and four warps to {four['regs']} "
+            f"({four['warps_per_sm_by_regs']})") in text
+    two, card = lead("100M", (1, 2, 0, 4)), lead("100M", (1, 1, 0, 5))
+    assert (f"At 100M two warps hold it to {two['regs']} registers ({two['warps_per_sm_by_regs']} warps an SM "
+            f"against {card['warps_per_sm_by_regs']})") in text
