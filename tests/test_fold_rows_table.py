@@ -6,6 +6,8 @@ from __future__ import annotations
 import csv
 import importlib.util
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -111,13 +113,11 @@ def test_results_page_holds_the_dense_tables(frt):
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "two files"),
     (["prefetch2-offline", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "not what this table reads"),
     (["ahead-offline", "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
+    (["lookahead", "benchmarks/kernels/h100_fold_held_prefetch2_a7a1d54.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json",
       "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
 ])
 def test_bad_input_is_one_message_and_exit_2(args, says):
-    import subprocess
-    import sys
-
     run = subprocess.run([sys.executable, str(HERE / "fold_rows_table.py"), *args], cwd=ROOT,
                          capture_output=True, text=True)
     assert run.returncode == 2 and says in run.stderr and "Traceback" not in run.stderr, run.stderr
@@ -430,7 +430,6 @@ def test_the_new_sections_other_prose_numbers_are_the_files(frt):
     """The remaining numbers the 2026-12-06 sections quote in prose: the kernel table against
     2026-11-27 and its extra peak memory, the forward's profile, the one-warp two-source rows, the
     two-tile kernel's one-source row, and the 8k step against the paper's 100M."""
-    import sys
 
     page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
     rows = [r for n in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json")
@@ -590,7 +589,6 @@ def test_results_page_holds_the_lookahead_record_and_its_timing(frt):
     speed are byte_floors'; the step table is the step files', and the prose's gains, forward and
     routing ms, the estimate that did not hold, the share of copy and issue 55's table are recomputed
     from them."""
-    import sys
 
     from script_checks import load_script
 
@@ -731,3 +729,14 @@ def test_results_page_holds_the_leading_calls_rows_offline_and_their_numbers(frt
     two, card = lead("100M", (1, 2, 0, 4)), lead("100M", (1, 1, 0, 5))
     assert (f"At 100M two warps hold it to {two['regs']} registers ({two['warps_per_sm_by_regs']} warps an SM "
             f"against {card['warps_per_sm_by_regs']})") in text
+
+
+def test_lookahead_table_reads_step_files_from_before_the_lookahead_as_plain(frt):
+    """A step file made before arms recorded their forward (h100_step_held_*.json: every arm ran the
+    plain forward) renders with the plain forward, not an error."""
+    step = ROOT / "benchmarks" / "train_throughput"
+    doc = json.loads((step / "h100_step_held_1b.json").read_text())
+    assert all("routing_forward" not in r for r in doc["results"])
+    table = frt.render_lookahead([step / "h100_step_held_1b.json"])
+    mhar = next(r for r in doc["results"] if r["arm"] == "mhar")
+    assert f"| 1b | {doc['meta']['commit']} | {doc['meta']['device']} | plain | {mhar['vs_baseline']:.3f} " in table

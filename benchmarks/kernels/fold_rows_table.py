@@ -304,7 +304,8 @@ def render_lookahead(paths: list[Path]) -> str:
             fwd = sum(k[0] for k in prof["top_kernels"] if k[2].startswith("route_fwd"))
             lo, hi = r["vs_baseline_range"]
             preset = r["preset"] + (f", {vocab:,} words" if vocab and vocab != PRESET_VOCAB else "")
-            lines.append(f"| {preset} | {doc['meta']['commit']} | {doc['meta']['device']} | {r['routing_forward']} "
+            forward = r.get("routing_forward") or "plain"  # files made before the lookahead ran the plain forward
+            lines.append(f"| {preset} | {doc['meta']['commit']} | {doc['meta']['device']} | {forward} "
                          f"| {r['vs_baseline']:.3f} ({lo:.3f}-{hi:.3f}) | {r['memory_vs_baseline']:.3f}x | {fwd:.2f} "
                          f"| {prof['categories_ms']['routing']:.2f} | {prof['device_ms_events']:.2f} |")
     return "\n".join(lines)
