@@ -459,7 +459,8 @@ class ForwardAhead:
 
 
 def ahead_args(ahead: ForwardAhead | None, query: Tensor, norm_weight: Tensor, W: Tensor) -> tuple:
-    """(QN, GN, WN, SACC, SML, N0) of a forward launch; placeholders where unused."""
+    """(QN, GN, WN, SACC, SML, N0) of a forward launch. Without a lookahead (NEXT and RESUME off, so the
+    kernel never reads them) the pointer arguments are the call's own query, norm weight and W."""
     if ahead is None:
         return query, norm_weight, W, W, W, 0
     qn, gn, wn = ahead.next if ahead.next is not None else (query, norm_weight, W)
