@@ -17,7 +17,7 @@ from typing import Any
 
 from .data.load import resolve_cap
 from .errors import UserError
-from .kernels.config import ROUTING_DOUTS  # the triton backward's upstream-gradient policies
+from .kernels.config import FORWARDS, ROUTING_DOUTS, STACK_BACKWARDS  # the triton kernels' choices
 from .loss import LOSS_KERNELS
 from .model.config import PRESETS
 from .model.methods import METHODS
@@ -78,6 +78,16 @@ class RunOptions:
                                             "autocast, the reference's gradients) or 'storage' (bf16 under "
                                             "autocast: fewer bytes, rounded)",
                                 choices=ROUTING_DOUTS, group="GPU step")
+    routing_forward: str = option("lookahead", "the triton stack's forward: 'lookahead' (a call also folds the rows "
+                                               "it reads into the next call's softmax, which then reads only the "
+                                               "rows appended since; the measured default) or 'plain' (every call "
+                                               "reads all its rows); the same terms in another order",
+                                  choices=FORWARDS, group="GPU step")
+    routing_backward: str = option("fold", "the triton stack's backward: 'fold' (each block of calls' upstream "
+                                           "gradients folded into per-source accumulators; the measured "
+                                           "default) or 'gather' (every source re-reads all its readers'); the "
+                                           "same terms in another order",
+                                   choices=STACK_BACKWARDS, group="GPU step")
     cuda_graphs: bool | None = option(None, "replay each training step from CUDA graphs (default: on on CUDA, "
                                             "one process or DDP; FSDP2 steps eagerly; --no-cuda-graphs steps "
                                             "eagerly)", group="GPU step")
@@ -158,7 +168,8 @@ class TrainConfig(RunOptions):
 
 #: what a resumed run may do differently: more steps, another machine or display
 RESUME_MAY_CHANGE = ("steps", "device", "threads", "routing_backend", "progress", "micro_batch", "fsdp",
-                     "cuda_graphs", "overlap_steps", "loss_kernel", "compile_sublayers")
+                     "cuda_graphs", "overlap_steps", "loss_kernel", "compile_sublayers", "routing_forward",
+                     "routing_backward")
 #: bookkeeping fields of a run's options, not settings of the run
 NOT_SETTINGS = ("out", "resume", "overwrite", "stop_after", "time_limit", "explicit")
 

@@ -591,7 +591,8 @@ class Trainer:
             return None
         from .kernels import KernelConfig
 
-        return KernelConfig(routing_douts=self.cfg.routing_douts)
+        return KernelConfig(routing_douts=self.cfg.routing_douts, forward=self.cfg.routing_forward,
+                            stack_backward=self.cfg.routing_backward)
 
     def _run(self) -> dict[str, Any]:
         cfg, info = self.cfg, self.info

@@ -81,7 +81,9 @@ BAD = [("steps", "0", 0, "is too small"), ("lr", "-1", -1.0, "must be a finite n
        ("checkpoint_every", "0", 0, "is too small"), ("corpus_max_bytes", "-1", -1, "must not be negative"),
        ("routing_backend", "cuda-magic", "cuda-magic", "unknown routing backend 'cuda-magic'"),
        ("loss_kernel", "fast", "fast", "unknown loss kernel 'fast'"),
-       ("routing_douts", "fp8", "fp8", "unknown routing douts 'fp8'")]
+       ("routing_douts", "fp8", "fp8", "unknown routing douts 'fp8'"),
+       ("routing_forward", "ahead", "ahead", "unknown routing forward 'ahead'"),
+       ("routing_backward", "scatter", "scatter", "unknown routing backward 'scatter'")]
 TRAIN_BAD = [("vocab_size", "256", 256, "must be at least 257"), ("heads", "0", 0, "is too small"),
              ("kv_heads", "0", 0, "is too small"), ("method", "resnet", "resnet", "unknown method 'resnet'"),
              ("preset", "7b", "7b", "unknown preset '7b'")]
@@ -136,3 +138,18 @@ def test_every_committed_train_config_still_loads(path):
     if "corpus_max_bytes" in want:
         want["corpus_max_bytes"] = resolve_cap(raw.get("corpus"), raw["corpus_max_bytes"])
     assert {k: again[k] for k in raw if k not in NOT_SETTINGS} == want
+
+
+def test_a_resumed_run_may_change_the_kernels_order_but_not_its_douts():
+    """The stack's forward and backward sum the same terms in another order, so a run may resume
+    under the other one (as it may under another backend); the dout policy rounds gradients
+    differently, so a resume that contradicts the saved one is refused."""
+    from mhar_probe.runoptions import resumed_options
+
+    saved = TrainConfig(out="r", steps=10)
+    cfg = TrainConfig(out="r", steps=10, resume=True, routing_forward="plain", routing_backward="gather",
+                      explicit=("routing_forward", "routing_backward"))
+    got = resumed_options(cfg, saved)
+    assert (got.routing_forward, got.routing_backward, got.steps) == ("plain", "gather", 10)
+    with pytest.raises(UserError, match=r"--routing-douts storage \(the run has promoted\)"):
+        resumed_options(TrainConfig(out="r", resume=True, routing_douts="storage", explicit=("routing_douts",)), saved)

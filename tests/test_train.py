@@ -93,6 +93,31 @@ def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
     assert kernel_config_from_dict(kernels) == KernelConfig(routing_douts="storage")
 
 
+def test_the_kernel_flags_reach_every_stack_and_the_record(tmp_path, monkeypatch):
+    """--routing-forward and --routing-backward choose the stack's forward and backward: every
+    stack of the run is built with them and summary.json records them (the defaults are the
+    measured ones, lookahead and fold)."""
+    pytest.importorskip("triton")
+    import mhar_probe.kernels.route.autograd as kad
+    from mhar_probe.kernels import KernelConfig
+
+    assert (TrainConfig(out="x").routing_forward, TrainConfig(out="x").routing_backward) == \
+        (KernelConfig().forward, KernelConfig().stack_backward)
+    built = []
+    real = kad._StackState.__init__
+
+    def spy(self, capacity, params=None, config=KernelConfig()):
+        built.append(config)
+        real(self, capacity, params, config)
+
+    monkeypatch.setattr(kad._StackState, "__init__", spy)
+    summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
+                          batch_size=1, eval_every=100, routing_forward="plain", routing_backward="gather"))
+    want = KernelConfig(forward="plain", stack_backward="gather")
+    assert built and set(built) == {want}
+    assert (summary["routing_kernels"]["forward"], summary["routing_kernels"]["stack_backward"]) == ("plain", "gather")
+
+
 def test_resume_reproduces_uninterrupted_curve(tmp_path):
     train(small(tmp_path / "full", steps=8, checkpoint_every=3))
     train(small(tmp_path / "cut", steps=8, checkpoint_every=3, stop_after=5))
