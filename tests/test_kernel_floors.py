@@ -208,18 +208,33 @@ def _held_config(tmp_path, held: bool) -> dict:
     return dict(launch_table=str(path))
 
 
-def _held_launch(kad, seen: list, run) -> None:
-    """Spy on the held fold kernel as on the reader loop: its launch recorded as a fold, then `run`."""
+def _spy_backward(monkeypatch, kad, seen: list, trace):
+    """Spy on every dout-reading launch of the stack's backward: each recorded in `seen` as a
+    `BackwardLaunch` (the gather, the reader-loop fold and the held fold), then run through
+    `trace(kind, launcher, grid, args, consts, rest)` (kind "gather" or "fold": the held kernel
+    takes the reader loop's douts and weights at the same places). Returns the held kernel's spy
+    (`.launches` counts its launches)."""
     from mhar_probe.kernels.route.bwd_fold import BackwardLaunch
 
-    held = kad.STACK_FOLD_HELD
+    gather, fold, held = kad.STACK_GATHER, kad.STACK_FOLD, kad.STACK_FOLD_HELD
 
-    def spy(grid, args, consts, *rest):
+    def spy_gather(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
+        trace("gather", gather, grid, args, consts, rest)
+
+    def spy_fold(grid, args, consts, *rest):
+        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
+        trace("fold", fold, grid, args, consts, rest)
+
+    def spy_held(grid, args, consts, *rest):
         seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
-        spy.launches += 1
-        run(held, grid, args, consts, rest)
-    spy.launches = 0
-    return spy
+        spy_held.launches += 1
+        trace("fold", held, grid, args, consts, rest)
+    spy_held.launches = 0
+    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
+    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", spy_held)
+    return spy_held
 
 
 @pytest.mark.parametrize("stack_backward,fold_calls,held", [("fold", 2, False), ("fold", 2, True), ("gather", 8, False)],
@@ -237,22 +252,9 @@ def test_dout_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_backw
     from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, plan_dout_bytes
 
     traffic = _DoutTraffic(monkeypatch)
-    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
     seen: list[BackwardLaunch] = []
-
-    def spy_gather(grid, args, consts, *rest):
-        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
-        traffic.launch(gather, grid, args, consts, rest, [args[3], args[6]])
-
-    def spy_fold(grid, args, consts, *rest):
-        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
-        traffic.launch(fold, grid, args, consts, rest, [args[3]])
-
-    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
-    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
-    held_spy = _held_launch(kad, seen, lambda launcher, grid, args, consts, rest:
-                            traffic.launch(launcher, grid, args, consts, rest, [args[3]]))
-    monkeypatch.setattr(kad, "STACK_FOLD_HELD", held_spy)
+    held_spy = _spy_backward(monkeypatch, kad, seen, lambda kind, launcher, grid, args, consts, rest: traffic.launch(
+        launcher, grid, args, consts, rest, [args[3], args[6]] if kind == "gather" else [args[3]]))
     S, D, H, P = 6, 8, 2, 3
     stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
                                                              fold_calls=fold_calls, **_held_config(tmp_path, held)),
@@ -283,7 +285,6 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_bac
 
     traffic = _DoutTraffic(monkeypatch)
     fwd_launchers = {name: getattr(rfwd, name) for name in ("_FWD", "_FWD_SPLIT")}
-    gather, fold = kad.STACK_GATHER, kad.STACK_FOLD
     seen: list[BackwardLaunch] = []
     fwd_bytes, bwd_bytes, dl_loads = [], [], []
 
@@ -293,27 +294,16 @@ def test_weight_bytes_are_those_of_the_launches(monkeypatch, tmp_path, stack_bac
             fwd_bytes.append(traffic.bytes.pop())
         return run
 
-    def traced(launcher, grid, args, consts, rest, wall, dall):
+    def traced(kind, launcher, grid, args, consts, rest):
+        wall, dall = (args[8], args[9]) if kind == "gather" else (args[6], args[7])
         traffic.launch(launcher, grid, args, consts, rest, [wall])
         bwd_bytes.append(traffic.bytes.pop())
         spans = (dall.data_ptr(), dall.data_ptr() + dall.numel() * 4)
         dl_loads.append(sum(int(((a >= spans[0]) & (a < spans[1])).sum()) for a, _ in traffic.loads))
 
-    def spy_gather(grid, args, consts, *rest):
-        seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
-        traced(gather, grid, args, consts, rest, args[8], args[9])
-
-    def spy_fold(grid, args, consts, *rest):
-        seen.append(BackwardLaunch("fold", args[16], args[17], 0, args[18], not args[19], True))
-        traced(fold, grid, args, consts, rest, args[6], args[7])
-
     for name in fwd_launchers:
         monkeypatch.setattr(rfwd, name, spy_fwd(name))
-    monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
-    monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
-    held_spy = _held_launch(kad, seen, lambda launcher, grid, args, consts, rest:
-                            traced(launcher, grid, args, consts, rest, args[6], args[7]))
-    monkeypatch.setattr(kad, "STACK_FOLD_HELD", held_spy)
+    held_spy = _spy_backward(monkeypatch, kad, seen, traced)
     S, D, H, P = 6, 8, 2, 3
     stack = _mixed_chain(lambda cap, params: poisoned_stack(cap, params, stack_backward=stack_backward,
                                                              fold_calls=fold_calls, forward="plain", **_held_config(tmp_path, held)),
