@@ -52,6 +52,13 @@
 #                                                         it travels; delete it after). Files
 #                                                         $OUT/${PREFIX}_ab_{base,$VARIANT}_{1,2}.json, the table:
 #                                                         fold_rows_table.py dense / merge
+#   BASE=exp_base BASE_COMMIT=... bash benchmarks/kernels/device_run.sh fwdab
+#                                                         ONE call (~400 s): two trees' forwards (the lookahead's
+#                                                         pairs) at the training microbatches, four processes: the
+#                                                         base tree, then this one, each timing the card's row and
+#                                                         ROWS_FWD (BUDGET_S each), then each the card's row alone
+#                                                         again. BASE as for foldab. Files
+#                                                         $OUT/${PREFIX}_ab_{base,$VARIANT}_{1,2}.json
 #   bash benchmarks/kernels/device_run.sh fla             FLA's fused_attnres against triton, H=1, graph
 #                                                         replay (carry .whl with its wheel)
 # Sweeps write launch-table files (*_tuned.json, mhar_probe/kernels/launch_tables.py's format);
@@ -260,6 +267,18 @@ case "${1:-tests}" in
         --shapes ${SHAPES:-1B-train,350M-train,100M-train} --out "$OUT/${PREFIX:-${TAG:-h100}_fold}_ab_${arm}_$i.json" \
         --table-out "/tmp/foldab_${arm}_$i.json" 2>&1 | grep -E "probe|Error" | cut -c1-110
     done; done ;;
+  fwdab)  # the header: BASE, BASE_COMMIT, COMMIT, PREFIX (default ${TAG:-h100}_fwd), VARIANT (default variant)
+    if [ ! -d "${BASE:-}/mhar_probe" ]; then echo "fwdab: BASE must name a directory holding the base tree's mhar_probe" >&2; exit 2; fi
+    fwd_arm() {  # $1 arm, $2 JSON rows after the card's, $3 budget (s), $4 process number
+      local pp=$PWD commit=${COMMIT:-}
+      if [ "$1" = base ]; then pp=$PWD/$BASE:$PWD; commit=${BASE_COMMIT:-base}; fi
+      PYTHONPATH=$pp timeout $(( $3 + 90 )) python benchmarks/kernels/launch_sweep.py --commit "$commit" --kinds fwd \
+        --no-probes --rows-fwd "$2" --budget-s "$3" --shapes ${SHAPES:-1B-train,350M-train,100M-train} $SWEEP_ARGS \
+        --out "$OUT/${PREFIX:-${TAG:-h100}_fwd}_ab_$1_$4.json" --table-out "/tmp/fwdab_$1_$4.json" 2>&1 \
+        | grep -E "chose|budget|Error" | cut -c1-130
+    }
+    fwd_arm base "${ROWS_FWD:-[]}" ${BUDGET_S:-120} 1; fwd_arm ${VARIANT:-variant} "${ROWS_FWD:-[]}" ${BUDGET_S:-120} 1
+    fwd_arm base "[]" 30 2; fwd_arm ${VARIANT:-variant} "[]" 30 2 ;;
   sweepjobs)  # KIND (fwd, stack, gather, pair_e) swept over JOBS (shapes:dtype:heads:timeout ...);
     # the configs from MHAR_SWEEP_<KIND> (JSON) or the sweep's default list
     sweep_jobs "${KIND:?set KIND}" ${JOBS:?set JOBS} ;;
