@@ -56,16 +56,17 @@ def _softmax_fold(logit, m, l, acca, accb, TWO: tl.constexpr):
     """Online-softmax bookkeeping for one row's logits [BP, H]: the new running max, the
     softmax numerator e = exp(logit - m_new) and the old terms (l and the accumulator, held as
     one tile or, TWO, as two tiles acca, accb) rescaled by exp(m - m_new).
-    The rescale runs on every row, its factor 1 where a running max did not grow (exactly: the
-    select, not exp(0)). Skipping it where no max in the block grew costs a block-wide reduction
-    (shared memory and a barrier across the program's warps) per row and call."""
+    The rescale runs only when some running max grew in this block; otherwise its factor is
+    exp(0) = 1 exactly, so skipping it changes nothing but the instruction count."""
     m_new = tl.maximum(m, logit)
     e = exp_acc(logit - m_new)
-    scale = tl.where(m_new > m, exp_acc(m - m_new), 1.0)
-    l = l * scale
-    acca = acca * scale[:, :, None]
-    if TWO:
-        accb = accb * scale[:, :, None]
+    grew = tl.max(tl.max((m_new > m).to(tl.int32), axis=1), axis=0)
+    if grew > 0:
+        scale = exp_acc(m - m_new)
+        l = l * scale
+        acca = acca * scale[:, :, None]
+        if TWO:
+            accb = accb * scale[:, :, None]
     return m_new, l, acca, accb, e
 
 
