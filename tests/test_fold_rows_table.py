@@ -114,6 +114,9 @@ def test_results_page_holds_the_dense_tables(frt):
     (["prefetch2-offline", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json"], "not what this table reads"),
     (["ahead-offline", "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
     (["lookahead", "benchmarks/kernels/h100_fold_held_prefetch2_a7a1d54.json"], "not what this table reads"),
+    (["fwd-ab", "benchmarks/kernels/h100_fwd_rescale_ab_eagerscale_1.json"], "_ab_base_"),
+    (["fwd-ab", "benchmarks/kernels/h100_fwd_rescale_ab_base_1.json",
+      "benchmarks/kernels/h100_fold_dense_ab_dense_1.json"], "not what this table reads"),
     (["fwd-caps", "benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json",
       "benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json"], "not what this table reads"),
 ])
@@ -740,3 +743,53 @@ def test_lookahead_table_reads_step_files_from_before_the_lookahead_as_plain(frt
     table = frt.render_lookahead([step / "h100_step_held_1b.json"])
     mhar = next(r for r in doc["results"] if r["arm"] == "mhar")
     assert f"| 1b | {doc['meta']['commit']} | {doc['meta']['device']} | plain | {mhar['vs_baseline']:.3f} " in table
+
+
+RESCALE_AB = sorted(HERE.glob("h100_fwd_rescale_ab_*.json"))
+AHEAD_NCU = sorted(HERE.glob("h100_fwd_ahead_ncu_*_8c7196a.csv"))
+
+
+def test_results_page_holds_the_lookahead_profile_and_the_rescale_ab(frt):
+    """kernels/results.md's section "H100: the lookahead's profile, and the forward's rescale on
+    every row (lost)": both tables as the committed files render them."""
+    page = (HERE / "results.md").read_text()
+    base = [p for p in RESCALE_AB if "_ab_base_" in p.name]
+    assert len(base) == 2 and len(RESCALE_AB) == 4 and len(AHEAD_NCU) == 2
+    assert frt.render_fwd_ab(base, [p for p in RESCALE_AB if p not in base]) in page
+    assert frt.render_profile(AHEAD_NCU, "forward launch") in page
+
+
+def test_the_lookahead_profile_and_rescale_prose_numbers_are_the_files(frt):
+    """The numbers that section quotes in prose: each resuming call's time and DRAM share, the
+    350M leading call's registers, DRAM and issue, and the A/B's ratios and rows."""
+    ncu = _load("ncu_routing")
+    page = " ".join((HERE / "results.md").read_text().replace("**", "").split())
+    prof = {}
+    for r in ncu.summarise([str(p) for p in AHEAD_NCU]):
+        prof.setdefault("1B" if "_1b_" in r["file"] else "350M", []).append(r)
+    lead, resume = prof["350M"]
+    assert (f"At 350M it takes {resume['duration'] / 1e6:.3f} ms at {resume['dram_pct']:.1f}% of DRAM, and at 1B "
+            f"{prof['1B'][1]['duration'] / 1e6:.3f} ms at {prof['1B'][1]['dram_pct']:.1f}%") in page
+    assert (f"holds {int(65536 // (lead['registers'] * 32 * 2) * 2)} warps an SM at {lead['registers']:.0f} registers. "
+            f"It runs at {lead['dram_pct']:.1f}% of DRAM with the issue slots {lead['issue_busy_pct']:.1f}% busy. "
+            f"The pair takes {lead['duration'] / 1e6:.3f} + {resume['duration'] / 1e6:.3f} ms") in page
+    docs = {p.name: json.loads(p.read_text()) for p in RESCALE_AB}
+    card = {}
+    for name, doc in docs.items():
+        for r in doc["rows"]:
+            card.setdefault((name, r["shape"]), r)  # each process's first row: the card's
+    mean = {(arm, s): sum(card[f"h100_fwd_rescale_ab_{arm}_{i}.json", s]["judged_ms"] for i in (1, 2)) / 2
+            for arm in ("base", "eagerscale") for s in frt.SHAPES}
+    ratios = [mean["eagerscale", s] / mean["base", s] for s in frt.SHAPES]
+    assert min(ratios) > 1  # it lost at every card row
+    assert (f"It loses at every card row: {ratios[0]:.3f}x at 1B, {ratios[1]:.3f}x at 350M and {ratios[2]:.3f}x "
+            f"at 100M") in page
+    first = {(n, r["shape"], tuple(r["cfg"])): r["judged_ms"] for n, d in docs.items() for r in d["rows"]}
+    win = first["h100_fwd_rescale_ab_eagerscale_1.json", "350M-train", (1, 2, 128, 4)]
+    base350 = card["h100_fwd_rescale_ab_base_1.json", "350M-train"]["judged_ms"]
+    assert f"(1, 2, 128, 4): {win:.3f} ms, against the base tree's {base350:.3f} ms at the card's row ({win / base350:.3f}x)" in page
+    b = "h100_fwd_rescale_ab_base_1.json"
+    for s, cfg, label in (("1B-train", (1, 1, 0, 4), "at 1B"), ("350M-train", (1, 1, 0, 4), "at 350M")):
+        assert first[b, s, cfg] > 0.98 * card[b, s]["judged_ms"]  # not 2% faster: the card's rows stay
+        assert f"(1, 1, 0, 4) {label} ({first[b, s, cfg]:.3f} against {card[b, s]['judged_ms']:.3f} ms)" in page \
+            or f"{label} ({first[b, s, cfg]:.3f} against {card[b, s]['judged_ms']:.3f} ms)" in page

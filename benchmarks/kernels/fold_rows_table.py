@@ -18,6 +18,7 @@
     python benchmarks/kernels/fold_rows_table.py fwd-rows benchmarks/kernels/h100_fwd_sources_sweep_5271ffa.json
     python benchmarks/kernels/fold_rows_table.py backends benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json
     python benchmarks/kernels/fold_rows_table.py fwd-caps benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json
+    python benchmarks/kernels/fold_rows_table.py fwd-ab benchmarks/kernels/h100_fwd_rescale_ab_*.json
     python benchmarks/kernels/fold_rows_table.py prefetch2-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_prefetch2_f22ee2f_triton3.6.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
@@ -265,6 +266,33 @@ def render_ab(base: list[Path], variant: list[Path], base_name: str, variant_nam
     return "\n".join(lines)
 
 
+def render_fwd_ab(base: list[Path], variant: list[Path]) -> str:
+    """Two trees' forwards, one process per file, base and variant alternated in one device call
+    (`launch_sweep.py --kinds fwd`, the base tree on PYTHONPATH first; `device_run.sh fwdab`): per
+    shape the forward kernels' device ms (the lookahead's pairs) at the card's row in each process
+    (each file's first fwd row), their ratio of means, and the fastest row each tree's first
+    process timed (at least 2% faster than its card's row, else "-")."""
+    docs = {"b": [json.loads(p.read_text()) for p in base], "v": [json.loads(p.read_text()) for p in variant]}
+    commits = {k: ", ".join(sorted({d["meta"]["commit"] for d in v})) for k, v in docs.items()}
+    lines = [f"| shape | card's row | forward ms, base ({commits['b']}) | variant ({commits['v']}) | variant / base "
+             "| base's fastest row (ms) | variant's fastest row (ms) |", "|---|---|---|---|---:|---|---|"]
+    for shape in SHAPES:
+        ms, best, card = {}, {}, None
+        for arm, group in docs.items():
+            rows = [[r for r in d["rows"] if r["shape"] == shape and r["what"] == "sweep:fwd"] for d in group]
+            card = tuple(rows[0][0]["cfg"])
+            if any(tuple(r[0]["cfg"]) != card for r in rows):
+                raise ValueError(f"{shape}: the processes' first rows differ")
+            ms[arm] = [r[0]["judged_ms"] for r in rows]
+            fastest = min(rows[0], key=lambda r: r["judged_ms"])
+            best[arm] = (f"{tuple(fastest['cfg'])} ({fastest['judged_ms']:.3f})"
+                         if fastest["judged_ms"] < 0.98 * rows[0][0]["judged_ms"] else "-")
+        b, v = ms["b"], ms["v"]
+        lines.append(f"| {shape} | {card} | {' / '.join(f'{x:.3f}' for x in b)} | {' / '.join(f'{x:.3f}' for x in v)} "
+                     f"| {(sum(v) / len(v)) / (sum(b) / len(b)):.3f} | {best['b']} | {best['v']} |")
+    return "\n".join(lines)
+
+
 def render_steps(paths: list[Path]) -> str:
     """Training steps (`run_on_device.sh fold`: train_throughput.py --methods baseline mhar --profile,
     one process per preset), one row per file: tokens/s, MHAR / baseline over the rounds, peak memory,
@@ -429,6 +457,7 @@ RENDER = {
     "fwd-offline": lambda f, a, b: render_fwd_offline(f[0]),
     "fwd-caps": lambda f, a, b: render_fwd_caps(*f),
     "backends": lambda f, a, b: render_backends(f),
+    "fwd-ab": lambda f, a, b: render_fwd_ab(a, [p for p in f if p not in a]),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
 FILES = {
@@ -456,6 +485,8 @@ def main() -> None:
     dense = [p for p in args.files if f"_ab_{'merge' if args.what == 'merge' else 'dense'}_" in p.name]
     if args.what == "dense" and not (masked and dense):
         ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
+    if args.what == "fwd-ab" and not (masked and len(masked) < len(args.files)):
+        ap.error("fwd-ab: give the base tree's *_ab_base_* files and the variant's *_ab_<variant>_* files")
     if args.what == "merge" and not (masked and dense):
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what in FILES and len(args.files) != FILES[args.what][0]:
@@ -464,7 +495,7 @@ def main() -> None:
         ap.error("offline: the wide rows' regs_offline file, then optionally the --dense one")
     try:
         table = RENDER[args.what](args.files, masked, dense)
-    except (KeyError, StopIteration, ValueError) as exc:
+    except (KeyError, StopIteration, ValueError, IndexError) as exc:
         ap.error(f"{args.what}: the files are not what this table reads ({type(exc).__name__}: {exc})")
     print(table)
 
