@@ -262,7 +262,7 @@ case "${1:-tests}" in
   foldab)  # the header: BASE, BASE_COMMIT, COMMIT, PREFIX (default ${TAG:-h100}_fold), VARIANT (default variant)
     if [ ! -d "${BASE:-}/mhar_probe" ]; then echo "foldab: BASE must name a directory holding the base tree's mhar_probe" >&2; exit 2; fi
     for i in 1 2; do for arm in base ${VARIANT:-variant}; do
-      if [ $arm = base ]; then pp=$PWD/$BASE:$PWD; commit=${BASE_COMMIT:-base}; else pp=$PWD; commit=${COMMIT:-}; fi
+      if [ $arm = base ]; then pp=$(cd "$BASE" && pwd):$PWD; commit=${BASE_COMMIT:-base}; else pp=$PWD; commit=${COMMIT:-}; fi
       PYTHONPATH=$pp timeout 80 python benchmarks/kernels/launch_sweep.py --commit "$commit" --kinds "" --probes fold \
         --shapes ${SHAPES:-1B-train,350M-train,100M-train} --out "$OUT/${PREFIX:-${TAG:-h100}_fold}_ab_${arm}_$i.json" \
         --table-out "/tmp/foldab_${arm}_$i.json" 2>&1 | grep -E "probe|Error" | cut -c1-110
@@ -271,7 +271,7 @@ case "${1:-tests}" in
     if [ ! -d "${BASE:-}/mhar_probe" ]; then echo "fwdab: BASE must name a directory holding the base tree's mhar_probe" >&2; exit 2; fi
     fwd_arm() {  # $1 arm, $2 JSON rows after the card's, $3 budget (s), $4 process number
       local pp=$PWD commit=${COMMIT:-}
-      if [ "$1" = base ]; then pp=$PWD/$BASE:$PWD; commit=${BASE_COMMIT:-base}; fi
+      if [ "$1" = base ]; then pp=$(cd "$BASE" && pwd):$PWD; commit=${BASE_COMMIT:-base}; fi
       PYTHONPATH=$pp timeout $(( $3 + 90 )) python benchmarks/kernels/launch_sweep.py --commit "$commit" --kinds fwd \
         --no-probes --rows-fwd "$2" --budget-s "$3" --shapes ${SHAPES:-1B-train,350M-train,100M-train} $SWEEP_ARGS \
         --out "$OUT/${PREFIX:-${TAG:-h100}_fwd}_ab_$1_$4.json" --table-out "/tmp/fwdab_$1_$4.json" 2>&1 \

@@ -1,0 +1,55 @@
+"""benchmarks/kernels/device_run.sh's `fwdab` plan, run on the CPU with a `python` that records its
+PYTHONPATH and arguments instead of sweeping: which tree each of the four processes imports, and
+what it times."""
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "benchmarks" / "kernels" / "device_run.sh"
+
+
+def _run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[tuple[str, str]]]:
+    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text(f'#!/usr/bin/env bash\necho "$PYTHONPATH|$*" >> {log}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), **env}
+    proc = subprocess.run(["bash", str(SCRIPT), "fwdab"], cwd=ROOT, env=run_env, capture_output=True, text=True,
+                          timeout=60)
+    lines = log.read_text().splitlines() if log.exists() else []
+    return proc, [tuple(line.split("|", 1)) for line in lines if "launch_sweep.py" in line]
+
+
+@pytest.mark.parametrize("relative", [True, False], ids=["relative", "absolute"])
+def test_fwdab_alternates_the_trees_and_times_the_rows_asked_for(tmp_path, relative):
+    """BASE relative to the tree (exp_base, as results.md's commands give it) or absolute."""
+    base = tmp_path / "exp_base"
+    (base / "mhar_probe").mkdir(parents=True)
+    proc, calls = _run(tmp_path, BASE=os.path.relpath(base, ROOT) if relative else str(base),
+                       BASE_COMMIT="b0", COMMIT="v1", VARIANT="wrows", ROWS_FWD="[[1,2,0,4]]", BUDGET_S="50")
+    assert proc.returncode == 0, proc.stderr
+    arms = [args.split("_ab_")[1].split(".json")[0] for _, args in calls]
+    assert arms == ["base_1", "wrows_1", "base_2", "wrows_2"]
+    for (pythonpath, args), arm in zip(calls, arms):
+        first = pythonpath.split(":")[0]
+        if arm.startswith("base"):  # the base tree's package is found first, this tree's scripts after it
+            assert Path(first).resolve() == base.resolve() and "--commit b0" in args
+        else:
+            assert Path(first).resolve() == ROOT and "--commit v1" in args
+        assert "--kinds fwd --no-probes" in args
+    rows = [args.split("--rows-fwd ")[1].split(" --budget-s ")[0] for _, args in calls]
+    budgets = [args.split("--budget-s ")[1].split()[0] for _, args in calls]
+    assert rows == ["[[1,2,0,4]]", "[[1,2,0,4]]", "[]", "[]"] and budgets == ["50", "50", "30", "30"]
+
+
+def test_fwdab_without_a_base_tree_is_one_message(tmp_path):
+    proc, calls = _run(tmp_path, BASE=str(tmp_path / "nowhere"))
+    assert proc.returncode == 2 and calls == []
+    assert proc.stderr.strip().splitlines()[-1] == "fwdab: BASE must name a directory holding the base tree's mhar_probe"
