@@ -793,3 +793,21 @@ def test_the_lookahead_profile_and_rescale_prose_numbers_are_the_files(frt):
         assert first[b, s, cfg] > 0.98 * card[b, s]["judged_ms"]  # not 2% faster: the card's rows stay
         assert f"(1, 1, 0, 4) {label} ({first[b, s, cfg]:.3f} against {card[b, s]['judged_ms']:.3f} ms)" in page \
             or f"{label} ({first[b, s, cfg]:.3f} against {card[b, s]['judged_ms']:.3f} ms)" in page
+
+
+def test_the_weights_loop_numbers_are_the_offline_records():
+    """The weights' loop per logit row, main (43d2156) against W_ROWS = 16 rows a tile (da1657c),
+    at the card's rows in the plain call: the smaller of each kernel's two loops is that loop."""
+    page = " ".join((HERE / "results.md").read_text().split())
+
+    def loop(name: str) -> dict[str, int]:
+        doc = json.loads((HERE / f"regs_offline_2026-12-06_fwd_wrows_{name}_triton3.6.json").read_text())
+        return {r["shape"]: min(lp["instructions"] for lp in r["loops"]) for r in doc["rows"] if r["ahead"] == "plain"}
+
+    old, tile = loop("main_43d2156"), loop("da1657c")
+    order = ("100M", "350M", "1B")
+    assert f"the loop issues {' / '.join(str(old[s]) for s in order)} warp-instructions a row" in page
+    assert (f"{' / '.join(str(tile[s]) for s in order)} a tile, so "
+            f"{' / '.join(f'{tile[s] / 16:.1f}' for s in order)} a row") in page
+    ratio = [old[s] / (tile[s] / 16) for s in order]
+    assert f"{int(min(ratio))}-{round(max(ratio))}x fewer warp-instructions a logit row offline" in page
