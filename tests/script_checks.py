@@ -1,9 +1,12 @@
 """Load a repository script (benchmarks/...) as a module for its tests: the scripts are run as files,
-not installed, and some import their siblings (adopt_rows.py imports launch_sweep.py)."""
+not installed, and some import their siblings (adopt_rows.py imports launch_sweep.py). Run a shell
+script with a command of it replaced by one that records how it was called (`recording_command`)."""
 
 from __future__ import annotations
 
 import importlib.util
+import os
+import stat
 import sys
 from pathlib import Path
 from types import ModuleType
@@ -22,3 +25,14 @@ def load_script(relpath: str) -> ModuleType:
     sys.modules[path.stem] = mod
     spec.loader.exec_module(mod)
     return mod
+
+
+def recording_command(bin_dir: Path, name: str, log: Path, line: str = "$*") -> dict[str, str]:
+    """An environment whose PATH finds, first, a `name` (in `bin_dir`) that appends `line` (bash
+    expands it: by default its arguments) to `log` instead of running: what a device script
+    would start, read on a CPU."""
+    bin_dir.mkdir(parents=True, exist_ok=True)
+    fake = bin_dir / name
+    fake.write_text(f'#!/usr/bin/env bash\necho "{line}" >> {log}\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
+    return {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}"}

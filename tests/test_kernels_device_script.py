@@ -4,23 +4,19 @@ what it times."""
 from __future__ import annotations
 
 import os
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from script_checks import recording_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "kernels" / "device_run.sh"
 
 
 def _run(tmp_path: Path, **env: str) -> tuple[subprocess.CompletedProcess, list[tuple[str, str]]]:
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    fake = bin_dir / "python"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$PYTHONPATH|$*" >> {log}\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), **env}
+    log = tmp_path / "calls.log"
+    run_env = {**recording_command(tmp_path / "bin", "python", log, "$PYTHONPATH|$*"), "OUT": str(tmp_path / "out"), **env}
     proc = subprocess.run(["bash", str(SCRIPT), "fwdab"], cwd=ROOT, env=run_env, capture_output=True, text=True,
                           timeout=60)
     lines = log.read_text().splitlines() if log.exists() else []

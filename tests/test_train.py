@@ -67,13 +67,11 @@ def test_run_directory_contents_and_learning(tmp_path):
     assert "routing_kernels" not in summary  # eager routing (the CPU default)
 
 
-def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
-    """A triton run records the KernelConfig its kernels ran with (the opt-in douts move the
-    gradients): the one its --routing-douts makes, which the run passes to its model (built with
-    it) and sets nowhere else; the record reads back as that configuration."""
-    pytest.importorskip("triton")
+def _stack_configs(monkeypatch) -> list:
+    """Every KernelConfig a triton source stack is built with from now on (a spy on its state's
+    constructor), in order."""
     import mhar_probe.kernels.route.autograd as kad
-    from mhar_probe.kernels import KernelConfig, kernel_config_from_dict
+    from mhar_probe.kernels import KernelConfig
 
     built = []
     real = kad._StackState.__init__
@@ -83,6 +81,17 @@ def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
         real(self, capacity, params, config)
 
     monkeypatch.setattr(kad._StackState, "__init__", spy)
+    return built
+
+
+def test_summary_records_the_triton_kernels(tmp_path, monkeypatch):
+    """A triton run records the KernelConfig its kernels ran with (the opt-in douts move the
+    gradients): the one its --routing-douts makes, which the run passes to its model (built with
+    it) and sets nowhere else; the record reads back as that configuration."""
+    pytest.importorskip("triton")
+    from mhar_probe.kernels import KernelConfig, kernel_config_from_dict
+
+    built = _stack_configs(monkeypatch)
     summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
                           batch_size=1, eval_every=100, routing_douts="storage"))
     kernels = summary["routing_kernels"]
@@ -98,19 +107,11 @@ def test_the_kernel_flags_reach_every_stack_and_the_record(tmp_path, monkeypatch
     stack of the run is built with them and summary.json records them (the defaults are the
     measured ones, lookahead and fold)."""
     pytest.importorskip("triton")
-    import mhar_probe.kernels.route.autograd as kad
     from mhar_probe.kernels import KernelConfig
 
     assert (TrainConfig(out="x").routing_forward, TrainConfig(out="x").routing_backward) == \
         (KernelConfig().forward, KernelConfig().stack_backward)
-    built = []
-    real = kad._StackState.__init__
-
-    def spy(self, capacity, params=None, config=KernelConfig()):
-        built.append(config)
-        real(self, capacity, params, config)
-
-    monkeypatch.setattr(kad._StackState, "__init__", spy)
+    built = _stack_configs(monkeypatch)
     summary = train(small(tmp_path / "run", steps=1, method="mhar", routing_backend="triton", seq_len=8,
                           batch_size=1, eval_every=100, routing_forward="plain", routing_backward="gather"))
     want = KernelConfig(forward="plain", stack_backward="gather")

@@ -2,12 +2,11 @@
 records its arguments instead of training: which configurations one call runs."""
 from __future__ import annotations
 
-import os
-import stat
 import subprocess
 from pathlib import Path
 
 import pytest
+from script_checks import recording_command
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "train_throughput" / "run_on_device.sh"
@@ -15,12 +14,8 @@ SCRIPT = ROOT / "benchmarks" / "train_throughput" / "run_on_device.sh"
 
 def _fold_configs(tmp_path: Path, *args: str, **env: str) -> list[str]:
     """The --presets value of every train_throughput.py process `fold` starts."""
-    bin_dir, log = tmp_path / "bin", tmp_path / "calls.log"
-    bin_dir.mkdir()
-    fake = bin_dir / "python3"
-    fake.write_text(f'#!/usr/bin/env bash\necho "$*" >> {log}\n')
-    fake.chmod(fake.stat().st_mode | stat.S_IEXEC)
-    run_env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(tmp_path / "out"), **env}
+    log = tmp_path / "calls.log"
+    run_env = {**recording_command(tmp_path / "bin", "python3", log), "OUT": str(tmp_path / "out"), **env}
     subprocess.run(["bash", str(SCRIPT), "fold", "abc1234", *args], cwd=ROOT, env=run_env, check=True,
                    capture_output=True, text=True, timeout=60)
     calls = [line for line in log.read_text().splitlines() if "train_throughput.py" in line]
