@@ -42,6 +42,8 @@ NON_DEFAULT = {
     "routing_backend": (["--routing-backend", "eager"], "eager"),
     "fsdp": (["--fsdp"], True),
     "routing_douts": (["--routing-douts", "storage"], "storage"),
+    "routing_forward": (["--routing-forward", "plain"], "plain"),
+    "routing_backward": (["--routing-backward", "gather"], "gather"),
     "cuda_graphs": (["--no-cuda-graphs"], False),
     "overlap_steps": (["--overlap-steps"], True),
     "loss_kernel": (["--loss-kernel", "torch"], "torch"),
