@@ -167,6 +167,16 @@ def session_record(step: int, device: Any, world_size: int = 1) -> dict[str, Any
                 hardware=hardware_record(device, world_size))
 
 
+def benchmark_record(device: Any, commit: str | None = None, package_dir: Path = PACKAGE_DIR) -> dict[str, Any]:
+    """Where a benchmark's numbers came from: {"time", "code", "software", "hardware"}, as a run's
+    session without its step. `commit` (a device script's `--commit`, for a copied tree without a
+    stamp) fills `code["commit"]` only where neither the stamp nor git named one."""
+    code = code_record(package_dir)
+    if code["commit"] is None and commit:
+        code.update(commit=commit, source="argument")
+    return dict(time=_now(), code=code, software=software(), hardware=hardware_record(device))
+
+
 def _now() -> str:
     return _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
 

@@ -88,6 +88,21 @@ def test_code_record_without_a_checkout_names_the_package_only(tmp_path):
 
 
 @needs_git
+def test_a_benchmark_record_names_git_over_a_passed_commit_and_the_passed_one_without_history(tmp_path):
+    """A device script's `--commit` fills the record only where neither stamp nor git name one."""
+    pkg, head = _checkout(tmp_path / "repo")
+    rec = prov.benchmark_record("cpu", commit="feedbee", package_dir=pkg)
+    assert rec["code"]["commit"] == head and rec["code"]["source"] == "git"
+    bare = tmp_path / "copied" / "mhar_probe"
+    shutil.copytree(pkg, bare)
+    rec = prov.benchmark_record("cpu", commit="feedbee", package_dir=bare)
+    assert rec["code"]["commit"] == "feedbee" and rec["code"]["source"] == "argument"
+    assert prov.benchmark_record("cpu", package_dir=bare)["code"]["commit"] is None
+    assert rec["software"]["torch"] == torch.__version__ and rec["hardware"]["device"].startswith("cpu")
+    assert set(rec) == {"time", "code", "software", "hardware"}
+
+
+@needs_git
 def test_the_stamp_names_the_copied_tree_where_its_stale_git_would_not(tmp_path):
     """The device path: the checkout is stamped here, its files are copied to a machine whose git
     metadata is another commit's; the copy reads the stamp's commit. Once its code changes, the stamp

@@ -35,7 +35,6 @@ import json
 import math
 import platform
 import resource
-import subprocess
 import tempfile
 import time
 from datetime import datetime, timezone
@@ -48,6 +47,7 @@ from mhar_probe import __version__
 from mhar_probe.capture import capture_routing
 from mhar_probe.convert.authors import build_model, import_checkpoint, read_authors_config, target_config
 from mhar_probe.model.routing import choose_backend, set_routing_backend
+from mhar_probe.provenance import benchmark_record
 
 LLAMA31_8B = dict(vocab_size=128256, hidden_size=4096, intermediate_size=14336, num_hidden_layers=32,
                   num_attention_heads=32, num_key_value_heads=8, head_dim=128, max_position_embeddings=131072,
@@ -189,14 +189,6 @@ def measure(model: nn.Module, device: torch.device, vocab: int, T: int, B: int, 
     return row
 
 
-def commit() -> str:
-    try:
-        return subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        return ""
-
-
 def table(record: dict) -> str:
     """The record as the Markdown table of results.md: per (T, B), tokens/s and peak device memory of
     each arm (GiB), and the host's peak RSS."""
@@ -246,9 +238,11 @@ def main(argv: list[str] | None = None) -> dict:
     device = torch.device(args.device or ("cuda" if torch.cuda.is_available() else "cpu"))
     dtype = getattr(torch, args.dtype or ("bfloat16" if device.type == "cuda" else "float32"))
     cfg = authors_config(args.config)
+    provenance = benchmark_record(device)  # the commit from the stamp or git, the software, the card
     record: dict = {"config": args.config, "authors_config": cfg, "device": str(device),
                     "card": torch.cuda.get_device_name(device) if device.type == "cuda" else platform.processor(),
-                    "torch": torch.__version__, "package_version": __version__, "commit": commit(),
+                    "torch": torch.__version__, "package_version": __version__, "commit": provenance["code"]["commit"] or "",
+                    "provenance": provenance,
                     "dtype": str(dtype).removeprefix("torch."), "options": vars(args),
                     "created": datetime.now(timezone.utc).isoformat(timespec="seconds")}
     t0 = time.perf_counter()

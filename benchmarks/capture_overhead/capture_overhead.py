@@ -10,6 +10,7 @@ as tokens/s and overhead ratios, and the peak memory of each mode.
         --repeats 3 --out benchmarks/capture_overhead/cpu_tiny.json                                  # CPU
     PYTHONPATH=. python benchmarks/capture_overhead/capture_overhead.py --preset 100m --batch 4 --seq 2048 \
         --dtype bfloat16 --backend triton --out benchmarks/capture_overhead/h200_100m_triton.json    # GPU
+    python benchmarks/capture_overhead/capture_overhead.py --table FILE...    # results.md's table of the files
 
 Results: benchmarks/capture_overhead/results.md.
 """
@@ -18,19 +19,18 @@ from __future__ import annotations
 
 import argparse
 import json
-import platform
 import resource
 import statistics
+import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import torch
 
-from mhar_probe import __version__
 from mhar_probe.capture import capture_routing
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.routing import choose_backend, set_routing_backend
+from mhar_probe.provenance import benchmark_record
 
 
 def _sync(device: torch.device) -> None:
@@ -49,7 +49,34 @@ def _peak(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # MiB, process lifetime peak
 
 
+HEADER = ("| routing backend | forward tokens/s | weights tokens/s | weights overhead | probes tokens/s | "
+          "probes overhead | peak MiB: forward / weights / probes |\n|---|---:|---:|---:|---:|---:|---|")
+
+
+def table_row(doc: dict) -> str:
+    """One results file as a row of results.md's tables."""
+    tps, over, peak = doc["tokens_per_s"], doc["overhead_vs_forward"], doc["peak_mib"]
+    return (f"| {doc['backend']} | {tps['forward']:,.0f} | {tps['weights']:,.0f} | **{over['weights']:+.1%}** | "
+            f"{tps['probes']:,.0f} | {over['probes']:+.0%} | "
+            + " / ".join(f"{peak[m]:,.0f}" for m in ("forward", "weights", "probes")) + " |")
+
+
+def print_table(paths: list[str]) -> int:
+    """`--table FILE...`: the files as one markdown table (results.md's), or one message and 2."""
+    try:
+        docs = [json.loads(Path(p).read_text()) for p in paths]
+        rows = [table_row(d) for d in docs]
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        print(f"capture_overhead --table: not a capture_overhead results file ({type(exc).__name__}: {exc})",
+              file=sys.stderr)
+        return 2
+    print("\n".join([HEADER, *rows]))
+    return 0
+
+
 def main() -> None:
+    if sys.argv[1:2] == ["--table"]:
+        sys.exit(print_table(sys.argv[2:]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--method", default="mhar")
@@ -61,6 +88,8 @@ def main() -> None:
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--backend", default=None)
     ap.add_argument("--out", default=None, help="JSON results file")
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured, for a copied tree with neither a stamp nor git history")
     args = ap.parse_args()
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
@@ -103,8 +132,7 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in times.items()}
     result = {
         "benchmark": "capture_overhead",
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "package_version": __version__, "torch": torch.__version__, "platform": platform.platform(),
+        "provenance": benchmark_record(device, args.commit),  # time, commit, software, card
         "device": torch.cuda.get_device_name() if device.type == "cuda" else f"cpu x{torch.get_num_threads()}",
         "preset": args.preset, "method": args.method, "backend": backend, "dtype": args.dtype,
         "batch": args.batch, "seq": args.seq, "batches_per_call": args.batches, "repeats": args.repeats,

@@ -27,6 +27,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from mhar_probe.provenance import benchmark_record
+
 
 def build(root: Path, d: int, layers: int, vocab_tokens: int, seq: int) -> tuple[Path, Path]:
     """A random Llama (GQA 4:1, FFN 2.75d) with the embedded corpus's tokenizer, converted."""
@@ -113,13 +115,15 @@ def main() -> None:
     ap.add_argument("--seq", type=int, default=2048)
     ap.add_argument("--steps", type=int, default=10)
     ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured, for a copied tree with neither a stamp nor git history")
     a = ap.parse_args()
     out, work = Path(a.out), Path(a.work)
     out.mkdir(parents=True, exist_ok=True)
     work.mkdir(parents=True, exist_ok=True)
     os.environ.setdefault("MHAR_CACHE_DIR", str(work / "cache"))
     result: dict = dict(device=torch.cuda.get_device_name(0), gpus=torch.cuda.device_count(),
-                        torch=torch.__version__)
+                        torch=torch.__version__, provenance=benchmark_record("cuda:0", a.commit))
     try:
         import triton  # noqa: F401
 

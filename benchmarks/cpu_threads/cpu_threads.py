@@ -36,6 +36,7 @@ import torch
 
 from mhar_probe import __version__
 from mhar_probe.cputhreads import allowed_cpus
+from mhar_probe.provenance import benchmark_record
 
 BUSY = "while True: pass"
 
@@ -66,7 +67,7 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["torch", "1", "auto"])
     ap.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy neighbour processes to measure beside")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default=None, help="the commit measured (default: git's HEAD here)")
+    ap.add_argument("--commit", default=None, help="the commit measured, for a copied tree with neither a stamp nor git history")
     args = ap.parse_args()
     cpus = len(allowed_cpus())
     work = Path(tempfile.mkdtemp(prefix="cpu_threads_"))
@@ -86,10 +87,9 @@ def main() -> None:
             for p in neighbours:
                 p.kill()
                 p.wait()
-    commit = args.commit or subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                           text=True).stdout.strip()
+    provenance = benchmark_record("cpu", args.commit)  # the commit from the stamp or git, the software, the CPU
     doc = dict(benchmark="cpu_threads", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               commit=commit, package_version=__version__, torch=torch.__version__, python=platform.python_version(),
+               commit=(provenance["code"]["commit"] or "")[:7], provenance=provenance, package_version=__version__, torch=torch.__version__, python=platform.python_version(),
                platform=platform.platform(), device=f"cpu x{cpus} ({platform.processor() or platform.machine()})",
                run="mhar train --preset tiny --method mhar (batch 16 x 128)", steps=args.steps, results=results)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
