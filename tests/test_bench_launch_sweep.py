@@ -77,6 +77,7 @@ def test_sweep_on_the_interpreter_writes_a_launch_table_the_kernels_take(tmp_pat
              "--table-out", str(table)])
     doc = json.loads(out.read_text())
     assert doc["meta"]["dtype"] == "float32" and doc["meta"]["copy_gbps"] is None
+    assert doc["meta"]["provenance"]["hardware"]["device"].startswith("cpu")
     what = [r["what"] for r in doc["rows"]]
     assert what == ["probe:fold", "probe:fold-storage-douts", "probe:gather-backward", *["sweep:gather"] * 2,
                     *["sweep:fwd"] * 2]

@@ -144,6 +144,8 @@ def test_main_writes_the_results_file(tt, monkeypatch, tmp_path):
     doc = json.loads(out.read_text())
     assert doc["meta"]["commit"] == "abc123" and doc["meta"]["args"]["step"] == "eager"
     assert doc["meta"]["torch"] == torch.__version__ and doc["meta"]["python"] == platform.python_version()
+    code = doc["meta"]["provenance"]["code"]  # this checkout's commit (git wins over a passed one) and digest
+    assert code["source"] in ("git", "stamp") and len(code["commit"]) == 40 and len(code["code_sha256"]) == 64
     assert [r["method"] for r in doc["results"]] == ["baseline", "mhar"]
 
 

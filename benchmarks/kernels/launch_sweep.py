@@ -62,7 +62,7 @@ from pathlib import Path
 
 import torch
 
-from mhar_probe.provenance import software
+from mhar_probe.provenance import benchmark_record, software
 from mhar_probe.bench.routing import SHAPES, SWEEP_FOLD, SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, chain_fwd
 from mhar_probe.bench.routing import sweep_key as table_key  # the key a kind's row is stored under
 from mhar_probe.kernels import KernelConfig
@@ -327,6 +327,7 @@ def main(argv: list[str] | None = None) -> None:
         copy_gbps = None
     meta = dict(device=torch.cuda.get_device_name() if cuda else "cpu (Triton interpreter)",
                 date=datetime.date.today().isoformat(), commit=args.commit, **software(), copy_gbps=copy_gbps,
+                provenance=benchmark_record("cuda" if cuda else "cpu", args.commit),
                 dtype=args.dtype, heads=args.heads, budget_s=args.budget_s, repeat=args.repeat, tol=args.tol,
                 fold_calls=args.fold_calls or KernelConfig().fold_calls,
                 command=" ".join(sys.argv if argv is None else ["launch_sweep.py", *argv]))

@@ -26,7 +26,7 @@ import torch
 
 import mhar_probe.bench.routing as bench
 import mhar_probe.kernels.route.autograd as kad
-from mhar_probe.provenance import git_commit, software
+from mhar_probe.provenance import benchmark_record, git_commit, software
 from mhar_probe.model.routing import get_backend
 
 PLAN = kad.pair_e_plan
@@ -102,7 +102,8 @@ def main(argv: list[str] | None = None) -> None:
     if not torch.cuda.is_available():
         raise SystemExit("pair_e_dot.py times CUDA kernels: no GPU here")
     bench.DTYPE = "mixed"
-    meta = dict(device=torch.cuda.get_device_name(), commit=args.commit or git_commit(), **software())
+    meta = dict(device=torch.cuda.get_device_name(), commit=args.commit or git_commit(), **software(),
+                provenance=benchmark_record("cuda", args.commit))
     rows = []
     for name in args.shapes.split(","):
         try:

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
-from mhar_probe.provenance import git_commit, software
+from mhar_probe.provenance import benchmark_record, git_commit, software
 from mhar_probe.compiled import compile_sublayers
 from mhar_probe.distributed import init_distributed, shutdown
 from mhar_probe.loss import next_token_cross_entropy
@@ -196,6 +196,7 @@ def main() -> None:
         if info.is_main:
             meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"), commit=git_commit(),
                         package_version=__version__, software=software(), world_size=info.world_size,
+                        provenance=benchmark_record(info.device),
                         device=torch.cuda.get_device_name() if info.device.type == "cuda" else "cpu",
                         argv=sys.argv[1:])
             if args.out:

@@ -60,7 +60,7 @@ import torch
 
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
-from mhar_probe.provenance import git_commit, software
+from mhar_probe.provenance import benchmark_record, git_commit, software
 from mhar_probe.compiled import HYPER_COMPILES, choose_compile_sublayers, compile_sublayers
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import KernelConfig
@@ -405,6 +405,7 @@ def main() -> None:
     meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
                 device=torch.cuda.get_device_name() if device.type == "cuda" else cpu_name(),
                 **software(), package=__version__, commit=args.commit or git_commit(),
+                provenance=benchmark_record(device, args.commit),
                 args={k: v for k, v in vars(args).items() if k != "seq_len"})
     if args.out:
         Path(args.out).parent.mkdir(parents=True, exist_ok=True)

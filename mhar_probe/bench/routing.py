@@ -471,7 +471,7 @@ def check_arguments(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> None:
     """Run the benchmark with parsed options (`mhar bench routing`: mhar_probe.cli.bench parses them)."""
     check_arguments(args)
-    from mhar_probe.provenance import git_commit, software
+    from mhar_probe.provenance import benchmark_record, git_commit, software
     from mhar_probe.kernels import KernelConfig, kernel_settings
     from mhar_probe.model.routing import register_triton_backend
 
@@ -486,6 +486,7 @@ def run(args: argparse.Namespace) -> None:
     bw = copy_bandwidth()
     meta = dict(device=torch.cuda.get_device_name(), date=datetime.date.today().isoformat(),
                 commit=args.commit or git_commit(), **software(), copy_gbps=bw, dtype=args.dtype,
+                provenance=benchmark_record("cuda", args.commit),
                 kernels=kernel_settings(base))
     print(json.dumps(meta), flush=True)
     rows = []
