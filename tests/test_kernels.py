@@ -37,8 +37,8 @@ def make(N, B, T, D, dtype, seed=0):
                                           (4, 16, 4, torch.float16), (3, 24, 8, torch.float32),
                                           (37, 12, 2, torch.float32), (32, 10, 2, torch.float16)])
 def test_forward_matches_reference(N, D, H, dtype):
-    """Against float64, W poisoned first; N = 37 and 32: stacks deeper than the paper's 100M (the
-    loop that turns the logits into weights over many rows; 32: two-tile heads)."""
+    """Against float64, W poisoned first; N = 37 and 32 turn the logits into weights in several
+    W_ROWS-row tiles (37 = 2 * 16 + 5: a part-masked last tile; 32: whole tiles, two-tile heads)."""
     src, q, w, _ = make(N, 1, 3, D, dtype)
     out, W = poisoned_route(src, q, w, H, EPS)
     ref_out, ref_W = route64(src, q, w, H, round_to=dtype)

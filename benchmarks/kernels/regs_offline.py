@@ -39,7 +39,7 @@ from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route.bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
 from mhar_probe.kernels.route.bwd_fold import stack_fold_held_kernel, stack_fold_kernel
-from mhar_probe.kernels.route.fwd import W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
+from mhar_probe.kernels.route.fwd import W_ROWS, W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from launch_sweep import fold_variants  # noqa: E402
@@ -112,7 +112,7 @@ def fwd_job(d: int, cfg: tuple, ahead: tuple[int, int] = (0, 0)) -> tuple:
                  N0=I32)
     # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
-                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES, NEXT=ahead[0],
+                 HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES, W_ROWS=W_ROWS, NEXT=ahead[0],
                  RESUME=ahead[1])
     split = head_split(K)
     if split:

@@ -106,13 +106,20 @@ def _fwd_step(v, q, g, m, l, acc, wptr, pmask, eps, D: tl.constexpr, dtype: tl.c
 
 
 @triton.jit
-def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.constexpr):
-    """Rewrite the N [BP, H] raw logits at wptr + n*P*H as the weights exp(logit - m) / l,
-    under Triton's pipeliner: the logits W_STAGES - 1 rows ahead in flight (each row's load
-    waits on the cache otherwise, N times in a row at the end of every program)."""
-    for n in tl.range(0, N, num_stages=W_STAGES):
-        lg = tl.load(wptr + n * P * H, mask=pmask[:, None], other=0.0)
-        tl.store(wptr + n * P * H, div_acc(exp_acc(lg - m), l), mask=pmask[:, None])
+def _logits_to_weights(wptr, P, N, H: tl.constexpr, m, l, pmask, W_STAGES: tl.constexpr, W_ROWS: tl.constexpr):
+    """Rewrite the N [BP, H] raw logits at wptr + n*P*H as the weights exp(logit - m) / l, W_ROWS
+    rows at a time: one [W_ROWS, BP, H] tile an iteration, so that a one-position program has
+    W_ROWS rows' loads in flight and spreads their elements over its lanes (a [BP, H] row alone
+    is 8 elements on 32-64 lanes, each computed by every lane that holds a copy), under Triton's
+    pipeliner: W_STAGES - 1 tiles ahead."""
+    offs_r = tl.arange(0, W_ROWS)  # [WR]
+    tile = wptr[None, :, :] + offs_r[:, None, None] * (P * H)  # [WR, BP, H]
+    mt = m[None, :, :]
+    lt = l[None, :, :]
+    for n0 in tl.range(0, N, W_ROWS, num_stages=W_STAGES):
+        mask = ((n0 + offs_r) < N)[:, None, None] & pmask[None, :, None]
+        lg = tl.load(tile + n0 * (P * H), mask=mask, other=0.0)
+        tl.store(tile + n0 * (P * H), div_acc(exp_acc(lg - mt), lt), mask=mask)
 
 
 @triton.jit
@@ -134,7 +141,7 @@ def route_fwd_kernel(
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
-    NEXT: tl.constexpr, RESUME: tl.constexpr,
+    NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND (1): the source appended just before this call is read from X,
@@ -233,7 +240,7 @@ def route_fwd_kernel(
         tl.store(SACC + row, accn, mask=mask)
         tl.store(sml, mn, mask=pmask[:, None])
         tl.store(sml + H, ln, mask=pmask[:, None])
-    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES, W_ROWS)
 
 
 # ------------------------------------------- head width not a power of two: two exact tiles
@@ -316,7 +323,7 @@ def route_fwd_split_kernel(
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
-    W_STAGES: tl.constexpr, NEXT: tl.constexpr, RESUME: tl.constexpr,
+    W_STAGES: tl.constexpr, NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -426,7 +433,7 @@ def route_fwd_split_kernel(
         tl.store(SACC + rowb, accnb, mask=maskb)
         tl.store(sml, mn, mask=pmask[:, None])
         tl.store(sml + H, ln, mask=pmask[:, None])
-    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES)
+    _logits_to_weights(wptr, P, N, H, m, l, pmask, W_STAGES, W_ROWS)
 
 
 @functools.lru_cache(maxsize=None)
@@ -525,7 +532,7 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
-                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume)
+                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume, W_ROWS=W_ROWS)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
@@ -538,6 +545,9 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
 # logits into weights (-3% / -4% of the forward at 350M / 1B against a plain loop; the session diary,
 # git show 56d8861:benchmarks/kernels/results_h100.md).
 W_STAGES = 3
+# Logit rows an iteration of that loop (one [W_ROWS, BLOCK_P, H] tile): at H = 8 a one-position
+# program's 16 rows are 128 elements, two a lane of a two-warp program.
+W_ROWS = 16
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd
