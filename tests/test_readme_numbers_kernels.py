@@ -101,3 +101,16 @@ def test_backward_bytes_are_the_plans():
         gather.append(plan_bytes(backward_plan(layout, calls - 1, 0), layout, [8] * calls, d, 2, 4))
     assert (f"moves {_j(fold, '.1f')} bytes per pair-element at 100M / 350M / 1B, "
             f"the gather backward {_j(gather, '.1f')}") in text
+
+
+def test_the_weights_loop_step_numbers_are_its_records():
+    """The README's line on the 16-row weights' loop: MHAR / baseline and routing over the stack floor
+    at 350M and 1B, from h100_step_wrows_*.json (byte_floors.py's step rows)."""
+    text = _readme()
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    docs = [json.loads((STEP / f"h100_step_wrows_{p}.json").read_text()) for p in ("350m", "1b")]
+    mhar = [next(r for r in d["results"] if r["arm"] == "mhar") for d in docs]
+    rows = [bf.step_rows(d, 2933.0)[0] for d in docs]
+    assert (f"MHAR runs at {_j((r['vs_baseline'] for r in mhar), '.3f', 'x')} of our baseline at 350M / 1B, routing "
+            f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x its stack floor") in text
+
