@@ -10,6 +10,7 @@ manylinux x86_64 (``pip download --no-deps --only-binary :all:``; pure-Python wh
 
     .venv/bin/python benchmarks/device_wheels.py            # -> .whl/ (ignored by git), ~3 MB
     .venv/bin/python benchmarks/device_wheels.py --list     # the names and versions only
+    .venv/bin/python benchmarks/device_wheels.py --fla      # also FLA's fla-core, for the FLA timings
 """
 
 from __future__ import annotations
@@ -50,6 +51,11 @@ uvloop wadler-lindig werkzeug wheel wrapt xarray xxhash yarl zipp
 # harness's built-in tasks, which drop_builtin_tasks removes; the project's evaluation tests pass with
 # both imports blocked (2026-11-27), and the carried tree has no room to spare (results/study100m/README.md)
 LEAVE_OUT = frozenset({"rouge-score"})
+
+# `--fla`: FLA's fused_attnres for the kernel tables' FLA column (device_run.sh's `fla` mode and `final`), at
+# the version of every FLA timing in benchmarks/kernels/results.md; not in the lock (no CPU use). Its one
+# requirement outside its extras, einops, is on the device.
+FLA = {"fla-core": "0.6.0"}
 
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_27_x86_64", "manylinux_2_24_x86_64", "manylinux_2_17_x86_64",
              "manylinux2014_x86_64", "manylinux1_x86_64")
@@ -159,8 +165,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(".whl"), help="wheel folder (default .whl)")
     parser.add_argument("--list", action="store_true", help="print the packages and versions, download nothing")
+    parser.add_argument("--fla", action="store_true", help=f"add FLA's wheel ({', '.join(f'{k}=={v}' for k, v in FLA.items())})")
     args = parser.parse_args()
-    packages = closure(ROOTS)
+    packages = {**closure(ROOTS), **(FLA if args.fla else {})}
     for name, version in packages.items():
         print(f"{name}=={version}")
     if not args.list:

@@ -52,3 +52,16 @@ def test_drop_builtin_tasks_keeps_the_task_machinery_and_its_record(tmp_path):
         assert sorted(names) == sorted(kept + ["lm_eval-0.0.1.dist-info/RECORD"])
         listed = [line.split(",")[0] for line in z.read("lm_eval-0.0.1.dist-info/RECORD").decode().splitlines()]
     assert listed == kept + ["lm_eval-0.0.1.dist-info/RECORD"]
+
+
+def test_fla_is_added_only_when_asked_and_needs_nothing_the_device_lacks(monkeypatch, capsys):
+    import sys
+
+    mod = _module()
+    assert "einops" in mod.ON_DEVICE  # fla-core's one requirement outside its extras
+    for argv, has in ((["--list"], False), (["--list", "--fla"], True)):
+        monkeypatch.setattr(sys, "argv", ["device_wheels.py", *argv])
+        mod.main()
+        lines = capsys.readouterr().out.splitlines()
+        assert ("fla-core==0.6.0" in lines) is has and "hyper-connections==" + mod.closure(mod.ROOTS)["hyper-connections"] in lines
+

@@ -112,7 +112,7 @@ fla_setup() {  # FLA's wheel from .whl (carried), unpacked onto PYTHONPATH; sets
     if python -c "import fla.ops.attnres" 2> "$OUT/fla_import.err"; then FLA=,fla
     else echo "FLA's wheel is installed but does not import:"; tail -3 "$OUT/fla_import.err"; fi
   else
-    echo "no FLA wheel under .whl/ (carry it): FLA is not timed"
+    echo "no FLA wheel under .whl/ (benchmarks/device_wheels.py --fla, then carry .whl): FLA is not timed"
   fi
 }
 as_card() {  # $1: a card's name; lays its built-in rows over this card's entry in this copy's table
