@@ -75,8 +75,6 @@ def print_table(paths: list[str]) -> int:
 
 
 def main() -> None:
-    if sys.argv[1:2] == ["--table"]:
-        sys.exit(print_table(sys.argv[2:]))
     ap = argparse.ArgumentParser()
     ap.add_argument("--preset", default="tiny")
     ap.add_argument("--method", default="mhar")
@@ -90,7 +88,11 @@ def main() -> None:
     ap.add_argument("--out", default=None, help="JSON results file")
     ap.add_argument("--commit", default=None,
                     help="the commit measured, for a copied tree with neither a stamp nor git history")
+    ap.add_argument("--table", nargs="+", metavar="FILE",
+                    help="only print results.md's table of these results files (nothing is measured)")
     args = ap.parse_args()
+    if args.table:
+        sys.exit(print_table(args.table))
 
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     backend = choose_backend(device, args.backend)  # triton on CUDA, eager elsewhere, unless given

@@ -67,7 +67,8 @@ def main() -> None:
     ap.add_argument("--settings", nargs="+", default=["torch", "1", "auto"])
     ap.add_argument("--busy", type=int, nargs="+", default=[0, 1], help="busy neighbour processes to measure beside")
     ap.add_argument("--out", required=True)
-    ap.add_argument("--commit", default=None, help="the commit measured, for a copied tree with neither a stamp nor git history")
+    ap.add_argument("--commit", default=None,
+                    help="the commit measured, for a copied tree with neither a stamp nor git history")
     args = ap.parse_args()
     cpus = len(allowed_cpus())
     work = Path(tempfile.mkdtemp(prefix="cpu_threads_"))
@@ -89,7 +90,8 @@ def main() -> None:
                 p.wait()
     provenance = benchmark_record("cpu", args.commit)  # the commit from the stamp or git, the software, the CPU
     doc = dict(benchmark="cpu_threads", created=datetime.now(timezone.utc).isoformat(timespec="seconds"),
-               commit=(provenance["code"]["commit"] or "")[:7], provenance=provenance, package_version=__version__, torch=torch.__version__, python=platform.python_version(),
+               commit=(provenance["code"]["commit"] or "")[:7], provenance=provenance, package_version=__version__,
+               torch=torch.__version__, python=platform.python_version(),
                platform=platform.platform(), device=f"cpu x{cpus} ({platform.processor() or platform.machine()})",
                run="mhar train --preset tiny --method mhar (batch 16 x 128)", steps=args.steps, results=results)
     Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")

@@ -39,7 +39,7 @@ import torch.distributed as dist
 
 from mhar_probe import __version__
 from mhar_probe.bench.arms import warm_up_arms
-from mhar_probe.provenance import benchmark_record, git_commit, software
+from mhar_probe.provenance import benchmark_record, software
 from mhar_probe.compiled import compile_sublayers
 from mhar_probe.distributed import init_distributed, shutdown
 from mhar_probe.loss import next_token_cross_entropy
@@ -194,9 +194,11 @@ def main() -> None:
                           f"{r['tokens_per_s_per_gpu']:>10,.0f} tok/s/GPU  "
                           f"peak {r.get('peak_memory_gb', float('nan')):.1f} GB", flush=True)
         if info.is_main:
-            meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"), commit=git_commit(),
+            provenance = benchmark_record(info.device)  # the stamp's commit on a device copy, which has no git
+            meta = dict(date=datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                        commit=(provenance["code"]["commit"] or "")[:7] or None,
                         package_version=__version__, software=software(), world_size=info.world_size,
-                        provenance=benchmark_record(info.device),
+                        provenance=provenance,
                         device=torch.cuda.get_device_name() if info.device.type == "cuda" else "cpu",
                         argv=sys.argv[1:])
             if args.out:
