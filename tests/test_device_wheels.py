@@ -64,4 +64,3 @@ def test_fla_is_added_only_when_asked_and_needs_nothing_the_device_lacks(monkeyp
         mod.main()
         lines = capsys.readouterr().out.splitlines()
         assert ("fla-core==0.6.0" in lines) is has and "hyper-connections==" + mod.closure(mod.ROOTS)["hyper-connections"] in lines
-
