@@ -109,11 +109,11 @@ def fwd_job(d: int, cfg: tuple, ahead: tuple[int, int] = (0, 0)) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
                  RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F, QN=F32, GN=F32, WN=F32, SACC=F32, SML=F32,
-                 N0=I32)
+                 N0=I32, RN=F32)
     # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
                  HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES, W_ROWS=W_ROWS, NEXT=ahead[0],
-                 RESUME=ahead[1])
+                 RESUME=ahead[1], R_STORED=1)  # a stack's calls: the rows' stored r
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],

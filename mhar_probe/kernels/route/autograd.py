@@ -338,6 +338,11 @@ class _StackState:
         self.row0: Tensor | None = None
         self.buffer: Tensor | None = None
         self._row_views: tuple[Tensor, ...] = ()  # buffer rows as [B, T, d] views
+        # [capacity, P] fp32: r_n = rsqrt(mean(v_n^2) + eps) of rows [1, _r_upto), stored by the
+        # forward launch that appended each row (R_STORED) and loaded by every later launch
+        self._rnorm: Tensor | None = None
+        self._r_upto = 1
+        self._r_eps: float | None = None  # the eps those r were computed with (a call's key norm)
         self.shape: tuple[int, int, int] | None = None
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
@@ -377,6 +382,7 @@ class _StackState:
                              f"the stack holds {self.shape} on {self.row0.device}")
         if self.buffer is None:
             self.buffer = _new((self.capacity, *self.row0.shape), x.dtype, x.device, self._poison)
+            self._rnorm = _new((self.capacity, self.row0.shape[0]), torch.float32, x.device, self._poison)
             self._row_views = self.buffer.view(self.capacity, *self.shape).unbind(0)  # [B, T, d] each
         elif x.dtype != self.buffer.dtype:  # a wider source: promote, as torch.stack does
             wide = torch.promote_types(self.buffer.dtype, x.dtype)
@@ -406,6 +412,20 @@ class _StackState:
         row, x, version = pending
         self._check_unchanged(row, x, version)
         return x, self._row_views[row]
+
+    def _stored_r(self, n: int, append: tuple[Tensor, Tensor] | None, eps: float) -> Tensor | None:
+        """The stored r of a forward launch over rows [0, n) with key-norm `eps`
+        (`launch_route_fwd`'s `rn`), or None where a row it reads from the buffer has none (stored
+        by a copy, not by the launch that appended it) or another eps made them: that launch
+        reduces every row itself and stores nothing. With `append`, the launch stores the
+        appended row's r."""
+        read_to = n - 1 if append is not None else n  # rows [1, read_to) come from the buffer
+        if self._rnorm is None or self._r_upto < read_to or self._r_eps not in (None, eps):
+            return None
+        self._r_eps = eps
+        if append is not None:
+            self._r_upto = max(self._r_upto, n)
+        return self._rnorm
 
     def _store_pending(self) -> None:
         """Copy the appended source that no call has stored yet into its buffer row."""
@@ -552,7 +572,7 @@ class _StackState:
         append = self._take_unstored(rec.n)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
                          v0=self.row0, res=rec.res, append=append, tables=self.launch_tables,
-                         ahead=self._ahead(rec, call))
+                         ahead=self._ahead(rec, call), rn=self._stored_r(rec.n, append, rec.eps))
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -893,7 +913,7 @@ class TritonSourceStack:
             W = _new((n, P, num_heads), torch.float32, dev, st._poison)
             append = st._take_unstored(n)
             launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0,
-                             append=append, tables=st.launch_tables)
+                             append=append, tables=st.launch_tables, rn=st._stored_r(n, append, eps))
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "

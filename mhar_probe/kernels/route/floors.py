@@ -27,7 +27,8 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
     fwd    (`route_fwd_kernel`, per call): source 0 at w0, the rest at w_src; the source it
            appends read from the sublayer's output and written into the buffer (w_src each);
            the output written (w_out); the raw logits written, then read and rewritten as
-           weights (3 x 4 H_c per pair);
+           weights (3 x 4 H_c per pair); each row's r (4 bytes a position) written by the call
+           that appends it and read by the calls that read the row from the buffer;
     bwd    the dout-reading launches (`stack_gather_kernel`, `stack_fold_kernel`):
            `bwd_fold.plan_bytes` over the plan at `fold_calls` (each dout copied into a slot,
            the weights stored: 4 H_c per pair read);
@@ -91,7 +92,11 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
     a leading call also writes the next call's softmax state (an fp32 row and 2 H fp32:
     4 d + 8 H); the call that resumes reads that state instead of rows [0, n0), and reads only
     rows [n0, n). The next call's logits of rows [0, n0) are written by the leader instead of by
-    it: `weight_bytes` of the resuming call, as before."""
+    it: `weight_bytes` of the resuming call, as before.
+
+    Each row read from the buffer comes with its stored r (4 bytes a position: `route_fwd_kernel`'s
+    R_STORED), written by the call that appends the row; source 0's and the appended row's are
+    computed from the row in registers."""
     resume = lookahead_pairs(layout, heads) if lookahead else {}
     total = 0
     for c, ((n, j0, j1), h) in enumerate(zip(layout, heads)):
@@ -99,12 +104,15 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
         n0 = resume.get(c, 0)
         if n0:  # rows [n0, n) read, and the state read
             rows = widths.src * d * (n - n0) + 4 * d + 8 * h
+            from_buffer = n - n0 - appends
         else:  # every source row read once
             rows = widths.src0 * d + widths.src * d * (n - 1)
+            from_buffer = n - 1 - appends
         if c + 1 in resume:  # the next call's state written
             rows += 4 * d + 8 * h
+        rows += 4 * from_buffer  # their stored r read
         if appends:
-            rows += widths.src * d  # ... and the appended one written into the buffer
+            rows += widths.src * d + 4  # ... and the appended one written into the buffer, and its r
         total += rows + widths.out * d + weight_bytes(n, h)
     return total * positions
 
