@@ -58,13 +58,13 @@ def test_stored_norms_change_no_bit(monkeypatch, forward, D, head_cycle, S, half
     config = poisoned(forward=forward)
     seen = _spy_r_stored(monkeypatch)
     got, stack = _run(leaves, S, heads, config, half)
-    assert all(r for n, _, r in seen if n > 1) and not any(r for n, _, r in seen if n == 1)
+    assert all(r for _, _, r in seen)
     assert stack._r_upto == S
-    rows = stack.buffer[1:S].double()  # [S - 1, P, d]
+    rows = torch.cat([stack.row0[None].double(), stack.buffer[1:S].double()])  # [S, P, d]
     ref_r = torch.rsqrt(rows.pow(2).mean(-1) + EPS)
-    assert torch.allclose(stack._rnorm[1:S].double(), ref_r, rtol=2e-6, atol=0)
+    assert torch.allclose(stack._rnorm[:S].double(), ref_r, rtol=2e-6, atol=0)
 
-    monkeypatch.setattr(_StackState, "_stored_r", lambda self, n, append, eps: None)
+    monkeypatch.setattr(_StackState, "_stored_r", lambda self, n, append, eps: (None, False))
     seen.clear()
     want, _ = _run(leaves, S, heads, config, half)
     assert seen and not any(r for _, _, r in seen)
@@ -105,9 +105,9 @@ def test_a_row_stored_by_a_copy_turns_the_stored_norms_off(monkeypatch):
         got, stack = chain()
     # calls 0..4 over 1..5 rows: call 1 appends row 1 (stored), call 2 reads row 2 from the buffer
     # (a copy: no norm), so calls 2.. reduce their rows
-    assert [(n, r) for n, _, r in seen] == [(1, 0), (2, 1), (3, 0), (4, 0), (5, 0)]
+    assert [(n, r) for n, _, r in seen] == [(1, 1), (2, 1), (3, 0), (4, 0), (5, 0)]
     assert stack._r_upto == 2
-    monkeypatch.setattr(_StackState, "_stored_r", lambda self, n, append, eps: None)
+    monkeypatch.setattr(_StackState, "_stored_r", lambda self, n, append, eps: (None, False))
     with torch.no_grad():
         want, _ = chain()
     for i, (a, b) in enumerate(zip(got, want)):
@@ -132,4 +132,4 @@ def test_a_call_with_another_eps_reduces_its_rows(monkeypatch):
             if s < S - 1:
                 stack.append(torch.tanh(out))
     # call 2 (eps 1e-2) appends row 2 without storing its norm: call 3 must reduce row 2 itself
-    assert [(n, r) for n, _, r in seen] == [(1, 0), (2, 1), (3, 0), (4, 0)]
+    assert [(n, r) for n, _, r in seen] == [(1, 1), (2, 1), (3, 0), (4, 0)]

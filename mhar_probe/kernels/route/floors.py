@@ -28,7 +28,8 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
            appends read from the sublayer's output and written into the buffer (w_src each);
            the output written (w_out); the raw logits written, then read and rewritten as
            weights (3 x 4 H_c per pair); each row's r (4 bytes a position) written by the call
-           that appends it and read by the calls that read the row from the buffer;
+           that appends it (row 0's by the first call) and read by the calls that read the row
+           from the buffer;
     bwd    the dout-reading launches (`stack_gather_kernel`, `stack_fold_kernel`):
            `bwd_fold.plan_bytes` over the plan at `fold_calls` (each dout copied into a slot,
            the weights stored: 4 H_c per pair read);
@@ -96,7 +97,7 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
     Each row read from the buffer comes with its stored r (4 bytes a position: `route_fwd_kernel`'s
     R_STORED), written by the call that appends the row; source 0's and the appended row's are
-    computed from the row in registers."""
+    computed from the row in registers, and the first call writes source 0's (STORE_R0)."""
     resume = lookahead_pairs(layout, heads) if lookahead else {}
     total = 0
     for c, ((n, j0, j1), h) in enumerate(zip(layout, heads)):
@@ -110,7 +111,7 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
             from_buffer = n - 1 - appends
         if c + 1 in resume:  # the next call's state written
             rows += 4 * d + 8 * h
-        rows += 4 * from_buffer  # their stored r read
+        rows += 4 * from_buffer + (4 if c == 0 else 0)  # their stored r read; row 0's written
         if appends:
             rows += widths.src * d + 4  # ... and the appended one written into the buffer, and its r
         total += rows + widths.out * d + weight_bytes(n, h)

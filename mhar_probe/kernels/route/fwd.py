@@ -137,12 +137,13 @@ def route_fwd_kernel(
     WN,  # (NEXT) the next call's W: its raw logits of rows [0, N) written here
     SACC, SML,  # [P, D], [P, 2, H] fp32: the next call's softmax state (NEXT writes, RESUME reads)
     N0,  # (RESUME) rows [0, N0) are in the state; this call reads rows [N0, N)
-    RN,  # [>= N, P] fp32 (R_STORED): r_n of every row n >= 1, stored by the call that appends it
+    RN,  # [>= N, P] fp32 (R_STORED): r_n of every row, stored by the call that appends it (row 0: STORE_R0)
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
     NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr, R_STORED: tl.constexpr,
+    STORE_R0: tl.constexpr,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND (1): the source appended just before this call is read from X,
@@ -163,7 +164,8 @@ def route_fwd_kernel(
     the call that appends the row (APPEND), and stored in RN; the rows read from V load it (4
     bytes a position) instead of reducing the row again (a sum over every lane and warp, a
     square root and a division each row and call). The same r: the appending call computes it
-    from the same values, with the same reduction."""
+    from the same values, with the same reduction. STORE_R0: the stack's first call stores row
+    0's (the backward's fold reads every source's)."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -210,6 +212,8 @@ def route_fwd_kernel(
     if not RESUME:
         v0 = tl.load(V0 + row, mask=mask, other=0.0).to(tl.float32)
         r0 = _row_rsqrt(v0, eps, D)
+        if STORE_R0:
+            tl.store(RN + offs_p, r0, mask=pmask)
         m, l, acc = _fwd_fold_row(v0, r0, q, g, m, l, acc, wptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
             mn, ln, accn = _fwd_fold_row(v0, r0, qn, gn, mn, ln, accn, wnptr, pmask, cdtype, ROUND_KEY,
@@ -336,7 +340,7 @@ def route_fwd_split_kernel(
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
     W_STAGES: tl.constexpr, NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr,
-    R_STORED: tl.constexpr,
+    R_STORED: tl.constexpr, STORE_R0: tl.constexpr,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -393,6 +397,8 @@ def route_fwd_split_kernel(
         v0a = tl.load(V0 + rowa, mask=maska, other=0.0).to(tl.float32)
         v0b = tl.load(V0 + rowb, mask=maskb, other=0.0).to(tl.float32)
         r0 = _row_rsqrt_split(v0a, v0b, eps, D)
+        if STORE_R0:
+            tl.store(RN + offs_p, r0, mask=pmask)
         m, l, acca, accb = _fwd_fold_row_split(v0a, v0b, r0, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask,
                                                cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
@@ -497,7 +503,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
                      gate: Tensor | None = None, v0: Tensor | None = None,
                      res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
                      tables: LaunchTables | None = None, ahead: ForwardAhead | None = None,
-                     rn: Tensor | None = None) -> None:
+                     rn: Tensor | None = None, store_r0: bool = False) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
@@ -510,7 +516,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     output follow `out.dtype`, the promoted dtype of the routed sources.
     `ahead`: the lookahead (`ForwardAhead`; `route_fwd_kernel`'s NEXT and RESUME).
     `rn` ([>= N, P] fp32; R_STORED): the rows' stored r: rows [1, N) (rows [1, N - 1) with
-    `append`) are read from it, and the appended row's r is written into it."""
+    `append`) are read from it, and the appended row's r is written into it; `store_r0`: row 0's
+    too."""
     if ahead is not None and partial is not None:
         raise ValueError("the forward's lookahead is for a source stack's calls, not the delta form")
     nxt, resume = (0, 0) if ahead is None else (int(ahead.next is not None), int(ahead.resume_from > 0))
@@ -520,7 +527,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
         tables = tables_for(DEFAULT)
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                0 if append is None else 1, nxt, resume, int(rn is not None))
+                0 if append is None else 1, nxt, resume, int(rn is not None),
+                int(rn is not None and store_r0))
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -535,7 +543,7 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool,
-              append: int, nxt: int = 0, resume: int = 0, r_stored: int = 0
+              append: int, nxt: int = 0, resume: int = 0, r_stored: int = 0, store_r0: int = 0
               ) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
@@ -554,7 +562,8 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
-                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume, W_ROWS=W_ROWS, R_STORED=r_stored)
+                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume, W_ROWS=W_ROWS, R_STORED=r_stored,
+                 STORE_R0=store_r0)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
