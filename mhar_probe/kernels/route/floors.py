@@ -85,7 +85,7 @@ def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
 
 def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
-                  widths: StackWidths = StackWidths(), lookahead: bool = False) -> int:
+                  widths: StackWidths = StackWidths(), lookahead: bool = False, stored_r: bool = True) -> int:
     """Bytes of the stack's forward launches as built (module docstring: fwd). A call appends
     the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`).
 
@@ -95,7 +95,8 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
     rows [n0, n). The next call's logits of rows [0, n0) are written by the leader instead of by
     it: `weight_bytes` of the resuming call, as before.
 
-    Each row read from the buffer comes with its stored r (4 bytes a position: `route_fwd_kernel`'s
+    stored_r (the kernels since the stored row norms; records carry `routing_stored_norms`): each
+    row read from the buffer comes with its stored r (4 bytes a position: `route_fwd_kernel`'s
     R_STORED), written by the call that appends the row; source 0's and the appended row's are
     computed from the row in registers, and the first call writes source 0's (STORE_R0)."""
     resume = lookahead_pairs(layout, heads) if lookahead else {}
@@ -111,9 +112,10 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
             from_buffer = n - 1 - appends
         if c + 1 in resume:  # the next call's state written
             rows += 4 * d + 8 * h
-        rows += 4 * from_buffer + (4 if c == 0 else 0)  # their stored r read; row 0's written
+        if stored_r:
+            rows += 4 * from_buffer + (4 if c == 0 else 0)  # their stored r read; row 0's written
         if appends:
-            rows += widths.src * d + 4  # ... and the appended one written into the buffer, and its r
+            rows += widths.src * d + 4 * stored_r  # ... and the appended one written into the buffer, and its r
         total += rows + widths.out * d + weight_bytes(n, h)
     return total * positions
 
@@ -165,12 +167,13 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False,
+                stored_r: bool = True) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
     whose sources are all at w_src (source 0's extra width in the backward is not counted);
-    `lookahead`: the forward's (`forward_bytes`)."""
+    `lookahead`, `stored_r`: the forward's (`forward_bytes`)."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
     bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead), bwd,
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead, stored_r), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))

@@ -579,6 +579,10 @@ W_STAGES = 3
 # Logit rows an iteration of that loop (one [W_ROWS, BLOCK_P, H] tile): at H = 8 a one-position
 # program's 16 rows are 128 elements, two a lane of a two-warp program.
 W_ROWS = 16
+# The stored row norms (R_STORED) are the stack's design: step records carry this as
+# `routing_stored_norms`, so that byte floors count the forward bytes of the kernels that ran
+# (`floors.forward_bytes(stored_r=...)`; records without it predate the design).
+ROW_NORMS_STORED = True
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd
