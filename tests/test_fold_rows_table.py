@@ -622,7 +622,8 @@ def test_results_page_holds_the_lookahead_record_and_its_timing(frt):
     # the bytes: the record of the lookahead tree's forward_bytes, its plain column today's byte model
     bf = load_script("benchmarks/kernels/byte_floors.py")
     record = {r["preset"]: r for r in json.loads(AHEAD_BYTES.read_text())["rows"]}
-    plain_ms = [bf.floors(p, *bf.PAPER[p], 8, 8, 2933).built["fwd"] for p in ("100m", "350m", "1b")]
+    plain_ms = [bf.floors(p, *bf.PAPER[p], 8, 8, 2933, stored_r=False).built["fwd"]  # the kernels of the record
+                for p in ("100m", "350m", "1b")]
     assert plain_ms == pytest.approx([record[p]["plain_bytes"] / 2933e6 for p in ("100m", "350m", "1b")])
     ahead_ms = [record[p]["lookahead_bytes"] / 2933e6 for p in ("100m", "350m", "1b")]
     assert (f"({' / '.join(f'{x:.3f}' for x in plain_ms)} ms at copy speed become "
@@ -896,3 +897,31 @@ def test_results_page_holds_the_weights_loop_ab_and_its_numbers(frt):
     log = (HERE / "h100_gpu_kernel_tests_cut_5b2a7d2.log").read_text().splitlines()[-1]
     assert set(log) == {"."} and f"limit (the last lines of its output: h100_gpu_kernel_tests_cut_5b2a7d2.log): " \
         f"{len(log)} passed and none failed" in text.replace("`", "")
+
+
+STORED_R = [HERE / f"regs_offline_2026-12-07_{k}_stored_r_{t}_triton3.6.json"
+            for k in ("fwd", "fold") for t in ("base_8fe9acb", "79ddc10")]
+
+
+def test_results_page_and_readme_hold_the_stored_norms_offline_table(frt):
+    """The stored norms' offline table (both trees' regs_offline records) is in results.md as
+    rendered, and the kernels README's instruction cuts are those records': the forward's plain
+    call at 100M / 350M / 1B, the held fold at the H100's held rows."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_stored_r_offline(STORED_R) in page
+
+    def loop(row):
+        return max(row["loops"], key=lambda lp: lp["instructions"])["instructions"]
+
+    def cut(kind, shape, cfg, ahead=None):
+        base, new = (json.loads(p.read_text())["rows"] for p in STORED_R if f"_{kind}_" in p.name)
+        pick = [(b, v) for b, v in zip(base, new) if b["shape"] == shape and b["cfg"] == cfg and b.get("ahead") == ahead]
+        (b, v), = pick
+        return f"{100 * (1 - loop(v) / loop(b)):.0f}%"
+
+    fwd = [cut("fwd", s, c, "plain") for s, c in (("100M", [1, 1, 0, 5]), ("350M", [1, 2, 0, 4]), ("1B", [1, 1, 0, 3]))]
+    held = [cut("fold", s, c) for s, c in (("100M", [1, 4, 1, 0, 0, 0]), ("350M", [1, 8, 1, 128, 0, 0]),
+                                           ("1B", [1, 8, 1, 0, 0, 0]))]
+    readme = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    assert (f"the forward's row loop issues {' / '.join(fwd)} fewer instructions at 100M / 350M / 1B and the "
+            f"held fold's {' / '.join(held)}") in readme

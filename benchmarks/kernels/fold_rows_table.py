@@ -20,6 +20,8 @@
     python benchmarks/kernels/fold_rows_table.py fwd-caps benchmarks/kernels/regs_offline_2026-12-06_fwd_caps_triton3.6.json benchmarks/kernels/h100_fwd_caps_sweep_ce3036b.json
     python benchmarks/kernels/fold_rows_table.py fwd-ab benchmarks/kernels/h100_fwd_rescale_ab_*.json
     python benchmarks/kernels/fold_rows_table.py prefetch2-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_prefetch2_f22ee2f_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py stored-r-offline benchmarks/kernels/regs_offline_2026-12-07_{fwd,fold}_stored_r_{base_8fe9acb,79ddc10}_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py fold-ab benchmarks/kernels/h100_fold_rstored_ab_*.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -266,6 +268,36 @@ def render_ab(base: list[Path], variant: list[Path], base_name: str, variant_nam
     return "\n".join(lines)
 
 
+def render_stored_r_offline(paths: list[Path]) -> str:
+    """Two trees' regs_offline records, each as `--kernels fwd --builtin-only --ahead --loops` and
+    `--kernels fold_rows --dense --loops` (the files named *_base_* are the base tree's): per shape,
+    kernel, row and call (the forward's plain, leading and resuming calls; the held fold's rows),
+    registers, spilled bytes and the main loop's warp-instructions and barriers per iteration
+    (each row's largest loop), base -> variant."""
+    docs = {}
+    for p in paths:
+        kind = "fwd" if "_fwd_" in p.name else "fold"
+        docs[kind, "_base_" in p.name] = json.loads(p.read_text())["rows"]
+    if len(docs) != 4:
+        raise ValueError("give the fwd and fold records of the base tree (*_base_*) and of the variant")
+    lines = ["| shape | kernel | row | call | registers | spilled bytes | loop warp-instructions an iteration "
+             "| change | barriers an iteration |", "|---|---|---|---|---|---|---|---:|---|"]
+    for kind in ("fwd", "fold"):
+        base, new = docs[kind, True], docs[kind, False]
+        for b, v in zip(base, new):
+            if (b["shape"], b["cfg"], b.get("ahead")) != (v["shape"], v["cfg"], v.get("ahead")):
+                raise ValueError("the two records' rows differ")
+            if kind == "fold" and "held" not in b["kernel"]:
+                continue
+            lb, lv = (max(r["loops"], key=lambda lp: lp["instructions"]) for r in (b, v))
+            name = "forward" if kind == "fwd" else "held fold"
+            lines.append(f"| {b['shape']}-train | {name} | {tuple(b['cfg'])} | {b.get('ahead', '-')} "
+                         f"| {b['regs']} -> {v['regs']} | {b['spill_stack_bytes']} -> {v['spill_stack_bytes']} "
+                         f"| {lb['instructions']} -> {lv['instructions']} "
+                         f"| {lv['instructions'] / lb['instructions'] - 1:+.1%} | {lb['BAR']} -> {lv['BAR']} |")
+    return "\n".join(lines)
+
+
 def render_fwd_ab(base: list[Path], variant: list[Path]) -> str:
     """Two trees' forwards, one process per file, base and variant alternated in one device call
     (`launch_sweep.py --kinds fwd`, the base tree on PYTHONPATH first; `device_run.sh fwdab`): per
@@ -458,6 +490,8 @@ RENDER = {
     "fwd-caps": lambda f, a, b: render_fwd_caps(*f),
     "backends": lambda f, a, b: render_backends(f),
     "fwd-ab": lambda f, a, b: render_fwd_ab(a, [p for p in f if p not in a]),
+    "fold-ab": lambda f, a, b: render_ab(a, [p for p in f if p not in a], "base", "variant"),
+    "stored-r-offline": lambda f, a, b: render_stored_r_offline(f),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
 FILES = {
@@ -468,6 +502,8 @@ FILES = {
     "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
+    "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
+                            "and of the variant"),
     "fwd-caps": (2, "two files, regs_offline.py's --kernels fwd --rows-fwd record, then the card's "
                     "launch_sweep.py --out record of the same rows"),
 }
@@ -485,8 +521,8 @@ def main() -> None:
     dense = [p for p in args.files if f"_ab_{'merge' if args.what == 'merge' else 'dense'}_" in p.name]
     if args.what == "dense" and not (masked and dense):
         ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
-    if args.what == "fwd-ab" and not (masked and len(masked) < len(args.files)):
-        ap.error("fwd-ab: give the base tree's *_ab_base_* files and the variant's *_ab_<variant>_* files")
+    if args.what in ("fwd-ab", "fold-ab") and not (masked and len(masked) < len(args.files)):
+        ap.error(f"{args.what}: give the base tree's *_ab_base_* files and the variant's *_ab_<variant>_* files")
     if args.what == "merge" and not (masked and dense):
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
     if args.what in FILES and len(args.files) != FILES[args.what][0]:
