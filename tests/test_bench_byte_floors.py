@@ -10,6 +10,7 @@ import pytest
 
 from mhar_probe.kernels.route.bwd_fold import model_layout
 from mhar_probe.kernels.route.floors import built_bytes, four_byte_floor, stack_floor
+from mhar_probe.model.config import PRESETS
 from script_checks import load_script
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,6 +28,25 @@ def test_floors_are_the_floors_modules_bytes_over_the_bandwidth():
     assert set(fl.built) == {"fwd", "bwd", "pair_e"}
     for group in fl.built:
         assert fl.built[group] == pytest.approx(getattr(built, group) / 2000e6)
+
+
+def test_step_rows_count_the_stored_norms_of_records_that_ran_them():
+    """A record that carries `routing_stored_norms` (train_throughput.py since the stored row norms)
+    gets the forward's bytes with each row's 4-byte r (read per row from the buffer, written per
+    appended row and for row 0 once); one without it (every record before) the bytes without."""
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    doc = json.loads(STEP.read_text())
+    (old,) = bf.step_rows(doc, 2933.0)
+    for r in doc["results"]:
+        r["routing_stored_norms"] = True
+    (new,) = bf.step_rows(doc, 2933.0)
+    mhar = next(r for r in doc["results"] if r["method"] == "mhar")
+    assert "routing_forward" not in mhar  # a record of the plain forward: every call reads all its rows
+    calls, P = 2 * PRESETS["1b"]["num_hidden_layers"] + 1, mhar["batch"] * mhar["seq"]
+    # calls 2.. read n - 2 rows from the buffer, calls 1.. write the appended row's r, call 0 row 0's
+    r_bytes = 4 * P * (sum(n - 2 for n in range(3, calls + 1)) + (calls - 1) + 1)
+    assert new["groups"]["fwd"]["built_ms"] - old["groups"]["fwd"]["built_ms"] == pytest.approx(r_bytes / 2933e6)
+    assert new["groups"]["bwd"]["built_ms"] == old["groups"]["bwd"]["built_ms"]
 
 
 def test_step_rows_read_the_profiled_routing_kernels():

@@ -32,10 +32,12 @@ def test_stack_floor_by_hand():
 
 
 def test_forward_bytes_by_hand():
-    """Call 0 reads source 0 (16 bytes of d = 4 at 4 bytes); calls 1 and 2 read source 0 and
-    1 or 2 bf16 rows, one of them appended (read and written); each writes a 16-byte output and
-    12 H n bytes of logits and weights."""
-    per_position = (16 + 16 + 12 * 1 * 1) + (16 + 8 + 8 + 16 + 12 * 2 * 2) + (16 + 16 + 8 + 16 + 12 * 1 * 3)
+    """Call 0 reads source 0 (16 bytes of d = 4 at 4 bytes) and writes its 4-byte r; calls 1 and
+    2 read source 0 and 1 or 2 bf16 rows, one of them appended (read and written, and its r
+    written), the other (call 2's row 1) read from the buffer with its stored r; each writes a
+    16-byte output and 12 H n bytes of logits and weights."""
+    per_position = (16 + 4 + 16 + 12 * 1 * 1) + (16 + 8 + 8 + 4 + 16 + 12 * 2 * 2) + \
+        (16 + 16 + 4 + 8 + 4 + 16 + 12 * 1 * 3)
     assert forward_bytes(LAYOUT3, 4, [1, 2, 1], 5) == 5 * per_position
 
 
@@ -81,7 +83,8 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     import mhar_probe.kernels.route.fwd as rfwd
     from kernel_checks import poisoned_stack, spy_launcher
 
-    def fwd_launch(args, consts):  # (N, APPEND, H)
+    def fwd_launch(args, consts):  # (N, APPEND, H); every launch has R_STORED, the first STORE_R0
+        assert consts["R_STORED"] and consts["STORE_R0"] == (args[13] == 1)
         return args[13], bool(consts["APPEND"]), consts["H"]
 
     fwd_seen = spy_launcher(monkeypatch, rfwd, "_FWD", fwd_launch)
@@ -95,8 +98,9 @@ def test_forward_and_pair_e_bytes_are_those_of_the_stacks_launches(monkeypatch):
     layout = [(c.n, c.j0, c.j1) for c in stack._calls]
     assert layout == model_layout(S)
     widths = StackWidths(src0=4, src=2, out=4, dout=4)
-    counted = sum(widths.src0 * D + widths.src * D * (n - 1) + (widths.src * D if app else 0) + widths.out * D + 12 * h * n
-                  for n, app, h in fwd_seen)
+    # rows from the buffer with their stored r (4 bytes), the appended row's r written, row 0's by call 0
+    counted = sum(widths.src0 * D + widths.src * D * (n - 1) + (widths.src * D + 4 if app else 0) + widths.out * D
+                  + 12 * h * n + 4 * (n - 1 - app) + 4 * (n == 1) for n, app, h in fwd_seen)
     assert len(fwd_seen) == S and sum(app for _, app, _ in fwd_seen) == S - 1
     assert forward_bytes(layout, D, [H] * S, P, widths) == P * counted
     reads = {}
@@ -378,8 +382,10 @@ def test_appended_source_bytes_are_those_of_the_launches(monkeypatch):
     assert loaded == P * sum(widths.src * D * (n - 1) for n, _, _ in layout)
     appended = stored - P * widths.out * D * S  # less the outputs
     heads = [H] * S
+    # ... and the rows' stored r: read for the n - 2 rows from the buffer, written for the appended
+    # one (for row 0 by call 0)
     read_out_weights = P * sum(widths.src0 * D + widths.src * D * (n - 1) + widths.out * D + weight_bytes(n, H)
-                               for n, _, _ in layout)
+                               + 4 * max(n - 1, 1) for n, _, _ in layout)
     assert appended == forward_bytes(layout, D, heads, P, widths) - read_out_weights == P * widths.src * D * (S - 1)
 
 
@@ -406,8 +412,8 @@ def test_forward_bytes_are_those_of_the_launches(monkeypatch, lookahead):
         def run(grid, args, consts, *rest):
             if consts["RESUME"]:
                 resumed.append((args[13], args[20]))
-            # every per-position tensor: V0, V, OUT, W, X, WN, SACC, SML (not the queries, [d] each)
-            per_position = [args[i] for i in (0, 1, 7, 8, 10, 17, 18, 19)]
+            # every per-position tensor: V0, V, OUT, W, X, WN, SACC, SML, RN (not the queries, [d] each)
+            per_position = [args[i] for i in (0, 1, 7, 8, 10, 17, 18, 19, 21)]
             traffic.launch(launchers[name], grid, args, consts, rest, list({t.data_ptr(): t for t in per_position}.values()),
                            every_store=True)
         return run

@@ -56,6 +56,20 @@ def launches(monkeypatch):
     return seen, fold_consts
 
 
+@pytest.fixture
+def held_r_stored(monkeypatch, launches):
+    """R_STORED of every held fold launch (1: r_j loaded from the forward's stored norms)."""
+    flags: list[int] = []
+    held = kad.STACK_FOLD_HELD
+
+    def spy(grid, args, consts, *rest):
+        flags.append(consts["R_STORED"])
+        held(grid, args, consts, *rest)
+
+    monkeypatch.setattr(kad, "STACK_FOLD_HELD", spy)
+    return flags
+
+
 def _tables(path, D, heads, hw, fold_row, gather_row=None):
     """A poisoned KernelConfig whose table gives every call of `_chain` over `heads` (any storage
     width) `fold_row` for its folds and `gather_row` (None: the built-in rule) for its gathers."""
@@ -160,17 +174,23 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
 
 
 # held rows: (1, warps, prefetch 0 / 1, 0, 0, 0); one head count for every call (the model's)
+@pytest.mark.parametrize("stored_r", [True, False])
 @pytest.mark.parametrize("D,H,fold_calls,S,row", [
     (40, 4, 2, 6, (1, 2, 1, 0, 0, 0)),  # d/H = 10: two tiles, 8 + 2; three folds
     (96, 32, 2, 7, (1, 1, 0, 0, 0, 0)),  # H = 32, d/H = 3 (2 + 1), no prefetch
     (24, 2, 4, 9, (1, 4, 1, 0, 0, 0)),  # d/H = 12 (8 + 4), blocks of four readers
     (32, 4, 2, 6, (1, 8, 0, 0, 0, 0)),  # d/H = 8: one tile
 ])
-def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, launches, D, H, fold_calls, S, row):
+def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, held_r_stored, D, H,
+                                                      fold_calls, S, row, stored_r):
     """The held kernel (a fold row with sources 0) at every fold of a model-shaped chain, P = 3:
     every gradient against float64 autograd, bitwise repeatable, the launches the plan's (each
-    dout still read by one fold and at most fold_calls gathers)."""
+    dout still read by one fold and at most fold_calls gathers). stored_r: every fold loads r_j
+    from the forward's stored norms (R_STORED); without (the forward stored none), every fold
+    sums them itself."""
     seen, consts = launches
+    if not stored_r:
+        monkeypatch.setattr(kad._StackState, "_stored_r", lambda self, n, append, eps: (None, False))
     heads = [H] * S
     cfg = _tables(tmp_path / "t.json", D, heads, 0, row)
 
@@ -185,6 +205,7 @@ def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, launches, D, H,
     layout = [(c + 1, c, c + 1) for c in range(S)]
     _check_plan(seen, layout, fold_calls)
     assert consts and set(consts) == {(0, row[2])}
+    assert held_r_stored and set(held_r_stored) == {int(stored_r)}
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
     for i, (a, b) in enumerate(zip(grads, truth)):

@@ -59,14 +59,15 @@ class Floors:
 
 
 def floors(preset: str, batch: int, seq: int, heads: int, fold_calls: int, copy_gbps: float,
-           lookahead: bool = False) -> Floors:
+           lookahead: bool = False, stored_r: bool = True) -> Floors:
     """The floors of `preset`'s stack over batch x seq positions (module docstring); `lookahead`:
-    the built forward's bytes under KernelConfig(forward="lookahead")."""
+    the built forward's bytes under KernelConfig(forward="lookahead"); `stored_r`: with the rows'
+    stored norms (`floors.forward_bytes`)."""
     d, L = PRESETS[preset]["hidden_size"], PRESETS[preset]["num_hidden_layers"]
     calls, positions = 2 * L + 1, batch * seq
     layout, per_call = model_layout(calls), [heads] * calls
     block_c = tables_for(DEFAULT).pair_e_config(d, heads)[0]
-    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c, lookahead=lookahead)
+    built = built_bytes(layout, d, per_call, positions, fold_calls, block_c, lookahead=lookahead, stored_r=stored_r)
     ms = 1e-6 / copy_gbps  # bytes -> ms
     return Floors(four_byte_floor(layout, d, positions) * ms, stack_floor(layout, d, per_call, positions) * ms,
                   dict(fwd=built.fwd * ms, bwd=built.bwd * ms, pair_e=built.pair_e * ms))
@@ -90,7 +91,8 @@ def step_rows(doc: dict, copy_gbps: float) -> list[dict]:
         if r["method"] == "baseline" or not prof.get("top_kernels"):
             continue
         fl = floors(r["preset"], r["batch"], r["seq"], r.get("routing_heads") or 8,
-                    r.get("fold_calls") or 8, copy_gbps, r.get("routing_forward") == "lookahead")
+                    r.get("fold_calls") or 8, copy_gbps, r.get("routing_forward") == "lookahead",
+                    bool(r.get("routing_stored_norms")))  # records before the stored norms lack it
         got = group_ms(prof["top_kernels"])
         routing = prof["categories_ms"]["routing"]
         rows.append(dict(preset=r["preset"], arm=r["arm"], vocab=doc["meta"]["args"].get("vocab"),

@@ -109,11 +109,11 @@ def fwd_job(d: int, cfg: tuple, ahead: tuple[int, int] = (0, 0)) -> tuple:
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, Q=F32, G=F32, PARTIAL=F32, GATE=F32, OUT=F32, W=F32,
                  RES=F32, X=BF16, XDST=BF16, P=I32, N=I32, eps=F, QN=F32, GN=F32, WN=F32, SACC=F32, SML=F32,
-                 N0=I32)
+                 N0=I32, RN=F32)
     # autocast's layout: fp32 outputs over a bf16 buffer fold q*g; each call stores its newest source
     flags = dict(BLOCK_P=cfg[0], HAS_PARTIAL=False, HAS_GATE=False, ROUND_KEY=False, ROUND_KEY2=False,
                  HAS_RES=False, FOLD=True, STAGES=cfg[3], APPEND=True, W_STAGES=W_STAGES, W_ROWS=W_ROWS, NEXT=ahead[0],
-                 RESUME=ahead[1])
+                 RESUME=ahead[1], R_STORED=1, STORE_R0=0)  # a stack's calls: the rows' stored r
     split = head_split(K)
     if split:
         return route_fwd_split_kernel, types, dict(D=d, H=H, K=K, K1=split[0], K2=split[1],
@@ -169,9 +169,9 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     split = head_split(K)
     ka, bka, kb, bkb = (split[0], split[0], split[1], split[2]) if split else (K, K, 0, 1)
     if len(cfg) > 5 and cfg[5] == 0:  # a held row: stack_fold_held_kernel over blocks of 8 readers
-        held = {k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}
+        held = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                                  CB=8, PREFETCH=int(cfg[2] > 0))
+                                                  CB=8, PREFETCH=int(cfg[2] > 0), R_STORED=1)
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

@@ -65,6 +65,7 @@ from mhar_probe.compiled import HYPER_COMPILES, choose_compile_sublayers, compil
 from mhar_probe.flops import flops_per_token
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.config import CHOICES, ROUTING_DOUTS, STACK_BACKWARDS
+from mhar_probe.kernels.route.fwd import ROW_NORMS_STORED
 from mhar_probe.loss import LOSS_KERNELS, choose_loss_kernel, next_token_cross_entropy
 from mhar_probe.model import MHARConfig, MHARForCausalLM
 from mhar_probe.model.config import METHODS, PRESETS
@@ -249,6 +250,7 @@ def bench_preset(preset: str, args: argparse.Namespace, device: torch.device) ->
                    backend=args.backend, loss_kernel=args.loss_kernel, compile_sublayers=args.compile_sublayers,
                    routing_douts=arm.kernels.routing_douts, routing_backward=arm.kernels.stack_backward,
                    fold_calls=arm.kernels.fold_calls, routing_forward=arm.kernels.forward,
+                   routing_stored_norms=ROW_NORMS_STORED,
                    hyper_compile=arm.hyper_compile,
                    routing_heads=routing_heads_of(arm.method, arm.config.to_dict()),
                    params=sum(p.numel() for p in arm.model.parameters()), step_s=arm.times,

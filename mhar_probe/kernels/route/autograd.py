@@ -338,6 +338,12 @@ class _StackState:
         self.row0: Tensor | None = None
         self.buffer: Tensor | None = None
         self._row_views: tuple[Tensor, ...] = ()  # buffer rows as [B, T, d] views
+        # [capacity, P] fp32: r_n = rsqrt(mean(v_n^2) + eps) of rows [0, _r_upto), stored by the
+        # forward launch that appended each row (row 0: the first call; R_STORED, STORE_R0) and
+        # loaded by every later launch that reads the row from the buffer, and by the fold
+        self._rnorm: Tensor | None = None
+        self._r_upto = 0
+        self._r_eps: float | None = None  # the eps those r were computed with (a call's key norm)
         self.shape: tuple[int, int, int] | None = None
         self.dtype: torch.dtype | None = None  # promoted dtype of every source appended so far
         self._len = 0
@@ -368,6 +374,7 @@ class _StackState:
             check_offsets(self.capacity, B * T, D)
             self.shape = (B, T, D)
             self.row0 = x.detach().reshape(B * T, D).contiguous()
+            self._rnorm = _new((self.capacity, B * T), torch.float32, x.device, self._poison)
             self.dtype = x.dtype
             self._len = 1
             self.launch_tables = tables_for(self.config, card_name(x.device))  # the card's rows
@@ -406,6 +413,26 @@ class _StackState:
         row, x, version = pending
         self._check_unchanged(row, x, version)
         return x, self._row_views[row]
+
+    def _stored_r(self, n: int, append: tuple[Tensor, Tensor] | None, eps: float
+                  ) -> tuple[Tensor | None, bool]:
+        """(`launch_route_fwd`'s `rn`, `store_r0`) of a forward launch over rows [0, n) with
+        key-norm `eps`: the stored r, or None where a row it reads from the buffer has none (stored
+        by a copy, not by the launch that appended it) or another eps made them: that launch
+        reduces every row itself and stores nothing. With `append`, the launch stores the
+        appended row's r; the first launch stores row 0's."""
+        read_to = n - 1 if append is not None else n  # rows [1, read_to) come from the buffer
+        if max(self._r_upto, 1) < read_to or self._r_eps not in (None, eps):
+            return None, False
+        self._r_eps = eps
+        store_r0 = self._r_upto == 0
+        self._r_upto = max(self._r_upto, n if append is not None else 1)
+        return self._rnorm, store_r0
+
+    def _sources_have_r(self, j: int, eps: float) -> bool:
+        """Whether the stored r of sources [0, j) with key-norm `eps` may stand in for the
+        backward's own (`stack_fold_held_kernel`'s R_STORED)."""
+        return self._r_upto >= j and self._r_eps == eps
 
     def _store_pending(self) -> None:
         """Copy the appended source that no call has stored yet into its buffer row."""
@@ -550,9 +577,10 @@ class _StackState:
         if self.collect and rec.dtype != torch.float32:  # S'_c = <dout_c, res_c> in backward
             rec.res = self._carve("res", rec.dtype, call)
         append = self._take_unstored(rec.n)
+        rn, store_r0 = self._stored_r(rec.n, append, rec.eps)
         launch_route_fwd(self.rows, rec.n, P, query, norm_weight, rec.H, rec.eps, out, W,
                          v0=self.row0, res=rec.res, append=append, tables=self.launch_tables,
-                         ahead=self._ahead(rec, call))
+                         ahead=self._ahead(rec, call), rn=rn, store_r0=store_r0)
         return out
 
     # -- backward --------------------------------------------------------------------
@@ -799,8 +827,10 @@ class _StackState:
             STACK_FOLD_HELD(P, (
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
-                rec.eps), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
-                               CB=readers, PREFETCH=int(prefetch > 0)), num_warps, maxnreg)
+                rec.eps, self._rnorm), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb,
+                                            BLOCK_KB=block_kb, CB=readers, PREFETCH=int(prefetch > 0),
+                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps))),
+                num_warps, maxnreg)
             self._frontier = call
             return
         sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop
@@ -892,8 +922,9 @@ class TritonSourceStack:
             out = _new((P, D), st._dtype_of(n), dev, st._poison)
             W = _new((n, P, num_heads), torch.float32, dev, st._poison)
             append = st._take_unstored(n)
+            rn, store_r0 = st._stored_r(n, append, eps)
             launch_route_fwd(st.rows, n, P, query, norm_weight, num_heads, eps, out, W, v0=st.row0,
-                             append=append, tables=st.launch_tables)
+                             append=append, tables=st.launch_tables, rn=rn, store_r0=store_r0)
             return out.view(B, T, D), W.view(n, B, T, num_heads)
         if st._bwd_next is not None:
             raise RuntimeError("routing backend 'triton': this source stack has started its "

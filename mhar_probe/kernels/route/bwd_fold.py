@@ -310,8 +310,10 @@ def stack_fold_held_kernel(
     DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
     CALL_WOFF, CALL_SOFF,  # int64 call tables
     ACC, call, jf, first, P, eps,  # fold the readers [call, call + CB) into the sources [0, jf)
+    RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
     KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
+    R_STORED: tl.constexpr,
 ):
     """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
     block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
@@ -324,7 +326,9 @@ def stack_fold_held_kernel(
 
     so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
     per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed). r_j and
-    <a_j, v_j> take one exchange across the warps together.
+    <a_j, v_j> take one exchange across the warps together; R_STORED: r_j is the forward's
+    (`route_fwd_kernel`'s stored r, 4 bytes a position), loaded, and only <a_j, v_j> is summed
+    across the warps.
 
     Only for the model's folds: dense (every reader reads every folded source, two or more), one
     head count (HM) for every call, and CB = the fold's readers a power of two (the host checks,
@@ -365,6 +369,8 @@ def stack_fold_held_kernel(
     nva = tl.load(V0 + rowa, mask=cmaska, other=0.0).to(tl.float32)
     naa = tl.load(ACC + rowa, mask=reada, other=0.0)
     nw = tl.load(WALL + widx)
+    if R_STORED:
+        nr = tl.load(RN + p)
     if TWO:
         nvb = tl.load(V0 + rowb, mask=cmaskb, other=0.0).to(tl.float32)
         nab = tl.load(ACC + rowb, mask=readb, other=0.0)
@@ -377,6 +383,9 @@ def stack_fold_held_kernel(
             nva = tl.load(V + (j + 1) * stride_vn + rowa, mask=cmaska & morea, other=0.0).to(tl.float32)
             naa = tl.load(ACC + (j + 1) * PD + rowa, mask=reada & morea, other=0.0)
             nw = tl.load(WALL + widx + (j + 1) * P * HM, mask=(widx * 0 + j + 1) < jf, other=0.0)
+            if R_STORED:
+                r = nr
+                nr = tl.load(RN + (j + 1) * P + p)  # row jf < the stack's capacity: in bounds, unused
             if TWO:
                 vb = nvb
                 accb = nab
@@ -389,6 +398,8 @@ def stack_fold_held_kernel(
                                             ).to(tl.float32))
             acca = tl.load(ACC + j * PD + rowa, mask=reada, other=0.0)
             w = tl.load(WALL + widx + j * P * HM)
+            if R_STORED:
+                r = tl.load(RN + j * P + p)
             if TWO:
                 vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
                                                 other=0.0).to(tl.float32))
@@ -400,15 +411,20 @@ def stack_fold_held_kernel(
         tl.store(DALL + widx + j * P * HM, dl)
         acc_va = tl.sum(w[:, :, None] * da, axis=1)  # [HM, BKA]: sum_c w_{c,j} dout_c
         acc_ka = tl.sum(dl[:, :, None] * ua, axis=1)  # a_j
-        ssq_h = tl.sum(va * va, axis=1)  # [HM]
-        dot_h = tl.sum(acc_ka * va, axis=1)
+        dot_h = tl.sum(acc_ka * va, axis=1)  # [HM]
+        if not R_STORED:
+            ssq_h = tl.sum(va * va, axis=1)
         if TWO:
             acc_vb = tl.sum(w[None, :, :] * db, axis=2)  # [BKB, HM]
             acc_kb = tl.sum(dl[None, :, :] * ub, axis=2)
-            ssq_h += tl.sum(vb * vb, axis=0)
             dot_h += tl.sum(acc_kb * vb, axis=0)
-        ssq, dot = tl.split(tl.sum(tl.join(ssq_h, dot_h), axis=0))  # one exchange across the warps
-        r = rsqrt_acc(ssq / D + eps)
+            if not R_STORED:
+                ssq_h += tl.sum(vb * vb, axis=0)
+        if R_STORED:
+            dot = tl.sum(dot_h, axis=0)
+        else:
+            ssq, dot = tl.split(tl.sum(tl.join(ssq_h, dot_h), axis=0))  # one exchange across the warps
+            r = rsqrt_acc(ssq / D + eps)
         fac = r * r * r * dot / D
         tl.store(ACC + j * PD + rowa, acca + (acc_va + r * acc_ka - fac * va), mask=cmaska)
         if TWO:
@@ -495,7 +511,8 @@ def plan_bytes(plan: Sequence[BackwardLaunch], layout: Sequence[tuple[int, int, 
       per pair (c, j) of a launch: w_{c,j} read and dl_{c,j} written (4 H_c each).
 
     Divided by sum_c n_c * d. The forward and the E pass (pair_e, the same in both backwards)
-    are not counted."""
+    are not counted, nor the held fold's stored r_j (R_STORED: 4 bytes a source and position,
+    against the 2 d + 8 d of v_j and ACC_j beside it)."""
     dx_bytes = src_bytes if dx_bytes is None else dx_bytes
     total = plan_dout_bytes(plan, layout, d, dout_bytes)
     for launch in plan:

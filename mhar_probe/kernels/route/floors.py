@@ -27,7 +27,9 @@ buffer), the routed outputs and their upstream gradients (the promoted dtype).
     fwd    (`route_fwd_kernel`, per call): source 0 at w0, the rest at w_src; the source it
            appends read from the sublayer's output and written into the buffer (w_src each);
            the output written (w_out); the raw logits written, then read and rewritten as
-           weights (3 x 4 H_c per pair);
+           weights (3 x 4 H_c per pair); each row's r (4 bytes a position) written by the call
+           that appends it (row 0's by the first call) and read by the calls that read the row
+           from the buffer;
     bwd    the dout-reading launches (`stack_gather_kernel`, `stack_fold_kernel`):
            `bwd_fold.plan_bytes` over the plan at `fold_calls` (each dout copied into a slot,
            the weights stored: 4 H_c per pair read);
@@ -83,7 +85,7 @@ def stack_floor(layout: Layout, d: int, heads: Sequence[int], positions: int,
 
 
 def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
-                  widths: StackWidths = StackWidths(), lookahead: bool = False) -> int:
+                  widths: StackWidths = StackWidths(), lookahead: bool = False, stored_r: bool = True) -> int:
     """Bytes of the stack's forward launches as built (module docstring: fwd). A call appends
     the source it reads first when that is its last one (j0 = n - 1 >= 1, `_take_unstored`).
 
@@ -91,7 +93,12 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
     a leading call also writes the next call's softmax state (an fp32 row and 2 H fp32:
     4 d + 8 H); the call that resumes reads that state instead of rows [0, n0), and reads only
     rows [n0, n). The next call's logits of rows [0, n0) are written by the leader instead of by
-    it: `weight_bytes` of the resuming call, as before."""
+    it: `weight_bytes` of the resuming call, as before.
+
+    stored_r (the kernels since the stored row norms; records carry `routing_stored_norms`): each
+    row read from the buffer comes with its stored r (4 bytes a position: `route_fwd_kernel`'s
+    R_STORED), written by the call that appends the row; source 0's and the appended row's are
+    computed from the row in registers, and the first call writes source 0's (STORE_R0)."""
     resume = lookahead_pairs(layout, heads) if lookahead else {}
     total = 0
     for c, ((n, j0, j1), h) in enumerate(zip(layout, heads)):
@@ -99,12 +106,16 @@ def forward_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int,
         n0 = resume.get(c, 0)
         if n0:  # rows [n0, n) read, and the state read
             rows = widths.src * d * (n - n0) + 4 * d + 8 * h
+            from_buffer = n - n0 - appends
         else:  # every source row read once
             rows = widths.src0 * d + widths.src * d * (n - 1)
+            from_buffer = n - 1 - appends
         if c + 1 in resume:  # the next call's state written
             rows += 4 * d + 8 * h
+        if stored_r:
+            rows += 4 * from_buffer + (4 if c == 0 else 0)  # their stored r read; row 0's written
         if appends:
-            rows += widths.src * d  # ... and the appended one written into the buffer
+            rows += widths.src * d + 4 * stored_r  # ... and the appended one written into the buffer, and its r
         total += rows + widths.out * d + weight_bytes(n, h)
     return total * positions
 
@@ -156,12 +167,13 @@ class BuiltBytes:
 
 
 def built_bytes(layout: Layout, d: int, heads: Sequence[int], positions: int, fold_calls: int,
-                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False) -> BuiltBytes:
+                block_c: int, widths: StackWidths = StackWidths(), lookahead: bool = False,
+                stored_r: bool = True) -> BuiltBytes:
     """The kernels' bytes as launched (module docstring); the backward's from `plan_bytes`,
     whose sources are all at w_src (source 0's extra width in the backward is not counted);
-    `lookahead`: the forward's (`forward_bytes`)."""
+    `lookahead`, `stored_r`: the forward's (`forward_bytes`)."""
     top = len(layout) - 1
     plan = backward_plan(layout, top, fold_calls)
     bwd = plan_bytes(plan, layout, heads, d, widths.src, widths.dout) * pair_count(layout) * d * positions
-    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead), bwd,
+    return BuiltBytes(forward_bytes(layout, d, heads, positions, widths, lookahead, stored_r), bwd,
                       pair_e_bytes(layout, d, heads, positions, block_c, widths))

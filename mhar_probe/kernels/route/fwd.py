@@ -137,11 +137,13 @@ def route_fwd_kernel(
     WN,  # (NEXT) the next call's W: its raw logits of rows [0, N) written here
     SACC, SML,  # [P, D], [P, 2, H] fp32: the next call's softmax state (NEXT writes, RESUME reads)
     N0,  # (RESUME) rows [0, N0) are in the state; this call reads rows [N0, N)
+    RN,  # [>= N, P] fp32 (R_STORED): r_n of every row, stored by the call that appends it (row 0: STORE_R0)
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, BLOCK_K: tl.constexpr,
     BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr, HAS_GATE: tl.constexpr,
     ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr, HAS_RES: tl.constexpr,
     FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr, W_STAGES: tl.constexpr,
-    NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr,
+    NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr, R_STORED: tl.constexpr,
+    STORE_R0: tl.constexpr,
 ):
     """Rows 1..N-1 are read under Triton's pipeliner, STAGES - 1 rows ahead in flight (cp.async
     into shared memory). APPEND (1): the source appended just before this call is read from X,
@@ -156,7 +158,14 @@ def route_fwd_kernel(
     the next call's raw logits go to WN and its state (m, l, acc: unnormalised) to SACC, SML.
     RESUME: the call starts from that state and reads only the rows appended since (N0 on),
     then turns all N of its logits into weights. Same terms as a call that reads every row,
-    the rows in another order (the appended one after row N0 - 1 instead of after row 0)."""
+    the rows in another order (the appended one after row N0 - 1 instead of after row 0).
+
+    R_STORED (a source stack's calls): a row's r = rsqrt(mean(v^2) + eps) is computed once, by
+    the call that appends the row (APPEND), and stored in RN; the rows read from V load it (4
+    bytes a position) instead of reducing the row again (a sum over every lane and warp, a
+    square root and a division each row and call). The same r: the appending call computes it
+    from the same values, with the same reduction. STORE_R0: the stack's first call stores row
+    0's (the backward's fold reads every source's)."""
     pid = tl.program_id(0)
     offs_p = pid * BLOCK_P + tl.arange(0, BLOCK_P)  # [BP]
     offs_h = tl.arange(0, H)
@@ -203,6 +212,8 @@ def route_fwd_kernel(
     if not RESUME:
         v0 = tl.load(V0 + row, mask=mask, other=0.0).to(tl.float32)
         r0 = _row_rsqrt(v0, eps, D)
+        if STORE_R0:
+            tl.store(RN + offs_p, r0, mask=pmask)
         m, l, acc = _fwd_fold_row(v0, r0, q, g, m, l, acc, wptr, pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
             mn, ln, accn = _fwd_fold_row(v0, r0, qn, gn, mn, ln, accn, wnptr, pmask, cdtype, ROUND_KEY,
@@ -210,6 +221,8 @@ def route_fwd_kernel(
     if APPEND:
         vxf = vx.to(tl.float32)
         rx = _row_rsqrt(vxf, eps, D)
+        if R_STORED:
+            tl.store(RN + NV * P + offs_p, rx, mask=pmask)
         m, l, acc = _fwd_fold_row(vxf, rx, q, g, m, l, acc, wptr + NV * PH, pmask, cdtype, ROUND_KEY,
                                   ROUND_KEY2, FOLD)
         if NEXT:
@@ -221,7 +234,10 @@ def route_fwd_kernel(
     for n in tl.range(start, NV, num_stages=STAGES):
         vptr += stride_vn
         v = tl.load(vptr, mask=mask, other=0.0).to(tl.float32)
-        r = _row_rsqrt(v, eps, D)
+        if R_STORED:
+            r = tl.load(RN + n * P + offs_p, mask=pmask, other=1.0)
+        else:
+            r = _row_rsqrt(v, eps, D)
         m, l, acc = _fwd_fold_row(v, r, q, g, m, l, acc, wptr + n * PH, pmask, cdtype, ROUND_KEY, ROUND_KEY2,
                                   FOLD)
         if NEXT:
@@ -318,12 +334,13 @@ def _fwd_fold_row_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask
 @triton.jit
 def route_fwd_split_kernel(
     V0, V, stride_vn, Q, G, PARTIAL, GATE, OUT, W, RES, X, XDST,  # as route_fwd_kernel
-    P, N, eps, QN, GN, WN, SACC, SML, N0,
+    P, N, eps, QN, GN, WN, SACC, SML, N0, RN,
     D: tl.constexpr, H: tl.constexpr, K: tl.constexpr, K1: tl.constexpr, K2: tl.constexpr,
     BLOCK_K2: tl.constexpr, BLOCK_P: tl.constexpr, HAS_PARTIAL: tl.constexpr,
     HAS_GATE: tl.constexpr, ROUND_KEY: tl.constexpr, ROUND_KEY2: tl.constexpr,
     HAS_RES: tl.constexpr, FOLD: tl.constexpr, STAGES: tl.constexpr, APPEND: tl.constexpr,
     W_STAGES: tl.constexpr, NEXT: tl.constexpr, RESUME: tl.constexpr, W_ROWS: tl.constexpr,
+    R_STORED: tl.constexpr, STORE_R0: tl.constexpr,
 ):
     """`route_fwd_kernel` for heads held as two column tiles, K = K1 + K2."""
     offs_h = tl.arange(0, H)
@@ -380,6 +397,8 @@ def route_fwd_split_kernel(
         v0a = tl.load(V0 + rowa, mask=maska, other=0.0).to(tl.float32)
         v0b = tl.load(V0 + rowb, mask=maskb, other=0.0).to(tl.float32)
         r0 = _row_rsqrt_split(v0a, v0b, eps, D)
+        if STORE_R0:
+            tl.store(RN + offs_p, r0, mask=pmask)
         m, l, acca, accb = _fwd_fold_row_split(v0a, v0b, r0, qa, qb, ga, gb, m, l, acca, accb, wptr, pmask,
                                                cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
@@ -389,6 +408,8 @@ def route_fwd_split_kernel(
         vxa = vxa.to(tl.float32)
         vxb = vxb.to(tl.float32)
         rx = _row_rsqrt_split(vxa, vxb, eps, D)
+        if R_STORED:
+            tl.store(RN + NV * P + offs_p, rx, mask=pmask)
         m, l, acca, accb = _fwd_fold_row_split(vxa, vxb, rx, qa, qb, ga, gb, m, l, acca, accb, wptr + NV * PH,
                                                pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
@@ -405,7 +426,10 @@ def route_fwd_split_kernel(
         pb += stride_vn
         va = tl.load(pa, mask=maska, other=0.0).to(tl.float32)
         vb = tl.load(pb, mask=maskb, other=0.0).to(tl.float32)
-        r = _row_rsqrt_split(va, vb, eps, D)
+        if R_STORED:
+            r = tl.load(RN + n * P + offs_p, mask=pmask, other=1.0)
+        else:
+            r = _row_rsqrt_split(va, vb, eps, D)
         m, l, acca, accb = _fwd_fold_row_split(va, vb, r, qa, qb, ga, gb, m, l, acca, accb, wptr + n * PH,
                                                pmask, cdtype, ROUND_KEY, ROUND_KEY2, FOLD)
         if NEXT:
@@ -478,7 +502,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
                      eps: float, out: Tensor, W: Tensor, partial: Tensor | None = None,
                      gate: Tensor | None = None, v0: Tensor | None = None,
                      res: Tensor | None = None, append: tuple[Tensor, Tensor] | None = None,
-                     tables: LaunchTables | None = None, ahead: ForwardAhead | None = None) -> None:
+                     tables: LaunchTables | None = None, ahead: ForwardAhead | None = None,
+                     rn: Tensor | None = None, store_r0: bool = False) -> None:
     """V: [>=N, P, D] (contiguous rows), out: [P, D], W: [N, P, H] fp32 (written in place);
     `res` ([P, D], optional) receives the rounding residual (fp32 mix) - out in res.dtype.
     `append` = (x, dst) ([P, D] each, V's dtype): source N-1 is read from x and stored into
@@ -489,7 +514,10 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     Row 0 is read from `v0` ([P, D], default V[0]); it may be wider than V (the stack keeps an
     fp32 embedding beside bf16 sublayer outputs). The rounding of the normalised key and the
     output follow `out.dtype`, the promoted dtype of the routed sources.
-    `ahead`: the lookahead (`ForwardAhead`; `route_fwd_kernel`'s NEXT and RESUME)."""
+    `ahead`: the lookahead (`ForwardAhead`; `route_fwd_kernel`'s NEXT and RESUME).
+    `rn` ([>= N, P] fp32; R_STORED): the rows' stored r: rows [1, N) (rows [1, N - 1) with
+    `append`) are read from it, and the appended row's r is written into it; `store_r0`: row 0's
+    too."""
     if ahead is not None and partial is not None:
         raise ValueError("the forward's lookahead is for a source stack's calls, not the delta form")
     nxt, resume = (0, 0) if ahead is None else (int(ahead.next is not None), int(ahead.resume_from > 0))
@@ -499,7 +527,8 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
         tables = tables_for(DEFAULT)
     plan_key = (D, num_heads, tables.fwd_config(D, num_heads, out.element_size()), out.dtype,
                 norm_weight.dtype, has_partial, has_gate, res is not None, V.element_size() < 4,
-                0 if append is None else 1, nxt, resume)
+                0 if append is None else 1, nxt, resume, int(rn is not None),
+                int(rn is not None and store_r0))
     plan = _FWD_PLANS.get(plan_key)
     if plan is None:
         plan = _FWD_PLANS[plan_key] = _fwd_plan(*plan_key)
@@ -508,13 +537,14 @@ def launch_route_fwd(V: Tensor, N: int, P: int, query: Tensor, norm_weight: Tens
     args = (V[0] if v0 is None else v0, V, V.stride(0), query, norm_weight,
             partial if has_partial else out, gate if has_gate else query, out, W,
             out if res is None else res, *((out, out) if append is None else append), P, N, eps,
-            *ahead_args(ahead, query, norm_weight, W))
+            *ahead_args(ahead, query, norm_weight, W), W if rn is None else rn)
     launcher(cdiv(P, block_p), args, consts, num_warps, maxnreg)
 
 
 def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtype: torch.dtype,
               has_partial: bool, has_gate: bool, has_res: bool, narrow_storage: bool,
-              append: int, nxt: int = 0, resume: int = 0) -> tuple[bool, int, dict, int, int | None]:
+              append: int, nxt: int = 0, resume: int = 0, r_stored: int = 0, store_r0: int = 0
+              ) -> tuple[bool, int, dict, int, int | None]:
     """(two-tile kernel?, BLOCK_P, constexprs, num_warps, maxnreg) of one forward launch: built
     once per key, which holds everything it is built from, including the launch config (so a
     sweep that changes the configs gets new plans). Host time per routing call matters:
@@ -532,7 +562,8 @@ def _fwd_plan(D: int, H: int, config: tuple, out_dtype: torch.dtype, weight_dtyp
     rk, rk2, fold = logit_form(out_dtype, weight_dtype, narrow_storage)
     flags = dict(BLOCK_P=block_p, HAS_PARTIAL=has_partial, HAS_GATE=has_gate, ROUND_KEY=rk,
                  ROUND_KEY2=rk2, HAS_RES=has_res, FOLD=fold, STAGES=stages, APPEND=append,
-                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume, W_ROWS=W_ROWS)
+                 W_STAGES=W_STAGES, NEXT=nxt, RESUME=resume, W_ROWS=W_ROWS, R_STORED=r_stored,
+                 STORE_R0=store_r0)
     split = head_split(K)
     if split is not None:
         k1, k2, block_k2 = split
@@ -548,6 +579,10 @@ W_STAGES = 3
 # Logit rows an iteration of that loop (one [W_ROWS, BLOCK_P, H] tile): at H = 8 a one-position
 # program's 16 rows are 128 elements, two a lane of a two-warp program.
 W_ROWS = 16
+# The stored row norms (R_STORED) are the stack's design: step records carry this as
+# `routing_stored_norms`, so that byte floors count the forward bytes of the kernels that ran
+# (`floors.forward_bytes(stored_r=...)`; records without it predate the design).
+ROW_NORMS_STORED = True
 _FWD = Launcher(route_fwd_kernel)
 _FWD_SPLIT = Launcher(route_fwd_split_kernel)
 _FWD_PLANS: dict[tuple, tuple] = {}  # see launch_route_fwd
