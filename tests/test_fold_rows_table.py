@@ -925,3 +925,52 @@ def test_results_page_and_readme_hold_the_stored_norms_offline_table(frt):
     readme = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
     assert (f"the forward's row loop issues {' / '.join(fwd)} fewer instructions at 100M / 350M / 1B and the "
             f"held fold's {' / '.join(held)}") in readme
+
+
+RSTORED_FWD = sorted(HERE.glob("h100_fwd_rstored_ab_*.json"))
+RSTORED_FOLD = sorted(HERE.glob("h100_fold_rstored_ab_*.json"))
+
+
+def test_results_page_holds_the_stored_norms_ab_and_its_numbers(frt):
+    """kernels/results.md's "the rows' stored norms ... timed and adopted": both A/B tables as the
+    files render them, the forward's and the held fold's ratios (each tree's two processes averaged
+    at its card's row), the 350M register cap's ratio in each tree, and the GPU tests' count from
+    the committed log."""
+    page = (HERE / "results.md").read_text()
+    text = " ".join(page.replace("**", "").split())
+    fwd_base = [p for p in RSTORED_FWD if "_ab_base_" in p.name]
+    fold_base = [p for p in RSTORED_FOLD if "_ab_base_" in p.name]
+    assert len(RSTORED_FWD) == len(RSTORED_FOLD) == 4 and len(fwd_base) == len(fold_base) == 2
+    assert frt.render_fwd_ab(fwd_base, [p for p in RSTORED_FWD if p not in fwd_base]) in page
+    assert frt.render_ab(fold_base, [p for p in RSTORED_FOLD if p not in fold_base], "base", "variant") in page
+    docs = {p.name: json.loads(p.read_text()) for p in RSTORED_FWD + RSTORED_FOLD}
+    assert {d["meta"]["commit"] for d in docs.values()} == {"0c9950a", "7be9110"}
+    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" for d in docs.values())
+    card_rows = {"1B-train": [1, 1, 0, 3], "350M-train": [1, 2, 0, 4], "100M-train": [1, 1, 0, 5]}
+
+    def fwd(arm, i, shape, cfg=None):
+        rows = docs[f"h100_fwd_rstored_ab_{arm}_{i}.json"]["rows"]
+        (row,) = [r for r in rows if r["shape"] == shape and r["cfg"] == (cfg or card_rows[shape])]
+        return row["judged_ms"]
+
+    def fold(arm, i, shape):
+        (row,) = [r for r in docs[f"h100_fold_rstored_ab_{arm}_{i}.json"]["rows"] if r["shape"] == shape]
+        return row["kernels_ms"]["stack_fold_held_kernel"]
+
+    mean_fwd = {(a, s): (fwd(a, 1, s) + fwd(a, 2, s)) / 2 for a in ("base", "rstored") for s in frt.SHAPES}
+    mean_fold = {(a, s): (fold(a, 1, s) + fold(a, 2, s)) / 2 for a in ("base", "rstored") for s in frt.SHAPES}
+    for i in (1, 2):  # the forward wins in each process pair on its own
+        assert all(fwd("rstored", i, s) < fwd("base", i, s) for s in frt.SHAPES)
+    ratios = " / ".join(f"{mean_fwd['rstored', s] / mean_fwd['base', s]:.3f}x" for s in frt.SHAPES)
+    assert f"its kernels take {ratios} of main's time at 1B / 350M / 100M" in text
+    ratios = " / ".join(f"{mean_fold['rstored', s] / mean_fold['base', s]:.3f}x" for s in frt.SHAPES)
+    assert f"loses at 350M: {ratios} of main's fold kernel time" in text
+    s = "350M-train"
+    loss, gain = mean_fold["rstored", s] - mean_fold["base", s], mean_fwd["base", s] - mean_fwd["rstored", s]
+    assert loss > 0 and gain > loss and f"the load costs {loss:.3f} ms against the forward's {gain:.3f} ms" in text
+    cap = " / ".join(f"{fwd(a, 1, s, [1, 2, 128, 4]) / fwd(a, 1, s):.3f}x" for a in ("base", "rstored"))
+    assert f"wins in both trees ({cap} of the card's row: base / variant)" in text
+    log = (HERE / "h100_gpu_kernel_tests_rstored_7be9110.log").read_text().splitlines()
+    dots = log[1].split()[0]
+    assert set(dots) == {"."} and log[2].startswith(f"{len(dots)} passed in ")
+    assert f"(h100_gpu_kernel_tests_rstored_7be9110.log): {len(dots)} passed" in text.replace("`", "")
