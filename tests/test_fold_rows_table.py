@@ -282,18 +282,23 @@ def test_the_held_sections_prose_numbers_are_the_files(frt):
         if r["arm"] == "mhar/forward=lookahead"]
     xs = " / ".join(f"{r['routing_x_stack']:.2f}" for r in ahead)
     assert f"from {xs}x with the held kernel and the forward's lookahead (from {x['held']}x" in page
-    # "What is still missing" stands on the weights' loop's steps at 350M and 1B, 100M on the lookahead's
-    wrows = [bf.step_rows(json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_wrows_{p}.json").read_text()),
-                          2933.0)[0] for p in ("350m", "1b")]
-    now = [ahead[0], *wrows]
-    xs_now = " / ".join(f"{r['routing_x_stack']:.2f}" for r in now)
-    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B "
-            f"on the H100 (100M with the lookahead, 0c72165; 350M and 1B with the 16-row weights' loop") in page
-    bwd = " / ".join(f"{r['groups']['bwd']['of_copy']:.0%}" for r in wrows)
-    fwd = " / ".join(f"{r['groups']['fwd']['of_copy']:.0%}" for r in wrows)
-    assert f"runs at {bwd} of copy over its bytes at 350M / 1B and the forward at {fwd};" in page
-    asks = [f"{1 / r['target55_x_built']:.0%}" for r in now]
-    assert f"the target asks {asks[1]} / {asks[2]} of copy on average over the kernels' bytes there, and {asks[0]} at 100M" in page
+    # "What is still missing" stands on the stored norms' steps; before them, the weights' loop's at 350M
+    # and 1B, 100M the lookahead's
+    step = ROOT / "benchmarks" / "train_throughput"
+    wrows = [bf.step_rows(json.loads((step / f"h100_step_wrows_{p}.json").read_text()), 2933.0)[0] for p in ("350m", "1b")]
+    before = " / ".join(f"{r['routing_x_stack']:.2f}" for r in [ahead[0], *wrows])
+    now = [bf.step_rows(json.loads((step / f"h100_step_rstored_{p}.json").read_text()), 2933.0)[0]
+           for p in ("100m", "350m", "1b")]
+    xs_now = " / ".join(f"{r['routing_x_stack']:.3f}" for r in now)
+    flat = " ".join(page.split())
+    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B on the H100 with the rows' stored norms (efc4c1e), "
+            f"from {before}x before them (100M with the lookahead, 0c72165; 350M and 1B with the 16-row weights' "
+            f"loop, 5b2a7d2), from {xs}x with the held kernel") in flat
+    bwd = " / ".join(f"{r['groups']['bwd']['of_copy']:.0%}" for r in now)
+    fwd = " / ".join(f"{r['groups']['fwd']['of_copy']:.0%}" for r in now)
+    asks = " / ".join(f"{1 / r['target55_x_built']:.0%}" for r in now)
+    assert (f"runs at {bwd} of copy over its bytes at 100M / 350M / 1B and the forward at {fwd}; the target asks "
+            f"{asks} of copy on average over the kernels' bytes there") in flat
 
 
 def test_the_step_page_holds_the_held_steps_and_their_numbers(frt):
@@ -974,3 +979,73 @@ def test_results_page_holds_the_stored_norms_ab_and_its_numbers(frt):
     dots = log[1].split()[0]
     assert set(dots) == {"."} and log[2].startswith(f"{len(dots)} passed in ")
     assert f"(h100_gpu_kernel_tests_rstored_7be9110.log): {len(dots)} passed" in text.replace("`", "")
+    readme = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    fwd_ratios = " / ".join(f"{mean_fwd['rstored', s] / mean_fwd['base', s]:.3f}" for s in frt.SHAPES)
+    fold_ratios = " / ".join(f"{mean_fold['rstored', s] / mean_fold['base', s]:.3f}" for s in frt.SHAPES)
+    assert (f"the forward's kernels took {fwd_ratios}x main's time at 1B / 350M / 100M and the held fold "
+            f"{fold_ratios}x") in readme
+
+
+RSTORED_STEPS = ["h100_step_rstored_100m_vocab8192.json", "h100_step_rstored_100m.json", "h100_step_rstored_350m.json",
+                 "h100_step_rstored_1b.json"]
+
+
+def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
+    """benchmarks/train_throughput/results.md's stored-norms section: its table is the step files',
+    and its prose (MHAR / baseline before and after, the routing groups, the 8k configuration) and
+    issue 55's table (every cell from these files, met or missed by how much) are recomputed."""
+    from script_checks import load_script
+
+    step = ROOT / "benchmarks" / "train_throughput"
+    page = (step / "results.md").read_text()
+    files = [step / n for n in RSTORED_STEPS]
+    assert frt.render_lookahead(files) in page
+    flat = " ".join(page.replace("**", "").replace("`", "").split())
+    docs = [json.loads(f.read_text()) for f in files]
+    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" and d["meta"]["commit"] == "efc4c1e" for d in docs)
+    arms = [{r["arm"]: r for r in d["results"]} for d in docs]
+    assert all(set(a) == {"baseline", "mhar"} for a in arms)
+    eight, *mh = [a["mhar"] for a in arms]
+    assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mh])
+
+    def join(vals, fmt=".2f"):
+        return " / ".join(f"{v:{fmt}}" for v in vals)
+
+    before_100 = {r["arm"]: r for r in json.loads((step / "h100_step_ahead_100m.json").read_text())["results"]}
+    before = [before_100["mhar/forward=lookahead"]["vs_baseline"]] + [
+        next(r for r in json.loads((step / f"h100_step_wrows_{p}.json").read_text())["results"]
+             if r["arm"] == "mhar")["vs_baseline"] for p in ("350m", "1b")]
+    vs = [m["vs_baseline"] for m in mh]
+    assert f"MHAR / baseline is {join(vs, '.3f')} at 100M / 350M / 1B, from {join(before, '.3f')}" in flat
+    assert all(v > b for v, b in zip(vs, before))
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = [bf.step_rows(d, 2933.0)[0] for d in docs[1:]]
+    x = [r["routing_x_stack"] for r in rows]
+    g = {k: (join(r["groups"][k]["ms"] for r in rows), join((r["groups"][k]["of_copy"] for r in rows), ".0%"))
+         for k in ("fwd", "bwd", "pair_e")}
+    assert (f"routing takes {join(r['routing_ms'] for r in rows)} ms of the MHAR step at 100M / 350M / 1B, "
+            f"{join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
+            f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
+            f"({g['pair_e'][1]})") in flat
+    assert all(v > 1.35 for v in x) and (
+        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | missed at all "
+        f"three, by {join((v - 1.35 for v in x), '.3f')} |") in flat
+    assert all(v < t for v, t in zip(vs, (0.90, 0.84, 0.82))) and (
+        f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
+        f"{join((t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)), '.3f')} |") in flat
+    mem = [m["memory_vs_baseline"] for m in mh]
+    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
+    assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
+    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
+    assert (f"350M's routing is {over[1]:.3f} ms above 1.35x its stack floor, 1B's {over[2]:.3f} ms; 100M's "
+            f"{over[0]:.3f} ms") in flat
+    e_before = {r["arm"]: r for r in json.loads((step / "h100_step_ahead_100m_vocab8192.json").read_text())["results"]}
+    assert (f"runs at {eight['vs_baseline']:.3f} of its baseline (from {e_before['mhar']['vs_baseline']:.3f} with the "
+            f"lookahead alone, f53536d: h100_step_ahead_100m_vocab8192.json), at {eight['memory_vs_baseline']:.3f}x "
+            f"its peak memory") in flat
+    # "What is still missing": what 100M would need (its kernels' bytes over the stack floor's, and
+    # the share of copy over them that 1.35x the stack floor asks)
+    r100 = rows[0]
+    assert (f"350M's routing is {over[1]:.3f} ms and 1B's {over[2]:.3f} ms from 1.35x the stack floor; 100M's "
+            f"{over[0]:.2f} ms, where the kernels move {r100['built_ms'] / r100['stack_ms']:.2f}x the stack floor's "
+            f"bytes and would need {r100['built_ms'] / (1.35 * r100['stack_ms']):.0%} of copy over them") in flat

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 STEP = ROOT / "benchmarks" / "train_throughput"
 KERN = ROOT / "benchmarks" / "kernels"
 PRESETS = ("100m", "350m", "1b")
-ARM = "mhar/forward=lookahead"  # the default step since the lookahead was adopted
+ARM = "mhar"  # the default step (lookahead, 16-row weights' loop, stored norms)
 
 
 def _readme() -> str:
@@ -27,7 +27,7 @@ def _readme() -> str:
 def _arms() -> dict[str, dict[str, dict]]:
     out = {}
     for p in PRESETS:
-        doc = json.loads((STEP / f"h100_step_ahead_{p}.json").read_text())
+        doc = json.loads((STEP / f"h100_step_rstored_{p}.json").read_text())
         out[p] = {r["arm"]: r for r in doc["results"]}
     return out
 
@@ -58,9 +58,8 @@ def test_throughput_numbers_are_the_step_records():
     assert f"busy {100 * min(busy):.1f}-{100 * max(busy):.1f}% of MHAR's step" in text
     mem = [r["memory_vs_baseline"] for r in mhar]
     assert f"Peak memory {min(mem):.2f}-{max(mem):.2f}x the baseline's" in text
-    # a later call at the adopted tree, where the default arm ("mhar") is the lookahead
-    eight = {r["arm"]: r for r in json.loads((STEP / "h100_step_ahead_100m_vocab8192.json").read_text())["results"]}["mhar"]
-    assert eight["routing_forward"] == "lookahead"
+    eight = {r["arm"]: r for r in json.loads((STEP / "h100_step_rstored_100m_vocab8192.json").read_text())["results"]}["mhar"]
+    assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mhar])
     assert f"({eight['memory_vs_baseline']:.2f}x at the study's 8,192-word vocabulary, where MHAR runs at " \
            f"{eight['vs_baseline']:.3f}x" in text
 
@@ -101,16 +100,3 @@ def test_backward_bytes_are_the_plans():
         gather.append(plan_bytes(backward_plan(layout, calls - 1, 0), layout, [8] * calls, d, 2, 4))
     assert (f"moves {_j(fold, '.1f')} bytes per pair-element at 100M / 350M / 1B, "
             f"the gather backward {_j(gather, '.1f')}") in text
-
-
-def test_the_weights_loop_step_numbers_are_its_records():
-    """The README's line on the 16-row weights' loop: MHAR / baseline and routing over the stack floor
-    at 350M and 1B, from h100_step_wrows_*.json (byte_floors.py's step rows)."""
-    text = _readme()
-    bf = load_script("benchmarks/kernels/byte_floors.py")
-    docs = [json.loads((STEP / f"h100_step_wrows_{p}.json").read_text()) for p in ("350m", "1b")]
-    mhar = [next(r for r in d["results"] if r["arm"] == "mhar") for d in docs]
-    rows = [bf.step_rows(d, 2933.0)[0] for d in docs]
-    assert (f"MHAR runs at {_j((r['vs_baseline'] for r in mhar), '.3f', 'x')} of our baseline at 350M / 1B, routing "
-            f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x its stack floor") in text
-
