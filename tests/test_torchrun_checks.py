@@ -51,6 +51,9 @@ def rank_zero_stuck():
 import time
 dist.init_process_group("gloo")
 if dist.get_rank() == 0:
+    # rank 0's limit comes later than rank 1's: with the same limit, rank 0's could fire first, and
+    # rank 1 would be in its failed barrier's exception hook, not in the barrier, when its own fires
+    faulthandler.dump_traceback_later(_limit + 15, exit=True)
     rank_zero_stuck()
 dist.barrier()
 '''
@@ -59,8 +62,8 @@ dist.barrier()
 @pytest.mark.slow
 def test_torchrun_ranks_each_print_their_stacks(tmp_path):
     """Two gloo ranks, rank 0 stuck in the body, rank 1 waiting for it in a barrier: each
-    rank's own stack is in its report (the first to reach its limit exits; torchrun's SIGTERM
-    makes the other print too)."""
+    rank's own stack is in its report (rank 1 reaches its limit first and exits; torchrun's
+    SIGTERM makes rank 0 print too)."""
     ran = launch(GLOO, [], stem=tmp_path / "r", timeout=20, nproc=2, grace=60)
     assert ran.timed_out and ran.returncode != 0
     assert set(ran.ranks) == {"0", "1"}
