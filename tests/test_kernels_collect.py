@@ -74,6 +74,19 @@ def _chain(make_stack, leaves, S, heads, half_sources=False):
     return loss, outs, wts
 
 
+def chain_grads(leaves, S, heads, config, half_sources=False):
+    """`_chain` over a NaN-poisoned stack built with `config`: ([loss, *outputs, *weights, every
+    leaf's gradient], the stack)."""
+    stacks = []
+
+    def make(cap, params):
+        stacks.append(poisoned_stack(cap, params, config))
+        return stacks[-1]
+
+    loss, outs, wts = _chain(make, leaves, S, heads, half_sources)
+    return [loss, *outs, *wts, *torch.autograd.grad(loss, leaves)], stacks[0]
+
+
 def test_decomposition_is_the_gradient_of_eq_mh():
     """collect_reference (shift, residual S', dl, per-pair E; float64) against autograd through
     the float64 reference, for calls with 1, 2 and 4 heads and a residual that is not zero."""

@@ -23,7 +23,7 @@ from mhar_probe.errors import UserError  # noqa: E402
 from mhar_probe.kernels.launch_tables import BUILTIN, LaunchTables, load_tables  # noqa: E402
 from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan  # noqa: E402
 
-from kernel_checks import EPS, poisoned, poisoned_stack, rel  # noqa: E402
+from kernel_checks import EPS, poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
 from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
 from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
 from test_kernels_fold import _wide  # noqa: E402
@@ -59,15 +59,7 @@ def launches(monkeypatch):
 @pytest.fixture
 def held_r_stored(monkeypatch, launches):
     """R_STORED of every held fold launch (1: r_j loaded from the forward's stored norms)."""
-    flags: list[int] = []
-    held = kad.STACK_FOLD_HELD
-
-    def spy(grid, args, consts, *rest):
-        flags.append(consts["R_STORED"])
-        held(grid, args, consts, *rest)
-
-    monkeypatch.setattr(kad, "STACK_FOLD_HELD", spy)
-    return flags
+    return spy_launcher(monkeypatch, kad, "STACK_FOLD_HELD", lambda args, consts: consts["R_STORED"])
 
 
 def _tables(path, D, heads, hw, fold_row, gather_row=None):
@@ -147,14 +139,7 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
     P = 3: rows of one position per block fold DENSE, rows of two do not (a part block)."""
     S, D = 6, 20
     heads = [4, 2, 4, 1, 4, 2]
-    dense: list[bool] = []
-    fold = kad.STACK_FOLD
-
-    def spy(grid, args, consts, *rest):
-        dense.append(consts["DENSE"])
-        fold(grid, args, consts, *rest)
-
-    monkeypatch.setattr(kad, "STACK_FOLD", spy)
+    dense = spy_launcher(monkeypatch, kad, "STACK_FOLD", lambda args, consts: consts["DENSE"])
 
     def run(row):
         leaves = _leaves(D, S, heads, 0, 21, torch.float32)

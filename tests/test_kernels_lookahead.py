@@ -16,7 +16,7 @@ triton = pytest.importorskip("triton")
 from mhar_probe.kernels.route import fwd as route_fwd  # noqa: E402
 
 from kernel_checks import poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
-from test_kernels_collect import _chain, _leaves, f64_stack  # noqa: E402
+from test_kernels_collect import _chain, _leaves, chain_grads, f64_stack  # noqa: E402
 
 AHEAD = poisoned(forward="lookahead")
 PLAIN = poisoned(forward="plain")
@@ -35,15 +35,9 @@ def _spy_forward(monkeypatch) -> list:
 
 
 def _run(leaves, S, heads, config, half_sources=False):
-    stacks = []
-
-    def make(cap, params):
-        stacks.append(poisoned_stack(cap, params, config))
-        return stacks[-1]
-
-    loss, outs, wts = _chain(make, leaves, S, heads, half_sources)
-    assert stacks[0].collect
-    return [loss, *outs, *wts, *torch.autograd.grad(loss, leaves)]
+    values, stack = chain_grads(leaves, S, heads, config, half_sources)
+    assert stack.collect
+    return values
 
 
 @pytest.mark.parametrize("hw,D,head_cycle,S", [

@@ -19,7 +19,7 @@ from mhar_probe.kernels.route import fwd as route_fwd  # noqa: E402
 from mhar_probe.kernels.route.autograd import _StackState  # noqa: E402
 
 from kernel_checks import EPS, poisoned, poisoned_stack, spy_launcher  # noqa: E402
-from test_kernels_collect import _chain, _leaves  # noqa: E402
+from test_kernels_collect import _leaves, chain_grads  # noqa: E402
 
 
 def _spy_r_stored(monkeypatch) -> list[tuple[int, int, int]]:
@@ -29,18 +29,6 @@ def _spy_r_stored(monkeypatch) -> list[tuple[int, int, int]]:
         spy_launcher(monkeypatch, route_fwd, name,
                      lambda a, c: seen.append((a[13], c["APPEND"], c["R_STORED"])))
     return seen
-
-
-def _run(leaves, S, heads, config, half_sources=False):
-    """(the chain's loss, outputs, weights and every leaf's gradient, the stack)."""
-    stacks = []
-
-    def make(cap, params):
-        stacks.append(poisoned_stack(cap, params, config))
-        return stacks[-1]
-
-    loss, outs, wts = _chain(make, leaves, S, heads, half_sources)
-    return [loss, *outs, *wts, *torch.autograd.grad(loss, leaves)], stacks[0]
 
 
 @pytest.mark.parametrize("forward", ["plain", "lookahead"])
@@ -57,7 +45,7 @@ def test_stored_norms_change_no_bit(monkeypatch, forward, D, head_cycle, S, half
     leaves = _leaves(D, S, heads, 0, 5, torch.float32)
     config = poisoned(forward=forward)
     seen = _spy_r_stored(monkeypatch)
-    got, stack = _run(leaves, S, heads, config, half)
+    got, stack = chain_grads(leaves, S, heads, config, half)
     assert all(r for _, _, r in seen)
     assert stack._r_upto == S
     rows = torch.cat([stack.row0[None].double(), stack.buffer[1:S].double()])  # [S, P, d]
@@ -66,11 +54,20 @@ def test_stored_norms_change_no_bit(monkeypatch, forward, D, head_cycle, S, half
 
     monkeypatch.setattr(_StackState, "_stored_r", lambda self, n, append, eps: (None, False))
     seen.clear()
-    want, _ = _run(leaves, S, heads, config, half)
+    want, _ = chain_grads(leaves, S, heads, config, half)
     assert seen and not any(r for _, _, r in seen)
     assert len(got) == len(want)
     for i, (a, b) in enumerate(zip(got, want)):
         assert torch.equal(a, b), i
+
+
+def _sites(D: int, P: int, S: int, seed: int):
+    """(queries, key-norm weights, source 0 [1, P, D], mixers) of an S-call chain, no gradients."""
+    gen = torch.Generator().manual_seed(seed)
+    qs = [torch.randn(D, generator=gen) for _ in range(S)]
+    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
+    x0 = torch.randn(1, P, D, generator=gen)
+    return qs, gs, x0, [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S)]
 
 
 def test_a_row_stored_by_a_copy_turns_the_stored_norms_off(monkeypatch):
@@ -79,11 +76,7 @@ def test_a_row_stored_by_a_copy_turns_the_stored_norms_off(monkeypatch):
     on, every launch reduces its rows itself (R_STORED off) and stores nothing, and the outputs
     are those of a stack that never stores a norm."""
     D, H, P, S = 16, 2, 3, 5
-    gen = torch.Generator().manual_seed(3)
-    qs = [torch.randn(D, generator=gen) for _ in range(S)]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
-    x0 = torch.randn(1, P, D, generator=gen)
-    mixers = [torch.randn(D, D, generator=gen) / D**0.5 for _ in range(S)]
+    qs, gs, x0, mixers = _sites(D, P, S, seed=3)
 
     def chain():
         stack = poisoned_stack(S, [(q, g) for q, g in zip(qs, gs)], poisoned(forward="plain"))
@@ -119,10 +112,7 @@ def test_a_call_with_another_eps_reduces_its_rows(monkeypatch):
     another eps reduces its rows itself and stores nothing (its r differ), and the calls after it
     with the first eps load the norms stored before it."""
     D, H, P, S = 16, 2, 3, 4
-    gen = torch.Generator().manual_seed(4)
-    qs = [torch.randn(D, generator=gen) for _ in range(S)]
-    gs = [1 + 0.2 * torch.randn(D, generator=gen) for _ in range(S)]
-    x0 = torch.randn(1, P, D, generator=gen)
+    qs, gs, x0, _ = _sites(D, P, S, seed=4)
     seen = _spy_r_stored(monkeypatch)
     stack = poisoned_stack(S, None, poisoned(forward="plain"))
     stack.append(x0)
