@@ -1049,3 +1049,28 @@ def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
     assert (f"350M's routing is {over[1]:.3f} ms and 1B's {over[2]:.3f} ms from 1.35x the stack floor; 100M's "
             f"{over[0]:.2f} ms, where the kernels move {r100['built_ms'] / r100['stack_ms']:.2f}x the stack floor's "
             f"bytes and would need {r100['built_ms'] / (1.35 * r100['stack_ms']):.0%} of copy over them") in flat
+
+
+PAIR_E_SPLIT = [HERE / f"regs_offline_2026-12-07_pair_e_split_{t}_triton3.6.json" for t in ("base_9b99332", "683b0f6")]
+
+
+def test_results_page_holds_the_pair_e_split_offline_numbers():
+    """kernels/results.md's "pair_e's two exact tiles": registers, warps an SM by registers and the
+    loop's instructions at 1B's row, from both trees' regs_offline records, and 350M and 100M
+    compiled the same in both."""
+    base, new = (json.loads(p.read_text()) for p in PAIR_E_SPLIT)
+    assert base["arch"] == new["arch"] == "sm_90" and base["triton"] == new["triton"] == "3.6.0"
+
+    def row(doc, shape):
+        (r,) = [r for r in doc["rows"] if r["shape"] == shape and r["cfg"] == [16, 16, 4]]
+        return r, max(lp["instructions"] for lp in r["loops"])
+
+    (b, ib), (v, iv) = row(base, "1B"), row(new, "1B")
+    text = " ".join((HERE / "results.md").read_text().split())
+    assert (f"registers go from {b['regs']} to {v['regs']}; - warps an SM, by registers, go from "
+            f"{b['warps_per_sm_by_regs']} to {v['warps_per_sm_by_regs']}; - the loop issues {iv} instead of {ib} "
+            f"instructions an iteration ({100 * (1 - iv / ib):.0f}% fewer)") in text
+    assert v["spill_stack_bytes"] == 0 and iv < ib
+    for shape in ("350M", "100M"):
+        (b, ib), (v, iv) = row(base, shape), row(new, shape)
+        assert (b["regs"], ib) == (v["regs"], iv)
