@@ -1074,3 +1074,22 @@ def test_results_page_holds_the_pair_e_split_offline_numbers():
     for shape in ("350M", "100M"):
         (b, ib), (v, iv) = row(base, shape), row(new, shape)
         assert (b["regs"], ib) == (v["regs"], iv)
+
+
+def test_results_page_holds_the_pair_e_split_timing():
+    """The same section's card timing: pair_e_kernel's ms in each process (main's tree and the two
+    tiles' alternated, 1B-train), the mean ratio and the ms saved, and gradients equal to main's."""
+    docs = {(a, i): json.loads((HERE / f"h100_pair_e_split_ab_{a}_{i}.json").read_text())
+            for a in ("base", "pairsplit") for i in (1, 2)}
+    assert {d["meta"]["commit"] for d in docs.values()} == {"2fd3368", "d3130eb"}
+    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" for d in docs.values())
+    ms = {k: d["rows"][0]["kernels_ms"]["pair_e_kernel"] for k, d in docs.items()}
+    assert all(d["rows"][0]["shape"] == "1B-train" and d["rows"][0]["grad_rel_err"] == 0 for d in docs.values())
+    assert all(ms["pairsplit", i] < ms["base", i] for i in (1, 2))
+    base, new = ((ms[a, 1] + ms[a, 2]) / 2 for a in ("base", "pairsplit"))
+    text = " ".join((HERE / "results.md").read_text().split())
+    assert (f"pair_e took {ms['base', 1]:.3f} / {ms['base', 2]:.3f} ms on main and {ms['pairsplit', 1]:.3f} / "
+            f"{ms['pairsplit', 2]:.3f} ms with two tiles, {new / base:.3f}x of main's time ({base - new:.3f} ms "
+            f"less)") in text
+    readme = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    assert f"{new / base:.3f}x the padded tile's time at 1B on the H100" in readme

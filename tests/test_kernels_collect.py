@@ -383,13 +383,14 @@ def test_narrow_tile_vec_rule():
     assert rbc.narrow_tile_vec(1, 1, 8, 64, 1, 2) == 0
 
 
-def test_pair_e_block_writes_only_its_columns(monkeypatch):
-    """A wide column block's tile is wider than the block (d/H = 5 columns in an 8-wide tile):
-    the masked columns belong to the next head and must not be written (on a GPU the blocks run
-    in any order, so a stray store would race the owner's). Each pair_e launch of a backward is
-    run again with only the first column block, into a NaN-poisoned E buffer: exactly its
-    K_STEP columns are written, with the full launch's values."""
-    S, D = 4, 40
+@pytest.mark.parametrize("D", [40, 88])
+def test_pair_e_block_writes_only_its_columns(monkeypatch, D):
+    """A wide column block's tiles are wider than the block (d/H = 5 columns: tiles of 4 and 1,
+    d/H = 11: 8 and 3 in a 4-wide tile): the masked columns belong to the next head and must not
+    be written (on a GPU the blocks run in any order, so a stray store would race the owner's).
+    Each pair_e launch of a backward is run again with only the first column block, into a
+    NaN-poisoned E buffer: exactly its K_STEP columns are written, with the full launch's values."""
+    S = 4
     heads = [8, 2, 8, 2]
     leaves = _leaves(D, S, heads, 0, 19, torch.float32)
     launches = []
@@ -402,7 +403,9 @@ def test_pair_e_block_writes_only_its_columns(monkeypatch):
     monkeypatch.setattr(rbc, "PAIR_E", record)
     loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, params=p), leaves, S, heads)
     torch.autograd.grad(loss, leaves)
-    assert launches and all(c["K_STEP"] < c["BLOCK_K"] for _, _, c, _ in launches)
+    assert launches and all(c["KB"] > 0 for _, _, c, _ in launches)  # the interpreter splits both widths
+    if D == 88:  # the second tile padded: 3 columns in 4
+        assert all(c["K_STEP"] < c["BLOCK_K"] + c["BLOCK_KB"] for _, _, c, _ in launches)
     full = launches[0][1][10].clone()  # every launch writes its own pairs' rows of one buffer
     for grid, args, consts, num_warps in launches:
         epart = args[10]
@@ -435,9 +438,9 @@ def test_pair_e_plan_rules():
     assert no_rows.pair_e_config(1280, 8) == (16, 16, 4)  # the default (no tuned entry)
     bf16, fp16, fp32 = frozenset({1}), frozenset({2}), frozenset({0})
     block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=no_rows)
-    # wide column blocks: one per 160-column head, in a 256-wide tile
-    assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["K_STEP"], consts["ROUND"],
-            consts["MIXED"]) == (16, 16, 256, 160, 1, False)
+    # wide column blocks: one per 160-column head, as two exact tiles of 128 and 32 columns
+    assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["K_STEP"], consts["KB"], consts["BLOCK_KB"],
+            consts["ROUND"], consts["MIXED"]) == (16, 16, 128, 160, 32, 32, 1, False)
     tuned = LaunchTables(pair_e={(1280, 8): (4, 64, 8)})
     assert rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=tuned)[0] == 16  # raised to 16 rows for the dot
     assert rbc.pair_e_plan(1280, 8, bf16, cuda=False, tables=tuned)[0] == 4  # the interpreter takes any block
@@ -447,7 +450,13 @@ def test_pair_e_plan_rules():
     # d/H = 40: one 40-column block per head (a 64-wide tile) takes the dot; narrow blocks of 8
     # would be too narrow for it
     wide40 = rbc.pair_e_plan(1280, 32, fp32, cuda=True, tables=no_rows)[1]
-    assert (wide40["BLOCK_K"], wide40["K_STEP"], wide40["MIXED"]) == (64, 40, False)
+    assert (wide40["BLOCK_K"], wide40["K_STEP"], wide40["KB"], wide40["MIXED"]) == (64, 40, 0, False)
+    # its split, 32 + 8, would give the dot an 8-column tile: the GPU keeps one padded tile, the
+    # interpreter (any width) splits
+    assert rbc.e_tiles(1280, 32, cuda=True) == (64, 40, 0, 1)
+    assert rbc.e_tiles(1280, 32, cuda=False) == (32, 40, 8, 8)
+    assert rbc.e_tiles(512, 8, cuda=True) == (64, 64, 0, 1)  # a power of two: one exact tile
+    assert rbc.e_tiles(1280, 1, cuda=True) == (256, 256, 0, 1)  # a wide head: 256-column blocks
     assert rbc.e_blocks(1280, 1) == (256, 256)  # a wide head: 256-column blocks
     assert rbc.e_blocks(12, 4) == (4, 3)
     assert rbc.pair_e_plan(1280, 8, bf16 | fp32, cuda=True, tables=no_rows)[1]["K_STEP"] == 32  # per-reader: narrow

@@ -37,7 +37,7 @@ from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEE
 from mhar_probe.kernels.route.bwd import stack_bwd_kernel, stack_bwd_split_kernel
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
-from mhar_probe.kernels.route.bwd_collect import e_blocks, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
+from mhar_probe.kernels.route.bwd_collect import e_tiles, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
 from mhar_probe.kernels.route.bwd_fold import stack_fold_held_kernel, stack_fold_kernel
 from mhar_probe.kernels.route.fwd import W_ROWS, W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
@@ -183,9 +183,9 @@ def pair_e_job(d: int, cfg: tuple) -> tuple:
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
-    block_k, k_step = e_blocks(d, 8)
+    block_k, k_step, kb, block_kb = e_tiles(d, 8, cuda=True)
     return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
-                                      ROUND=1, MIXED=False, SPLIT_DOT=True)
+                                      ROUND=1, MIXED=False, SPLIT_DOT=True, KB=kb, BLOCK_KB=block_kb)
 
 
 def main() -> None:

@@ -305,10 +305,17 @@ def pair_e_kernel(
     MIXED: tl.constexpr,  # readers round differently: per-reader rounding (no dot)
     SPLIT_DOT: tl.constexpr,  # the dot in three TF32 products (`pair_e_plan`)
     R_IN_DL: tl.constexpr = False,  # SPLIT_DOT with unrounded keys over 16-bit rows: (dl r) . v
+    KB: tl.constexpr = 0,  # the block's last KB columns as a second tile (0: one tile)
+    BLOCK_KB: tl.constexpr = 1,  # that tile's width (a power of two >= KB)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
     over one split of the positions (grid: items x column blocks x splits); K_STEP divides
-    every call's head width, so a column block lies in one head of each call."""
+    every call's head width, so a column block lies in one head of each call.
+
+    KB > 0 (`e_tiles`; the dot paths only): the block's K_STEP columns are two exact tiles, the
+    first K_STEP - KB (BLOCK_K wide) and the last KB (BLOCK_KB wide), each its own dot with the
+    same dl, instead of one tile padded to a power of two (1B: 160 = 128 + 32 columns, where a
+    256-wide tile masks 37.5% of the dot's columns). Same terms, each column its own sum."""
     item = tl.program_id(0)
     cb = tl.program_id(1)
     split = tl.program_id(2)
@@ -322,10 +329,15 @@ def pair_e_kernel(
     mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
     offs_k = tl.arange(0, BLOCK_K)
     cols = cb * K_STEP + offs_k
-    colmask = (offs_k < K_STEP) & (cols < D)
+    colmask = (offs_k < K_STEP - KB) & (cols < D)
     head = (cb * K_STEP * hc) // D  # [BC]: the head of call c holding this column block
     dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
     acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+    if KB > 0:
+        offs_kb = tl.arange(0, BLOCK_KB)
+        colsb = cb * K_STEP + (K_STEP - KB) + offs_kb
+        colmaskb = (offs_kb < KB) & (colsb < D)
+        accb = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
     vrow = VB + j * stride_vn
     p_end = tl.minimum(P, (split + 1) * chunk)
     for p0 in range(split * chunk, p_end, BLOCK_P):
@@ -355,9 +367,26 @@ def pair_e_kernel(
                     acc = tl.dot(dl, kh, acc, input_precision="tf32x3")
             else:
                 acc = tl.dot(dl, kh, acc, input_precision="ieee")
+            if KB > 0:  # the second tile, the same dot
+                vb = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + colsb[None, :],
+                             mask=pm[:, None] & colmaskb[None, :], other=0.0).to(tl.float32)  # [BP, BKB]
+                khb = vb * r[:, None]
+                if ROUND == 1:
+                    khb = khb.to(tl.bfloat16).to(tl.float32)
+                if ROUND == 2:
+                    khb = khb.to(tl.float16).to(tl.float32)
+                if SPLIT_DOT:
+                    if R_IN_DL:
+                        accb = tl.dot(dl * r[None, :], vb, accb, input_precision="tf32x3")
+                    else:
+                        accb = tl.dot(dl, khb, accb, input_precision="tf32x3")
+                else:
+                    accb = tl.dot(dl, khb, accb, input_precision="ieee")
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
-    tl.store(EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D + cols[None, :], acc,
-             mask=reads[:, None] & colmask[None, :])
+    erow = EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D
+    tl.store(erow + cols[None, :], acc, mask=reads[:, None] & colmask[None, :])
+    if KB > 0:
+        tl.store(erow + colsb[None, :], accb, mask=reads[:, None] & colmaskb[None, :])
 
 
 @triton.jit
@@ -458,6 +487,18 @@ def e_blocks(d: int, max_heads: int) -> tuple[int, int]:
     return bk, bk
 
 
+def e_tiles(d: int, max_heads: int, cuda: bool) -> tuple[int, int, int, int]:
+    """(BLOCK_K, K_STEP, KB, BLOCK_KB) of pair_e_kernel's wide column blocks (`e_blocks`): a block
+    of one narrowest head whose width is not a power of two is two exact tiles where that saves
+    columns (`fwd.head_split`: 160 = 128 + 32), the first BLOCK_K = K_STEP - KB wide; on a GPU
+    only where the second is wide enough for tl.dot (16 columns). Else one tile (KB 0)."""
+    block_k, k_step = e_blocks(d, max_heads)
+    split = head_split(k_step) if k_step == d // max_heads else None
+    if split is None or (cuda and split[2] < 16):
+        return block_k, k_step, 0, 1
+    return split[0], k_step, split[1], split[2]
+
+
 # Positions per program of pair_e_kernel: each program's loop is serial, so long position
 # ranges are split (partials summed in a fixed order by collect_dqdg_kernel).
 E_CHUNK = 1024
@@ -493,17 +534,18 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     if tables is None:
         tables = tables_for(DEFAULT)
     block_c, block_p, num_warps = tables.pair_e_config(d, max_heads)
-    block_k, k_step = e_blocks(d, max_heads)
+    block_k, k_step, kb, block_kb = e_tiles(d, max_heads, cuda)
     mixed = len(modes) > 1 or (cuda and block_k < 16)
     if mixed:
         block_c, block_p, num_warps = 16, 16, 4
         block_k = k_step = e_block_k(d, max_heads)
+        kb, block_kb = 0, 1
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
     rnd = 0 if mixed else min(modes)
     r_in_dl = not mixed and rnd == 0 and narrow_rows
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
-                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl)
+                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl, KB=kb, BLOCK_KB=block_kb)
     return block_c, consts, num_warps
 
 
