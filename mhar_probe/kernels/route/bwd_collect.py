@@ -291,6 +291,24 @@ def stack_gather_kernel(
 
 
 @triton.jit
+def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL: tl.constexpr):
+    """acc + dl @ khat ([BC, BP] x [BP, BK]) for one column tile of `pair_e_kernel`'s dot paths,
+    khat = v r (per position), rounded as the readers round their keys (ROUND)."""
+    kh = v * r[:, None]  # [BP, BK]
+    if ROUND == 1:
+        kh = kh.to(tl.bfloat16).to(tl.float32)
+    if ROUND == 2:
+        kh = kh.to(tl.float16).to(tl.float32)
+    # exact fp32: a broadcast multiply-and-sum here is turned into a TF32 dot by Triton's
+    # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
+    if SPLIT_DOT:
+        if R_IN_DL:  # v is a bf16/fp16 value, exact in TF32; r goes with dl: see pair_e_plan
+            return tl.dot(dl * r[None, :], v, acc, input_precision="tf32x3")
+        return tl.dot(dl, kh, acc, input_precision="tf32x3")  # kh exact in TF32: see pair_e_plan
+    return tl.dot(dl, kh, acc, input_precision="ieee")
+
+
+@triton.jit
 def pair_e_kernel(
     VB, stride_vn,  # rows of the sources named in ITEMS: source j at VB + j * stride_vn
     RALL,  # [cap, P] fp32 r_j
@@ -346,42 +364,19 @@ def pair_e_kernel(
         v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
                     mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
-        kh = v * r[:, None]  # [BP, BK]
         dl = tl.load(DALL + dbase[:, None] + offs_p[None, :] * hc[:, None],
                      mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
         if MIXED:  # [BC, BP, BK]: each reader's own rounding of the key
+            kh = v * r[:, None]  # [BP, BK]
             kh3 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32)[None, :, :], kh[None, :, :])
             kh3 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32)[None, :, :], kh3)
             acc += tl.sum(dl[:, :, None] * kh3, axis=1)
         else:
-            if ROUND == 1:
-                kh = kh.to(tl.bfloat16).to(tl.float32)
-            if ROUND == 2:
-                kh = kh.to(tl.float16).to(tl.float32)
-            # exact fp32: a broadcast multiply-and-sum here is turned into a TF32 dot by Triton's
-            # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
-            if SPLIT_DOT:
-                if R_IN_DL:  # v is a bf16/fp16 value, exact in TF32; r goes with dl: see pair_e_plan
-                    acc = tl.dot(dl * r[None, :], v, acc, input_precision="tf32x3")
-                else:  # kh is a bf16/fp16 value, exact in TF32: see pair_e_plan
-                    acc = tl.dot(dl, kh, acc, input_precision="tf32x3")
-            else:
-                acc = tl.dot(dl, kh, acc, input_precision="ieee")
+            acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
             if KB > 0:  # the second tile, the same dot
                 vb = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + colsb[None, :],
                              mask=pm[:, None] & colmaskb[None, :], other=0.0).to(tl.float32)  # [BP, BKB]
-                khb = vb * r[:, None]
-                if ROUND == 1:
-                    khb = khb.to(tl.bfloat16).to(tl.float32)
-                if ROUND == 2:
-                    khb = khb.to(tl.float16).to(tl.float32)
-                if SPLIT_DOT:
-                    if R_IN_DL:
-                        accb = tl.dot(dl * r[None, :], vb, accb, input_precision="tf32x3")
-                    else:
-                        accb = tl.dot(dl, khb, accb, input_precision="tf32x3")
-                else:
-                    accb = tl.dot(dl, khb, accb, input_precision="ieee")
+                accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
     erow = EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D
     tl.store(erow + cols[None, :], acc, mask=reads[:, None] & colmask[None, :])
@@ -493,7 +488,7 @@ def e_tiles(d: int, max_heads: int, cuda: bool) -> tuple[int, int, int, int]:
     columns (`fwd.head_split`: 160 = 128 + 32), the first BLOCK_K = K_STEP - KB wide; on a GPU
     only where the second is wide enough for tl.dot (16 columns). Else one tile (KB 0)."""
     block_k, k_step = e_blocks(d, max_heads)
-    split = head_split(k_step) if k_step == d // max_heads else None
+    split = head_split(k_step)  # None where k_step is a power of two (every block of a wide head)
     if split is None or (cuda and split[2] < 16):
         return block_k, k_step, 0, 1
     return split[0], k_step, split[1], split[2]
