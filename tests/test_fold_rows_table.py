@@ -1027,28 +1027,91 @@ def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
             f"{join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
             f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
             f"({g['pair_e'][1]})") in flat
-    assert all(v > 1.35 for v in x) and (
-        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | missed at all "
-        f"three, by {join((v - 1.35 for v in x), '.3f')} |") in flat
-    assert all(v < t for v, t in zip(vs, (0.90, 0.84, 0.82))) and (
+    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
+    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
+    assert all(v > 0 for v in over + short) and (
+        f"routing was over 1.35x its stack floor by {join(over, '.3f')} ms at 100M / 350M / 1B and MHAR / baseline "
+        f"under its targets by {join(short, '.3f')}") in flat
+    e_before = {r["arm"]: r for r in json.loads((step / "h100_step_ahead_100m_vocab8192.json").read_text())["results"]}
+    assert (f"ran at {eight['vs_baseline']:.3f} of its baseline (from {e_before['mhar']['vs_baseline']:.3f} with the "
+            f"lookahead alone, f53536d: h100_step_ahead_100m_vocab8192.json), at {eight['memory_vs_baseline']:.3f}x "
+            f"its peak memory") in flat
+
+
+PESPLIT_STEPS = ["h100_step_pesplit_100m_vocab8192.json", "h100_step_pesplit_100m.json", "h100_step_pesplit_350m.json",
+                 "h100_step_pesplit_1b.json"]
+
+
+def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
+    """benchmarks/train_throughput/results.md's latest section (pair_e's two exact tiles): its table is
+    the step files', its prose (MHAR / baseline against the stored norms' run and whether each lies in
+    the other's range of rounds, 1B's routing and pair_e, the routing groups) and issue 55's table (every
+    cell from these files, met or missed by how much) are recomputed, and so is "What is still missing"."""
+    from script_checks import load_script
+
+    step = ROOT / "benchmarks" / "train_throughput"
+    page = (step / "results.md").read_text()
+    files = [step / n for n in PESPLIT_STEPS]
+    assert frt.render_lookahead(files) in page
+    flat = " ".join(page.replace("**", "").replace("`", "").split())
+    docs = [json.loads(f.read_text()) for f in files]
+    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" and d["meta"]["commit"] == "c6945ba" for d in docs)
+    arms = [{r["arm"]: r for r in d["results"]} for d in docs]
+    assert all(set(a) == {"baseline", "mhar"} for a in arms)
+    eight, *mh = [a["mhar"] for a in arms]
+    assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mh])
+
+    def join(vals, fmt=".2f"):
+        return " / ".join(f"{v:{fmt}}" for v in vals)
+
+    before = [next(r for r in json.loads((step / f"h100_step_rstored_{p}.json").read_text())["results"]
+                   if r["arm"] == "mhar") for p in ("100m", "350m", "1b")]
+    vs = [m["vs_baseline"] for m in mh]
+    assert (f"MHAR / baseline is {join(vs, '.3f')} at 100M / 350M / 1B, against "
+            f"{join((b['vs_baseline'] for b in before), '.3f')} with the stored norms alone") in flat
+    assert all(lo <= m["vs_baseline"] <= hi for m, b in zip(mh, before) for lo, hi in [b["vs_baseline_range"]])
+    base_was = [next(r for r in json.loads((step / f"h100_step_rstored_{p}.json").read_text())["results"]
+                     if r["arm"] == "baseline") for p in ("100m", "350m", "1b")]
+    faster = [a["baseline"]["tokens_per_s"] / b["tokens_per_s"] for a, b in zip(arms[1:], base_was)]
+    assert (f"each new ratio lies within the earlier run's range of rounds, so the ratios did not move measurably "
+            f"(the baselines themselves ran at {join(faster, '.3f')}x their tokens/s on the earlier card)") in flat
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = [bf.step_rows(d, 2933.0)[0] for d in docs[1:]]
+    was = bf.step_rows(json.loads((step / "h100_step_rstored_1b.json").read_text()), 2933.0)[0]
+    assert (f"1B's routing is {was['routing_ms'] - rows[2]['routing_ms']:.2f} ms shorter ({rows[2]['routing_ms']:.2f} ms "
+            f"from {was['routing_ms']:.2f}), as the kernel A/B said (pair_e {rows[2]['groups']['pair_e']['ms']:.2f} ms "
+            f"from {was['groups']['pair_e']['ms']:.2f}), which is "
+            f"{(was['routing_ms'] - rows[2]['routing_ms']) / mh[2]['profile']['device_ms_events']:.1%} of its "
+            f"{mh[2]['profile']['device_ms_events']:.0f} ms step") in flat
+    x = [r["routing_x_stack"] for r in rows]
+    g = {k: (join(r["groups"][k]["ms"] for r in rows), join((r["groups"][k]["of_copy"] for r in rows), ".0%"))
+         for k in ("fwd", "bwd", "pair_e")}
+    assert (f"routing takes {join(r['routing_ms'] for r in rows)} ms of the MHAR step at 100M / 350M / 1B, "
+            f"{join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
+            f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
+            f"({g['pair_e'][1]})") in flat
+    assert x[0] > 1.35 >= max(x[1:]) and (
+        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
+        f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
+    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
+    assert all(s > 0 for s in short) and (
         f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
-        f"{join((t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)), '.3f')} |") in flat
+        f"{join(short, '.3f')} |") in flat
     mem = [m["memory_vs_baseline"] for m in mh]
     assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
     assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
     over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
-    assert (f"350M's routing is {over[1]:.3f} ms above 1.35x its stack floor, 1B's {over[2]:.3f} ms; 100M's "
-            f"{over[0]:.3f} ms") in flat
-    e_before = {r["arm"]: r for r in json.loads((step / "h100_step_ahead_100m_vocab8192.json").read_text())["results"]}
-    assert (f"runs at {eight['vs_baseline']:.3f} of its baseline (from {e_before['mhar']['vs_baseline']:.3f} with the "
-            f"lookahead alone, f53536d: h100_step_ahead_100m_vocab8192.json), at {eight['memory_vs_baseline']:.3f}x "
-            f"its peak memory") in flat
+    assert (f"350M's routing is {-over[1]:.3f} ms and 1B's {-over[2]:.3f} ms under 1.35x its stack floor; 100M's is "
+            f"{over[0]:.3f} ms over it") in flat
+    assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
+            f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
     # "What is still missing": what 100M would need (its kernels' bytes over the stack floor's, and
     # the share of copy over them that 1.35x the stack floor asks)
     r100 = rows[0]
-    assert (f"350M's routing is {over[1]:.3f} ms and 1B's {over[2]:.3f} ms from 1.35x the stack floor; 100M's "
-            f"{over[0]:.2f} ms, where the kernels move {r100['built_ms'] / r100['stack_ms']:.2f}x the stack floor's "
-            f"bytes and would need {r100['built_ms'] / (1.35 * r100['stack_ms']):.0%} of copy over them") in flat
+    assert (f"100M's routing is {over[0]:.2f} ms over 1.35x the stack floor, where the kernels move "
+            f"{r100['built_ms'] / r100['stack_ms']:.2f}x the stack floor's bytes and would need "
+            f"{r100['built_ms'] / (1.35 * r100['stack_ms']):.0%} of copy over them; MHAR / baseline lacks "
+            f"{join(short, '.3f')}") in flat
 
 
 PAIR_E_SPLIT = [HERE / f"regs_offline_2026-12-07_pair_e_split_{t}_triton3.6.json" for t in ("base_9b99332", "683b0f6")]
