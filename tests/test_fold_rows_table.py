@@ -287,11 +287,15 @@ def test_the_held_sections_prose_numbers_are_the_files(frt):
     step = ROOT / "benchmarks" / "train_throughput"
     wrows = [bf.step_rows(json.loads((step / f"h100_step_wrows_{p}.json").read_text()), 2933.0)[0] for p in ("350m", "1b")]
     before = " / ".join(f"{r['routing_x_stack']:.2f}" for r in [ahead[0], *wrows])
-    now = [bf.step_rows(json.loads((step / f"h100_step_rstored_{p}.json").read_text()), 2933.0)[0]
+    stored = [bf.step_rows(json.loads((step / f"h100_step_rstored_{p}.json").read_text()), 2933.0)[0]
+              for p in ("100m", "350m", "1b")]
+    now = [bf.step_rows(json.loads((step / f"h100_step_pesplit_{p}.json").read_text()), 2933.0)[0]
            for p in ("100m", "350m", "1b")]
     xs_now = " / ".join(f"{r['routing_x_stack']:.3f}" for r in now)
+    xs_stored = " / ".join(f"{r['routing_x_stack']:.3f}" for r in stored)
     flat = " ".join(page.split())
-    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B on the H100 with the rows' stored norms (efc4c1e), "
+    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B on the H100 with pair_e's two exact tiles (c6945ba), "
+            f"from {xs_stored}x with the rows' stored norms (efc4c1e), "
             f"from {before}x before them (100M with the lookahead, 0c72165; 350M and 1B with the 16-row weights' "
             f"loop, 5b2a7d2), from {xs}x with the held kernel") in flat
     bwd = " / ".join(f"{r['groups']['bwd']['of_copy']:.0%}" for r in now)
@@ -1156,3 +1160,50 @@ def test_results_page_holds_the_pair_e_split_timing():
             f"less)") in text
     readme = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
     assert f"{new / base:.3f}x the padded tile's time at 1B on the H100" in readme
+
+
+HELD_SWEEPS = [HERE / "h100_fold_held_rstored_sweep_c6945ba.json", HERE / "h100_fold_held_16warps_b8e49db.json"]
+HELD_16_OFFLINE = HERE / "regs_offline_2026-12-07_fold_held_16warps_triton3.6.json"
+
+
+def test_results_page_holds_the_held_rows_sweeps_and_16_warps(frt):
+    """kernels/results.md's "the held fold's rows with the stored norms at 350M, and at 16 warps": both
+    tables are the records', and the prose (350M's uncapped row against the capped one and the
+    adoption margin; 16 warps' loss, registers, barriers and instructions against the card's rows)
+    is recomputed from them."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_rows(HELD_SWEEPS) in page
+    assert frt.render_held_rows_offline(HELD_16_OFFLINE) in page
+    flat = " ".join(page.replace("`", "").split())
+    sweep350, sweep16 = (json.loads(p.read_text()) for p in HELD_SWEEPS)
+    assert sweep350["meta"]["commit"] == "c6945ba" and sweep16["meta"]["commit"] == "b8e49db"
+    assert {r["shape"] for r in sweep350["rows"]} == {"350M-train"}
+
+    def ms(doc, shape, cfg):
+        return frt.fold_ms(next(r for r in doc["rows"] if r["shape"] == shape and r["what"] == "sweep:fold"
+                                and tuple(r["cfg"]) == cfg))
+
+    capped, free = ms(sweep350, "350M-train", (1, 8, 1, 128, 0, 0)), ms(sweep350, "350M-train", (1, 8, 1, 0, 0, 0))
+    assert free < capped and (capped - free) / capped < 0.02  # adopt_rows.py's default margin: kept
+    assert (f"the 8-warp row took {free:.3f} ms against the capped row's {capped:.3f} in the same process: "
+            f"{(capped - free) / capped:.1%}, inside adopt_rows.py's 2% margin") in flat
+    card = {"1B-train": (1, 8, 1, 0, 0, 0), "350M-train": (1, 8, 1, 128, 0, 0), "100M-train": (1, 4, 1, 0, 0, 0)}
+    loss = [ms(sweep16, s, cfg) / ms(sweep16, s, card[s]) for s in card for cfg in ((1, 16, 1, 0, 0, 0), (1, 16, 0, 0, 0, 0))]
+    assert f"16 warps lost at every shape, by {min(loss):.1f}-{max(loss):.1f}x" in flat
+    off = {(r["shape"] + "-train", tuple(r["cfg"])): r for r in json.loads(HELD_16_OFFLINE.read_text())["rows"]
+           if r["kernel"] == "stack_fold_held_kernel"}
+
+    def per(r, k):
+        return min(r["loops"], key=lambda lp: lp["instructions"])[k] * r["num_warps"] // 8
+
+    w16 = [off[s, c] for s in card for c in ((1, 16, 1, 0, 0, 0), (1, 16, 0, 0, 0, 0))]
+    assert all(r["spill_stack_bytes"] == 0 and r["warps_per_sm_by_regs"] >= 16 for r in w16)
+    assert (off["1B-train", (1, 16, 1, 0, 0, 0)]["regs"] == 128 and off["1B-train", card["1B-train"]]["warps_per_sm_by_regs"] == 8
+            and off["350M-train", (1, 16, 1, 0, 0, 0)]["regs"] == 115
+            and off["350M-train", card["350M-train"]]["spill_stack_bytes"] == 104)
+    bars16 = [per(r, "BAR") for r in w16]
+    bars = [per(off[s, c], "BAR") for s, c in card.items()]
+    assert f"({min(bars16)}-{max(bars16)} barriers per pair and position against the card's rows' {min(bars)}-{max(bars)})" in flat
+    more = [per(off[s, c], "instructions") / per(off[s, card[s]], "instructions")
+            for s in card for c in ((1, 16, 1, 0, 0, 0), (1, 16, 0, 0, 0, 0))]
+    assert f"the loop issues {min(more):.1f}-{max(more):.1f}x their instructions" in flat

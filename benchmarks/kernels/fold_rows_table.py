@@ -87,7 +87,7 @@ def fold_ms(row: dict) -> float:
 
 
 def render_rows(paths: list[Path]) -> str:
-    """Per file and shape: the card's row, then each family's fastest row over it."""
+    """Per file and shape (the shapes a file swept): the card's row, then each family's fastest row over it."""
     lines = ["| file | shape | card's row: ms | the three fastest families: fastest row, ms (x the card's row) "
              "| rows tried: range |", "|---|---|---:|---|---:|"]
     for path in paths:
@@ -95,6 +95,8 @@ def render_rows(paths: list[Path]) -> str:
         pipelined = "pipelined" in path.name
         for shape in SHAPES:
             rows = [r for r in doc["rows"] if r["shape"] == shape]
+            if not rows:  # a sweep of some shapes (SHAPES=...)
+                continue
             card = next(r for r in rows if r["what"] == "probe:fold")
             card_row = tuple(rows[[r["what"] for r in rows].index("sweep:fold")]["cfg"])  # the built-in row, first
             best: dict[str, dict] = {}
@@ -150,6 +152,27 @@ def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]], dense_path
 
 #: the H100's held rows (launch_tables.json since 0b218b8, adopted from h100_fold_held_sweep_cedd221.json)
 H100_HELD_ROWS = {"1B-train": (1, 8, 1, 0, 0, 0), "350M-train": (1, 8, 1, 128, 0, 0), "100M-train": (1, 4, 1, 0, 0, 0)}
+
+
+def render_held_rows_offline(path: Path) -> str:
+    """Every held row of one `regs_offline.py --kernels fold_rows --dense --loops --rows-fold ...`
+    record (sm_90 without a GPU), per shape: registers, spills, warps an SM by registers, and per
+    (pair, position) the loop's warp-instructions, fp32 arithmetic, shuffles and barriers (one
+    iteration: one source and the block's 8 readers, so instructions x warps / 8)."""
+    doc = json.loads(path.read_text())
+    lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
+             "| warps / SM by registers | warp-instructions per (pair, position) | of them fp32 arithmetic "
+             "| shuffles | barriers |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for r in doc["rows"]:
+            if f"{r['shape']}-train" != shape or r["kernel"] != "stack_fold_held_kernel":
+                continue
+            loop = min(r["loops"], key=lambda lp: lp["instructions"])
+            per = {k: loop[k] * r["num_warps"] // 8 for k in ("instructions", "float_arith", "SHFL", "BAR")}
+            lines.append(f"| {shape} | {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                         f"{r['warps_per_sm_by_regs']} | {per['instructions']} | {per['float_arith']} | {per['SHFL']} | "
+                         f"{per['BAR']} |")
+    return "\n".join(lines)
 
 
 def render_held_offline(held_path: Path, dense_path: Path) -> str:
@@ -482,6 +505,7 @@ RENDER = {
     "ahead-offline": lambda f, a, b: render_ahead_offline(f[0]),
     "lookahead": lambda f, a, b: render_lookahead(f),
     "held-offline": lambda f, a, b: render_held_offline(*f),
+    "held-rows-offline": lambda f, a, b: render_held_rows_offline(f[0]),
     "butterfly-offline": lambda f, a, b: render_butterfly_offline(f[0]),
     "prefetch2-offline": lambda f, a, b: render_prefetch2_offline(f[0]),
     "fwd-profile": lambda f, a, b: render_profile(f, "forward launch"),
@@ -500,6 +524,7 @@ FILES = {
     "ahead-offline": (1, "one file, the lookahead experiment's regs_offline record (--kernels fwd --ahead)"),
     "butterfly-offline": (1, "one file, the butterfly experiment's regs_offline record"),
     "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
+    "held-rows-offline": (1, "one file, a regs_offline.py --kernels fold_rows --dense --loops record"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
     "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
