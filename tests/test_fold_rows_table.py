@@ -1207,3 +1207,71 @@ def test_results_page_holds_the_held_rows_sweeps_and_16_warps(frt):
     more = [per(off[s, c], "instructions") / per(off[s, card[s]], "instructions")
             for s in card for c in ((1, 16, 1, 0, 0, 0), (1, 16, 0, 0, 0, 0))]
     assert f"the loop issues {min(more):.1f}-{max(more):.1f}x their instructions" in flat
+
+
+PAIR_E_NCU = [HERE / f"h100_pair_e_ncu_{s}_159320d.csv" for s in ("1b", "100m")]
+PAIR_E_HB_AB = sorted(HERE.glob("h100_pair_e_hb_ab_*.json"))
+PAIR_E_HB_OFFLINE = [HERE / f"regs_offline_2026-12-07_pair_e_hb_{t}_triton3.6.json" for t in ("base_159320d", "d18eb0e")]
+
+
+def test_results_page_holds_pair_es_profile_and_the_batched_dot_that_lost(frt):
+    """kernels/results.md's "what holds pair_e, and its heads a program as a batched dot": the
+    profile, offline, A/B, forward and fold tables are the records', and the prose numbers (L2
+    against DRAM bytes, L2 busy and L1 hits; the batched dot's time and instructions against main's;
+    the sweep's one row; the profiled forward's and fold's) are recomputed from them."""
+    from script_checks import load_script
+
+    page = (HERE / "results.md").read_text()
+    flat = " ".join(page.replace("`", "").replace("**", "").split())
+    fwd, fold = HERE / "h100_fwd_ncu_350m_159320d.csv", HERE / "h100_fold_held_ncu_350m_159320d.csv"
+    assert frt.render_profile(PAIR_E_NCU, "pair_e launch") in page
+    assert frt.render_profile([fwd], "forward launch") in page and frt.render_profile([fold]) in page
+    assert frt.render_pair_e_hb_offline(*PAIR_E_HB_OFFLINE) in page
+    base = [p for p in PAIR_E_HB_AB if "_ab_base_" in p.name]
+    variant = [p for p in PAIR_E_HB_AB if "_ab_hb_" in p.name]
+    assert len(base) == len(variant) == 2 and frt.render_pair_e_ab(base, variant) in page
+    ncu = load_script("benchmarks/kernels/ncu_routing.py")
+    recs = {Path(r["file"]).name: r for r in ncu.summarise([str(p) for p in [*PAIR_E_NCU, fwd, fold]])}
+    big, small = (recs[p.name] for p in PAIR_E_NCU)
+    over = [r["l2_bytes_per_s"] / r["dram_bytes_per_s"] for r in (big, small)]
+    assert (f"pair_e moves {over[0]:.1f}x / {over[1]:.1f}x its DRAM bytes through L2 at 1B / 100M (L2 "
+            f"{big['l2_bytes_per_s'] / 1e12:.2f} / {small['l2_bytes_per_s'] / 1e12:.2f} TB/s against DRAM "
+            f"{big['dram_bytes_per_s'] / 1e12:.2f} / {small['dram_bytes_per_s'] / 1e12:.2f} TB/s") in flat
+    assert f"at 1B L2 is {big['l2_pct']:.0f}% busy" in flat
+    hits = sorted(round(r["l1_hit_pct"]) for r in (big, small))
+    assert f"Its L1 hit rate is {hits[0]}-{hits[1]}%" in flat
+
+    def pair_e(paths, shape):
+        return [frt._kernel_ms(next(r for r in json.loads(p.read_text())["rows"]
+                                    if r["shape"] == shape and r["what"] == "probe:fold"), ("pair_e",)) for p in paths]
+
+    slower = [sum(pair_e(variant, s)) / sum(pair_e(base, s)) for s in frt.SHAPES]
+    off = {name: {(r["shape"], tuple(r["cfg"])): r for r in json.loads(p.read_text())["rows"]}
+           for name, p in zip(("main", "variant"), PAIR_E_HB_OFFLINE)}
+
+    def loop(r):
+        return min(r["loops"], key=lambda lp: lp["instructions"])["instructions"]
+
+    more = [loop(off["variant"][s, (16, 16, 4, 1)]) / loop(off["main"][s, (16, 16, 4)]) for s in ("1B", "350M", "100M")]
+    assert (f"The batched dot at HB = 1 took {min(slower):.2f}-{max(slower):.2f}x main's pair_e time, where its "
+            f"loop issues {min(more):.1f}-{max(more):.1f}x main's instructions offline") in flat
+    sweep = json.loads((HERE / "h100_pair_e_hb_sweep_d18eb0e.json").read_text())
+    assert [(r["shape"], r["cfg"]) for r in sweep["rows"]] == [("1B-train", [16, 16, 4, 1])]
+    assert f"built-in row at 1B ({sweep['rows'][0]['judged_ms']:.3f} ms)" in flat
+    hb = [r for r in off["variant"].values() if r["cfg"][3] > 1]
+    assert (f"those rows take {min(r['regs'] for r in hb)}-{max(r['regs'] for r in hb)} registers (8 or 16 warps an "
+            f"SM)") in flat and {r["warps_per_sm_by_regs"] for r in hb} == {8, 16}
+
+    def per_block(r):
+        return loop(r) * r["num_warps"] // (r["cfg"][3] if len(r["cfg"]) > 3 else 1)
+
+    fewer = {r["cfg"][3] for r in hb if per_block(r) < per_block(off["main"][r["shape"], (16, 16, 4)])}
+    assert fewer == {4, 8} and "only rows of HB = 4 or 8 issue fewer instructions a column block than main" in flat
+    lead, resume = sorted((r for r in ncu.summarise([str(fwd)])), key=lambda r: -r["duration"])
+    assert f"The leading call runs at {lead['dram_pct']:.1f}% of DRAM peak" in flat
+    assert f"the resuming call is short ({resume['duration'] / 1e6:.3f} ms)" in flat
+    assert f"(long scoreboard {dict(resume['top_stalls'])['long_scoreboard']:.1f})" in flat
+    f = recs[fold.name]
+    assert (f"waits on global loads (long scoreboard {dict(f['top_stalls'])['long_scoreboard']:.2f} cycles an "
+            f"issue), at {f['dram_pct']:.1f}% of DRAM peak") in flat
+    assert f"against {f['duration'] / 1e6:.3f} now" in flat

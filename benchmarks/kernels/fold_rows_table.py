@@ -291,6 +291,41 @@ def render_ab(base: list[Path], variant: list[Path], base_name: str, variant_nam
     return "\n".join(lines)
 
 
+def render_pair_e_ab(base: list[Path], variant: list[Path]) -> str:
+    """Two trees' pair_e kernels in `device_run.sh foldab`'s alternated processes (each probe's
+    `kernels_ms`): per shape pair_e_kernel's device ms of each process, and the variant's mean over
+    the base's."""
+    docs = {"b": [json.loads(p.read_text()) for p in base], "v": [json.loads(p.read_text()) for p in variant]}
+    commits = {k: ", ".join(sorted({d["meta"]["commit"] for d in v})) for k, v in docs.items()}
+    lines = [f"| shape | pair_e ms, main ({commits['b']}) | variant ({commits['v']}) | variant / main |", "|---|---|---|---:|"]
+    for shape in SHAPES:
+        ms = {arm: [_kernel_ms(next(r for r in d["rows"] if r["shape"] == shape and r["what"] == "probe:fold"),
+                               ("pair_e",)) for d in group] for arm, group in docs.items()}
+        lines.append(f"| {shape} | {' / '.join(f'{x:.3f}' for x in ms['b'])} | {' / '.join(f'{x:.3f}' for x in ms['v'])} "
+                     f"| {(sum(ms['v']) / len(ms['v'])) / (sum(ms['b']) / len(ms['b'])):.2f} |")
+    return "\n".join(lines)
+
+
+def render_pair_e_hb_offline(base: Path, variant: Path) -> str:
+    """pair_e_kernel compiled for sm_90 (`regs_offline.py --kernels pair_e --loops --pair-e-r-in-dl`,
+    the step's path): main's row against the variant's rows (block_c, block_p, num_warps, HB), per
+    shape registers, spilled bytes and the loop's warp-instructions per column block and step of
+    block_p positions (instructions x warps / HB)."""
+    lines = ["| shape | tree, row | registers | spilled bytes | warps / SM by registers "
+             "| warp-instructions per column block and step |", "|---|---|---:|---:|---:|---:|"]
+    docs = [("main", json.loads(base.read_text())), ("variant", json.loads(variant.read_text()))]
+    for shape in SHAPES:
+        for name, doc in docs:
+            for r in doc["rows"]:
+                if f"{r['shape']}-train" != shape:
+                    continue
+                hb = r["cfg"][3] if len(r["cfg"]) > 3 else 1
+                loop = min(r["loops"], key=lambda lp: lp["instructions"])
+                lines.append(f"| {shape} | {name}, {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                             f"{r['warps_per_sm_by_regs']} | {loop['instructions'] * r['num_warps'] // hb} |")
+    return "\n".join(lines)
+
+
 def render_stored_r_offline(paths: list[Path]) -> str:
     """Two trees' regs_offline records, each as `--kernels fwd --builtin-only --ahead --loops` and
     `--kernels fold_rows --dense --loops` (the files named *_base_* are the base tree's): per shape,
@@ -509,12 +544,15 @@ RENDER = {
     "butterfly-offline": lambda f, a, b: render_butterfly_offline(f[0]),
     "prefetch2-offline": lambda f, a, b: render_prefetch2_offline(f[0]),
     "fwd-profile": lambda f, a, b: render_profile(f, "forward launch"),
+    "pair-e-profile": lambda f, a, b: render_profile(f, "pair_e launch"),
     "fwd-rows": lambda f, a, b: render_fwd_rows(f[0]),
     "fwd-offline": lambda f, a, b: render_fwd_offline(f[0]),
     "fwd-caps": lambda f, a, b: render_fwd_caps(*f),
     "backends": lambda f, a, b: render_backends(f),
     "fwd-ab": lambda f, a, b: render_fwd_ab(a, [p for p in f if p not in a]),
     "fold-ab": lambda f, a, b: render_ab(a, [p for p in f if p not in a], "base", "variant"),
+    "pair-e-ab": lambda f, a, b: render_pair_e_ab(a, [p for p in f if p not in a]),
+    "pair-e-hb-offline": lambda f, a, b: render_pair_e_hb_offline(*f),
     "stored-r-offline": lambda f, a, b: render_stored_r_offline(f),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
@@ -525,6 +563,7 @@ FILES = {
     "butterfly-offline": (1, "one file, the butterfly experiment's regs_offline record"),
     "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
     "held-rows-offline": (1, "one file, a regs_offline.py --kernels fold_rows --dense --loops record"),
+    "pair-e-hb-offline": (2, "two files, main's regs_offline.py --kernels pair_e record, then the variant's"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
     "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
@@ -546,7 +585,7 @@ def main() -> None:
     dense = [p for p in args.files if f"_ab_{'merge' if args.what == 'merge' else 'dense'}_" in p.name]
     if args.what == "dense" and not (masked and dense):
         ap.error("dense: give the masked loop's *_ab_base_* files and DENSE's *_ab_dense_* files")
-    if args.what in ("fwd-ab", "fold-ab") and not (masked and len(masked) < len(args.files)):
+    if args.what in ("fwd-ab", "fold-ab", "pair-e-ab") and not (masked and len(masked) < len(args.files)):
         ap.error(f"{args.what}: give the base tree's *_ab_base_* files and the variant's *_ab_<variant>_* files")
     if args.what == "merge" and not (masked and dense):
         ap.error("merge: give the held kernel's *_ab_base_* files and the merged sums' *_ab_merge_* files")
