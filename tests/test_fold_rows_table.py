@@ -1275,3 +1275,28 @@ def test_results_page_holds_pair_es_profile_and_the_batched_dot_that_lost(frt):
     assert (f"waits on global loads (long scoreboard {dict(f['top_stalls'])['long_scoreboard']:.2f} cycles an "
             f"issue), at {f['dram_pct']:.1f}% of DRAM peak") in flat
     assert f"against {f['duration'] / 1e6:.3f} now" in flat
+
+
+def test_results_page_holds_the_kernel_table_at_h8_of_2026_12_07(frt):
+    """kernels/results.md's "the kernel table at H = 8 with the kernels of 2026-12-07": the table is the
+    record's, and triton's time against 734ef24's, compile's and eager's drift, and the ranges against
+    compile and eager are recomputed."""
+    page = (HERE / "results.md").read_text()
+    new = HERE / "h100_kernel_table_h8_34f0258.json"
+    assert frt.render_backends([new]) in page
+    flat = " ".join(page.replace("`", "").split())
+    doc = json.loads(new.read_text())
+    assert doc["meta"]["commit"] == "34f0258" and doc["meta"]["device"] == "NVIDIA H100 80GB HBM3"
+    now = {(r["shape"], r["backend"]): r["graph_fwdbwd_ms"] for r in doc["rows"] if r["H"] == 8}
+    was = {(r["shape"], r["backend"]): r["graph_fwdbwd_ms"] for f in ("h100_kernel_table_734ef24.json",
+                                                                      "h100_kernel_table_1b_734ef24.json")
+           for r in json.loads((HERE / f).read_text())["rows"] if r["H"] == 8}
+    shapes = ("100M", "350M", "1B")
+    tri = " / ".join(f"{now[s, 'triton'] / was[s, 'triton']:.3f}" for s in shapes)
+    assert f"triton's graph replay is {tri}x its time at 100M / 350M / 1B" in flat
+    drift = [abs(now[s, b] / was[s, b] - 1) for s in shapes for b in ("compile", "eager")]
+    assert max(drift) < 0.03 and "compile and eager are within 3% of theirs" in flat
+    comp = [now[s, "compile"] / now[s, "triton"] for s in shapes]
+    eager = [now[s, "eager"] / now[s, "triton"] for s in shapes]
+    assert (f"triton stays {min(comp):.1f}-{max(comp):.1f}x faster than torch.compile and "
+            f"{min(eager):.1f}-{max(eager):.1f}x than eager at H = 8") in flat

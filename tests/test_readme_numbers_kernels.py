@@ -1,7 +1,8 @@
 """The README's speed numbers ("Numbers (H100, ...)" under the kernels' section), each recomputed
 from the committed records it names: the H100 training steps with the held fold kernel and the
 forward's lookahead (benchmarks/train_throughput/h100_step_ahead_*.json, its arm ARM), the routing's floors (byte_floors.py), the
-kernel table (benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json) and the backward's bytes
+kernel table (benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json, ..._1b_fla_ce3036b.json, ..._h8_34f0258.json)
+and the backward's bytes
 (route/bwd_fold.plan_bytes)."""
 from __future__ import annotations
 
@@ -71,9 +72,10 @@ def test_routing_numbers_are_the_floors_and_the_kernel_table():
     assert (f"take {_j((r['routing_ms'] for r in rows), '.1f')} ms of a step, "
             f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x their stack floor") in text
     assert f"and {_j((r['routing_x_f4'] for r in rows), '.1f')}x the 4-byte floor" in text
-    # the newest run of each (shape, H) wins: 1B at H = 1 ran again with FLA in its process (ce3036b)
+    # the newest run of each (shape, H) wins: 1B at H = 1 ran again with FLA in its process (ce3036b),
+    # every shape at H = 8 with main's kernels of 2026-12-07 (34f0258)
     rows_ = [r for name in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json",
-                            "h100_kernel_table_1b_fla_ce3036b.json")
+                            "h100_kernel_table_1b_fla_ce3036b.json", "h100_kernel_table_h8_34f0258.json")
              for r in json.loads((KERN / name).read_text())["rows"]]
     by = {(r["shape"], r["H"], r["backend"]): r for r in rows_}
     keys = [(s, h) for s, h, b in by if b == "triton"]
