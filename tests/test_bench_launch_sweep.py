@@ -204,3 +204,31 @@ def test_pair_e_sweep_on_the_interpreter_writes_pair_e_rows_the_kernels_take(tmp
     got = runner.grads()
     assert seen[: len(seen) // 2] == [16] * (len(seen) // 2) and seen[len(seen) // 2:] == [2] * (len(seen) // 2)
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, ref))
+
+
+def test_a_swept_row_that_raises_is_kept_with_its_error_and_the_sweep_goes_on(tmp_path, monkeypatch):
+    """A candidate row the card cannot run (here a pair_e row whose run raises, as Triton's
+    OutOfResources does on a GPU) becomes a `failed:pair_e` row with its error, never chosen; the
+    rows after it are still tried; the built-in row raising stops the sweep with its error."""
+    ls = _load()
+    real = ls.Runner.run
+
+    def run(self, config):
+        if config.get("launch_table", "").endswith("_pair_e_1.json"):  # the second candidate's trial table
+            raise RuntimeError("out of resources: shared memory, Required: 300000, Hardware limit: 232448")
+        return real(self, config)
+
+    monkeypatch.setattr(ls.Runner, "run", run)
+    out, table = tmp_path / "sweep.json", tmp_path / "table.json"
+    ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",
+             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[4, 4, 1], [2, 2, 1]]", "--out", str(out),
+             "--table-out", str(table)])
+    rows = json.loads(out.read_text())["rows"]
+    assert [(r["what"], r["cfg"]) for r in rows] == [("sweep:pair_e", [16, 16, 4]), ("failed:pair_e", [4, 4, 1]),
+                                                     ("sweep:pair_e", [2, 2, 1])]
+    assert rows[1]["error"].startswith("RuntimeError: out of resources: shared memory") and "judged_ms" not in rows[1]
+    assert ls.choose([r for r in rows if r["what"] == "sweep:pair_e"], 0.02)["cfg"] in ([16, 16, 4], [2, 2, 1])
+    monkeypatch.setattr(ls.Runner, "run", lambda self, config: (_ for _ in ()).throw(RuntimeError("no card")))
+    with pytest.raises(RuntimeError, match="no card"):
+        ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",
+                 "--kinds", "pair_e", "--no-probes", "--out", str(out), "--table-out", str(table)])

@@ -22,7 +22,9 @@ At the training microbatches by default (autocast's layout, H = 8):
    must give the built-in row's gradients (max |diff| / max |g| <= `--tol`; bf16 source
    gradients differ by an ulp where the summation order changes). Candidates are tried in order
    (the built-in row first) until the (shape, kind)'s share of what is left of `--budget-s` is
-   spent; each tries at least its built-in row.
+   spent; each tries at least its built-in row. A candidate that raises (a row the card cannot
+   run, e.g. out of shared memory) is kept as a `failed:<kind>` row with its error, and the sweep
+   goes on; the built-in row raising stops it (nothing could be judged).
 
 `--probes` names the probes to run (e.g. `fold,gather-backward`); `--deadline-s` stops starting
 sweep rows that many seconds after the start, so that a device call's time limit leaves room for
@@ -354,6 +356,14 @@ def main(argv: list[str] | None = None) -> None:
               flush=True)
         return row
 
+    def failed(shape: str, kind: str, cfg, config: dict, exc: Exception) -> None:
+        """A swept row that raised: kept as `failed:<kind>` with its error (no time, never chosen), and
+        the sweep goes on with the next row."""
+        rows.append(dict(shape=shape, what=f"failed:{kind}", kind=kind, cfg=list(cfg), config={**base_fields, **config},
+                         error=f"{type(exc).__name__}: {' '.join(str(exc).split())[:300]}"))
+        dump()
+        print(f"{shape} failed:{kind:9s} {str(cfg):18s} {rows[-1]['error']}", flush=True)
+
     def dump() -> None:
         Path(args.out).write_text(json.dumps(dict(meta=meta, rows=rows, summary=summary(rows, args.tol)),
                                              indent=1) + "\n")
@@ -395,7 +405,12 @@ def main(argv: list[str] | None = None) -> None:
                 trial = LaunchTables(**{**chosen.__dict__, kind: {**getattr(chosen, kind), key: cfg}})
                 path = os.path.join(trials, f"{shape}_{kind}_{i}.json")
                 trial.dump(path)
-                tried.append(record(shape, f"sweep:{kind}", kind, cfg, dict(launch_table=path), runner))
+                try:
+                    tried.append(record(shape, f"sweep:{kind}", kind, cfg, dict(launch_table=path), runner))
+                except Exception as exc:  # noqa: BLE001 -- a row this card cannot run (e.g. out of shared memory)
+                    if not tried:  # the built-in row: without it no row can be judged
+                        raise
+                    failed(shape, kind, cfg, dict(launch_table=path), exc)
             best = choose(tried, args.tol)
             if best is not None:
                 getattr(chosen, kind)[key] = tuple(best["cfg"])
