@@ -292,9 +292,10 @@ def stack_gather_kernel(
 
 @triton.jit
 def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL: tl.constexpr):
-    """acc + dl @ khat ([BC, BP] x [BP, BK]) for one column tile of `pair_e_kernel`'s dot paths,
-    khat = v r (per position), rounded as the readers round their keys (ROUND)."""
-    kh = v * r[:, None]  # [BP, BK]
+    """acc + dl @ khat ([HB, BC, BP] x [HB, BP, BK]: one dot per column block) for one column
+    tile of `pair_e_kernel`'s dot paths, khat = v r (per position), rounded as the readers round
+    their keys (ROUND)."""
+    kh = v * r[None, :, None]  # [HB, BP, BK]
     if ROUND == 1:
         kh = kh.to(tl.bfloat16).to(tl.float32)
     if ROUND == 2:
@@ -303,7 +304,7 @@ def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL:
     # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
     if SPLIT_DOT:
         if R_IN_DL:  # v is a bf16/fp16 value, exact in TF32; r goes with dl: see pair_e_plan
-            return tl.dot(dl * r[None, :], v, acc, input_precision="tf32x3")
+            return tl.dot(dl * r[None, None, :], v, acc, input_precision="tf32x3")
         return tl.dot(dl, kh, acc, input_precision="tf32x3")  # kh exact in TF32: see pair_e_plan
     return tl.dot(dl, kh, acc, input_precision="ieee")
 
@@ -325,10 +326,16 @@ def pair_e_kernel(
     R_IN_DL: tl.constexpr = False,  # SPLIT_DOT with unrounded keys over 16-bit rows: (dl r) . v
     KB: tl.constexpr = 0,  # the block's last KB columns as a second tile (0: one tile)
     BLOCK_KB: tl.constexpr = 1,  # that tile's width (a power of two >= KB)
+    HB: tl.constexpr = 1,  # column blocks per program (a power of two)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
-    over one split of the positions (grid: items x column blocks x splits); K_STEP divides
-    every call's head width, so a column block lies in one head of each call.
+    over one split of the positions (grid: items x groups of HB column blocks x splits); K_STEP
+    divides every call's head width, so a column block lies in one head of each call.
+
+    HB > 1: one program takes HB adjacent column blocks (heads), each its own dot of the same
+    shape ([HB, ...] batched), so that a reader's dl of a position, one 32-byte sector for 8
+    heads, is brought from L2 once for HB heads instead of once a head. The same terms in the
+    same order: every column's sum is the HB = 1 program's.
 
     KB > 0 (`e_tiles`; the dot paths only): the block's K_STEP columns are two exact tiles, the
     first K_STEP - KB (BLOCK_K wide) and the last KB (BLOCK_KB wide), each its own dot with the
@@ -344,44 +351,46 @@ def pair_e_kernel(
     n_c = tl.load(CALL_N + offs_c, mask=in_range, other=0)
     reads = in_range & (n_c > j)  # [BC]
     hc = tl.load(CALL_H + offs_c, mask=in_range, other=1)
-    mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
+    mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[None, :, None, None]  # 0 fp32, 1 bf16, 2 fp16
+    blk = cb * HB + tl.arange(0, HB)  # [HB] the program's column blocks
     offs_k = tl.arange(0, BLOCK_K)
-    cols = cb * K_STEP + offs_k
-    colmask = (offs_k < K_STEP - KB) & (cols < D)
-    head = (cb * K_STEP * hc) // D  # [BC]: the head of call c holding this column block
-    dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
-    acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+    cols = blk[:, None] * K_STEP + offs_k[None, :]  # [HB, BK]
+    colmask = (offs_k < K_STEP - KB)[None, :] & (cols < D)
+    head = (blk[:, None] * K_STEP * hc[None, :]) // D  # [HB, BC]: the head of call c holding block b
+    dbase = (tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc)[None, :] + head  # [HB, BC]
+    acc = tl.zeros([HB, BLOCK_C, BLOCK_K], tl.float32)
     if KB > 0:
         offs_kb = tl.arange(0, BLOCK_KB)
-        colsb = cb * K_STEP + (K_STEP - KB) + offs_kb
-        colmaskb = (offs_kb < KB) & (colsb < D)
-        accb = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
+        colsb = blk[:, None] * K_STEP + (K_STEP - KB) + offs_kb[None, :]  # [HB, BKB]
+        colmaskb = (offs_kb < KB)[None, :] & (colsb < D)
+        accb = tl.zeros([HB, BLOCK_C, BLOCK_KB], tl.float32)
     vrow = VB + j * stride_vn
     p_end = tl.minimum(P, (split + 1) * chunk)
     for p0 in range(split * chunk, p_end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
         pm = offs_p < p_end
-        v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
-                    mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
+        prow = offs_p.to(tl.int64)[None, :, None] * D
+        v = tl.load(vrow + prow + cols[:, None, :], mask=pm[None, :, None] & colmask[:, None, :],
+                    other=0.0).to(tl.float32)  # [HB, BP, BK]
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
-        dl = tl.load(DALL + dbase[:, None] + offs_p[None, :] * hc[:, None],
-                     mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
-        if MIXED:  # [BC, BP, BK]: each reader's own rounding of the key
-            kh = v * r[:, None]  # [BP, BK]
-            kh3 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32)[None, :, :], kh[None, :, :])
-            kh3 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32)[None, :, :], kh3)
-            acc += tl.sum(dl[:, :, None] * kh3, axis=1)
+        dl = tl.load(DALL + dbase[:, :, None] + offs_p[None, None, :] * hc[None, :, None],
+                     mask=reads[None, :, None] & pm[None, None, :], other=0.0)  # [HB, BC, BP]
+        if MIXED:  # [HB, BC, BP, BK]: each reader's own rounding of the key
+            kh = (v * r[None, :, None])[:, None, :, :]  # [HB, 1, BP, BK]
+            kh4 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32), kh)
+            kh4 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32), kh4)
+            acc += tl.sum(dl[:, :, :, None] * kh4, axis=2)
         else:
             acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
             if KB > 0:  # the second tile, the same dot
-                vb = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + colsb[None, :],
-                             mask=pm[:, None] & colmaskb[None, :], other=0.0).to(tl.float32)  # [BP, BKB]
+                vb = tl.load(vrow + prow + colsb[:, None, :], mask=pm[None, :, None] & colmaskb[:, None, :],
+                             other=0.0).to(tl.float32)  # [HB, BP, BKB]
                 accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
-    prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
-    erow = EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D
-    tl.store(erow + cols[None, :], acc, mask=reads[:, None] & colmask[None, :])
+    erow = EPART + split.to(tl.int64) * stride_es + \
+        (tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j).to(tl.int64)[None, :, None] * D  # [1, BC, 1]
+    tl.store(erow + cols[:, None, :], acc, mask=reads[None, :, None] & colmask[:, None, :])
     if KB > 0:
-        tl.store(erow + colsb[None, :], accb, mask=reads[:, None] & colmaskb[None, :])
+        tl.store(erow + colsb[:, None, :], accb, mask=reads[None, :, None] & colmaskb[:, None, :])
 
 
 @triton.jit
@@ -528,19 +537,21 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     fp32 embedding, fp32 chains) keep the IEEE dot."""
     if tables is None:
         tables = tables_for(DEFAULT)
-    block_c, block_p, num_warps = tables.pair_e_config(d, max_heads)
+    block_c, block_p, num_warps, hb = tables.pair_e_config(d, max_heads)
     block_k, k_step, kb, block_kb = e_tiles(d, max_heads, cuda)
     mixed = len(modes) > 1 or (cuda and block_k < 16)
     if mixed:
-        block_c, block_p, num_warps = 16, 16, 4
+        block_c, block_p, num_warps, hb = 16, 16, 4, 1
         block_k = k_step = e_block_k(d, max_heads)
         kb, block_kb = 0, 1
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
+    hb = min(hb, next_pow2(cdiv(d, k_step)))  # no more than the column blocks there are
     rnd = 0 if mixed else min(modes)
     r_in_dl = not mixed and rnd == 0 and narrow_rows
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
-                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl, KB=kb, BLOCK_KB=block_kb)
+                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl, KB=kb, BLOCK_KB=block_kb,
+                  HB=hb)
     return block_c, consts, num_warps
 
 
@@ -554,7 +565,7 @@ def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: 
     stride = rows.stride(0) if rows.dim() == 3 else 0
     splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
-    PAIR_E((nitems, cdiv(consts["D"], consts["K_STEP"]), splits),
+    PAIR_E((nitems, cdiv(cdiv(consts["D"], consts["K_STEP"]), consts["HB"]), splits),
            (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5], epart, top1, P,
             cdiv(P, splits), epart.stride(0)), consts, num_warps)
 
