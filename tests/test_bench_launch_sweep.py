@@ -223,13 +223,13 @@ def test_a_swept_row_that_raises_is_kept_with_its_error_and_the_sweep_goes_on(tm
     monkeypatch.setattr(ls.Runner, "run", run)
     out, table = tmp_path / "sweep.json", tmp_path / "table.json"
     ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",
-             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[4, 4, 1], [2, 2, 1]]", "--out", str(out),
+             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[4, 4, 1, 1], [2, 2, 1, 2]]", "--out", str(out),
              "--table-out", str(table)])
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["what"], r["cfg"]) for r in rows] == [("sweep:pair_e", [16, 16, 4]), ("failed:pair_e", [4, 4, 1]),
-                                                     ("sweep:pair_e", [2, 2, 1])]
+    assert [(r["what"], r["cfg"]) for r in rows] == [("sweep:pair_e", [16, 16, 4, 1]), ("failed:pair_e", [4, 4, 1, 1]),
+                                                     ("sweep:pair_e", [2, 2, 1, 2])]
     assert rows[1]["error"].startswith("RuntimeError: out of resources: shared memory") and "judged_ms" not in rows[1]
-    assert ls.choose([r for r in rows if r["what"] == "sweep:pair_e"], 0.02)["cfg"] in ([16, 16, 4], [2, 2, 1])
+    assert ls.choose([r for r in rows if r["what"] == "sweep:pair_e"], 0.02)["cfg"] in ([16, 16, 4, 1], [2, 2, 1, 2])
     monkeypatch.setattr(ls.Runner, "run", lambda self, config: (_ for _ in ()).throw(RuntimeError("no card")))
     with pytest.raises(RuntimeError, match="no card"):
         ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",

@@ -131,8 +131,8 @@ def test_collect_chain_matches_float64(tmp_path, hw, D, head_cycle, config, e_co
     without the dout prefetch; three positions make the second block ragged; the last entry 1:
     each reader's q*g loaded with its dout); `e_config` a pair_e row (two readers per block: the
     8 readers of source 0 take four work items; positions in steps of 2 or 8 over a split of 2;
-    programs of 1, 2 or all column blocks, 8 clamped to the 4 there are; at D = 40 the H = 2
-    calls' heads hold four blocks each, so a program's blocks lie in one head of them)."""
+    programs of 1 or 2 column blocks, 8 taken as 2; at D = 40 the H = 2 calls' heads hold four
+    blocks each, so a program's two blocks lie in one head of them)."""
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, hw, 3, torch.float32)
@@ -420,19 +420,20 @@ def test_pair_e_block_writes_only_its_columns(monkeypatch, D):
         assert written.any() and torch.equal(epart[..., :k][written], full[..., :k][written])
 
 
-@pytest.mark.parametrize("D,head_cycle", [(16, (4, 4, 4)), (40, (8, 2, 8))])
+@pytest.mark.parametrize("D,head_cycle", [(16, (4, 4, 4)), (40, (8, 2, 8)), (320, (1, 1, 1))])
 def test_pair_e_programs_of_several_heads_sum_as_one_head(tmp_path, monkeypatch, D, head_cycle):
-    """pair_e_kernel with HB column blocks a program (a launch-table row's `heads`) sums the same
-    terms in the same order as one block a program: every gradient is bitwise the HB = 1 run's,
-    and the launches took HB blocks a program (grid over the column blocks / HB); at D = 40 the
-    H = 2 calls hold four blocks a head, so one program's blocks share their dl."""
+    """pair_e_kernel with two column blocks a program (a launch-table row's `heads`, 4 taken as 2)
+    sums the same terms in the same order as one block a program: every gradient is bitwise the
+    HB = 1 run's, and the launches took HB blocks a program (grid over the column blocks / HB); at
+    D = 320, H = 1 (a wide head: five 64-column blocks) the last program has no second block; at
+    D = 40 the H = 2 calls hold four blocks a head, so one program's blocks share their dl."""
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, 0, 7, torch.float32)
     real, seen = rbc.PAIR_E, []
 
     def record(grid, args, consts, num_warps):
-        seen.append((grid, consts["HB"], consts["K_STEP"]))
+        seen.append((grid, consts["HB"], consts["K_STEP"], consts["MIXED"]))
         real(grid, args, consts, num_warps)
 
     monkeypatch.setattr(rbc, "PAIR_E", record)
@@ -442,7 +443,9 @@ def test_pair_e_programs_of_several_heads_sum_as_one_head(tmp_path, monkeypatch,
         seen.clear()
         loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg), leaves, S, heads)
         grads[hb] = torch.autograd.grad(loss, leaves)
-        assert seen and all(h == hb and g[1] == -(-(D // k) // hb) for g, h, k in seen), seen
+        want = min(hb, 2)
+        assert seen and not any(m for *_, m in seen), seen
+        assert all(h == want and g[1] == -(-(D // k) // want) for g, h, k, _ in seen), seen
     for hb in (2, 4):
         assert all(torch.equal(a, b) for a, b in zip(grads[1], grads[hb])), hb
 

@@ -336,7 +336,7 @@ SWEEP_GATHER = [(1, 1, 1, 0, 0), (1, 1, 0, 0, 0), (1, 2, 1, 0, 0), (1, 2, 0, 0, 
                 (1, 2, 1, 0, 1), (1, 1, 0, 168, 1)]
 SWEEP_PAIR_E = [(16, 16, 4, 1), (16, 32, 4, 1), (16, 64, 4, 1), (32, 16, 4, 1), (32, 32, 4, 1), (32, 64, 8, 1),
                 (64, 16, 4, 1), (64, 32, 8, 1), (16, 16, 8, 1), (32, 16, 8, 1),
-                (16, 16, 8, 8), (16, 16, 4, 8), (16, 16, 8, 4), (16, 16, 4, 2)]
+                (16, 16, 4, 2), (16, 16, 8, 2), (32, 16, 4, 2), (16, 32, 4, 2)]
 # fold (block_p, num_warps, prefetch 0-2, maxnreg, loads_first, sources 1-2): the fold kernel's own
 # rows, every variant at one and two warps, two sources per iteration and prefetch 1 first (what
 # won at 1B on an H200: benchmarks/kernels/results.md, "H200 fold sweep")

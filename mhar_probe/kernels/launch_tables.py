@@ -18,7 +18,7 @@ over sources; num_warps, prefetch 0 / 1 and maxnreg are its own, block_p and loa
 where it serves the fold, else the reader loop with one source per iteration. Where a shape has
 no fold row (tables written before the kind existed among them) the fold runs under the gather's
 row with one source per iteration, as it did before it had a kind of its own. pair_e's `heads`
-is the column blocks (one a head at the presets) a program takes, a power of two (HB).
+is the column blocks (one a head at the presets) a program takes, 1 or 2 (HB; more is taken as 2).
 
 `bytes` is the storage width a row was swept for (bytes per forward output / stored dout
 element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no

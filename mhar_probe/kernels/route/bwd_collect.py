@@ -292,10 +292,9 @@ def stack_gather_kernel(
 
 @triton.jit
 def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL: tl.constexpr):
-    """acc + dl @ khat ([HB, BC, BP] x [HB, BP, BK]: one dot per column block) for one column
-    tile of `pair_e_kernel`'s dot paths, khat = v r (per position), rounded as the readers round
-    their keys (ROUND)."""
-    kh = v * r[None, :, None]  # [HB, BP, BK]
+    """acc + dl @ khat ([BC, BP] x [BP, BK]) for one column tile of `pair_e_kernel`'s dot paths,
+    khat = v r (per position), rounded as the readers round their keys (ROUND)."""
+    kh = v * r[:, None]  # [BP, BK]
     if ROUND == 1:
         kh = kh.to(tl.bfloat16).to(tl.float32)
     if ROUND == 2:
@@ -304,9 +303,39 @@ def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL:
     # compiler (measured on an H100: dq and dg off by 7e-4), so the dot is explicit
     if SPLIT_DOT:
         if R_IN_DL:  # v is a bf16/fp16 value, exact in TF32; r goes with dl: see pair_e_plan
-            return tl.dot(dl * r[None, None, :], v, acc, input_precision="tf32x3")
+            return tl.dot(dl * r[None, :], v, acc, input_precision="tf32x3")
         return tl.dot(dl, kh, acc, input_precision="tf32x3")  # kh exact in TF32: see pair_e_plan
     return tl.dot(dl, kh, acc, input_precision="ieee")
+
+
+@triton.jit
+def _e_block(b, hc, dl0, D: tl.constexpr, BLOCK_K: tl.constexpr, K_STEP: tl.constexpr, KB: tl.constexpr,
+             BLOCK_KB: tl.constexpr):
+    """Column block b of `pair_e_kernel`: its wide tile's columns and mask, its narrow tile's
+    (KB > 0), and each reader's dl offset of the head holding it (dl0: the pair's [BC] base)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    cols = b * K_STEP + offs_k
+    colmask = (offs_k < K_STEP - KB) & (cols < D)
+    offs_kb = tl.arange(0, BLOCK_KB)
+    colsb = b * K_STEP + (K_STEP - KB) + offs_kb
+    colmaskb = (offs_kb < KB) & (colsb < D)
+    return cols, colmask, colsb, colmaskb, dl0 + (b * K_STEP * hc) // D  # [BC]: the head of call c holding b
+
+
+@triton.jit
+def _e_step(vrow, prow, pm, r, dlp, dlmask, cols, colmask, colsb, colmaskb, acc, accb,
+            ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL: tl.constexpr, KB: tl.constexpr):
+    """One step of BLOCK_P positions of one column block's dot paths: v's tiles and the readers'
+    dl loaded, each tile's dot accumulated (acc, accb: the wide and narrow tiles)."""
+    v = tl.load(vrow + prow[:, None] + cols[None, :], mask=pm[:, None] & colmask[None, :],
+                other=0.0).to(tl.float32)  # [BP, BK]
+    dl = tl.load(dlp, mask=dlmask, other=0.0)  # [BC, BP]
+    acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
+    if KB > 0:  # the second tile, the same dot
+        vb = tl.load(vrow + prow[:, None] + colsb[None, :], mask=pm[:, None] & colmaskb[None, :],
+                     other=0.0).to(tl.float32)  # [BP, BKB]
+        accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
+    return acc, accb
 
 
 @triton.jit
@@ -326,16 +355,17 @@ def pair_e_kernel(
     R_IN_DL: tl.constexpr = False,  # SPLIT_DOT with unrounded keys over 16-bit rows: (dl r) . v
     KB: tl.constexpr = 0,  # the block's last KB columns as a second tile (0: one tile)
     BLOCK_KB: tl.constexpr = 1,  # that tile's width (a power of two >= KB)
-    HB: tl.constexpr = 1,  # column blocks per program (a power of two)
+    HB: tl.constexpr = 1,  # column blocks a program: 1, or 2 (the dot paths only)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
-    over one split of the positions (grid: items x groups of HB column blocks x splits); K_STEP
-    divides every call's head width, so a column block lies in one head of each call.
+    over one split of the positions (grid: items x column blocks / HB x splits); K_STEP divides
+    every call's head width, so a column block lies in one head of each call.
 
-    HB > 1: one program takes HB adjacent column blocks (heads), each its own dot of the same
-    shape ([HB, ...] batched), so that a reader's dl of a position, one 32-byte sector for 8
-    heads, is brought from L2 once for HB heads instead of once a head. The same terms in the
-    same order: every column's sum is the HB = 1 program's.
+    HB = 2: one program takes two adjacent column blocks, each its own dot, one after the other
+    at every step of positions. A reader's dl of a position is one 32-byte sector holding every
+    head: the second block's dl load finds the sector the first brought into L1, so L2 sends each
+    sector to half as many programs. The same terms in the same order: each column's sum is the
+    HB = 1 program's.
 
     KB > 0 (`e_tiles`; the dot paths only): the block's K_STEP columns are two exact tiles, the
     first K_STEP - KB (BLOCK_K wide) and the last KB (BLOCK_KB wide), each its own dot with the
@@ -351,46 +381,49 @@ def pair_e_kernel(
     n_c = tl.load(CALL_N + offs_c, mask=in_range, other=0)
     reads = in_range & (n_c > j)  # [BC]
     hc = tl.load(CALL_H + offs_c, mask=in_range, other=1)
-    mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[None, :, None, None]  # 0 fp32, 1 bf16, 2 fp16
-    blk = cb * HB + tl.arange(0, HB)  # [HB] the program's column blocks
-    offs_k = tl.arange(0, BLOCK_K)
-    cols = blk[:, None] * K_STEP + offs_k[None, :]  # [HB, BK]
-    colmask = (offs_k < K_STEP - KB)[None, :] & (cols < D)
-    head = (blk[:, None] * K_STEP * hc[None, :]) // D  # [HB, BC]: the head of call c holding block b
-    dbase = (tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc)[None, :] + head  # [HB, BC]
-    acc = tl.zeros([HB, BLOCK_C, BLOCK_K], tl.float32)
-    if KB > 0:
-        offs_kb = tl.arange(0, BLOCK_KB)
-        colsb = blk[:, None] * K_STEP + (K_STEP - KB) + offs_kb[None, :]  # [HB, BKB]
-        colmaskb = (offs_kb < KB)[None, :] & (colsb < D)
-        accb = tl.zeros([HB, BLOCK_C, BLOCK_KB], tl.float32)
+    mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
+    dl0 = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc  # [BC]
+    cols, colmask, colsb, colmaskb, dbase = _e_block(cb * HB, hc, dl0, D, BLOCK_K, K_STEP, KB, BLOCK_KB)
+    acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+    accb = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
+    if HB == 2:
+        cols2, colmask2, colsb2, colmaskb2, dbase2 = _e_block(cb * HB + 1, hc, dl0, D, BLOCK_K, K_STEP, KB, BLOCK_KB)
+        # an odd count of blocks: the last program's second is none (a tensor: the interpreter's scalars are ints)
+        reads2 = reads & (offs_c * 0 + (cb * HB + 1) * K_STEP < D)
+        acc2 = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+        accb2 = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
     vrow = VB + j * stride_vn
     p_end = tl.minimum(P, (split + 1) * chunk)
     for p0 in range(split * chunk, p_end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
         pm = offs_p < p_end
-        prow = offs_p.to(tl.int64)[None, :, None] * D
-        v = tl.load(vrow + prow + cols[:, None, :], mask=pm[None, :, None] & colmask[:, None, :],
-                    other=0.0).to(tl.float32)  # [HB, BP, BK]
+        prow = offs_p.to(tl.int64) * D
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
-        dl = tl.load(DALL + dbase[:, :, None] + offs_p[None, None, :] * hc[None, :, None],
-                     mask=reads[None, :, None] & pm[None, None, :], other=0.0)  # [HB, BC, BP]
-        if MIXED:  # [HB, BC, BP, BK]: each reader's own rounding of the key
-            kh = (v * r[None, :, None])[:, None, :, :]  # [HB, 1, BP, BK]
-            kh4 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32), kh)
-            kh4 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32), kh4)
-            acc += tl.sum(dl[:, :, :, None] * kh4, axis=2)
+        dlstep = offs_p[None, :] * hc[:, None]  # [BC, BP]
+        if MIXED:  # [BC, BP, BK]: each reader's own rounding of the key
+            v = tl.load(vrow + prow[:, None] + cols[None, :], mask=pm[:, None] & colmask[None, :],
+                        other=0.0).to(tl.float32)  # [BP, BK]
+            dl = tl.load(DALL + dbase[:, None] + dlstep, mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
+            kh = v * r[:, None]  # [BP, BK]
+            kh3 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32)[None, :, :], kh[None, :, :])
+            kh3 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32)[None, :, :], kh3)
+            acc += tl.sum(dl[:, :, None] * kh3, axis=1)
         else:
-            acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
-            if KB > 0:  # the second tile, the same dot
-                vb = tl.load(vrow + prow + colsb[:, None, :], mask=pm[None, :, None] & colmaskb[:, None, :],
-                             other=0.0).to(tl.float32)  # [HB, BP, BKB]
-                accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
-    erow = EPART + split.to(tl.int64) * stride_es + \
-        (tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j).to(tl.int64)[None, :, None] * D  # [1, BC, 1]
-    tl.store(erow + cols[:, None, :], acc, mask=reads[None, :, None] & colmask[:, None, :])
+            acc, accb = _e_step(vrow, prow, pm, r, DALL + dbase[:, None] + dlstep, reads[:, None] & pm[None, :],
+                                cols, colmask, colsb, colmaskb, acc, accb, ROUND, SPLIT_DOT, R_IN_DL, KB)
+            if HB == 2:  # the next block: its dl sectors are the ones just loaded
+                acc2, accb2 = _e_step(vrow, prow, pm, r, DALL + dbase2[:, None] + dlstep,
+                                      reads2[:, None] & pm[None, :], cols2, colmask2, colsb2, colmaskb2,
+                                      acc2, accb2, ROUND, SPLIT_DOT, R_IN_DL, KB)
+    prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
+    erow = EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D
+    tl.store(erow + cols[None, :], acc, mask=reads[:, None] & colmask[None, :])
     if KB > 0:
-        tl.store(erow + colsb[:, None, :], accb, mask=reads[None, :, None] & colmaskb[:, None, :])
+        tl.store(erow + colsb[None, :], accb, mask=reads[:, None] & colmaskb[None, :])
+    if HB == 2:
+        tl.store(erow + cols2[None, :], acc2, mask=reads2[:, None] & colmask2[None, :])
+        if KB > 0:
+            tl.store(erow + colsb2[None, :], accb2, mask=reads2[:, None] & colmaskb2[None, :])
 
 
 @triton.jit
@@ -546,7 +579,7 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
         kb, block_kb = 0, 1
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
-    hb = min(hb, next_pow2(cdiv(d, k_step)))  # no more than the column blocks there are
+    hb = 2 if hb >= 2 and cdiv(d, k_step) >= 2 else 1  # 1 or 2 column blocks a program
     rnd = 0 if mixed else min(modes)
     r_in_dl = not mixed and rnd == 0 and narrow_rows
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
