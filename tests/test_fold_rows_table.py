@@ -1300,3 +1300,28 @@ def test_results_page_holds_the_kernel_table_at_h8_of_2026_12_07(frt):
     eager = [now[s, "eager"] / now[s, "triton"] for s in shapes]
     assert (f"triton stays {min(comp):.1f}-{max(comp):.1f}x faster than torch.compile and "
             f"{min(eager):.1f}-{max(eager):.1f}x than eager at H = 8") in flat
+
+
+def test_results_page_holds_pair_es_two_heads_offline_numbers(frt):
+    """kernels/results.md's "pair_e's two heads a program as two plain dots": the offline table is
+    the records', and the prose (instructions a block against main's at 4 warps, registers and warps
+    an SM) is recomputed from them."""
+    base = HERE / "regs_offline_2026-12-07_pair_e_hb_base_159320d_triton3.6.json"
+    two = HERE / "regs_offline_2026-12-07_pair_e_two_c199e40_triton3.6.json"
+    page = (HERE / "results.md").read_text()
+    assert frt.render_pair_e_hb_offline(base, two) in page
+    flat = " ".join(page.replace("`", "").split())
+    m = {r["shape"]: r for r in json.loads(base.read_text())["rows"]}
+    v = {(r["shape"], tuple(r["cfg"])): r for r in json.loads(two.read_text())["rows"]}
+
+    def per_block(r):
+        return min(r["loops"], key=lambda lp: lp["instructions"])["instructions"] * r["num_warps"] // (
+            r["cfg"][3] if len(r["cfg"]) > 3 else 1)
+
+    shapes = ("100M", "350M", "1B")
+    ratio = " / ".join(f"{per_block(v[s, (16, 16, 4, 2)]) / per_block(m[s]):.2f}" for s in shapes)
+    regs = " / ".join(str(v[s, (16, 16, 4, 2)]["regs"]) for s in shapes)
+    warps = " / ".join(str(v[s, (16, 16, 4, 2)]["warps_per_sm_by_regs"]) for s in shapes)
+    main_warps = " / ".join(str(m[s]["warps_per_sm_by_regs"]) for s in shapes)
+    assert (f"two blocks a program issue {ratio}x main's instructions a block at 100M / 350M / 1B, with {regs} "
+            f"registers ({warps} warps an SM, against main's {main_warps})") in flat
