@@ -990,6 +990,40 @@ def test_results_page_holds_the_stored_norms_ab_and_its_numbers(frt):
             f"{fold_ratios}x") in readme
 
 
+def _join(vals, fmt=".2f"):
+    return " / ".join(f"{v:{fmt}}" for v in vals)
+
+
+def _step_section(frt, names: list[str], commit: str):
+    """A stored-norms-era step section of benchmarks/train_throughput/results.md: its table is the
+    files' (`render_lookahead`), each file an H100 run of `commit` with the baseline and the default
+    MHAR arm (the lookahead, the stored norms). Returns (step dir, page, page flattened, docs, arms)."""
+    step = ROOT / "benchmarks" / "train_throughput"
+    page = (step / "results.md").read_text()
+    files = [step / n for n in names]
+    assert frt.render_lookahead(files) in page
+    flat = " ".join(page.replace("**", "").replace("`", "").split())
+    docs = [json.loads(f.read_text()) for f in files]
+    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" and d["meta"]["commit"] == commit for d in docs)
+    arms = [{r["arm"]: r for r in d["results"]} for d in docs]
+    assert all(set(a) == {"baseline", "mhar"} for a in arms)
+    assert all(a["mhar"]["routing_forward"] == "lookahead" and a["mhar"]["routing_stored_norms"] for a in arms)
+    return step, page, flat, docs, arms
+
+
+def _assert_routing_groups(rows: list[dict], flat: str) -> list[float]:
+    """The section's "routing takes ... ms of the MHAR step" sentence, from byte_floors.step_rows at
+    100M / 350M / 1B; returns routing over the stack floor per preset."""
+    x = [r["routing_x_stack"] for r in rows]
+    g = {k: (_join(r["groups"][k]["ms"] for r in rows), _join((r["groups"][k]["of_copy"] for r in rows), ".0%"))
+         for k in ("fwd", "bwd", "pair_e")}
+    assert (f"routing takes {_join(r['routing_ms'] for r in rows)} ms of the MHAR step at 100M / 350M / 1B, "
+            f"{_join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
+            f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
+            f"({g['pair_e'][1]})") in flat
+    return x
+
+
 RSTORED_STEPS = ["h100_step_rstored_100m_vocab8192.json", "h100_step_rstored_100m.json", "h100_step_rstored_350m.json",
                  "h100_step_rstored_1b.json"]
 
@@ -1000,20 +1034,9 @@ def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
     issue 55's table (every cell from these files, met or missed by how much) are recomputed."""
     from script_checks import load_script
 
-    step = ROOT / "benchmarks" / "train_throughput"
-    page = (step / "results.md").read_text()
-    files = [step / n for n in RSTORED_STEPS]
-    assert frt.render_lookahead(files) in page
-    flat = " ".join(page.replace("**", "").replace("`", "").split())
-    docs = [json.loads(f.read_text()) for f in files]
-    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" and d["meta"]["commit"] == "efc4c1e" for d in docs)
-    arms = [{r["arm"]: r for r in d["results"]} for d in docs]
-    assert all(set(a) == {"baseline", "mhar"} for a in arms)
+    step, page, flat, docs, arms = _step_section(frt, RSTORED_STEPS, "efc4c1e")
     eight, *mh = [a["mhar"] for a in arms]
-    assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mh])
-
-    def join(vals, fmt=".2f"):
-        return " / ".join(f"{v:{fmt}}" for v in vals)
+    join = _join
 
     before_100 = {r["arm"]: r for r in json.loads((step / "h100_step_ahead_100m.json").read_text())["results"]}
     before = [before_100["mhar/forward=lookahead"]["vs_baseline"]] + [
@@ -1024,13 +1047,7 @@ def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
     assert all(v > b for v, b in zip(vs, before))
     bf = load_script("benchmarks/kernels/byte_floors.py")
     rows = [bf.step_rows(d, 2933.0)[0] for d in docs[1:]]
-    x = [r["routing_x_stack"] for r in rows]
-    g = {k: (join(r["groups"][k]["ms"] for r in rows), join((r["groups"][k]["of_copy"] for r in rows), ".0%"))
-         for k in ("fwd", "bwd", "pair_e")}
-    assert (f"routing takes {join(r['routing_ms'] for r in rows)} ms of the MHAR step at 100M / 350M / 1B, "
-            f"{join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
-            f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
-            f"({g['pair_e'][1]})") in flat
+    x = _assert_routing_groups(rows, flat)
     over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
     short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
     assert all(v > 0 for v in over + short) and (
@@ -1053,20 +1070,9 @@ def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
     cell from these files, met or missed by how much) are recomputed, and so is "What is still missing"."""
     from script_checks import load_script
 
-    step = ROOT / "benchmarks" / "train_throughput"
-    page = (step / "results.md").read_text()
-    files = [step / n for n in PESPLIT_STEPS]
-    assert frt.render_lookahead(files) in page
-    flat = " ".join(page.replace("**", "").replace("`", "").split())
-    docs = [json.loads(f.read_text()) for f in files]
-    assert all(d["meta"]["device"] == "NVIDIA H100 80GB HBM3" and d["meta"]["commit"] == "c6945ba" for d in docs)
-    arms = [{r["arm"]: r for r in d["results"]} for d in docs]
-    assert all(set(a) == {"baseline", "mhar"} for a in arms)
+    step, page, flat, docs, arms = _step_section(frt, PESPLIT_STEPS, "c6945ba")
     eight, *mh = [a["mhar"] for a in arms]
-    assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mh])
-
-    def join(vals, fmt=".2f"):
-        return " / ".join(f"{v:{fmt}}" for v in vals)
+    join = _join
 
     before = [next(r for r in json.loads((step / f"h100_step_rstored_{p}.json").read_text())["results"]
                    if r["arm"] == "mhar") for p in ("100m", "350m", "1b")]
@@ -1087,13 +1093,7 @@ def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
             f"from {was['groups']['pair_e']['ms']:.2f}), which is "
             f"{(was['routing_ms'] - rows[2]['routing_ms']) / mh[2]['profile']['device_ms_events']:.1%} of its "
             f"{mh[2]['profile']['device_ms_events']:.0f} ms step") in flat
-    x = [r["routing_x_stack"] for r in rows]
-    g = {k: (join(r["groups"][k]["ms"] for r in rows), join((r["groups"][k]["of_copy"] for r in rows), ".0%"))
-         for k in ("fwd", "bwd", "pair_e")}
-    assert (f"routing takes {join(r['routing_ms'] for r in rows)} ms of the MHAR step at 100M / 350M / 1B, "
-            f"{join(x, '.3f')}x its stack floor; of it the forward {g['fwd'][0]} ms ({g['fwd'][1]} of copy over its "
-            f"bytes), the dout-reading backward {g['bwd'][0]} ms ({g['bwd'][1]}) and pair_e {g['pair_e'][0]} ms "
-            f"({g['pair_e'][1]})") in flat
+    x = _assert_routing_groups(rows, flat)
     assert x[0] > 1.35 >= max(x[1:]) and (
         f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
         f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
