@@ -1047,7 +1047,7 @@ def test_the_step_page_holds_the_stored_norms_steps_and_issue55s_table(frt):
     assert all(v > b for v, b in zip(vs, before))
     bf = load_script("benchmarks/kernels/byte_floors.py")
     rows = [bf.step_rows(d, 2933.0)[0] for d in docs[1:]]
-    x = _assert_routing_groups(rows, flat)
+    _assert_routing_groups(rows, flat)
     over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
     short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
     assert all(v > 0 for v in over + short) and (
