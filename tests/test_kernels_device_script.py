@@ -49,3 +49,30 @@ def test_fwdab_without_a_base_tree_is_one_message(tmp_path):
     proc, calls = _run(tmp_path, BASE=str(tmp_path / "nowhere"))
     assert proc.returncode == 2 and calls == []
     assert proc.stderr.strip().splitlines()[-1] == "fwdab: BASE must name a directory holding the base tree's mhar_probe"
+
+
+def test_a_call_cut_by_its_limit_keeps_the_lines_printed_before_the_cut(tmp_path):
+    """`final` (the kernel table) with a `python` that prints a table row and then hangs, the whole
+    call killed (its process group, as the device's time limit does): the row is in the call's log.
+    With a block-buffered warning filter it sat in grep's buffer and went with it (2026-12-07)."""
+    import signal
+    import time
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "python"
+    fake.write_text('#!/usr/bin/env bash\n[[ "$*" == *mhar_probe.cli* ]] || exit 0  # fla_setup\'s checks\n'
+                    'echo "100M  H=1  triton  fwd+bwd 1.000 ms"\nexec sleep 60\n')
+    fake.chmod(0o755)
+    out = tmp_path / "out"
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "OUT": str(out), "TABLE_TIMEOUT": "50"}
+    proc = subprocess.Popen(["bash", str(SCRIPT), "final"], cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL, start_new_session=True)
+    log = out / "bench_table.log"
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and not (log.exists() and log.read_text()):
+        time.sleep(0.2)
+    time.sleep(0.5)  # long enough for a buffered filter to have passed it on, had it meant to
+    os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait(timeout=10)
+    assert "100M  H=1  triton  fwd+bwd 1.000 ms" in log.read_text()

@@ -67,7 +67,9 @@
 # deleted are in git history (mhar_probe/kernels/README.md, "Deleted variants").
 # (FLA's fused_attnres runs when its wheel is installed: pip install --no-deps fla_core-*.whl, and
 # `fla` is added to --backends.) Writes everything under $OUT (default /tmp/out). Set COMMIT to the
-# commit sent (`COMMIT=$(git rev-parse --short HEAD)` here): the JSON records it.
+# commit sent (`COMMIT=$(git rev-parse --short HEAD)` here): the JSON records it. The warning filters
+# are line-buffered: a call cut by its time limit keeps in its logs every line printed before the cut
+# (a block-buffered grep held a whole H = 1 table call's output on 2026-12-07, and lost it).
 set -o pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 # COMMIT: the commit of the tree sent (the GPU machine's copy has no .git), recorded in the JSON
@@ -81,7 +83,7 @@ sweep_jobs() {  # $1 kernel kind, then jobs shapes:dtype:heads:timeout -> $OUT/s
     IFS=: read -r shapes dtype heads limit <<< "$job"
     timeout "$limit" python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.json" \
       --no-delta --dtype "$dtype" --heads "$heads" --sweep "$shapes" --sweep-kernels "$kind" --sweep-only \
-      --repeat 3 2>&1 | grep -v -i warn | tee "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.log" | grep SWEEP
+      --repeat 3 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/sweep_${kind}_${dtype}_h$heads$SWEEP_TAG.log" | grep SWEEP
   done
 }
 gather_ncu() {  # Nsight Compute on one late 1B-train gather launch per case of NCU_CASES
@@ -140,34 +142,34 @@ case "${1:-tests}" in
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     timeout ${TABLE_TIMEOUT:-320} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 1,8 --backends triton,compile$FLA --repeat 5 --graph 2>&1 \
-      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
+      | grep --line-buffered -v -i warn | tee "$OUT/bench_table.log" | tail -16 ;;
   final)
     fla_setup
     timeout ${TABLE_TIMEOUT:-560} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes ${SHAPES:-100M,350M,1B} --heads ${HEADS:-8,1} --backends triton${VARIANTS:+,$VARIANTS},eager,compile$FLA \
-      --repeat 5 --graph 2>&1 | grep -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
+      --repeat 5 --graph 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/bench_table.log" | tail -30 ;;
   check)  # every GPU test, then the routing kernels at the training microbatches (autocast layout,
     # H = 8): triton against the VARIANTS (comma-separated) in one process
     timeout ${TEST_TIMEOUT:-420} python -m pytest -q -p no:cacheprovider -m gpu tests/gpu tests/test_kernels_model.py \
       2>&1 | tee "$OUT/pytest.log" | grep -E "passed|failed|Error|^E  " | tail -14
     timeout 220 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${VARIANTS:+,$VARIANTS} --repeat 5 \
-      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -14 ;;
+      2>&1 | grep --line-buffered -v -i warn | tee "$OUT/bench_train.log" | tail -14 ;;
   train)  # PRESETS (default: all three) as preset:batch:seq; VARIANT (default storage-douts)
     V=${VARIANT:-storage-douts}
     timeout 150 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta --dtype mixed \
       --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton,triton-$V \
-      --repeat 5 2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
+      --repeat 5 2>&1 | grep --line-buffered -v -i warn | tee "$OUT/bench_train.log" | tail -12 ;;
   compare)  # no tests: the kernel table (bf16, graph replay) and the training microbatches (autocast,
     # H = 8), triton against the VARIANTS (default triton-storage-douts), then the interleaved end-to-end
     # table for METHODS (default baseline, mhar and mhar/storage-douts)
     V=${VARIANTS-triton-storage-douts}
     timeout ${TABLE_TIMEOUT:-160} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_table.json" --no-delta \
       --shapes 100M,350M,1B --heads 8,1 --backends triton${V:+,$V} --repeat 5 --graph 2>&1 \
-      | grep -v -i warn | tee "$OUT/bench_table.log" | tail -14
+      | grep --line-buffered -v -i warn | tee "$OUT/bench_table.log" | tail -14
     timeout ${TRAINB_TIMEOUT:-130} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_train.json" --no-delta \
       --dtype mixed --shapes 100M-train,350M-train,1B-train --heads 8 --backends triton${V:+,$V} --repeat 5 \
-      2>&1 | grep -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
+      2>&1 | grep --line-buffered -v -i warn | tee "$OUT/bench_train.log" | tail -8 ;;
   host)
     timeout 60 python benchmarks/kernels/host_overhead.py --shape 100M --heads 8 --out "$OUT/host_100M.json" \
       2>&1 | tail -1 ;;
@@ -203,7 +205,7 @@ case "${1:-tests}" in
     timeout 500 python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/sweep.json" --no-delta --dtype ${DTYPE:-mixed} \
       --heads ${HEADS:-8} \
       --sweep "${SHAPES:-1B-train}" --sweep-kernels "${KERNELS:-fwd,gather}" --sweep-only --repeat 3 2>&1 \
-      | grep -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
+      | grep --line-buffered -v -i warn | tee "$OUT/sweep.log" | grep SWEEP ;;
   sweeps)
     timeout 60 python -m pytest -q -p no:cacheprovider -m gpu tests/gpu -k fp32 2>&1 \
       | tee "$OUT/pytest_fp32.log" | grep -E "passed|failed|Error|^E  " | tail -6
@@ -213,7 +215,7 @@ case "${1:-tests}" in
     # then the KINDS rows (default gather) at SHAPES (default the training microbatches), within BUDGET_S
     timeout ${SWEEP_TIMEOUT:-345} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather} \
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-120} ${NO_PROBES:+--no-probes} \
-      --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep -v -i warn \
+      --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" 2>&1 | grep --line-buffered -v -i warn \
       | tee "$OUT/launch_sweep.log" | grep -E "probe|chose|budget|Error" ;;
   cardtests)  # the kernel GPU tests (4 processes) under the built-in rows of AS_CARD (default: this card's),
     # whatever card runs them; the copy's table is restored afterwards. File: pytest.log
@@ -227,7 +229,7 @@ case "${1:-tests}" in
     timeout ${TEST_TIMEOUT:-300} python -m pytest -v -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
       tests/test_kernels_model.py > "$OUT/pytest.log" 2>&1; grep -E "passed|failed|Error|^E  " "$OUT/pytest.log" | tail -14
     timeout ${PAIRE_TIMEOUT:-200} python benchmarks/kernels/pair_e_dot.py $COMMIT_ARG --out "$OUT/pair_e_dot.json" 2>&1 \
-      | grep -v -i warn | tee "$OUT/pair_e_dot.log" | tail -6 ;;
+      | grep --line-buffered -v -i warn | tee "$OUT/pair_e_dot.log" | tail -6 ;;
   adopt)  # ONE call (<= 580 s): the card's gather and forward rows swept at the training microbatches
     # (launch_sweep.py, KINDS default gather,fwd, no probes, BUDGET_S; ROWS_FWD: a JSON list of forward rows
     # instead of the sweep's list), the rows that beat the card's by more than 2% made its built-in rows in
@@ -236,7 +238,7 @@ case "${1:-tests}" in
     timeout ${SWEEP_TIMEOUT:-320} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds ${KINDS:-gather,fwd} \
       --shapes ${SHAPES:-1B-train,350M-train,100M-train} --budget-s ${BUDGET_S:-240} --no-probes \
       ${ROWS_FWD:+--rows-fwd "$ROWS_FWD"} --out "$OUT/launch_sweep.json" --table-out "$OUT/launch_tables_tuned.json" \
-      2>&1 | grep -v -i warn | tee "$OUT/launch_sweep.log" | grep -E "sweep:|chose|budget|Error" | cut -c1-150
+      2>&1 | grep --line-buffered -v -i warn | tee "$OUT/launch_sweep.log" | grep -E "sweep:|chose|budget|Error" | cut -c1-150
     python benchmarks/kernels/adopt_rows.py "$OUT/launch_sweep.json" 2>&1 | tee "$OUT/adopt.log"
     cp mhar_probe/kernels/launch_tables.json "$OUT/launch_tables.json"
     timeout ${TEST_TIMEOUT:-230} python -m pytest -q -n 4 -p no:cacheprovider -m gpu tests/gpu/test_kernels_gpu.py \
@@ -253,7 +255,7 @@ case "${1:-tests}" in
     timeout ${SWEEP_TIMEOUT:-255} python benchmarks/kernels/launch_sweep.py $COMMIT_ARG --kinds fold \
       --probes fold,gather-backward --shapes ${SHAPES:-1B-train,350M-train,100M-train} \
       --budget-s ${BUDGET_S:-150} --deadline-s ${DEADLINE_S:-220} $SWEEP_ARGS ${ROWS_FOLD:+--rows-fold "$ROWS_FOLD"} \
-      --out "$OUT/fold_sweep.json" --table-out "$OUT/launch_tables_fold.json" 2>&1 | grep -v -i warn \
+      --out "$OUT/fold_sweep.json" --table-out "$OUT/launch_tables_fold.json" 2>&1 | grep --line-buffered -v -i warn \
       | tee "$OUT/fold_sweep.log" | grep -E "probe|sweep:|chose|budget|deadline|Error|^TABLE"
     if ! grep -q "^TABLE" "$OUT/fold_sweep.log" && [ -f "$OUT/fold_sweep.json" ]; then
       echo "(cut short: the table of what ran)"
@@ -286,7 +288,7 @@ case "${1:-tests}" in
     fla_setup
     timeout ${TABLE_TIMEOUT:-500} python -m mhar_probe.cli bench routing $COMMIT_ARG --out "$OUT/bench_fla.json" --no-delta \
       --shapes ${SHAPES:-100M,350M,1B} --heads 1 --backends triton$FLA --repeat 5 --graph 2>&1 \
-      | grep -v -i warn | tee "$OUT/bench_fla.log" | tail -12 ;;
+      | grep --line-buffered -v -i warn | tee "$OUT/bench_fla.log" | tail -12 ;;
 esac
 # the device tool returns a few files only: everything also goes back as one archive (written
 # outside $OUT first: tar exits 1, "file changed as we read it", when its archive grows inside

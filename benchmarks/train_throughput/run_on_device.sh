@@ -16,7 +16,8 @@
 # WITH_8K=0 leaves out `fold`'s first configuration (100m with 8,192 words), so that a call can give
 # its whole time to the larger presets; an empty PRESETS ("") runs that configuration alone (PRESETS
 # left out: all three presets).
-# TAG (default h100) names the JSON files: TAG=h200 on an H200.
+# TAG (default h100) names the JSON files: TAG=h200 on an H200. The warning filters are line-buffered,
+# so that a call cut by its time limit still shows each line printed before the cut.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -26,7 +27,7 @@ configs=("100m --vocab 8192" $presets); [[ ${WITH_8K:-1} == 0 ]] && configs=($pr
 bench() {  # bench NAME ARGS...: one process, its table on stdout, JSON as $OUT/NAME.json (METHODS: the arms)
   local name=$1; shift
   python3 benchmarks/train_throughput/train_throughput.py --presets $presets --methods ${METHODS:-baseline mhar} \
-    --rounds 8 --commit "$commit" --out "$OUT/$name.json" "$@" 2>&1 | grep -v "Warn\|warn"
+    --rounds 8 --commit "$commit" --out "$OUT/$name.json" "$@" 2>&1 | grep --line-buffered -v "Warn\|warn"
 }
 if [[ $what == tests || $what == all ]]; then
   python3 -m pytest -v -n 4 -m gpu tests/gpu tests/test_kernels_model.py \
@@ -54,14 +55,14 @@ fi
 if [[ $what == hyper ]]; then
   python3 benchmarks/train_throughput/train_throughput.py --presets 100m --batch 32 --seq 2048 --vocab 8192 \
     --methods baseline hyper --hyper-compile region region-pointwise sublayers --rounds 3 --warmup 1 --profile \
-    --commit "$commit" --out "$OUT/${tag}_hyper_100m.json" 2>&1 | grep -v "Warn\|warn"
+    --commit "$commit" --out "$OUT/${tag}_hyper_100m.json" 2>&1 | grep --line-buffered -v "Warn\|warn"
 fi
 if [[ $what == fold ]]; then
   for config in "${configs[@]}"; do
     name=${tag}_fold_${config// --vocab /_vocab}; t0=$SECONDS
     timeout --kill-after=10 ${FOLD_TIMEOUT:-110} python3 benchmarks/train_throughput/train_throughput.py --presets $config \
       --methods baseline mhar --routing-backward ${BACKWARDS:-fold} ${VARIANTS:+--variant $VARIANTS} --rounds 6 \
-      --profile --commit "$commit" --out "$OUT/$name.json" 2>&1 | grep -v "Warn\|warn"
+      --profile --commit "$commit" --out "$OUT/$name.json" 2>&1 | grep --line-buffered -v "Warn\|warn"
     echo "## $config: exit ${PIPESTATUS[0]} after $((SECONDS - t0)) s"
   done
 fi
@@ -77,5 +78,5 @@ if [[ $what == variants ]]; then
 fi
 if [[ $what == dout || $what == all ]]; then
   MHAR_CACHE_DIR=/tmp/mhar-cache python3 benchmarks/kernels/dout_policy.py --commit "$commit" \
-    --out "$OUT/dout_policy_$tag.json" 2>&1 | grep -v "Warn\|warn" | tail -5
+    --out "$OUT/dout_policy_$tag.json" 2>&1 | grep --line-buffered -v "Warn\|warn" | tail -5
 fi
