@@ -99,3 +99,22 @@ def test_readme_table_matches_the_committed_suite_logs():
         summary = re.search(rf"^## {part}: exit 0: =+ (\d+) passed.* in ([\d.]+)s", log, flags=re.M)
         assert summary and summary.group(1) == passed and round(float(summary.group(2))) == int(secs), name
         assert "## GPU suite: ALL PASSED" in log, name
+
+
+def test_the_gpu_readmes_latest_logs_are_what_the_suite_logs_say():
+    """tests/gpu/README.md's "Latest logs" rows for the suite's own logs (suite_*.log): the date, the
+    commit and the result's counts and seconds are the log's header and summary, not typed by hand."""
+    import re
+
+    readme = (ROOT / "tests" / "gpu" / "README.md").read_text()
+    rows = re.findall(r"^\| \[(suite_\w+\.log)\]\(\1\) \| [^|]+ \| (\S+) \| (\w+) \| ([^|]+) \|$", readme, re.M)
+    assert {name for name, *_ in rows} == {p.name for p in (ROOT / "tests" / "gpu").glob("suite_*.log")}
+    for name, date, commit, result in rows:
+        log = (ROOT / "tests" / "gpu" / name).read_text()
+        assert re.search(rf"^## gpu suite {date}T", log, re.M), name
+        assert json.loads(re.search(r"^## code: (\{.*\})$", log, re.M).group(1))["commit"].startswith(commit), name
+        summary = re.search(r"^## [12]gpu: exit 0: =+ (.*) in ([\d.]+)s", log, re.M)
+        counts = dict((kind, int(n)) for n, kind in re.findall(r"(\d+) (passed|skipped|failed)", summary.group(1)))
+        assert "failed" not in counts and f"{counts['passed']} passed in {float(summary.group(2)):.0f} s" in result, name
+        if "skipped" in counts:
+            assert f"{counts['skipped']} skipped" in result, name
