@@ -179,13 +179,17 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
                                           **({"DENSE": True} if dense else {}))
 
 
-def pair_e_job(d: int, cfg: tuple) -> tuple:
+def pair_e_job(d: int, cfg: tuple, r_in_dl: bool = False) -> tuple:
+    """pair_e_kernel at row cfg (block_c, block_p, num_warps; a fourth column, a variant's `heads`, is
+    passed as HB) over the bf16 buffer: keys rounded to bf16 (ROUND 1), or with `r_in_dl` the training
+    step's path (autocast: unrounded keys, r moved to dl)."""
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
     block_k, k_step, kb, block_kb = e_tiles(d, 8, cuda=True)
     return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
-                                      ROUND=1, MIXED=False, SPLIT_DOT=True, KB=kb, BLOCK_KB=block_kb)
+                                      ROUND=0 if r_in_dl else 1, MIXED=False, SPLIT_DOT=True, R_IN_DL=r_in_dl,
+                                      KB=kb, BLOCK_KB=block_kb, **({"HB": cfg[3]} if len(cfg) > 3 else {}))
 
 
 def main() -> None:
@@ -204,6 +208,11 @@ def main() -> None:
     ap.add_argument("--rows-fwd", default=None,
                     help="with --kernels fwd: a JSON list of forward rows (block_p, num_warps, maxnreg, stages) "
                          "compiled after each shape's built-in one (instead of the sweep list)")
+    ap.add_argument("--rows-pair-e", default=None,
+                    help="with --kernels pair_e: a JSON list of pair_e rows compiled instead of the sweep list")
+    ap.add_argument("--pair-e-r-in-dl", action="store_true",
+                    help="pair_e: compile the training step's path (unrounded keys over the bf16 buffer, r in dl) "
+                         "instead of keys rounded to bf16")
     ap.add_argument("--dense", action="store_true",
                     help="fold kinds: compile the fold's DENSE reader loop (the model's folds) instead of the masked one")
     ap.add_argument("--ahead", action="store_true",
@@ -235,6 +244,8 @@ def main() -> None:
             if kind == "fwd" and args.rows_fwd:
                 cfgs = []  # only the built-in row (extra) and the given ones
                 extra = [*extra, *(tuple(r) for r in json.loads(args.rows_fwd))]
+            if kind == "pair_e" and args.rows_pair_e:
+                cfgs = [tuple(r) for r in json.loads(args.rows_pair_e)]
             if kind == "fold_rows":
                 builtin = tuple(int(x or 0) for x in tables.fold_config(d, 8, 8, 4))
                 extra = [builtin, *([tuple(r) for r in json.loads(args.rows_fold)] if args.rows_fold
@@ -243,7 +254,8 @@ def main() -> None:
                         for ahead in ([(0, 0), (1, 0), (0, 1)] if kind == "fwd" and args.ahead else [None])]
             for cfg, ahead in variants:
                 fn, types, consts = make(d, cfg, True) if args.dense and make is fold_job else \
-                    make(d, cfg, ahead) if ahead else make(d, cfg)
+                    make(d, cfg, ahead) if ahead else make(d, cfg, True) if args.pair_e_r_in_dl and \
+                    make is pair_e_job else make(d, cfg)
                 warps = cfg[warps_at]
                 maxnreg = (cfg[cap_at] or None) if cap_at is not None and len(cfg) > cap_at else None
                 res = resources(fn, types, consts, warps, maxnreg, with_loops=args.loops)
