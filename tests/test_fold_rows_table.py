@@ -1238,6 +1238,8 @@ def test_results_page_holds_pair_es_profile_and_the_batched_dot_that_lost(frt):
             f"{big['l2_bytes_per_s'] / 1e12:.2f} / {small['l2_bytes_per_s'] / 1e12:.2f} TB/s against DRAM "
             f"{big['dram_bytes_per_s'] / 1e12:.2f} / {small['dram_bytes_per_s'] / 1e12:.2f} TB/s") in flat
     assert f"at 1B L2 is {big['l2_pct']:.0f}% busy" in flat
+    design = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    assert f"at 1B pair_e is L2-bound ({big['l2_pct']:.0f}% busy, {over[0]:.1f}x its DRAM bytes through L2" in design
     hits = sorted(round(r["l1_hit_pct"]) for r in (big, small))
     assert f"Its L1 hit rate is {hits[0]}-{hits[1]}%" in flat
 
