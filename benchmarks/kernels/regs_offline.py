@@ -180,16 +180,16 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
 
 
 def pair_e_job(d: int, cfg: tuple, r_in_dl: bool = False) -> tuple:
-    """pair_e_kernel at row cfg (block_c, block_p, num_warps; a fourth column, a variant's `heads`, is
-    passed as HB) over the bf16 buffer: keys rounded to bf16 (ROUND 1), or with `r_in_dl` the training
-    step's path (autocast: unrounded keys, r moved to dl)."""
+    """pair_e_kernel at row cfg (block_c, block_p, num_warps[, heads]) over the bf16 buffer: keys
+    rounded to bf16 (ROUND 1), or with `r_in_dl` the training step's path (autocast: unrounded keys,
+    r moved to dl)."""
     types = dict(VB=BF16, stride_vn=I32, RALL=F32, DALL=F32, ITEMS=I64P, CALL_N=I64P, CALL_H=I64P,
                  CALL_WOFF=I64P, CALL_POFF=I64P, CALL_RMODE=I64P, EPART=F32, top1=I32, P=I32, chunk=I32,
                  stride_es=I32)
     block_k, k_step, kb, block_kb = e_tiles(d, 8, cuda=True)
     return pair_e_kernel, types, dict(D=d, BLOCK_C=cfg[0], BLOCK_P=cfg[1], BLOCK_K=block_k, K_STEP=k_step,
                                       ROUND=0 if r_in_dl else 1, MIXED=False, SPLIT_DOT=True, R_IN_DL=r_in_dl,
-                                      KB=kb, BLOCK_KB=block_kb, **({"HB": cfg[3]} if len(cfg) > 3 else {}))
+                                      KB=kb, BLOCK_KB=block_kb, HB=cfg[3] if len(cfg) > 3 else 1)
 
 
 def main() -> None:
@@ -209,7 +209,8 @@ def main() -> None:
                     help="with --kernels fwd: a JSON list of forward rows (block_p, num_warps, maxnreg, stages) "
                          "compiled after each shape's built-in one (instead of the sweep list)")
     ap.add_argument("--rows-pair-e", default=None,
-                    help="with --kernels pair_e: a JSON list of pair_e rows compiled instead of the sweep list")
+                    help="with --kernels pair_e: a JSON list of pair_e rows (block_c, block_p, num_warps, heads) "
+                         "compiled instead of the sweep list")
     ap.add_argument("--pair-e-r-in-dl", action="store_true",
                     help="pair_e: compile the training step's path (unrounded keys over the bf16 buffer, r in dl) "
                          "instead of keys rounded to bf16")
