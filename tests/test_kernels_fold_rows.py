@@ -52,7 +52,7 @@ def launches(monkeypatch):
 
     def spy_dot(grid, args, consts, *rest):  # the dot kernel: (SOURCES = its chunk, no prefetch)
         seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
-        fold_consts.append((consts["JC"], 0))
+        fold_consts.append((consts["JC"], consts["STAGES"] - 1))
         dot(grid, args, consts, *rest)
 
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
@@ -209,7 +209,7 @@ def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, la
 @pytest.mark.parametrize("D,H,fold_calls,S,row", [
     (40, 4, 2, 6, (1, 2, 0, 0, 0, 8)),  # d/H = 10: two tiles, 8 + 2 (each padded to 16); three folds
     (96, 32, 2, 7, (1, 1, 0, 0, 0, 16)),  # H = 32, d/H = 3 (2 + 1)
-    (24, 2, 3, 9, (1, 4, 0, 0, 0, 8)),  # d/H = 12 (8 + 4), blocks of three readers (padded to 8)
+    (24, 2, 3, 9, (1, 4, 2, 0, 0, 8)),  # d/H = 12, blocks of three readers (padded to 8); three stages
     (32, 4, 2, 11, (1, 4, 0, 0, 0, 8)),  # d/H = 8: one tile; folds of 9 sources: two chunks, the last part-full
 ])
 def test_dot_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, D, H, fold_calls, S, row,
@@ -232,7 +232,7 @@ def test_dot_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, lau
 
     leaves, grads = run()
     _check_plan(seen, [(c + 1, c, c + 1) for c in range(S)], fold_calls)
-    assert consts and set(consts) == {(row[5], 0)}
+    assert consts and set(consts) == {(row[5], row[2])}
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
     for i, (a, b) in enumerate(zip(grads, truth)):

@@ -831,7 +831,8 @@ class _StackState:
                 rec.eps, self._rnorm), dict(D=D, HM=self._hmax, KM=KM, SUB=dot_tile(KM),
                                             BLOCK_S=max(16, dot_tile(KM)), CB=readers,
                                             CBP=max(8, next_pow2(readers)), JC=sources, CHUNKS=chunks,
-                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps))),
+                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps)),
+                                            STAGES=prefetch + 1),
                 num_warps, maxnreg)
             self._frontier = call
             return

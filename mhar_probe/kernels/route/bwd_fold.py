@@ -458,6 +458,7 @@ def stack_fold_dot_kernel(
     RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, SUB: tl.constexpr, BLOCK_S: tl.constexpr,
     CB: tl.constexpr, CBP: tl.constexpr, JC: tl.constexpr, CHUNKS: tl.constexpr, R_STORED: tl.constexpr,
+    STAGES: tl.constexpr,
 ):
     """`stack_fold_held_kernel`'s sums as matrix products: one program per (position, chunk of JC
     sources); per head h, over its columns in tiles of SUB, two dots over the block's CB readers
@@ -475,7 +476,8 @@ def stack_fold_dot_kernel(
     BLOCK_S >= 16 columns wide (dot 1's K). The first pass over the heads stores dl and sums
     <a_j, v_j>; a barrier; the second reads dl back and writes ACC_j. Only for the model's folds
     (dense, one head count HM), as the held kernel. The same terms as `stack_fold_kernel`, summed
-    in another order (TF32x3 rounding)."""
+    in another order (TF32x3 rounding). STAGES > 1: the tiles' loads under Triton's pipeliner,
+    STAGES - 1 tiles ahead through shared memory."""
     pid = tl.program_id(0)
     p = (pid // CHUNKS).to(tl.int64)
     js = (pid % CHUNKS) * JC + tl.arange(0, JC)  # [JC] the chunk's sources
@@ -498,7 +500,7 @@ def stack_fold_dot_kernel(
     ssq = tl.zeros([JC], tl.float32)
     for h in tl.range(0, HM, num_stages=1):
         s2 = tl.zeros([JC, 2 * CBP], tl.float32)
-        for t in tl.range(0, KM, SUB, num_stages=1):
+        for t in tl.range(0, KM, SUB, num_stages=STAGES):
             cmask = (t + offs_s < KM) & (offs_s < SUB)
             v, b = _fold_dot_tile(V0, V, stride_vn, prow, js, jmask, h * KM + t + offs_s, cmask, DOUT_BUF, bslot,
                                   U, brow, even, bmask)
@@ -522,7 +524,7 @@ def stack_fold_dot_kernel(
         w = tl.load(WALL + jw + h, mask=wmask, other=0.0)
         dl = tl.load(DALL + jw + h, mask=wmask, other=0.0)
         a2 = tl.reshape(tl.join(w, dl * r[:, None]), (JC, 2 * CBP))  # [JC, 2 CBP], interleaved as the rows
-        for t in tl.range(0, KM, SUB, num_stages=1):
+        for t in tl.range(0, KM, SUB, num_stages=STAGES):
             cols = h * KM + t + offs_s
             cmask = (t + offs_s < KM) & (offs_s < SUB)
             v, b = _fold_dot_tile(V0, V, stride_vn, prow, js, jmask, cols, cmask, DOUT_BUF, bslot, U, brow, even,
