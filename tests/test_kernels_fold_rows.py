@@ -204,13 +204,14 @@ def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, la
     assert all(torch.equal(a, b) for a, b in zip(grads, run()[1]))
 
 
-# dot rows: (1, warps, 0, 0, 0, chunk); one head count for every call (the model's)
+# dot rows: (1, warps, stages - 1, 0, every head's w held, chunk); one head count for every call (the model's)
 @pytest.mark.parametrize("stored_r", [True, False])
 @pytest.mark.parametrize("D,H,fold_calls,S,row", [
     (40, 4, 2, 6, (1, 2, 0, 0, 0, 8)),  # d/H = 10: two tiles, 8 + 2 (each padded to 16); three folds
     (96, 32, 2, 7, (1, 1, 0, 0, 0, 16)),  # H = 32, d/H = 3 (2 + 1)
     (24, 2, 3, 9, (1, 4, 2, 0, 0, 8)),  # d/H = 12, blocks of three readers (padded to 8); three stages
-    (32, 4, 2, 11, (1, 4, 0, 0, 0, 8)),  # d/H = 8: one tile; folds of 9 sources: two chunks, the last part-full
+    (32, 4, 2, 11, (1, 4, 0, 0, 1, 8)),  # d/H = 8: one tile; folds of 9 sources: two chunks, the last part-full;
+    # every head's w and dl held (loads_first 1)
 ])
 def test_dot_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, D, H, fold_calls, S, row,
                                                      stored_r):

@@ -174,9 +174,9 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
                                                   CB=8, PREFETCH=int(cfg[2] > 0), R_STORED=1)
     if len(cfg) > 5 and cfg[5] in DOT_CHUNKS:  # a dot row: stack_fold_dot_kernel, chunks of cfg[5] sources
         dot = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
-        return stack_fold_dot_kernel, dot, dict(D=d, HM=H, KM=K, SUB=dot_tile(K), BLOCK_S=max(16, dot_tile(K)),
+        return stack_fold_dot_kernel, dot, dict(D=d, HM=H, BLOCK_H=H, KM=K, SUB=dot_tile(K), BLOCK_S=max(16, dot_tile(K)),
                                                 CB=8, CBP=8, JC=cfg[5], CHUNKS=4, R_STORED=1,
-                                                STAGES=cfg[2] + 1)
+                                                STAGES=cfg[2] + 1, HELD_W=cfg[4])
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

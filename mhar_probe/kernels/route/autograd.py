@@ -828,11 +828,11 @@ class _StackState:
             STACK_FOLD_DOT(P * chunks, (
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
-                rec.eps, self._rnorm), dict(D=D, HM=self._hmax, KM=KM, SUB=dot_tile(KM),
+                rec.eps, self._rnorm), dict(D=D, HM=self._hmax, BLOCK_H=next_pow2(self._hmax), KM=KM, SUB=dot_tile(KM),
                                             BLOCK_S=max(16, dot_tile(KM)), CB=readers,
                                             CBP=max(8, next_pow2(readers)), JC=sources, CHUNKS=chunks,
                                             R_STORED=int(self._sources_have_r(rec.j0, rec.eps)),
-                                            STAGES=prefetch + 1),
+                                            STAGES=prefetch + 1, HELD_W=int(loads_first)),
                 num_warps, maxnreg)
             self._frontier = call
             return

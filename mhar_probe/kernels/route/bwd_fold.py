@@ -456,9 +456,9 @@ def stack_fold_dot_kernel(
     CALL_WOFF, CALL_SOFF,  # int64 call tables
     ACC, call, jf, first, P, eps,  # fold the readers [call, call + CB) into the sources [0, jf)
     RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
-    D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, SUB: tl.constexpr, BLOCK_S: tl.constexpr,
-    CB: tl.constexpr, CBP: tl.constexpr, JC: tl.constexpr, CHUNKS: tl.constexpr, R_STORED: tl.constexpr,
-    STAGES: tl.constexpr,
+    D: tl.constexpr, HM: tl.constexpr, BLOCK_H: tl.constexpr, KM: tl.constexpr, SUB: tl.constexpr,
+    BLOCK_S: tl.constexpr, CB: tl.constexpr, CBP: tl.constexpr, JC: tl.constexpr, CHUNKS: tl.constexpr, R_STORED: tl.constexpr,
+    STAGES: tl.constexpr, HELD_W: tl.constexpr,
 ):
     """`stack_fold_held_kernel`'s sums as matrix products: one program per (position, chunk of JC
     sources); per head h, over its columns in tiles of SUB, two dots over the block's CB readers
@@ -473,8 +473,10 @@ def stack_fold_dot_kernel(
     (a_j = sum_c dl_{c,j} u_c: `stack_fold_held_kernel`'s equations). The dots run on the tensor
     cores at TF32x3 (three TF32 products: about fp32; the buffer's bf16 rows are exact in TF32);
     the readers' dout and u rows are interleaved so that dot 2 has K = 2 CBP >= 16, and a tile is
-    BLOCK_S >= 16 columns wide (dot 1's K). The first pass over the heads stores dl and sums
-    <a_j, v_j>; a barrier; the second reads dl back and writes ACC_j. Only for the model's folds
+    BLOCK_S >= 16 columns wide (dot 1's K). The first pass over the heads forms dl and sums
+    <a_j, v_j>; the second writes ACC_j. HELD_W: every head's w and dl held [JC, CBP, BLOCK_H], loaded
+    and stored as whole rows of heads; else each head's loaded and stored on its own, dl read back in
+    the second pass after a barrier. Only for the model's folds
     (dense, one head count HM), as the held kernel. The same terms as `stack_fold_kernel`, summed
     in another order (TF32x3 rounding). STAGES > 1: the tiles' loads under Triton's pipeliner,
     STAGES - 1 tiles ahead through shared memory."""
@@ -492,8 +494,17 @@ def stack_fold_dot_kernel(
     cs = call + tl.where(rmask, offs_r, 0)  # [CBP]
     widx = tl.load(CALL_WOFF + cs) + p * HM  # [CBP] (position, head 0) of every reader's per-head rows
     sidx = tl.load(CALL_SOFF + cs) + p * HM
-    jw = js[:, None].to(tl.int64) * P * HM + widx[None, :]  # [JC, CBP]
-    wmask = jmask[:, None] & rmask[None, :]
+    offs_h = tl.arange(0, BLOCK_H)
+    jw2 = js[:, None].to(tl.int64) * P * HM + widx[None, :]  # [JC, CBP] (source, reader) at head 0
+    wmask2 = jmask[:, None] & rmask[None, :]
+    jw = jw2[:, :, None] + offs_h[None, None, :]  # [JC, CBP, BLOCK_H]
+    wmask = wmask2[:, :, None] & (offs_h < HM)[None, None, :]
+    hm2 = rmask[:, None] & (offs_h < HM)[None, :]
+    sh3 = tl.load(SHALL + sidx[:, None] + offs_h[None, :], mask=hm2, other=0.0)  # [CBP, BLOCK_H]
+    sr3 = tl.load(SALL + sidx[:, None] + offs_h[None, :], mask=hm2, other=0.0)
+    if HELD_W:  # every head's weights at once (32-byte rows at H = 8), dl held until every head has it
+        w3 = tl.load(WALL + jw, mask=wmask, other=0.0)
+        dl3 = tl.zeros([JC, CBP, BLOCK_H], tl.float32)
     prow = p * D
     offs_s = tl.arange(0, BLOCK_S)
     dot = tl.zeros([JC], tl.float32)
@@ -508,21 +519,36 @@ def stack_fold_dot_kernel(
             if not R_STORED:
                 ssq += tl.sum(v * v, axis=1)
         ds, us = tl.split(tl.reshape(s2, (JC, CBP, 2)))  # [JC, CBP] each
-        w = tl.load(WALL + jw + h, mask=wmask, other=0.0)
-        sh = tl.load(SHALL + sidx + h, mask=rmask, other=0.0)  # [CBP]
-        sr = tl.load(SALL + sidx + h, mask=rmask, other=0.0)
+        hsel = (offs_h == h)[None, None, :]
+        if HELD_W:
+            w = tl.sum(tl.where(hsel, w3, 0.0), axis=2)  # head h's [JC, CBP]
+        else:
+            w = tl.load(WALL + jw2 + h, mask=wmask2, other=0.0)
+        sh = tl.sum(tl.where((offs_h == h)[None, :], sh3, 0.0), axis=1)  # [CBP]
+        sr = tl.sum(tl.where((offs_h == h)[None, :], sr3, 0.0), axis=1)
         dl = w * ((ds - sh[None, :]) - sr[None, :])
-        tl.store(DALL + jw + h, dl, mask=wmask)
+        if HELD_W:
+            dl3 = tl.where(hsel, dl[:, :, None], dl3)
+        else:
+            tl.store(DALL + jw2 + h, dl, mask=wmask2)
         dot += tl.sum(dl * us, axis=1)
+    if HELD_W:
+        tl.store(DALL + jw, dl3, mask=wmask)
+    else:
+        tl.debug_barrier()  # every thread's dl stored before any is read back
     if R_STORED:
         r = tl.load(RN + js.to(tl.int64) * P + p, mask=jmask, other=0.0)  # [JC]
     else:
         r = rsqrt_acc(ssq / D + eps)
     fac = r * r * r * dot / D
-    tl.debug_barrier()  # every thread's dl stored before any is read back
     for h in tl.range(0, HM, num_stages=1):
-        w = tl.load(WALL + jw + h, mask=wmask, other=0.0)
-        dl = tl.load(DALL + jw + h, mask=wmask, other=0.0)
+        if HELD_W:
+            hsel = (offs_h == h)[None, None, :]
+            w = tl.sum(tl.where(hsel, w3, 0.0), axis=2)
+            dl = tl.sum(tl.where(hsel, dl3, 0.0), axis=2)
+        else:
+            w = tl.load(WALL + jw2 + h, mask=wmask2, other=0.0)
+            dl = tl.load(DALL + jw2 + h, mask=wmask2, other=0.0)
         a2 = tl.reshape(tl.join(w, dl * r[:, None]), (JC, 2 * CBP))  # [JC, 2 CBP], interleaved as the rows
         for t in tl.range(0, KM, SUB, num_stages=STAGES):
             cols = h * KM + t + offs_s
