@@ -47,7 +47,7 @@ def launches(monkeypatch):
 
     def spy_held(grid, args, consts, *rest):  # the held kernel: (SOURCES 0, PREFETCH)
         seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
-        fold_consts.append((0, consts["PREFETCH"]))
+        fold_consts.append((0, 2 if consts["STAGES"] > 1 else consts["PREFETCH"]))  # prefetch 2: pipelined
         held(grid, args, consts, *rest)
 
     def spy_dot(grid, args, consts, *rest):  # the dot kernel: (SOURCES = its chunk, no prefetch)
@@ -164,13 +164,14 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (dense_row, masked_row)
 
 
-# held rows: (1, warps, prefetch 0 / 1, 0, 0, 0); one head count for every call (the model's)
+# held rows: (1, warps, prefetch 0 / 1 / 2 (pipelined), 0, 0, 0); one head count for every call (the model's)
 @pytest.mark.parametrize("stored_r", [True, False])
 @pytest.mark.parametrize("D,H,fold_calls,S,row", [
     (40, 4, 2, 6, (1, 2, 1, 0, 0, 0)),  # d/H = 10: two tiles, 8 + 2; three folds
     (96, 32, 2, 7, (1, 1, 0, 0, 0, 0)),  # H = 32, d/H = 3 (2 + 1), no prefetch
     (24, 2, 4, 9, (1, 4, 1, 0, 0, 0)),  # d/H = 12 (8 + 4), blocks of four readers
     (32, 4, 2, 6, (1, 8, 0, 0, 0, 0)),  # d/H = 8: one tile
+    (40, 4, 2, 6, (1, 2, 2, 0, 0, 0)),  # prefetch 2: the source loop under Triton's pipeliner, 3 stages
 ])
 def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, held_r_stored, D, H,
                                                       fold_calls, S, row, stored_r):

@@ -44,6 +44,7 @@ from typing import Callable
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from ncu_routing import summarise  # noqa: E402
+from mhar_probe.kernels.launch_tables import DOT_CHUNKS  # noqa: E402
 
 SHAPES = ("1B-train", "350M-train", "100M-train")
 KERNEL = "stack_fold_kernel"
@@ -73,8 +74,12 @@ def family(cfg: list[int], pipelined: bool) -> str:
     """A fold row's family: `2 warps, 2 sources` (and `, 3 stages` in the pipelined file); a held
     row (sources 0, `stack_fold_held_kernel`): `held, 8 warps`; a held row with loads_first 1 ran
     the lane butterfly (c9a7d34's tree, timed as 0a826e1 and deleted; main's held kernel has no use
-    for the column, and no record of main's tree holds such a row): `held, butterfly, 8 warps`."""
+    for the column, and no record of main's tree holds such a row): `held, butterfly, 8 warps`; a dot
+    row (`stack_fold_dot_kernel`, sources a chunk): `dot, 2 warps, chunks of 16[, 3 stages][, w held]`."""
     warps = f"{cfg[1]} warp{'s' if cfg[1] > 1 else ''}"
+    if cfg[5] in DOT_CHUNKS:  # stack_fold_dot_kernel: chunks of cfg[5] sources, prefetch + 1 stages
+        return (f"dot, {warps}, chunks of {cfg[5]}" + (f", {cfg[2] + 1} stages" if cfg[2] else "")
+                + (", w held" if cfg[4] else ""))
     if cfg[5] == 0:
         return f"held, {'butterfly, ' if cfg[4] else ''}{warps}"
     name = f"{warps}, {cfg[5]} source{'s' if cfg[5] > 1 else ''}"

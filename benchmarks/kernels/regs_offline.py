@@ -171,7 +171,8 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     if len(cfg) > 5 and cfg[5] == 0:  # a held row: stack_fold_held_kernel over blocks of 8 readers
         held = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                                  CB=8, PREFETCH=int(cfg[2] > 0), R_STORED=1)
+                                                  CB=8, PREFETCH=int(cfg[2] == 1), R_STORED=1,
+                                                  STAGES=3 if cfg[2] == 2 else 1)
     if len(cfg) > 5 and cfg[5] in DOT_CHUNKS:  # a dot row: stack_fold_dot_kernel, chunks of cfg[5] sources
         dot = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
         return stack_fold_dot_kernel, dot, dict(D=d, HM=H, BLOCK_H=H, KM=K, SUB=dot_tile(K), BLOCK_S=max(16, dot_tile(K)),

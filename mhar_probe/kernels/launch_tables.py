@@ -14,7 +14,8 @@ A table file holds one list of rows per kernel, each row its key columns then it
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
 loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
-over sources; num_warps, prefetch 0 / 1 and maxnreg are its own, block_p and loads_first unused),
+over sources; num_warps, prefetch 0 / 1 / 2 (2: the source loop under Triton's pipeliner, three
+stages) and maxnreg are its own, block_p and loads_first unused),
 or 8 / 16 / 32 / 64 (`DOT_CHUNKS`): `stack_fold_dot_kernel` (a program per position and chunk of
 that many sources, the sums as tensor-core dots; num_warps and maxnreg its own), each where it
 serves the fold, else the reader loop with one source per iteration. Where a shape has

@@ -841,8 +841,9 @@ class _StackState:
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
                 rec.eps, self._rnorm), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb,
-                                            BLOCK_KB=block_kb, CB=readers, PREFETCH=int(prefetch > 0),
-                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps))),
+                                            BLOCK_KB=block_kb, CB=readers, PREFETCH=int(prefetch == 1),
+                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps)),
+                                            STAGES=3 if prefetch == 2 else 1),
                 num_warps, maxnreg)
             self._frontier = call
             return

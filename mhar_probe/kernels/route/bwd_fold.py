@@ -313,7 +313,7 @@ def stack_fold_held_kernel(
     RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
     KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
-    R_STORED: tl.constexpr,
+    R_STORED: tl.constexpr, STAGES: tl.constexpr,
 ):
     """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
     block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
@@ -325,7 +325,9 @@ def stack_fold_held_kernel(
         a_j       = sum_c dl_{c,j} u_c
 
     so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
-    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed). r_j and
+    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed; STAGES > 1, with
+    PREFETCH 0: the loop's loads under Triton's pipeliner, STAGES - 1 sources ahead through shared
+    memory). r_j and
     <a_j, v_j> take one exchange across the warps together; R_STORED: r_j is the forward's
     (`route_fwd_kernel`'s stored r, 4 bytes a position), loaded, and only <a_j, v_j> is summed
     across the warps.
@@ -374,7 +376,7 @@ def stack_fold_held_kernel(
     if TWO:
         nvb = tl.load(V0 + rowb, mask=cmaskb, other=0.0).to(tl.float32)
         nab = tl.load(ACC + rowb, mask=readb, other=0.0)
-    for j in range(0, jf):
+    for j in tl.range(0, jf, num_stages=STAGES):
         if PREFETCH:
             va = nva
             acca = naa
