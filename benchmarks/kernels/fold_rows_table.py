@@ -341,7 +341,7 @@ def dot_per_source(r: dict) -> tuple[int, float]:
     kernel's two passes over the heads (each its tile loop x the head's tiles, plus the pass's own
     instructions) x its warps over its chunk of sources. Second: the same per source the step's
     folds hold (the dot kernel's last chunk of each fold padded to JC: sum ceil(jf / JC) JC / sum jf)."""
-    from mhar_probe.kernels.route.bwd_fold import backward_plan, dot_tile, model_layout
+    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
 
     d, L = TRAIN_DL[f"{r['shape']}-train"]
     spans = [(int(lp["start"], 16), int(lp["end"], 16), lp["instructions"]) for lp in r["loops"]]
@@ -349,7 +349,7 @@ def dot_per_source(r: dict) -> tuple[int, float]:
         per = min(spans, key=lambda x: x[2])[2] * r["num_warps"]
         return per, per
     km, jc = d // 8, r["cfg"][5]
-    tiles = -(-km // dot_tile(km))
+    tiles = -(-km // min(32, km & -km))  # the kernel's tiles of a head: 32 columns at the three shapes
     # a tile loop lies inside a pass's loop over the heads
     inner = [x for x in spans if any(o != x and o[0] <= x[0] and x[1] <= o[1] for o in spans)]
     outer = [x for x in spans if x not in inner]
