@@ -1327,3 +1327,30 @@ def test_results_page_holds_pair_es_two_heads_offline_numbers(frt):
     main_warps = " / ".join(str(m[s]["warps_per_sm_by_regs"]) for s in shapes)
     assert (f"two blocks a program issue {ratio}x main's instructions a block at 100M / 350M / 1B, with {regs} "
             f"registers ({warps} warps an SM, against main's {main_warps})") in flat
+
+
+DOT_OFFLINE = HERE / "regs_offline_2026-12-07_fold_dot_d0855db_triton3.6.json"
+
+
+def test_results_page_holds_the_dot_fold_offline_table_and_its_numbers(frt):
+    """results.md's "The fold as tensor-core dots" section: the offline table as rendered from the
+    committed record, and its prose numbers recomputed from the same rows (the one dot row under the
+    held kernel's instructions at 1B and by how much, the chunk of 64's instructions per source row
+    and the share of launched rows the step's folds fill)."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_dot_offline(DOT_OFFLINE) in page
+    flat = " ".join(page.replace("`", "").replace("**", "").split())
+    rows = {(r["shape"], r["kernel"], tuple(r["cfg"])): frt.dot_per_source(r)
+            for r in json.loads(DOT_OFFLINE.read_text())["rows"] if r["kernel"] != "stack_fold_kernel"}
+    held = {s: min(v[1] for (sh, k, _), v in rows.items() if sh == s and k == "stack_fold_held_kernel")
+            for s in ("100M", "350M", "1B")}
+    dot = {s: {c: v for (sh, k, c), v in rows.items() if sh == s and k == "stack_fold_dot_kernel"}
+           for s in ("100M", "350M", "1B")}
+    under = {s: [c for c, v in dot[s].items() if v[1] < held[s]] for s in dot}
+    assert under == {"100M": [], "350M": [], "1B": [(1, 4, 0, 0, 0, 64)]}
+    best = dot["1B"][(1, 4, 0, 0, 0, 64)][1]
+    held_1b = rows[("1B", "stack_fold_held_kernel", (1, 8, 1, 0, 0, 0))][1]
+    assert f"issues {best} against the held kernel's {held_1b} ({best / held_1b:.2f}x)" in flat
+    per64 = [dot[s][(1, 4, 0, 0, 0, 64)] for s in ("100M", "350M", "1B")]
+    assert "issues {} / {} / {} per source row".format(*(p for p, _ in per64)) in flat
+    assert "fill only {:.2f} / {:.2f} / {:.2f} of the rows".format(*(p / q for p, q in per64)) in flat

@@ -22,6 +22,7 @@
     python benchmarks/kernels/fold_rows_table.py prefetch2-offline benchmarks/kernels/regs_offline_2026-12-06_fold_held_prefetch2_f22ee2f_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py stored-r-offline benchmarks/kernels/regs_offline_2026-12-07_{fwd,fold}_stored_r_{base_8fe9acb,79ddc10}_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py fold-ab benchmarks/kernels/h100_fold_rstored_ab_*.json
+    python benchmarks/kernels/fold_rows_table.py dot-offline benchmarks/kernels/regs_offline_2026-12-07_fold_dot_d0855db_triton3.6.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -326,6 +327,56 @@ def render_pair_e_hb_offline(base: Path, variant: Path) -> str:
     return "\n".join(lines)
 
 
+#: (d, L) of the training shapes: the step's folds (blocks of 8 readers) and a dot tile's head width
+TRAIN_DL = {"1B-train": (1280, 36), "350M-train": (1024, 24), "100M-train": (512, 12)}
+
+
+def dot_per_source(r: dict) -> tuple[int, float]:
+    """Warp-instructions per (source, position) of a fold row compiled offline (`regs_offline.py
+    --kernels fold_rows --dense --loops`): the held kernel's source loop x its warps; the dot
+    kernel's two passes over the heads (each its tile loop x the head's tiles, plus the pass's own
+    instructions) x its warps over its chunk of sources. Second: the same per source the step's
+    folds hold (the dot kernel's last chunk of each fold padded to JC: sum ceil(jf / JC) JC / sum jf)."""
+    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
+
+    d, L = TRAIN_DL[f"{r['shape']}-train"]
+    spans = [(int(lp["start"], 16), int(lp["end"], 16), lp["instructions"]) for lp in r["loops"]]
+    if r["kernel"] == "stack_fold_held_kernel":
+        per = min(spans, key=lambda x: x[2])[2] * r["num_warps"]
+        return per, per
+    km, jc = d // 8, r["cfg"][5]
+    tiles = -(-km // min(32, km & -km))  # the kernel's tiles of a head: 32 columns at the three shapes
+    # a tile loop lies inside a pass's loop over the heads
+    inner = [x for x in spans if any(o != x and o[0] <= x[0] and x[1] <= o[1] for o in spans)]
+    outer = [x for x in spans if x not in inner]
+    total = 0
+    for o in outer:
+        ins = [i[2] for i in inner if o[0] <= i[0] and i[1] <= o[1]]
+        total += 8 * r["num_warps"] * (o[2] - sum(ins) + tiles * sum(ins))
+    folds = [x.hi for x in backward_plan(model_layout(2 * L + 1), 2 * L, 8) if x.kind == "fold"]
+    padded = sum(-(-jf // jc) * jc for jf in folds) / sum(folds)
+    return round(total / jc), round(total / jc * padded)
+
+
+def render_dot_offline(path: Path) -> str:
+    """The dot fold's rows against the held kernel's, compiled offline: per shape and row, registers,
+    spilled bytes, warps an SM by registers and `dot_per_source`'s warp-instructions per (source,
+    position), per source row and per source of the step's folds."""
+    doc = json.loads(path.read_text())
+    lines = [f"| shape | kernel, row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes | "
+             "warps / SM by registers | warp-instructions per (source, position): a row of the chunk | "
+             "a source of the step's folds |", "|---|---|---:|---:|---:|---:|---:|"]
+    for shape in SHAPES:
+        for r in doc["rows"]:
+            if f"{r['shape']}-train" != shape or r["kernel"] == "stack_fold_kernel":
+                continue
+            per, step = dot_per_source(r)
+            name = "held" if r["kernel"] == "stack_fold_held_kernel" else "dot"
+            lines.append(f"| {shape} | {name}, {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                         f"{r['warps_per_sm_by_regs']} | {per} | {step} |")
+    return "\n".join(lines)
+
+
 def render_stored_r_offline(paths: list[Path]) -> str:
     """Two trees' regs_offline records, each as `--kernels fwd --builtin-only --ahead --loops` and
     `--kernels fold_rows --dense --loops` (the files named *_base_* are the base tree's): per shape,
@@ -553,6 +604,7 @@ RENDER = {
     "fold-ab": lambda f, a, b: render_ab(a, [p for p in f if p not in a], "base", "variant"),
     "pair-e-ab": lambda f, a, b: render_pair_e_ab(a, [p for p in f if p not in a]),
     "pair-e-hb-offline": lambda f, a, b: render_pair_e_hb_offline(*f),
+    "dot-offline": lambda f, a, b: render_dot_offline(f[0]),
     "stored-r-offline": lambda f, a, b: render_stored_r_offline(f),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
@@ -564,6 +616,7 @@ FILES = {
     "held-offline": (2, "two files, the held rows' regs_offline file, then the --dense one"),
     "held-rows-offline": (1, "one file, a regs_offline.py --kernels fold_rows --dense --loops record"),
     "pair-e-hb-offline": (2, "two files, main's regs_offline.py --kernels pair_e record, then the variant's"),
+    "dot-offline": (1, "one file, regs_offline.py's --kernels fold_rows --dense --loops record with dot rows"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
     "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
