@@ -155,6 +155,11 @@ def render_offline(path: Path, card_rows: dict[str, tuple[int, ...]], dense_path
 H100_HELD_ROWS = {"1B-train": (1, 8, 1, 0, 0, 0), "350M-train": (1, 8, 1, 128, 0, 0), "100M-train": (1, 4, 1, 0, 0, 0)}
 
 
+def shape_rows(doc: dict, keep: Callable[[dict], bool]) -> list[dict]:
+    """A regs_offline record's rows that `keep` takes, shape by shape in SHAPES' order."""
+    return [r for shape in SHAPES for r in doc["rows"] if f"{r['shape']}-train" == shape and keep(r)]
+
+
 def render_held_rows_offline(path: Path) -> str:
     """Every held row of one `regs_offline.py --kernels fold_rows --dense --loops --rows-fold ...`
     record (sm_90 without a GPU), per shape: registers, spills, warps an SM by registers, and per
@@ -164,15 +169,12 @@ def render_held_rows_offline(path: Path) -> str:
     lines = [f"| shape | held row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes "
              "| warps / SM by registers | warp-instructions per (pair, position) | of them fp32 arithmetic "
              "| shuffles | barriers |", "|---|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for shape in SHAPES:
-        for r in doc["rows"]:
-            if f"{r['shape']}-train" != shape or r["kernel"] != "stack_fold_held_kernel":
-                continue
-            loop = min(r["loops"], key=lambda lp: lp["instructions"])
-            per = {k: loop[k] * r["num_warps"] // 8 for k in ("instructions", "float_arith", "SHFL", "BAR")}
-            lines.append(f"| {shape} | {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
-                         f"{r['warps_per_sm_by_regs']} | {per['instructions']} | {per['float_arith']} | {per['SHFL']} | "
-                         f"{per['BAR']} |")
+    for r in shape_rows(doc, lambda r: r["kernel"] == "stack_fold_held_kernel"):
+        loop = min(r["loops"], key=lambda lp: lp["instructions"])
+        per = {k: loop[k] * r["num_warps"] // 8 for k in ("instructions", "float_arith", "SHFL", "BAR")}
+        lines.append(f"| {r['shape']}-train | {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                     f"{r['warps_per_sm_by_regs']} | {per['instructions']} | {per['float_arith']} | {per['SHFL']} | "
+                     f"{per['BAR']} |")
     return "\n".join(lines)
 
 
@@ -366,14 +368,11 @@ def render_dot_offline(path: Path) -> str:
     lines = [f"| shape | kernel, row (offline, Triton {doc['triton']}, {doc['arch']}) | registers | spilled bytes | "
              "warps / SM by registers | warp-instructions per (source, position): a row of the chunk | "
              "a source of the step's folds |", "|---|---|---:|---:|---:|---:|---:|"]
-    for shape in SHAPES:
-        for r in doc["rows"]:
-            if f"{r['shape']}-train" != shape or r["kernel"] == "stack_fold_kernel":
-                continue
-            per, step = dot_per_source(r)
-            name = "held" if r["kernel"] == "stack_fold_held_kernel" else "dot"
-            lines.append(f"| {shape} | {name}, {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
-                         f"{r['warps_per_sm_by_regs']} | {per} | {step} |")
+    for r in shape_rows(doc, lambda r: r["kernel"] != "stack_fold_kernel"):
+        per, step = dot_per_source(r)
+        name = "held" if r["kernel"] == "stack_fold_held_kernel" else "dot"
+        lines.append(f"| {r['shape']}-train | {name}, {tuple(r['cfg'])} | {r['regs']} | {r['spill_stack_bytes']} | "
+                     f"{r['warps_per_sm_by_regs']} | {per} | {step} |")
     return "\n".join(lines)
 
 
