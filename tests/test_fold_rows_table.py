@@ -1354,3 +1354,32 @@ def test_results_page_holds_the_dot_fold_offline_table_and_its_numbers(frt):
     per64 = [dot[s][(1, 4, 0, 0, 0, 64)] for s in ("100M", "350M", "1B")]
     assert "issues {} / {} / {} per source row".format(*(p for p, _ in per64)) in flat
     assert "fill only {:.2f} / {:.2f} / {:.2f} of the rows".format(*(p / q for p, q in per64)) in flat
+
+
+def test_results_page_dot_fold_section_reads_the_fold_and_its_copy_time_from_the_step(frt):
+    """The section's opening numbers: the held fold's device ms in the H100 step records at 350M and
+    1B, its bytes at copy speed (`plan_bytes` over the step's fold launches at the copy bandwidth the
+    kernels' floors use, 2,933 GB/s), their ratio, the fold's time over copy at 350M and what the
+    350M step must lose to reach MHAR / baseline 0.84 (issue 55's target)."""
+    from mhar_probe.bench.routing import SHAPES as BENCH_SHAPES
+    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout, plan_bytes
+
+    flat = " ".join((HERE / "results.md").read_text().replace("`", "").split())
+    got = {}
+    for preset, shape in (("350m", "350M-train"), ("1b", "1B-train")):
+        doc = json.loads((ROOT / "benchmarks" / "train_throughput" / f"h100_step_pesplit_{preset}.json").read_text())
+        arms = {r["arm"]: r for r in doc["results"]}
+        ms = sum(k[0] for k in arms["mhar"]["profile"]["top_kernels"] if k[2] == "stack_fold_held_kernel")
+        d, L, B, T = BENCH_SHAPES[shape]
+        layout = model_layout(2 * L + 1)
+        nbytes = 0.0
+        for launch in backward_plan(layout, 2 * L, 8):
+            if launch.kind == "fold":
+                pairs = sum(n for n, _, _ in layout[: launch.call + 1])
+                nbytes += plan_bytes([launch], layout, [8] * len(layout), d, 2, 4) * pairs * d * B * T
+        step = {a: r["batch"] * r["seq"] / r["tokens_per_s"] * 1e3 for a, r in arms.items()}
+        got[preset] = ms, nbytes / 2933e6, step["mhar"] - step["baseline"] / 0.84
+    (f350, c350, need), (f1b, c1b, _) = got["350m"], got["1b"]
+    assert (f"runs at {c350 / f350:.0%} / {c1b / f1b:.0%} of copy over its bytes at 350M / 1B inside the step "
+            f"(stack_fold_held_kernel {f350:.2f} / {f1b:.2f} ms against {c350:.2f} / {c1b:.2f} ms at copy") in flat
+    assert f"the step needs about {need:.1f} ms off, the fold is {f350 - c350:.1f} ms over copy" in flat

@@ -329,19 +329,16 @@ def render_pair_e_hb_offline(base: Path, variant: Path) -> str:
     return "\n".join(lines)
 
 
-#: (d, L) of the training shapes: the step's folds (blocks of 8 readers) and a dot tile's head width
-TRAIN_DL = {"1B-train": (1280, 36), "350M-train": (1024, 24), "100M-train": (512, 12)}
-
-
-def dot_per_source(r: dict) -> tuple[int, float]:
+def dot_per_source(r: dict) -> tuple[int, int]:
     """Warp-instructions per (source, position) of a fold row compiled offline (`regs_offline.py
     --kernels fold_rows --dense --loops`): the held kernel's source loop x its warps; the dot
     kernel's two passes over the heads (each its tile loop x the head's tiles, plus the pass's own
     instructions) x its warps over its chunk of sources. Second: the same per source the step's
     folds hold (the dot kernel's last chunk of each fold padded to JC: sum ceil(jf / JC) JC / sum jf)."""
+    from mhar_probe.bench.routing import SHAPES as BENCH_SHAPES
     from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
 
-    d, L = TRAIN_DL[f"{r['shape']}-train"]
+    d, L = BENCH_SHAPES[f"{r['shape']}-train"][:2]  # the step's folds (blocks of 8 readers), the head width
     spans = [(int(lp["start"], 16), int(lp["end"], 16), lp["instructions"]) for lp in r["loops"]]
     if r["kernel"] == "stack_fold_held_kernel":
         per = min(spans, key=lambda x: x[2])[2] * r["num_warps"]
