@@ -177,7 +177,8 @@ def test_fold_sweep_on_the_interpreter_writes_fold_rows_the_kernels_take(tmp_pat
 def test_pair_e_sweep_on_the_interpreter_writes_pair_e_rows_the_kernels_take(tmp_path, monkeypatch):
     """pair_e as a sweep kind: its built-in row (the heuristic's) then the given one, judged (on a
     GPU) by pair_e_kernel alone, the fastest with the reference gradients written as a pair_e row, and
-    that row sets pair_e's readers per program (its work items' step) in the kernels."""
+    that row sets pair_e's readers per program (its work items' step) and column blocks per program
+    in the kernels."""
     import torch
 
     import mhar_probe.kernels.route.bwd_collect as rbc
@@ -185,24 +186,25 @@ def test_pair_e_sweep_on_the_interpreter_writes_pair_e_rows_the_kernels_take(tmp
     from mhar_probe.kernels.launch_tables import load_tables
 
     ls = _load()
-    assert ls.builtin_row("pair_e", 16, 2, 4) == (16, 16, 4)
+    assert ls.builtin_row("pair_e", 16, 2, 4) == (16, 16, 4, 1)
     out, table = tmp_path / "sweep.json", tmp_path / "table.json"
     ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",
-             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[2, 2, 1]]", "--out", str(out),
+             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[2, 2, 1, 2]]", "--out", str(out),
              "--table-out", str(table)])
     doc = json.loads(out.read_text())
     tried = [r for r in doc["rows"] if r["what"] == "sweep:pair_e"]
-    assert [r["cfg"] for r in tried] == [[16, 16, 4], [2, 2, 1]]
+    assert [r["cfg"] for r in tried] == [[16, 16, 4, 1], [2, 2, 1, 2]]
     assert all(r["grad_rel_err"] < 1e-5 for r in tried)  # (the CPU judges by the chain's wall time)
     assert ls.judged("pair_e", {"pair_e_kernel": 1.5, "stack_fold_kernel": 9.0}) == 1.5
     assert list(load_tables(table).pair_e[(16, 2)]) == min(tried, key=lambda r: r["judged_ms"])["cfg"]
-    (tmp_path / "two.json").write_text(json.dumps({"pair_e": [[16, 2, 2, 2, 1]]}))
-    seen = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: consts["BLOCK_C"])
+    (tmp_path / "two.json").write_text(json.dumps({"pair_e": [[16, 2, 2, 2, 1, 2]]}))
+    seen = spy_launcher(monkeypatch, rbc, "PAIR_E", lambda args, consts: (consts["BLOCK_C"], consts["HB"]))
     runner = ls.Runner((16, 1, 1, 4), 2, "mixed", "cpu", 1)
     ref = runner.grads()
     runner.backend = ls.get_backend("triton", KernelConfig(launch_table=str(tmp_path / "two.json")))
     got = runner.grads()
-    assert seen[: len(seen) // 2] == [16] * (len(seen) // 2) and seen[len(seen) // 2:] == [2] * (len(seen) // 2)
+    half = len(seen) // 2
+    assert seen[:half] == [(16, 1)] * half and seen[half:] == [(2, 2)] * half
     assert all(torch.allclose(a, b, rtol=1e-5, atol=1e-6) for a, b in zip(got, ref))
 
 
@@ -221,13 +223,13 @@ def test_a_swept_row_that_raises_is_kept_with_its_error_and_the_sweep_goes_on(tm
     monkeypatch.setattr(ls.Runner, "run", run)
     out, table = tmp_path / "sweep.json", tmp_path / "table.json"
     ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",
-             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[4, 4, 1], [2, 2, 1]]", "--out", str(out),
+             "--kinds", "pair_e", "--no-probes", "--rows-pair-e", "[[4, 4, 1, 1], [2, 2, 1, 2]]", "--out", str(out),
              "--table-out", str(table)])
     rows = json.loads(out.read_text())["rows"]
-    assert [(r["what"], r["cfg"]) for r in rows] == [("sweep:pair_e", [16, 16, 4]), ("failed:pair_e", [4, 4, 1]),
-                                                     ("sweep:pair_e", [2, 2, 1])]
+    assert [(r["what"], r["cfg"]) for r in rows] == [("sweep:pair_e", [16, 16, 4, 1]), ("failed:pair_e", [4, 4, 1, 1]),
+                                                     ("sweep:pair_e", [2, 2, 1, 2])]
     assert rows[1]["error"].startswith("RuntimeError: out of resources: shared memory") and "judged_ms" not in rows[1]
-    assert ls.choose([r for r in rows if r["what"] == "sweep:pair_e"], 0.02)["cfg"] in ([16, 16, 4], [2, 2, 1])
+    assert ls.choose([r for r in rows if r["what"] == "sweep:pair_e"], 0.02)["cfg"] in ([16, 16, 4, 1], [2, 2, 1, 2])
     monkeypatch.setattr(ls.Runner, "run", lambda self, config: (_ for _ in ()).throw(RuntimeError("no card")))
     with pytest.raises(RuntimeError, match="no card"):
         ls.main(["--device", "cpu", "--shapes", "16x1x1x4", "--heads", "2", "--repeat", "1", "--dtype", "mixed",

@@ -120,7 +120,8 @@ def test_decomposition_is_the_gradient_of_eq_mh():
     (0, 12, (1, 2, 4), None, None), (2, 12, (1, 2, 4), None, None), (0, 40, (8, 2, 8), None, None),
     (0, 16, (4, 4, 4), None, None),
     (0, 12, (1, 2, 4), (2, 2, 0, 0, 0), None), (2, 40, (8, 2, 8), (2, 1, 1, 0, 0), None),
-    (2, 12, (1, 2, 4), None, (2, 2, 1)), (0, 40, (8, 2, 8), None, (4, 8, 2)),
+    (2, 12, (1, 2, 4), None, (2, 2, 1, 1)), (0, 40, (8, 2, 8), None, (4, 8, 2, 2)),
+    (2, 12, (1, 2, 4), None, (2, 2, 1, 8)), (0, 16, (4, 4, 4), None, (4, 2, 2, 4)),
     (2, 12, (1, 2, 4), (1, 1, 0, 0, 1), None), (0, 40, (8, 2, 8), (2, 2, 1, 0, 1), None),
     (2, 12, (1, 2, 4), (2, 1, 1, 0, 1), None)])
 def test_collect_chain_matches_float64(tmp_path, hw, D, head_cycle, config, e_config):
@@ -129,7 +130,9 @@ def test_collect_chain_matches_float64(tmp_path, hw, D, head_cycle, config, e_co
     `config` is a gather launch-table row for every call (two positions per block, with and
     without the dout prefetch; three positions make the second block ragged; the last entry 1:
     each reader's q*g loaded with its dout); `e_config` a pair_e row (two readers per block: the
-    8 readers of source 0 take four work items; positions in steps of 2 or 8 over a split of 2)."""
+    8 readers of source 0 take four work items; positions in steps of 2 or 8 over a split of 2;
+    programs of 1 or 2 column blocks, 8 taken as 2; at D = 40 the H = 2 calls' heads hold four
+    blocks each, so a program's two blocks lie in one head of them)."""
     S = 5
     heads = [head_cycle[s % 3] for s in range(S)]
     leaves = _leaves(D, S, heads, hw, 3, torch.float32)
@@ -417,6 +420,36 @@ def test_pair_e_block_writes_only_its_columns(monkeypatch, D):
         assert written.any() and torch.equal(epart[..., :k][written], full[..., :k][written])
 
 
+@pytest.mark.parametrize("D,head_cycle", [(16, (4, 4, 4)), (40, (8, 2, 8)), (320, (1, 1, 1))])
+def test_pair_e_programs_of_several_heads_sum_as_one_head(tmp_path, monkeypatch, D, head_cycle):
+    """pair_e_kernel with two column blocks a program (a launch-table row's `heads`, 4 taken as 2)
+    sums the same terms in the same order as one block a program: every gradient is bitwise the
+    HB = 1 run's, and the launches took HB blocks a program (grid over the column blocks / HB); at
+    D = 320, H = 1 (a wide head: five 64-column blocks) the last program has no second block; at
+    D = 40 the H = 2 calls hold four blocks a head, so one program's blocks share their dl."""
+    S = 5
+    heads = [head_cycle[s % 3] for s in range(S)]
+    leaves = _leaves(D, S, heads, 0, 7, torch.float32)
+    real, seen = rbc.PAIR_E, []
+
+    def record(grid, args, consts, num_warps):
+        seen.append((grid, consts["HB"], consts["K_STEP"], consts["MIXED"]))
+        real(grid, args, consts, num_warps)
+
+    monkeypatch.setattr(rbc, "PAIR_E", record)
+    grads = {}
+    for hb in (1, 2, 4):
+        cfg = launch_table(tmp_path / f"t{hb}.json", D, heads, 0, None, (2, 2, 1, hb))
+        seen.clear()
+        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg), leaves, S, heads)
+        grads[hb] = torch.autograd.grad(loss, leaves)
+        want = min(hb, 2)
+        assert seen and not any(m for *_, m in seen), seen
+        assert all(h == want and g[1] == -(-(D // k) // want) for g, h, k, _ in seen), seen
+    for hb in (2, 4):
+        assert all(torch.equal(a, b) for a, b in zip(grads[1], grads[hb])), hb
+
+
 def test_tile_and_column_block_rules():
     assert tile_split(160) == (128, 128, 32, 32)  # 1B: two exact tiles
     assert tile_split(64) == (64, 64, 0, 1)  # power of two: one tile, empty second
@@ -435,13 +468,13 @@ def test_pair_e_plan_rules():
     (values TF32 holds exactly) take the three-product TF32 dot; fp32 keys and readers that
     round differently keep the IEEE dot."""
     no_rows = LaunchTables()
-    assert no_rows.pair_e_config(1280, 8) == (16, 16, 4)  # the default (no tuned entry)
+    assert no_rows.pair_e_config(1280, 8) == (16, 16, 4, 1)  # the default (no tuned entry)
     bf16, fp16, fp32 = frozenset({1}), frozenset({2}), frozenset({0})
     block_c, consts, warps = rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=no_rows)
     # wide column blocks: one per 160-column head, as two exact tiles of 128 and 32 columns
     assert (block_c, consts["BLOCK_P"], consts["BLOCK_K"], consts["K_STEP"], consts["KB"], consts["BLOCK_KB"],
             consts["ROUND"], consts["MIXED"]) == (16, 16, 128, 160, 32, 32, 1, False)
-    tuned = LaunchTables(pair_e={(1280, 8): (4, 64, 8)})
+    tuned = LaunchTables(pair_e={(1280, 8): (4, 64, 8, 1)})
     assert rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=tuned)[0] == 16  # raised to 16 rows for the dot
     assert rbc.pair_e_plan(1280, 8, bf16, cuda=False, tables=tuned)[0] == 4  # the interpreter takes any block
     assert rbc.pair_e_plan(1280, 8, bf16, cuda=True, tables=tuned)[1]["BLOCK_P"] == 64

@@ -179,4 +179,4 @@ def test_h100_pair_e_sweep_adopts_nothing():
     assert {r["kind"] for r in sweep["rows"]} == {"pair_e"}
     assert _adopted(record) == {}
     assert not load_tables(BUILTIN).devices[H100].pair_e
-    assert tables_for(KernelConfig(), H100).pair_e_config(1280, 8) == (16, 16, 4)
+    assert tables_for(KernelConfig(), H100).pair_e_config(1280, 8) == (16, 16, 4, 1)

@@ -9,15 +9,19 @@ A table file holds one list of rows per kernel, each row its key columns then it
                                                                            (stack_gather_kernel)
     fold    d, H, HM, bytes  -> block_p, num_warps, prefetch, maxnreg, loads_first, sources
                                                       (stack_fold_kernel; sources 0: stack_fold_held_kernel)
-    pair_e  d, HM            -> block_c, block_p, num_warps                (pair_e_kernel)
+    pair_e  d, HM            -> block_c, block_p, num_warps, heads         (pair_e_kernel)
 
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
 loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
-over sources; num_warps, prefetch 0 / 1 and maxnreg are its own, block_p and loads_first unused)
-where it serves the fold, else the reader loop with one source per iteration. Where a shape has
+over sources; num_warps, prefetch 0 / 1 / 2 (2: the source loop under Triton's pipeliner, three
+stages) and maxnreg are its own, block_p and loads_first unused),
+or 8 / 16 / 32 / 64 (`DOT_CHUNKS`): `stack_fold_dot_kernel` (a program per position and chunk of
+that many sources, the sums as tensor-core dots; num_warps and maxnreg its own), each where it
+serves the fold, else the reader loop with one source per iteration. Where a shape has
 no fold row (tables written before the kind existed among them) the fold runs under the gather's
-row with one source per iteration, as it did before it had a kind of its own.
+row with one source per iteration, as it did before it had a kind of its own. pair_e's `heads`
+is the column blocks (one a head at the presets) a program takes, 1 or 2 (HB; more is taken as 2).
 
 `bytes` is the storage width a row was swept for (bytes per forward output / stored dout
 element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no
@@ -52,8 +56,10 @@ VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages"),
                  "stack": ("block_p", "num_warps", "programs_per_sm", "maxnreg"),
                  "gather": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first"),
                  "fold": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first", "sources"),
-                 "pair_e": ("block_c", "block_p", "num_warps")}
+                 "pair_e": ("block_c", "block_p", "num_warps", "heads")}
 SCHEMA = "mhar-probe kernel launch tables, version 1"
+#: fold rows' `sources` that select `stack_fold_dot_kernel`: its chunk of sources a program
+DOT_CHUNKS = (8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -142,10 +148,11 @@ class LaunchTables:
         block_p, warps, prefetch, maxnreg, loads_first = self.gather_config(d, num_heads, max_heads, dout_bytes)
         return block_p, warps, int(prefetch), maxnreg, loads_first, 1
 
-    def pair_e_config(self, d: int, max_heads: int) -> tuple[int, int, int]:
-        """(BLOCK_C readers, BLOCK_P positions per dot step, num_warps) of pair_e_kernel."""
+    def pair_e_config(self, d: int, max_heads: int) -> tuple[int, int, int, int]:
+        """(BLOCK_C readers, BLOCK_P positions per dot step, num_warps, HB column blocks a program)
+        of pair_e_kernel."""
         hit = self.pair_e.get((d, max_heads))
-        return (hit[0], hit[1], hit[2]) if hit is not None else (16, 16, 4)
+        return (hit[0], hit[1], hit[2], hit[3]) if hit is not None else (16, 16, 4, 1)
 
 
 def load_tables(path: str | Path) -> LaunchTables:
@@ -184,9 +191,10 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
-            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
+            if kind == "fold" and (val[5] not in (0, 1, 2, *DOT_CHUNKS) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
-                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2")
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2, "
+                                f"or one of {DOT_CHUNKS} (the dot kernel's chunk of sources)")
             rows[key] = val
         tables[kind] = rows
     return tables

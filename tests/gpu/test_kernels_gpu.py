@@ -416,6 +416,35 @@ def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     assert between < 1e-5, between
 
 
+# dot rows (sources a chunk, launch_tables.DOT_CHUNKS): stack_fold_dot_kernel, tensor-core dots at TF32x3
+@pytest.mark.parametrize("L,D,heads,row", [(12, 768, (8,), (1, 2, 0, 0, 0, 16)), (24, 1024, (8,), (1, 4, 0, 0, 0, 64)),
+                                           (36, 1280, (8,), (1, 2, 0, 0, 0, 32)), (36, 1280, (32,), (1, 1, 0, 0, 0, 16))])
+def test_dot_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
+    """The dot fold kernel (compiled, fp32, 2L+1 calls, d/H = 96, 128, 160 and 40: tiles of 32, 32,
+    32 and 8 padded to 16): launched at every fold, every weight and gradient within 1e-5 of the
+    reader loop's, its error against float64 within 4x the reader loop's (plus 1e-6: TF32x3 drops
+    the product of the two low parts, about 2^-22 of each term, against fp32's 2^-24), and bitwise
+    repeatable."""
+    import mhar_probe.kernels.route.autograd as kad
+
+    launched = []
+    dot = kad.STACK_FOLD_DOT
+    monkeypatch.setattr(kad, "STACK_FOLD_DOT", lambda *a: (launched.append(a[2]["JC"]), dot(*a)))
+    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
+
+    reader = table_file(tmp_path, "reader", fold={(D, h, max(heads), 4): (1, 2, 2, 0, 1, 2) for h in heads})
+    path = table_file(tmp_path, "dot", fold={(D, h, max(heads), 4): row for h in heads})
+    ev, el, between, repeats = _variant_against(dict(L=L, D=D, heads=heads, hw=0, collect=True),
+                                                configured(launch_table=reader), path)
+    record(test="dot_fold_at_depth", L=L, D=D, heads=list(heads), row=list(row), dot_launches=len(launched),
+           dot_vs_f64_max=ev, reader_vs_f64_max=el, dot_vs_reader_max=between)
+    folds = sum(x.kind == "fold" for x in backward_plan(model_layout(2 * L + 1), 2 * L, 8))
+    assert set(launched) == {row[5]} and len(launched) == 2 * folds  # every fold of the two dot runs
+    assert repeats
+    assert ev <= 4 * el + 1e-6, (ev, el)
+    assert between < 1e-5, between
+
+
 @pytest.mark.parametrize("L,D,heads", [(12, 512, (8,)), (24, 1024, (8,)), (36, 1280, (8,)), (12, 1280, (8, 8, 1, 4))])
 def test_lookahead_forward_at_model_depth(monkeypatch, L, D, heads):
     """The forward's lookahead (KernelConfig(forward="lookahead"); compiled, fp32, 2L+1 calls, d/H

@@ -309,6 +309,36 @@ def _e_dot(dl, v, r, acc, ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL:
 
 
 @triton.jit
+def _e_block(b, hc, dl0, D: tl.constexpr, BLOCK_K: tl.constexpr, K_STEP: tl.constexpr, KB: tl.constexpr,
+             BLOCK_KB: tl.constexpr):
+    """Column block b of `pair_e_kernel`: its wide tile's columns and mask, its narrow tile's
+    (KB > 0), and each reader's dl offset of the head holding it (dl0: the pair's [BC] base)."""
+    offs_k = tl.arange(0, BLOCK_K)
+    cols = b * K_STEP + offs_k
+    colmask = (offs_k < K_STEP - KB) & (cols < D)
+    offs_kb = tl.arange(0, BLOCK_KB)
+    colsb = b * K_STEP + (K_STEP - KB) + offs_kb
+    colmaskb = (offs_kb < KB) & (colsb < D)
+    return cols, colmask, colsb, colmaskb, dl0 + (b * K_STEP * hc) // D  # [BC]: the head of call c holding b
+
+
+@triton.jit
+def _e_step(vrow, prow, pm, r, dlp, dlmask, cols, colmask, colsb, colmaskb, acc, accb,
+            ROUND: tl.constexpr, SPLIT_DOT: tl.constexpr, R_IN_DL: tl.constexpr, KB: tl.constexpr):
+    """One step of BLOCK_P positions of one column block's dot paths: v's tiles and the readers'
+    dl loaded, each tile's dot accumulated (acc, accb: the wide and narrow tiles)."""
+    v = tl.load(vrow + prow[:, None] + cols[None, :], mask=pm[:, None] & colmask[None, :],
+                other=0.0).to(tl.float32)  # [BP, BK]
+    dl = tl.load(dlp, mask=dlmask, other=0.0)  # [BC, BP]
+    acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
+    if KB > 0:  # the second tile, the same dot
+        vb = tl.load(vrow + prow[:, None] + colsb[None, :], mask=pm[:, None] & colmaskb[None, :],
+                     other=0.0).to(tl.float32)  # [BP, BKB]
+        accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
+    return acc, accb
+
+
+@triton.jit
 def pair_e_kernel(
     VB, stride_vn,  # rows of the sources named in ITEMS: source j at VB + j * stride_vn
     RALL,  # [cap, P] fp32 r_j
@@ -325,10 +355,17 @@ def pair_e_kernel(
     R_IN_DL: tl.constexpr = False,  # SPLIT_DOT with unrounded keys over 16-bit rows: (dl r) . v
     KB: tl.constexpr = 0,  # the block's last KB columns as a second tile (0: one tile)
     BLOCK_KB: tl.constexpr = 1,  # that tile's width (a power of two >= KB)
+    HB: tl.constexpr = 1,  # column blocks a program: 1, or 2 (the dot paths only)
 ):
     """E_{c,j}[cols] = sum_p dl_{c,j,p,head(col)} khat0_{j,p}[cols] for a block of readers c
-    over one split of the positions (grid: items x column blocks x splits); K_STEP divides
+    over one split of the positions (grid: items x column blocks / HB x splits); K_STEP divides
     every call's head width, so a column block lies in one head of each call.
+
+    HB = 2: one program takes two adjacent column blocks, each its own dot, one after the other
+    at every step of positions. A reader's dl of a position is one 32-byte sector holding every
+    head: the second block's dl load finds the sector the first brought into L1, so L2 sends each
+    sector to half as many programs. The same terms in the same order: each column's sum is the
+    HB = 1 program's.
 
     KB > 0 (`e_tiles`; the dot paths only): the block's K_STEP columns are two exact tiles, the
     first K_STEP - KB (BLOCK_K wide) and the last KB (BLOCK_KB wide), each its own dot with the
@@ -345,43 +382,48 @@ def pair_e_kernel(
     reads = in_range & (n_c > j)  # [BC]
     hc = tl.load(CALL_H + offs_c, mask=in_range, other=1)
     mode = tl.load(CALL_RMODE + offs_c, mask=in_range, other=0)[:, None, None]  # 0 fp32, 1 bf16, 2 fp16
-    offs_k = tl.arange(0, BLOCK_K)
-    cols = cb * K_STEP + offs_k
-    colmask = (offs_k < K_STEP - KB) & (cols < D)
-    head = (cb * K_STEP * hc) // D  # [BC]: the head of call c holding this column block
-    dbase = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc + head  # [BC]
+    dl0 = tl.load(CALL_WOFF + offs_c, mask=in_range, other=0) + j * P * hc  # [BC]
+    cols, colmask, colsb, colmaskb, dbase = _e_block(cb * HB, hc, dl0, D, BLOCK_K, K_STEP, KB, BLOCK_KB)
     acc = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
-    if KB > 0:
-        offs_kb = tl.arange(0, BLOCK_KB)
-        colsb = cb * K_STEP + (K_STEP - KB) + offs_kb
-        colmaskb = (offs_kb < KB) & (colsb < D)
-        accb = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
+    accb = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
+    if HB == 2:
+        cols2, colmask2, colsb2, colmaskb2, dbase2 = _e_block(cb * HB + 1, hc, dl0, D, BLOCK_K, K_STEP, KB, BLOCK_KB)
+        # an odd count of blocks: the last program's second is none (a tensor: the interpreter's scalars are ints)
+        reads2 = reads & (offs_c * 0 + (cb * HB + 1) * K_STEP < D)
+        acc2 = tl.zeros([BLOCK_C, BLOCK_K], tl.float32)
+        accb2 = tl.zeros([BLOCK_C, BLOCK_KB], tl.float32)
     vrow = VB + j * stride_vn
     p_end = tl.minimum(P, (split + 1) * chunk)
     for p0 in range(split * chunk, p_end, BLOCK_P):
         offs_p = p0 + tl.arange(0, BLOCK_P)
         pm = offs_p < p_end
-        v = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + cols[None, :],
-                    mask=pm[:, None] & colmask[None, :], other=0.0).to(tl.float32)  # [BP, BK]
+        prow = offs_p.to(tl.int64) * D
         r = tl.load(RALL + j * P + offs_p, mask=pm, other=0.0)
-        dl = tl.load(DALL + dbase[:, None] + offs_p[None, :] * hc[:, None],
-                     mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
+        dlstep = offs_p[None, :] * hc[:, None]  # [BC, BP]
         if MIXED:  # [BC, BP, BK]: each reader's own rounding of the key
+            v = tl.load(vrow + prow[:, None] + cols[None, :], mask=pm[:, None] & colmask[None, :],
+                        other=0.0).to(tl.float32)  # [BP, BK]
+            dl = tl.load(DALL + dbase[:, None] + dlstep, mask=reads[:, None] & pm[None, :], other=0.0)  # [BC, BP]
             kh = v * r[:, None]  # [BP, BK]
             kh3 = tl.where(mode == 2, kh.to(tl.float16).to(tl.float32)[None, :, :], kh[None, :, :])
             kh3 = tl.where(mode == 1, kh.to(tl.bfloat16).to(tl.float32)[None, :, :], kh3)
             acc += tl.sum(dl[:, :, None] * kh3, axis=1)
         else:
-            acc = _e_dot(dl, v, r, acc, ROUND, SPLIT_DOT, R_IN_DL)
-            if KB > 0:  # the second tile, the same dot
-                vb = tl.load(vrow + offs_p.to(tl.int64)[:, None] * D + colsb[None, :],
-                             mask=pm[:, None] & colmaskb[None, :], other=0.0).to(tl.float32)  # [BP, BKB]
-                accb = _e_dot(dl, vb, r, accb, ROUND, SPLIT_DOT, R_IN_DL)
+            acc, accb = _e_step(vrow, prow, pm, r, DALL + dbase[:, None] + dlstep, reads[:, None] & pm[None, :],
+                                cols, colmask, colsb, colmaskb, acc, accb, ROUND, SPLIT_DOT, R_IN_DL, KB)
+            if HB == 2:  # the next block: its dl sectors are the ones just loaded
+                acc2, accb2 = _e_step(vrow, prow, pm, r, DALL + dbase2[:, None] + dlstep,
+                                      reads2[:, None] & pm[None, :], cols2, colmask2, colsb2, colmaskb2,
+                                      acc2, accb2, ROUND, SPLIT_DOT, R_IN_DL, KB)
     prow = tl.load(CALL_POFF + offs_c, mask=in_range, other=0) + j
     erow = EPART + split.to(tl.int64) * stride_es + prow.to(tl.int64)[:, None] * D
     tl.store(erow + cols[None, :], acc, mask=reads[:, None] & colmask[None, :])
     if KB > 0:
         tl.store(erow + colsb[None, :], accb, mask=reads[:, None] & colmaskb[None, :])
+    if HB == 2:
+        tl.store(erow + cols2[None, :], acc2, mask=reads2[:, None] & colmask2[None, :])
+        if KB > 0:
+            tl.store(erow + colsb2[None, :], accb2, mask=reads2[:, None] & colmaskb2[None, :])
 
 
 @triton.jit
@@ -528,19 +570,21 @@ def pair_e_plan(d: int, max_heads: int, modes: frozenset[int], cuda: bool,
     fp32 embedding, fp32 chains) keep the IEEE dot."""
     if tables is None:
         tables = tables_for(DEFAULT)
-    block_c, block_p, num_warps = tables.pair_e_config(d, max_heads)
+    block_c, block_p, num_warps, hb = tables.pair_e_config(d, max_heads)
     block_k, k_step, kb, block_kb = e_tiles(d, max_heads, cuda)
     mixed = len(modes) > 1 or (cuda and block_k < 16)
     if mixed:
-        block_c, block_p, num_warps = 16, 16, 4
+        block_c, block_p, num_warps, hb = 16, 16, 4, 1
         block_k = k_step = e_block_k(d, max_heads)
         kb, block_kb = 0, 1
     elif cuda:
         block_c, block_p = max(block_c, 16), max(block_p, 16)
+    hb = 2 if hb >= 2 and cdiv(d, k_step) >= 2 else 1  # 1 or 2 column blocks a program
     rnd = 0 if mixed else min(modes)
     r_in_dl = not mixed and rnd == 0 and narrow_rows
     consts = dict(D=d, BLOCK_C=block_c, BLOCK_P=block_p, BLOCK_K=block_k, K_STEP=k_step,
-                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl, KB=kb, BLOCK_KB=block_kb)
+                  ROUND=rnd, MIXED=mixed, SPLIT_DOT=rnd > 0 or r_in_dl, R_IN_DL=r_in_dl, KB=kb, BLOCK_KB=block_kb,
+                  HB=hb)
     return block_c, consts, num_warps
 
 
@@ -554,7 +598,7 @@ def launch_pair_e(rows: Tensor, items: Tensor, nitems: int, rall: Tensor, dall: 
     stride = rows.stride(0) if rows.dim() == 3 else 0
     splits = epart.shape[0]
     t = tables  # rows: n, H, woff, soff, poff, rounding mode
-    PAIR_E((nitems, cdiv(consts["D"], consts["K_STEP"]), splits),
+    PAIR_E((nitems, cdiv(cdiv(consts["D"], consts["K_STEP"]), consts["HB"]), splits),
            (rows, stride, rall, dall, items, t[0], t[1], t[2], t[4], t[5], epart, top1, P,
             cdiv(P, splits), epart.stride(0)), consts, num_warps)
 

@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from mhar_probe.kernels.launch import Launcher
+from mhar_probe.kernels.launch import Launcher, next_pow2
 from mhar_probe.kernels.route.bwd import source_grad_split
 from mhar_probe.kernels.route.bwd_collect import (
     _gather_collect, _head_sum, _reader_index, _tile_cols,
@@ -313,7 +313,7 @@ def stack_fold_held_kernel(
     RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
     KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
-    R_STORED: tl.constexpr,
+    R_STORED: tl.constexpr, STAGES: tl.constexpr,
 ):
     """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
     block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
@@ -325,7 +325,9 @@ def stack_fold_held_kernel(
         a_j       = sum_c dl_{c,j} u_c
 
     so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
-    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed). r_j and
+    per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed; STAGES > 1, with
+    PREFETCH 0: the loop's loads under Triton's pipeliner, STAGES - 1 sources ahead through shared
+    memory). r_j and
     <a_j, v_j> take one exchange across the warps together; R_STORED: r_j is the forward's
     (`route_fwd_kernel`'s stored r, 4 bytes a position), loaded, and only <a_j, v_j> is summed
     across the warps.
@@ -374,7 +376,7 @@ def stack_fold_held_kernel(
     if TWO:
         nvb = tl.load(V0 + rowb, mask=cmaskb, other=0.0).to(tl.float32)
         nab = tl.load(ACC + rowb, mask=readb, other=0.0)
-    for j in range(0, jf):
+    for j in tl.range(0, jf, num_stages=STAGES):
         if PREFETCH:
             va = nva
             acca = naa
@@ -432,6 +434,145 @@ def stack_fold_held_kernel(
 
 
 STACK_FOLD_HELD = Launcher(stack_fold_held_kernel)
+
+
+@triton.jit
+def _fold_dot_tile(V0, V, stride_vn, prow, js, jmask, cols, cmask, DOUT_BUF, bslot, U, brow, even, bmask):
+    """One column tile for `stack_fold_dot_kernel`: the chunk's source rows v [JC, BS] (source 0
+    at V0, fp32 under autocast; the others from the buffer) and the block's dout and u rows
+    interleaved, [2 CBP, BS]: row 2r is reader r's dout, row 2r + 1 its u (zero past the block)."""
+    m = jmask[:, None] & cmask[None, :]
+    vj = tl.load(V + js[:, None].to(tl.int64) * stride_vn + prow + cols[None, :], mask=m & (js > 0)[:, None],
+                 other=0.0).to(tl.float32)
+    v0 = tl.load(V0 + prow + cols[None, :] + js[:, None] * 0, mask=m & (js == 0)[:, None], other=0.0).to(tl.float32)
+    bm = bmask[:, None] & cmask[None, :]
+    bd = tl.load(DOUT_BUF + bslot[:, None] + cols[None, :], mask=bm & even[:, None], other=0.0).to(tl.float32)
+    bu = tl.load(U + brow[:, None] + cols[None, :], mask=bm & ~even[:, None], other=0.0)
+    return tl.where((js == 0)[:, None], v0, vj), tl.where(even[:, None], bd, bu)
+
+
+@triton.jit
+def stack_fold_dot_kernel(
+    V0, V, stride_vn,  # as stack_fold_kernel
+    DOUT_BUF, stride_dc, dbase, WALL, DALL, SHALL, SALL, U,
+    CALL_WOFF, CALL_SOFF,  # int64 call tables
+    ACC, call, jf, first, P, eps,  # fold the readers [call, call + CB) into the sources [0, jf)
+    RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
+    D: tl.constexpr, HM: tl.constexpr, BLOCK_H: tl.constexpr, KM: tl.constexpr, SUB: tl.constexpr,
+    BLOCK_S: tl.constexpr, CB: tl.constexpr, CBP: tl.constexpr, JC: tl.constexpr, CHUNKS: tl.constexpr, R_STORED: tl.constexpr,
+    STAGES: tl.constexpr, HELD_W: tl.constexpr,
+):
+    """`stack_fold_held_kernel`'s sums as matrix products: one program per (position, chunk of JC
+    sources); per head h, over its columns in tiles of SUB, two dots over the block's CB readers
+    (padded to CBP):
+
+        [ds | us]_{j,c} = <v_j, [dout_c | u_c]>_h                      [JC, 2 CBP]: dot 1
+        dl_{c,j}       = w_{c,j} ((ds_{c,j} - shift_c) - S'_c)
+        <a_j, v_j>    += sum_c dl_{c,j} us_{j,c}                       over the heads
+        ACC_j         += [w_{c,j} | r_j dl_{c,j}] [dout_c ; u_c]_h - (r_j^3/d) <a_j, v_j> v_j
+                                                                       [JC, SUB] a tile: dot 2
+
+    (a_j = sum_c dl_{c,j} u_c: `stack_fold_held_kernel`'s equations). The dots run on the tensor
+    cores at TF32x3 (three TF32 products: about fp32; the buffer's bf16 rows are exact in TF32);
+    the readers' dout and u rows are interleaved so that dot 2 has K = 2 CBP >= 16, and a tile is
+    BLOCK_S >= 16 columns wide (dot 1's K). The first pass over the heads forms dl and sums
+    <a_j, v_j>; the second writes ACC_j. HELD_W: every head's w and dl held [JC, CBP, BLOCK_H], loaded
+    and stored as whole rows of heads; else each head's loaded and stored on its own, dl read back in
+    the second pass after a barrier. Only for the model's folds
+    (dense, one head count HM), as the held kernel. The same terms as `stack_fold_kernel`, summed
+    in another order (TF32x3 rounding). STAGES > 1: the tiles' loads under Triton's pipeliner,
+    STAGES - 1 tiles ahead through shared memory."""
+    pid = tl.program_id(0)
+    p = (pid // CHUNKS).to(tl.int64)
+    js = (pid % CHUNKS) * JC + tl.arange(0, JC)  # [JC] the chunk's sources
+    jmask = js < jf
+    rr = tl.arange(0, 2 * CBP) // 2  # [2 CBP] the reader of each interleaved row
+    even = tl.arange(0, 2 * CBP) % 2 == 0
+    bmask = rr < CB
+    bslot = dbase + (call + rr).to(tl.int64) * stride_dc + p * D  # dout rows (even rows)
+    brow = (call + rr).to(tl.int64) * D  # u rows (odd rows)
+    offs_r = tl.arange(0, CBP)
+    rmask = offs_r < CB
+    cs = call + tl.where(rmask, offs_r, 0)  # [CBP]
+    widx = tl.load(CALL_WOFF + cs) + p * HM  # [CBP] (position, head 0) of every reader's per-head rows
+    sidx = tl.load(CALL_SOFF + cs) + p * HM
+    offs_h = tl.arange(0, BLOCK_H)
+    jw2 = js[:, None].to(tl.int64) * P * HM + widx[None, :]  # [JC, CBP] (source, reader) at head 0
+    wmask2 = jmask[:, None] & rmask[None, :]
+    jw = jw2[:, :, None] + offs_h[None, None, :]  # [JC, CBP, BLOCK_H]
+    wmask = wmask2[:, :, None] & (offs_h < HM)[None, None, :]
+    hm2 = rmask[:, None] & (offs_h < HM)[None, :]
+    sh3 = tl.load(SHALL + sidx[:, None] + offs_h[None, :], mask=hm2, other=0.0)  # [CBP, BLOCK_H]
+    sr3 = tl.load(SALL + sidx[:, None] + offs_h[None, :], mask=hm2, other=0.0)
+    if HELD_W:  # every head's weights at once (32-byte rows at H = 8), dl held until every head has it
+        w3 = tl.load(WALL + jw, mask=wmask, other=0.0)
+        dl3 = tl.zeros([JC, CBP, BLOCK_H], tl.float32)
+    prow = p * D
+    offs_s = tl.arange(0, BLOCK_S)
+    dot = tl.zeros([JC], tl.float32)
+    ssq = tl.zeros([JC], tl.float32)
+    for h in tl.range(0, HM, num_stages=1):
+        s2 = tl.zeros([JC, 2 * CBP], tl.float32)
+        for t in tl.range(0, KM, SUB, num_stages=STAGES):
+            cmask = (t + offs_s < KM) & (offs_s < SUB)
+            v, b = _fold_dot_tile(V0, V, stride_vn, prow, js, jmask, h * KM + t + offs_s, cmask, DOUT_BUF, bslot,
+                                  U, brow, even, bmask)
+            s2 = tl.dot(v, tl.trans(b), s2, input_precision="tf32x3")  # [JC, 2 CBP]
+            if not R_STORED:
+                ssq += tl.sum(v * v, axis=1)
+        ds, us = tl.split(tl.reshape(s2, (JC, CBP, 2)))  # [JC, CBP] each
+        hsel = (offs_h == h)[None, None, :]
+        if HELD_W:
+            w = tl.sum(tl.where(hsel, w3, 0.0), axis=2)  # head h's [JC, CBP]
+        else:
+            w = tl.load(WALL + jw2 + h, mask=wmask2, other=0.0)
+        sh = tl.sum(tl.where((offs_h == h)[None, :], sh3, 0.0), axis=1)  # [CBP]
+        sr = tl.sum(tl.where((offs_h == h)[None, :], sr3, 0.0), axis=1)
+        dl = w * ((ds - sh[None, :]) - sr[None, :])
+        if HELD_W:
+            dl3 = tl.where(hsel, dl[:, :, None], dl3)
+        else:
+            tl.store(DALL + jw2 + h, dl, mask=wmask2)
+        dot += tl.sum(dl * us, axis=1)
+    if HELD_W:
+        tl.store(DALL + jw, dl3, mask=wmask)
+    else:
+        tl.debug_barrier()  # every thread's dl stored before any is read back
+    if R_STORED:
+        r = tl.load(RN + js.to(tl.int64) * P + p, mask=jmask, other=0.0)  # [JC]
+    else:
+        r = rsqrt_acc(ssq / D + eps)
+    fac = r * r * r * dot / D
+    for h in tl.range(0, HM, num_stages=1):
+        if HELD_W:
+            hsel = (offs_h == h)[None, None, :]
+            w = tl.sum(tl.where(hsel, w3, 0.0), axis=2)
+            dl = tl.sum(tl.where(hsel, dl3, 0.0), axis=2)
+        else:
+            w = tl.load(WALL + jw2 + h, mask=wmask2, other=0.0)
+            dl = tl.load(DALL + jw2 + h, mask=wmask2, other=0.0)
+        a2 = tl.reshape(tl.join(w, dl * r[:, None]), (JC, 2 * CBP))  # [JC, 2 CBP], interleaved as the rows
+        for t in tl.range(0, KM, SUB, num_stages=STAGES):
+            cols = h * KM + t + offs_s
+            cmask = (t + offs_s < KM) & (offs_s < SUB)
+            v, b = _fold_dot_tile(V0, V, stride_vn, prow, js, jmask, cols, cmask, DOUT_BUF, bslot, U, brow, even,
+                                  bmask)
+            am = jmask[:, None] & cmask[None, :]
+            pa = ACC + js[:, None].to(tl.int64) * P * D + prow + cols[None, :]
+            acc = tl.load(pa, mask=am & ((cols[None, :] * 0 + first) == 0), other=0.0)  # a tensor mask
+            g = tl.dot(a2, b, input_precision="tf32x3")  # [JC, BLOCK_S]
+            tl.store(pa, acc + (g - fac[:, None] * v), mask=am)
+
+
+STACK_FOLD_DOT = Launcher(stack_fold_dot_kernel)
+
+
+def dot_tile(km: int) -> int:
+    """Columns a tile of `stack_fold_dot_kernel` takes of a head of width km: the largest power of
+    two dividing km, at most 32 (96 / 128 / 160 at the presets: tiles of 32), else, where that is
+    under 16, km padded to a power of two (one masked tile; dot 1's K is at least 16)."""
+    sub = min(32, km & -km)
+    return sub if sub >= 16 else next_pow2(km)
 
 
 # ------------------------------------------------------------------ the plan and its bytes
