@@ -34,7 +34,7 @@ def launches(monkeypatch):
     """(BackwardLaunch, the fold launches' SOURCES and PREFETCH) of every backward in the test."""
     seen: list[BackwardLaunch] = []
     fold_consts: list[tuple[int, int]] = []
-    gather, fold, held, dot = kad.STACK_GATHER, kad.STACK_FOLD, kad.STACK_FOLD_HELD, kad.STACK_FOLD_DOT
+    gather, fold, held = kad.STACK_GATHER, kad.STACK_FOLD, kad.STACK_FOLD_HELD
 
     def spy_gather(grid, args, consts, *rest):
         seen.append(BackwardLaunch("gather", args[19], args[20], args[22], args[23], consts["HAS_ACC"], False))
@@ -50,13 +50,7 @@ def launches(monkeypatch):
         fold_consts.append((0, 2 if consts["STAGES"] > 1 else consts["PREFETCH"]))  # prefetch 2: pipelined
         held(grid, args, consts, *rest)
 
-    def spy_dot(grid, args, consts, *rest):  # the dot kernel: (SOURCES = its chunk, no prefetch)
-        seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
-        fold_consts.append((consts["JC"], consts["STAGES"] - 1))
-        dot(grid, args, consts, *rest)
-
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
-    monkeypatch.setattr(kad, "STACK_FOLD_DOT", spy_dot)
     monkeypatch.setattr(kad, "STACK_FOLD", spy_fold)
     monkeypatch.setattr(kad, "STACK_FOLD_HELD", spy_held)
     return seen, fold_consts
@@ -198,43 +192,6 @@ def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, la
     _check_plan(seen, layout, fold_calls)
     assert consts and set(consts) == {(0, row[2])}
     assert held_r_stored and set(held_r_stored) == {int(stored_r)}
-    ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
-    truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
-    for i, (a, b) in enumerate(zip(grads, truth)):
-        assert rel(a, b) < 2e-5, i
-    assert all(torch.equal(a, b) for a, b in zip(grads, run()[1]))
-
-
-# dot rows: (1, warps, stages - 1, 0, every head's w held, chunk); one head count for every call (the model's)
-@pytest.mark.parametrize("stored_r", [True, False])
-@pytest.mark.parametrize("D,H,fold_calls,S,row", [
-    (40, 4, 2, 6, (1, 2, 0, 0, 0, 8)),  # d/H = 10: two tiles, 8 + 2 (each padded to 16); three folds
-    (96, 32, 2, 7, (1, 1, 0, 0, 0, 16)),  # H = 32, d/H = 3 (2 + 1)
-    (24, 2, 3, 9, (1, 4, 2, 0, 0, 8)),  # d/H = 12, blocks of three readers (padded to 8); three stages
-    (32, 4, 2, 11, (1, 4, 0, 0, 1, 8)),  # d/H = 8: one tile; folds of 9 sources: two chunks, the last part-full;
-    # every head's w and dl held (loads_first 1)
-])
-def test_dot_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, D, H, fold_calls, S, row,
-                                                     stored_r):
-    """The dot kernel (a fold row whose sources is a chunk, `DOT_CHUNKS`) at every fold of a
-    model-shaped chain, P = 3: every gradient against float64 autograd, bitwise repeatable, the
-    launches the plan's; with and without the forward's stored norms."""
-    seen, consts = launches
-    if not stored_r:
-        monkeypatch.setattr(kad._StackState, "_stored_r", lambda self, n, append, eps: (None, False))
-    heads = [H] * S
-    cfg = _tables(tmp_path / "t.json", D, heads, 0, row)
-
-    def run():
-        seen.clear()
-        consts.clear()
-        leaves = _leaves(D, S, heads, 0, 11, torch.float32)
-        loss, _, _ = _chain(lambda cap, p: poisoned_stack(cap, p, cfg, fold_calls=fold_calls), leaves, S, heads)
-        return leaves, torch.autograd.grad(loss, leaves)
-
-    leaves, grads = run()
-    _check_plan(seen, [(c + 1, c, c + 1) for c in range(S)], fold_calls)
-    assert consts and set(consts) == {(row[5], row[2])}
     ref_leaves = [t.detach().double().requires_grad_() for t in leaves]
     truth = torch.autograd.grad(_chain(f64_stack, ref_leaves, S, heads)[0], ref_leaves)
     for i, (a, b) in enumerate(zip(grads, truth)):

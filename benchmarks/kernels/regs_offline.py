@@ -36,9 +36,9 @@ from triton.compiler import ASTSource
 from mhar_probe.bench.routing import SWEEP_FWD, SWEEP_GATHER, SWEEP_PAIR_E, SWEEP_STACK
 from mhar_probe.kernels.route.bwd import stack_bwd_kernel, stack_bwd_split_kernel
 from mhar_probe.kernels import KernelConfig
-from mhar_probe.kernels.launch_tables import DOT_CHUNKS, tables_for
+from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route.bwd_collect import e_tiles, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
-from mhar_probe.kernels.route.bwd_fold import dot_tile, stack_fold_dot_kernel, stack_fold_held_kernel, stack_fold_kernel
+from mhar_probe.kernels.route.bwd_fold import stack_fold_held_kernel, stack_fold_kernel
 from mhar_probe.kernels.route.fwd import W_ROWS, W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -161,7 +161,9 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row, or at a fold row
     (six values: its prefetch 0-2 and sources per iteration last; sources 0: stack_fold_held_kernel,
-    the block of 8 readers held; a `DOT_CHUNKS` value: stack_fold_dot_kernel at that chunk); `dense`: its DENSE reader loop (the model's folds), else the masked one."""
+    the block of 8 readers held; the dot kernel's rows of regs_offline_2026-12-07_fold_dot_d0855db_triton3.6.json
+    ran d0855db's stack_fold_dot_kernel, deleted); `dense`: its DENSE reader loop (the model's
+    folds), else the masked one."""
     H, K = 8, d // 8
     types = dict(V0=F32, V=BF16, stride_vn=I32, DOUT_BUF=F32, stride_dc=I32, dbase=I32, WALL=F32, DALL=F32,
                  SHALL=F32, SALL=F32, U=F32, CALL_N=I64P, CALL_H=I64P, CALL_WOFF=I64P, CALL_SOFF=I64P,
@@ -173,11 +175,6 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                                   CB=8, PREFETCH=int(cfg[2] == 1), R_STORED=1,
                                                   STAGES=3 if cfg[2] == 2 else 1)
-    if len(cfg) > 5 and cfg[5] in DOT_CHUNKS:  # a dot row: stack_fold_dot_kernel, chunks of cfg[5] sources
-        dot = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
-        return stack_fold_dot_kernel, dot, dict(D=d, HM=H, BLOCK_H=H, KM=K, SUB=dot_tile(K), BLOCK_S=max(16, dot_tile(K)),
-                                                CB=8, CBP=8, JC=cfg[5], CHUNKS=4, R_STORED=1,
-                                                STAGES=cfg[2] + 1, HELD_W=cfg[4])
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

@@ -16,9 +16,7 @@ and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteratio
 loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
 over sources; num_warps, prefetch 0 / 1 / 2 (2: the source loop under Triton's pipeliner, three
 stages) and maxnreg are its own, block_p and loads_first unused),
-or 8 / 16 / 32 / 64 (`DOT_CHUNKS`): `stack_fold_dot_kernel` (a program per position and chunk of
-that many sources, the sums as tensor-core dots; num_warps and maxnreg its own), each where it
-serves the fold, else the reader loop with one source per iteration. Where a shape has
+where it serves the fold, else the reader loop with one source per iteration. Where a shape has
 no fold row (tables written before the kind existed among them) the fold runs under the gather's
 row with one source per iteration, as it did before it had a kind of its own. pair_e's `heads`
 is the column blocks (one a head at the presets) a program takes, 1 or 2 (HB; more is taken as 2).
@@ -58,8 +56,6 @@ VALUE_COLUMNS = {"fwd": ("block_p", "num_warps", "maxnreg", "stages"),
                  "fold": ("block_p", "num_warps", "prefetch", "maxnreg", "loads_first", "sources"),
                  "pair_e": ("block_c", "block_p", "num_warps", "heads")}
 SCHEMA = "mhar-probe kernel launch tables, version 1"
-#: fold rows' `sources` that select `stack_fold_dot_kernel`: its chunk of sources a program
-DOT_CHUNKS = (8, 16, 32, 64)
 
 
 @dataclass(frozen=True)
@@ -191,10 +187,9 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
-            if kind == "fold" and (val[5] not in (0, 1, 2, *DOT_CHUNKS) or val[2] not in (0, 1, 2)):
+            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
-                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2, "
-                                f"or one of {DOT_CHUNKS} (the dot kernel's chunk of sources)")
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2")
             rows[key] = val
         tables[kind] = rows
     return tables

@@ -387,9 +387,11 @@ def _variant_against(kw: dict, reference, path: str) -> tuple[float, float, floa
             max(rel(a, b) for a, b in zip(var, ref)), all(torch.equal(x, y) for x, y in zip(var, again)))
 
 
-# held rows (sources 0): stack_fold_held_kernel, one position a program holding the block's douts
-@pytest.mark.parametrize("L,D,heads,row", [(12, 512, (8,), (1, 4, 1, 0, 0, 0)), (24, 1024, (8,), (1, 8, 1, 128, 0, 0)),
-                                           (36, 1280, (8,), (1, 8, 1, 0, 0, 0)), (36, 1280, (32,), (1, 8, 0, 0, 0, 0))])
+# held rows (sources 0): stack_fold_held_kernel, one position a program holding the block's douts; prefetch 2:
+# the source loop under Triton's pipeliner (the H100's 100M and 350M rows)
+@pytest.mark.parametrize("L,D,heads,row", [(12, 512, (8,), (1, 4, 2, 0, 0, 0)), (24, 1024, (8,), (1, 8, 2, 128, 0, 0)),
+                                           (24, 1024, (8,), (1, 8, 1, 128, 0, 0)), (36, 1280, (8,), (1, 8, 1, 0, 0, 0)),
+                                           (36, 1280, (32,), (1, 8, 0, 0, 0, 0))])
 def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     """The held fold kernel (a fold row with sources 0; compiled, fp32, 2L+1 calls, d/H = 64, 128,
     160 = 128 + 32 and 40 = 32 + 8): launched at every fold, every weight and gradient within 1e-5
@@ -413,35 +415,6 @@ def test_held_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
     assert set(launched) == {8} and len(launched) == 2 * folds  # every fold of the two held runs, none of the reader's
     assert repeats
     assert ev <= 1.5 * el + 1e-7, (ev, el)
-    assert between < 1e-5, between
-
-
-# dot rows (sources a chunk, launch_tables.DOT_CHUNKS): stack_fold_dot_kernel, tensor-core dots at TF32x3
-@pytest.mark.parametrize("L,D,heads,row", [(12, 768, (8,), (1, 2, 0, 0, 0, 16)), (24, 1024, (8,), (1, 4, 0, 0, 0, 64)),
-                                           (36, 1280, (8,), (1, 2, 0, 0, 0, 32)), (36, 1280, (32,), (1, 1, 0, 0, 0, 16))])
-def test_dot_fold_at_model_depth(tmp_path, monkeypatch, L, D, heads, row):
-    """The dot fold kernel (compiled, fp32, 2L+1 calls, d/H = 96, 128, 160 and 40: tiles of 32, 32,
-    32 and 8 padded to 16): launched at every fold, every weight and gradient within 1e-5 of the
-    reader loop's, its error against float64 within 4x the reader loop's (plus 1e-6: TF32x3 drops
-    the product of the two low parts, about 2^-22 of each term, against fp32's 2^-24), and bitwise
-    repeatable."""
-    import mhar_probe.kernels.route.autograd as kad
-
-    launched = []
-    dot = kad.STACK_FOLD_DOT
-    monkeypatch.setattr(kad, "STACK_FOLD_DOT", lambda *a: (launched.append(a[2]["JC"]), dot(*a)))
-    from mhar_probe.kernels.route.bwd_fold import backward_plan, model_layout
-
-    reader = table_file(tmp_path, "reader", fold={(D, h, max(heads), 4): (1, 2, 2, 0, 1, 2) for h in heads})
-    path = table_file(tmp_path, "dot", fold={(D, h, max(heads), 4): row for h in heads})
-    ev, el, between, repeats = _variant_against(dict(L=L, D=D, heads=heads, hw=0, collect=True),
-                                                configured(launch_table=reader), path)
-    record(test="dot_fold_at_depth", L=L, D=D, heads=list(heads), row=list(row), dot_launches=len(launched),
-           dot_vs_f64_max=ev, reader_vs_f64_max=el, dot_vs_reader_max=between)
-    folds = sum(x.kind == "fold" for x in backward_plan(model_layout(2 * L + 1), 2 * L, 8))
-    assert set(launched) == {row[5]} and len(launched) == 2 * folds  # every fold of the two dot runs
-    assert repeats
-    assert ev <= 4 * el + 1e-6, (ev, el)
     assert between < 1e-5, between
 
 

@@ -28,12 +28,12 @@ from torch.autograd.function import once_differentiable
 
 from mhar_probe.kernels.config import DEFAULT, KernelConfig
 from mhar_probe.kernels.launch import cdiv, is_interpreted, next_pow2
-from mhar_probe.kernels.launch_tables import DOT_CHUNKS, LaunchTables, card_name, tables_for
+from mhar_probe.kernels.launch_tables import LaunchTables, card_name, tables_for
 from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_SPLIT, launch_dqdg
 from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_DOT, dot_tile, STACK_FOLD_HELD, fold_due
+from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due
 from mhar_probe.kernels.route.fwd import ForwardAhead, head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -823,19 +823,6 @@ class _StackState:
         ka, block_ka, kb, block_kb = tile_split(KM)
         t = self._tables
         dstride, dbase = self._dout_slots()
-        if sources in DOT_CHUNKS and dense and self._same_h:  # chunks of `sources` sources a program
-            chunks = cdiv(rec.j0, sources)
-            STACK_FOLD_DOT(P * chunks, (
-                self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
-                self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
-                rec.eps, self._rnorm), dict(D=D, HM=self._hmax, BLOCK_H=next_pow2(self._hmax), KM=KM, SUB=dot_tile(KM),
-                                            BLOCK_S=max(16, dot_tile(KM)), CB=readers,
-                                            CBP=max(8, next_pow2(readers)), JC=sources, CHUNKS=chunks,
-                                            R_STORED=int(self._sources_have_r(rec.j0, rec.eps)),
-                                            STAGES=prefetch + 1, HELD_W=int(loads_first)),
-                num_warps, maxnreg)
-            self._frontier = call
-            return
         if held and dense and self._same_h and readers & (readers - 1) == 0:
             STACK_FOLD_HELD(P, (
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
@@ -847,7 +834,7 @@ class _StackState:
                 num_warps, maxnreg)
             self._frontier = call
             return
-        # a held or dot row at a fold its kernel does not serve: the reader loop, one source an iteration
+        # a held row at a fold its kernel does not serve: the reader loop, one source an iteration
         sources = sources if sources in (1, 2) else 1
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
