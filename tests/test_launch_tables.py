@@ -22,10 +22,11 @@ H100 = "NVIDIA H100 80GB HBM3"
 #: keyed (d, H, HM, bytes): 1B, 350M, 100M at the training microbatches under autocast
 H200_FOLD = {(1280, 8, 8, 4): (1, 2, 1, 0, 1, 2), (1024, 8, 8, 4): (1, 1, 0, 0, 1, 1),
              (512, 8, 8, 4): (1, 1, 2, 0, 1, 1)}
-#: the H100's: the held kernel's rows (sources 0), from its first sweep (h100_fold_held_sweep_cedd221.json;
-#: before 2026-12-06 the reader loop's rows of h100_fold_sweep.json)
-H100_FOLD = {(1280, 8, 8, 4): (1, 8, 1, 0, 0, 0), (1024, 8, 8, 4): (1, 8, 1, 128, 0, 0),
-             (512, 8, 8, 4): (1, 4, 1, 0, 0, 0)}
+#: the H100's: the held kernel's rows (sources 0), 350M's and 100M's with the source loop pipelined (prefetch 2),
+#: from the sweep that timed the pipelined and dot folds (h100_fold_pipe_dot_sweep_62336e5.json; before
+#: 2026-12-07 the held sweep h100_fold_held_sweep_cedd221.json, before 2026-12-06 the reader loop's h100_fold_sweep.json)
+H100_FOLD = {(1280, 8, 8, 4): (1, 8, 1, 0, 0, 0), (1024, 8, 8, 4): (1, 8, 2, 128, 0, 0),
+             (512, 8, 8, 4): (1, 4, 2, 0, 0, 0)}
 #: the H200's gather and forward rows where its sweep beat the default rows by more than 2%
 #: (benchmarks/kernels/h200_launch_sweep_8cce591.json through adopt_rows.py): 1B's gather and
 #: forward, 350M's forward; the other shapes keep the default rows
@@ -34,8 +35,12 @@ H200_FWD = {(1280, 8, 4): (1, 1, 0, 5), (1024, 8, 4): (2, 1, 0, 3)}
 #: the H100's 350M forward row: a register cap of 128, adopted from the stored norms' A/B (its variant arm,
 #: benchmarks/kernels/h100_fwd_rstored_ab_rstored_1.json), where it beat the card's row by 9%
 H100_FWD = {(1024, 8, 4): (1, 2, 128, 4)}
-ADOPTED = {H200: ("h200_launch_sweep_8cce591.json", dict(gather=H200_GATHER, fwd=H200_FWD)),
-           H100: ("h100_fwd_rstored_ab_rstored_1.json", dict(fwd=H100_FWD))}
+#: the H100's 100M pair_e row: two heads a program, adopted from h100_pair_e_two_sweep_62336e5.json (0.393 ms
+#: against the heuristic's 0.417); 350M and 1B keep the heuristic's one head
+H100_PAIR_E = {(512, 8): (16, 16, 4, 2)}
+ADOPTED = {H200: (("h200_launch_sweep_8cce591.json",), dict(gather=H200_GATHER, fwd=H200_FWD)),
+           H100: (("h100_fwd_rstored_ab_rstored_1.json", "h100_pair_e_two_sweep_62336e5.json"),
+                  dict(fwd=H100_FWD, pair_e=H100_PAIR_E))}
 #: each card's fold rows for 16-bit douts (bf16 chains at the kernel-table shapes, H = 1 and 8), each
 #: adopted from a fold sweep where it beat the gather's row by more than 2% (<card>_fold_sweep_bf16_h*_*.json)
 H200_FOLD_BF16 = {(1280, 1, 1, 2): (1, 1, 2, 0, 1, 1), (1024, 1, 1, 2): (1, 1, 0, 0, 0, 2),
@@ -63,7 +68,7 @@ def _rows(t: LaunchTables) -> dict:
 
 
 @pytest.mark.parametrize("card, record, rows", [(H200, "h200_fold_sweep.json", H200_FOLD),
-                                               (H100, "h100_fold_held_sweep_cedd221.json", H100_FOLD)])
+                                               (H100, "h100_fold_pipe_dot_sweep_62336e5.json", H100_FOLD)])
 def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
     """The built-in file's entry for a card holds the fold rows its fold sweep chose and the gather
     and forward rows its launch sweep had adopted (the committed records), and nothing else."""
@@ -74,10 +79,13 @@ def test_builtin_card_rows_are_the_sweeps_choice(card, record, rows):
     chosen = {(dims[r["shape"]], 8, 8, 4): tuple(r["fold_row"]) for r in sweep["summary"]}
     assert chosen == rows
     entry = load_tables(BUILTIN).devices[card]
-    launch_record, adopted = ADOPTED[card]
-    if launch_record is not None:
+    launch_records, adopted = ADOPTED[card]
+    from_records: dict = {}
+    for launch_record in launch_records:
         assert json.loads((records / launch_record).read_text())["meta"]["device"] == card
-        assert _adopted(launch_record) == adopted
+        for kind, got in _adopted(launch_record).items():
+            from_records.setdefault(kind, {}).update(got)
+    assert from_records == adopted
     bf16, (expected, bf16_records) = {}, FOLD_BF16[card]
     for record in bf16_records:
         assert json.loads((records / record).read_text())["meta"]["device"] == card
@@ -169,14 +177,19 @@ def test_card_name(monkeypatch):
     assert card_name(torch.device("cuda", 1)) == "CARD 1" and asked == [1]
 
 
-def test_h100_pair_e_sweep_adopts_nothing():
+def test_h100_pair_e_sweeps_adopt_two_heads_at_100m_only():
     """The H100's pair_e sweep after its split TF32 dot under autocast (h100_pair_e_sweep_dbe53aa.json,
-    every candidate at every training microbatch): the heuristic's (16, 16, 4) was fastest at each,
-    so the card has no pair_e rows and keeps the heuristic."""
-    record = "h100_pair_e_sweep_dbe53aa.json"
-    sweep = json.loads((BUILTIN.parent.parents[1] / "benchmarks/kernels" / record).read_text())
-    assert sweep["meta"]["device"] == H100
-    assert {r["kind"] for r in sweep["rows"]} == {"pair_e"}
-    assert _adopted(record) == {}
-    assert not load_tables(BUILTIN).devices[H100].pair_e
-    assert tables_for(KernelConfig(), H100).pair_e_config(1280, 8) == (16, 16, 4, 1)
+    every one-head candidate at every training microbatch): the heuristic's (16, 16, 4) was fastest at
+    each. Two heads a program (h100_pair_e_two_sweep_62336e5.json) beat it at 100M alone, so the card's
+    one pair_e row is 100M's and 350M and 1B keep the heuristic."""
+    records = BUILTIN.parent.parents[1] / "benchmarks/kernels"
+    for record, adopted in [("h100_pair_e_sweep_dbe53aa.json", {}),
+                            ("h100_pair_e_two_sweep_62336e5.json", {"pair_e": H100_PAIR_E})]:
+        sweep = json.loads((records / record).read_text())
+        assert sweep["meta"]["device"] == H100
+        assert {r["kind"] for r in sweep["rows"]} == {"pair_e"}
+        assert _adopted(record) == adopted
+    assert load_tables(BUILTIN).devices[H100].pair_e == H100_PAIR_E
+    got = tables_for(KernelConfig(), H100)
+    assert got.pair_e_config(1280, 8) == (16, 16, 4, 1) and got.pair_e_config(1024, 8) == (16, 16, 4, 1)
+    assert got.pair_e_config(512, 8) == (16, 16, 4, 2)
