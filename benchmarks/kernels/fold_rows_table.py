@@ -23,6 +23,7 @@
     python benchmarks/kernels/fold_rows_table.py stored-r-offline benchmarks/kernels/regs_offline_2026-12-07_{fwd,fold}_stored_r_{base_8fe9acb,79ddc10}_triton3.6.json
     python benchmarks/kernels/fold_rows_table.py fold-ab benchmarks/kernels/h100_fold_rstored_ab_*.json
     python benchmarks/kernels/fold_rows_table.py dot-offline benchmarks/kernels/regs_offline_2026-12-07_fold_dot_d0855db_triton3.6.json
+    python benchmarks/kernels/fold_rows_table.py pipe-dot benchmarks/kernels/h100_{fold_pipe_dot,pair_e_two}_sweep_62336e5.json
 
 `profile`: one row per Nsight Compute file (`device_run.sh ncu` with JOBS naming stack_fold; one
 launch each, the backward's first fold, the one over the most sources), read by
@@ -373,6 +374,38 @@ def render_dot_offline(path: Path) -> str:
     return "\n".join(lines)
 
 
+def timed_fold_name(row: dict) -> str:
+    """What a fold sweep row ran, by the kernel its profile names: `held` (the card's row),
+    `held, pipelined` (a held row's prefetch 2: the source loop under Triton's pipeliner, 62336e5's
+    tree on), or `dot, chunks of JC[, S stages][, w held]` (62336e5's `stack_fold_dot_kernel`, deleted)."""
+    cfg = row["cfg"]
+    if any(k.startswith("stack_fold_dot") for k in row["kernels_ms"]):
+        return (f"dot, {cfg[1]} warps, chunks of {cfg[5]}" + (f", {cfg[2] + 1} stages" if cfg[2] else "")
+                + (", w held" if cfg[4] else ""))
+    return "held, pipelined" if cfg[2] == 2 else "held"
+
+
+def render_pipe_dot(fold_path: Path, pair_e_path: Path) -> str:
+    """One sweep call's timing of the fold rows (the pipelined held kernel and the dot kernel) and
+    of pair_e's two heads a program: per shape and row its kernel's device ms (median of the
+    sweep's profiled runs) over the card's row in the same process (the first row each kind swept),
+    and its gradients' largest relative difference from the card's row."""
+    lines = ["| shape | kernel | row | ms | x the card's row | gradients vs the card's row |",
+             "|---|---|---|---:|---:|---:|"]
+    for shape in SHAPES:
+        for path, kind, prefix in [(fold_path, "fold", ("stack_fold",)), (pair_e_path, "pair_e", ("pair_e",))]:
+            rows = [r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape and r["what"] == f"sweep:{kind}"]
+            card = _kernel_ms(rows[0], prefix)
+            for i, r in enumerate(sorted(rows[1:], key=lambda r: _kernel_ms(r, prefix))):
+                name = timed_fold_name(r) if kind == "fold" else f"pair_e, {r['cfg'][3]} head{'s' if r['cfg'][3] > 1 else ''} a program"
+                if i == 0:
+                    first = timed_fold_name(rows[0]) if kind == "fold" else "pair_e, 1 head a program"
+                    lines.append(f"| {shape} | {first} (the card's row) | {tuple(rows[0]['cfg'])} | {card:.3f} | 1.00 | - |")
+                ms = _kernel_ms(r, prefix)
+                lines.append(f"| {shape} | {name} | {tuple(r['cfg'])} | {ms:.3f} | {ms / card:.2f} | {r['grad_rel_err']:.1e} |")
+    return "\n".join(lines)
+
+
 def render_stored_r_offline(paths: list[Path]) -> str:
     """Two trees' regs_offline records, each as `--kernels fwd --builtin-only --ahead --loops` and
     `--kernels fold_rows --dense --loops` (the files named *_base_* are the base tree's): per shape,
@@ -601,6 +634,7 @@ RENDER = {
     "pair-e-ab": lambda f, a, b: render_pair_e_ab(a, [p for p in f if p not in a]),
     "pair-e-hb-offline": lambda f, a, b: render_pair_e_hb_offline(*f),
     "dot-offline": lambda f, a, b: render_dot_offline(f[0]),
+    "pipe-dot": lambda f, a, b: render_pipe_dot(*f),
     "stored-r-offline": lambda f, a, b: render_stored_r_offline(f),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
@@ -613,6 +647,7 @@ FILES = {
     "held-rows-offline": (1, "one file, a regs_offline.py --kernels fold_rows --dense --loops record"),
     "pair-e-hb-offline": (2, "two files, main's regs_offline.py --kernels pair_e record, then the variant's"),
     "dot-offline": (1, "one file, regs_offline.py's --kernels fold_rows --dense --loops record with dot rows"),
+    "pipe-dot": (2, "two files, the fold rows' launch_sweep.py --out record, then pair_e's"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
     "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
