@@ -1383,3 +1383,47 @@ def test_results_page_dot_fold_section_reads_the_fold_and_its_copy_time_from_the
     assert (f"runs at {c350 / f350:.0%} / {c1b / f1b:.0%} of copy over its bytes at 350M / 1B inside the step "
             f"(stack_fold_held_kernel {f350:.2f} / {f1b:.2f} ms against {c350:.2f} / {c1b:.2f} ms at copy") in flat
     assert f"the step needs about {need:.1f} ms off, the fold is {f350 - c350:.1f} ms over copy" in flat
+
+
+PIPE_DOT = (HERE / "h100_fold_pipe_dot_sweep_62336e5.json", HERE / "h100_pair_e_two_sweep_62336e5.json")
+
+
+def test_results_page_holds_the_pipelined_and_dot_fold_timing(frt):
+    """results.md's "H100: the held fold pipelined and pair_e's two heads adopted": the table as
+    rendered from the two committed sweep records of one call, and its prose recomputed from their
+    rows (the dot kernel's fastest and slowest row over the card's, the adopted rows' times, pair_e's
+    two heads at 350M and 1B, the largest gradient difference)."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_pipe_dot(*PIPE_DOT) in page
+    flat = " ".join(page.replace("`", "").replace("**", "").split())
+    fold, pair_e = (json.loads(p.read_text())["rows"] for p in PIPE_DOT)
+    for doc in (fold, pair_e):
+        assert all(r["shape"] in frt.SHAPES for r in doc)
+    shapes = ("1B-train", "350M-train", "100M-train")
+
+    def swept(rows, shape, kind):
+        return [r for r in rows if r["shape"] == shape and r["what"] == f"sweep:{kind}"]
+
+    ms = frt.fold_ms
+    dot = {s: [ms(r) / ms(swept(fold, s, "fold")[0]) for r in swept(fold, s, "fold")
+               if frt.timed_fold_name(r).startswith("dot")] for s in shapes}
+    assert ("its fastest row took {} x the held kernel's time at 1B / 350M / 100M, its slowest {}x".format(
+        " / ".join(f"{min(dot[s]):.2f}" for s in shapes), " / ".join(f"{max(dot[s]):.2f}" for s in shapes))
+        .replace(" x", "x") in flat)
+    one = next(r for r in swept(fold, "1B-train", "fold") if tuple(r["cfg"]) == (1, 4, 0, 0, 0, 64))
+    assert f"(1, 4, 0, 0, 0, 64): 0.86x, offline, the section above) ran at {ms(one) / ms(swept(fold, '1B-train', 'fold')[0]):.2f}x" in flat
+    for shape, row in (("350M-train", (1, 8, 2, 128, 0, 0)), ("100M-train", (1, 4, 2, 0, 0, 0))):
+        card = swept(fold, shape, "fold")[0]
+        won = next(r for r in swept(fold, shape, "fold") if tuple(r["cfg"]) == row)
+        assert f"{row}, {ms(won):.3f} ms against {ms(card):.3f} ({ms(won) / ms(card):.2f}x)" in flat
+    pipe_1b = [ms(r) / ms(swept(fold, "1B-train", "fold")[0]) for r in swept(fold, "1B-train", "fold")
+               if frt.timed_fold_name(r) == "held, pipelined"]
+    assert min(pipe_1b) > 1 and f"every pipelined row was slower ({min(pipe_1b):.2f}x at best)" in flat
+    pe = {s: {tuple(r["cfg"]): frt._kernel_ms(r, ("pair_e",)) for r in swept(pair_e, s, "pair_e")} for s in shapes}
+    two = {s: pe[s][(16, 16, 4, 2)] / pe[s][(16, 16, 4, 1)] for s in shapes}
+    assert (f"(16, 16, 4, 2), {pe['100M-train'][(16, 16, 4, 2)]:.3f} ms against "
+            f"{pe['100M-train'][(16, 16, 4, 1)]:.3f} ({two['100M-train']:.2f}x)") in flat
+    assert f"it lost ({two['350M-train']:.2f}x / {two['1B-train']:.2f}x)" in flat
+    assert max(r["grad_rel_err"] for r in pair_e if r["what"] == "sweep:pair_e") == 0.0
+    worst = max(r["grad_rel_err"] for r in fold if r["what"] == "sweep:fold")
+    assert worst <= 2 ** -8 * 1.0001 and f"by at most {worst:.1e} of a gradient's largest value".replace("e-0", "e-") in flat
