@@ -291,12 +291,16 @@ def test_the_held_sections_prose_numbers_are_the_files(frt):
     before = " / ".join(f"{r['routing_x_stack']:.2f}" for r in [ahead[0], *wrows])
     stored = [bf.step_rows(json.loads((step / f"h100_step_rstored_{p}.json").read_text()), 2933.0)[0]
               for p in ("100m", "350m", "1b")]
-    now = [bf.step_rows(json.loads((step / f"h100_step_pesplit_{p}.json").read_text()), 2933.0)[0]
+    split = [bf.step_rows(json.loads((step / f"h100_step_pesplit_{p}.json").read_text()), 2933.0)[0]
+             for p in ("100m", "350m", "1b")]
+    now = [bf.step_rows(json.loads((step / f"h100_step_pipe_{p}.json").read_text()), 2933.0)[0]
            for p in ("100m", "350m", "1b")]
     xs_now = " / ".join(f"{r['routing_x_stack']:.3f}" for r in now)
+    xs_split = " / ".join(f"{r['routing_x_stack']:.3f}" for r in split)
     xs_stored = " / ".join(f"{r['routing_x_stack']:.3f}" for r in stored)
     flat = " ".join(page.split())
-    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B on the H100 with pair_e's two exact tiles (c6945ba), "
+    assert (f"inside the step: {xs_now}x at 100M / 350M / 1B on the H100 with the held fold pipelined at 350M and "
+            f"100M and pair_e's two heads at 100M (e035df5), from {xs_split}x with pair_e's two exact tiles (c6945ba), "
             f"from {xs_stored}x with the rows' stored norms (efc4c1e), "
             f"from {before}x before them (100M with the lookahead, 0c72165; 350M and 1B with the 16-row weights' "
             f"loop, 5b2a7d2), from {xs}x with the held kernel") in flat
@@ -1066,10 +1070,10 @@ PESPLIT_STEPS = ["h100_step_pesplit_100m_vocab8192.json", "h100_step_pesplit_100
 
 
 def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
-    """benchmarks/train_throughput/results.md's latest section (pair_e's two exact tiles): its table is
-    the step files', its prose (MHAR / baseline against the stored norms' run and whether each lies in
-    the other's range of rounds, 1B's routing and pair_e, the routing groups) and issue 55's table (every
-    cell from these files, met or missed by how much) are recomputed, and so is "What is still missing"."""
+    """benchmarks/train_throughput/results.md's pair_e's two exact tiles section: its table is the step
+    files', its prose (MHAR / baseline against the stored norms' run and whether each lies in the other's
+    range of rounds, 1B's routing and pair_e, the routing groups) and issue 55's table (every cell from
+    these files, met or missed by how much) are recomputed."""
     from script_checks import load_script
 
     step, page, flat, docs, arms = _step_section(frt, PESPLIT_STEPS, "c6945ba")
@@ -1111,6 +1115,65 @@ def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
             f"{over[0]:.3f} ms over it") in flat
     assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
             f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
+
+
+PIPE_STEPS = ["h100_step_pipe_100m_vocab8192.json", "h100_step_pipe_100m.json", "h100_step_pipe_350m.json",
+              "h100_step_pipe_1b.json"]
+
+
+def test_the_step_page_holds_the_pipelined_fold_steps_and_issue55s_table(frt):
+    """benchmarks/train_throughput/results.md's latest section (the held fold pipelined at 350M and 100M):
+    its table is the step files', its prose (MHAR / baseline against c6945ba's run and which ranges of
+    rounds lie apart, 350M's and 100M's routing and backward against that run, the routing groups), issue
+    55's table (every cell from these files, met or missed by how much) and "What is still missing" are
+    recomputed; the rows the files ran are the H100's built-in rows today."""
+    from script_checks import load_script
+
+    from mhar_probe.kernels import KernelConfig
+    from mhar_probe.kernels.launch_tables import tables_for
+
+    step, page, flat, docs, arms = _step_section(frt, PIPE_STEPS, "e035df5")
+    eight, *mh = [a["mhar"] for a in arms]
+    join = _join
+    before = [{r["arm"]: r for r in json.loads((step / f"h100_step_pesplit_{p}.json").read_text())["results"]}["mhar"]
+              for p in ("100m", "350m", "1b")]
+    vs = [m["vs_baseline"] for m in mh]
+    assert (f"MHAR / baseline is {join(vs, '.3f')} at 100M / 350M / 1B, against "
+            f"{join((b['vs_baseline'] for b in before), '.3f')} at c6945ba") in flat
+    lo, hi = mh[1]["vs_baseline_range"]
+    blo, bhi = before[1]["vs_baseline_range"]
+    assert lo > bhi and f"350M's range of rounds ({lo:.3f}-{hi:.3f}) lies above the earlier run's ({blo:.3f}-{bhi:.3f})" in flat
+    for m, b in ((mh[0], before[0]), (mh[2], before[2])):  # 100M and 1B: inside the earlier ranges
+        assert b["vs_baseline_range"][0] <= m["vs_baseline"] <= b["vs_baseline_range"][1]
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    rows = [bf.step_rows(d, 2933.0)[0] for d in docs[1:]]
+    was = [bf.step_rows(json.loads((step / f"h100_step_pesplit_{p}.json").read_text()), 2933.0)[0]
+           for p in ("100m", "350m", "1b")]
+    assert (f"its routing is {was[1]['routing_ms'] - rows[1]['routing_ms']:.2f} ms shorter ({rows[1]['routing_ms']:.2f} "
+            f"ms from {was[1]['routing_ms']:.2f}), the dout-reading backward {rows[1]['groups']['bwd']['ms']:.2f} ms from "
+            f"{was[1]['groups']['bwd']['ms']:.2f}") in flat
+    sweep = json.loads((HERE / "h100_fold_pipe_dot_sweep_62336e5.json").read_text())["summary"]
+    k350 = next(r for r in sweep if r["shape"] == "350M-train")
+    assert f"the fold kernel {k350['fold_kernel_tuned_ms']:.2f} ms from {k350['fold_kernel_today_ms']:.2f} there" in flat
+    lo0, hi0 = mh[0]["vs_baseline_range"]
+    assert (f"100M's routing is {was[0]['routing_ms'] - rows[0]['routing_ms']:.2f} ms shorter ({rows[0]['routing_ms']:.2f} "
+            f"ms from {was[0]['routing_ms']:.2f}), under the noise of its rounds ({lo0:.3f}-{hi0:.3f})") in flat
+    x = _assert_routing_groups(rows, flat)
+    assert x[0] > 1.35 >= max(x[1:]) and (
+        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
+        f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
+    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
+    assert all(s > 0 for s in short) and (
+        f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
+        f"{join(short, '.3f')} |") in flat
+    mem = [m["memory_vs_baseline"] for m in mh]
+    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
+    assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
+    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
+    assert (f"350M's routing is {-over[1]:.3f} ms and 1B's {-over[2]:.3f} ms under 1.35x its stack floor; 100M's is "
+            f"{over[0]:.3f} ms over it") in flat
+    assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
+            f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
     # "What is still missing": what 100M would need (its kernels' bytes over the stack floor's, and
     # the share of copy over them that 1.35x the stack floor asks)
     r100 = rows[0]
@@ -1118,7 +1181,9 @@ def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
             f"{r100['built_ms'] / r100['stack_ms']:.2f}x the stack floor's bytes and would need "
             f"{r100['built_ms'] / (1.35 * r100['stack_ms']):.0%} of copy over them; MHAR / baseline lacks "
             f"{join(short, '.3f')}") in flat
-
+    h100 = tables_for(KernelConfig(), "NVIDIA H100 80GB HBM3")
+    assert h100.fold_config(1024, 8, 8, 4)[2] == h100.fold_config(512, 8, 8, 4)[2] == 2
+    assert h100.fold_config(1280, 8, 8, 4)[2] == 1 and h100.pair_e_config(512, 8)[3] == 2
 
 PAIR_E_SPLIT = [HERE / f"regs_offline_2026-12-07_pair_e_split_{t}_triton3.6.json" for t in ("base_9b99332", "683b0f6")]
 

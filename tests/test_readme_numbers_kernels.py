@@ -28,7 +28,7 @@ def _readme() -> str:
 def _arms() -> dict[str, dict[str, dict]]:
     out = {}
     for p in PRESETS:
-        doc = json.loads((STEP / f"h100_step_pesplit_{p}.json").read_text())
+        doc = json.loads((STEP / f"h100_step_pipe_{p}.json").read_text())
         out[p] = {r["arm"]: r for r in doc["results"]}
     return out
 
@@ -59,7 +59,7 @@ def test_throughput_numbers_are_the_step_records():
     assert f"busy {100 * min(busy):.1f}-{100 * max(busy):.1f}% of MHAR's step" in text
     mem = [r["memory_vs_baseline"] for r in mhar]
     assert f"Peak memory {min(mem):.2f}-{max(mem):.2f}x the baseline's" in text
-    eight = {r["arm"]: r for r in json.loads((STEP / "h100_step_pesplit_100m_vocab8192.json").read_text())["results"]}["mhar"]
+    eight = {r["arm"]: r for r in json.loads((STEP / "h100_step_pipe_100m_vocab8192.json").read_text())["results"]}["mhar"]
     assert all(r["routing_forward"] == "lookahead" and r["routing_stored_norms"] for r in [eight, *mhar])
     assert f"({eight['memory_vs_baseline']:.2f}x at the study's 8,192-word vocabulary, where MHAR runs at " \
            f"{eight['vs_baseline']:.3f}x" in text
