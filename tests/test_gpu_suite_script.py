@@ -118,3 +118,22 @@ def test_the_gpu_readmes_latest_logs_are_what_the_suite_logs_say():
         assert "failed" not in counts and f"{counts['passed']} passed in {float(summary.group(2)):.0f} s" in result, name
         if "skipped" in counts:
             assert f"{counts['skipped']} skipped" in result, name
+
+
+def test_the_red_h100_log_fails_only_where_the_readme_says():
+    """tests/gpu/README.md's account of h100_1gpu_e035df5_without_hyper_wheel.log: its commit, its counts,
+    that every failure is a hyper-connections test failing on the missing package, and that the
+    held-fold cases at model depth (the pipelined rows among them) passed."""
+    import re
+
+    readme = " ".join((ROOT / "tests" / "gpu" / "README.md").read_text().split())
+    log = (ROOT / "tests" / "gpu" / "h100_1gpu_e035df5_without_hyper_wheel.log").read_text()
+    assert json.loads(re.search(r"^## code: (\{.*\})$", log, re.M).group(1))["commit"].startswith("e035df5")
+    summary = re.search(r"^## 1gpu: exit 1: =+ (\d+) failed, (\d+) passed", log, re.M)
+    failed, passed = int(summary.group(1)), int(summary.group(2))
+    assert f"{passed} passed and {failed} failed, the four hyper-connections tests" in readme and failed == 4
+    names = re.findall(r"^FAILED (\S+)", log, re.M)
+    assert len(names) == failed and all("hyper" in n for n in names)
+    assert log.count("ModuleNotFoundError: No module named 'hyper_connections'") >= failed
+    held = re.findall(r"PASSED tests/gpu/test_kernels_gpu.py::test_held_fold_at_model_depth\[(\S+)\]", log)
+    assert len(set(held)) == 5 and "the five held-fold cases at model depth among them" in readme
