@@ -61,6 +61,10 @@ def test_dry_run_plans_every_gpu_test_file_and_names_card_software_and_commit(tm
     assert software["torch"] and "triton" in software
     recorded = json.loads(log.split("## code: ", 1)[1].splitlines()[0])
     assert recorded["commit"] == code_record()["commit"] and recorded["code_sha256"] == code_record()["code_sha256"]
+    # the packages the GPU tests import beyond the GPU image, with the versions this interpreter has
+    from importlib.metadata import version
+    assert (f"## wheels: hyper_connections {version('hyper-connections')}, h5netcdf {version('h5netcdf')}\n" in log
+            and "MISSING" not in log)
     lines = proc.stdout.strip().splitlines()
     assert lines[-4] == "## summary" and lines[-1].startswith("## dry run: ")
 

@@ -27,6 +27,8 @@
 # on a fresh machine give each part its own call). The short summary is printed last: each part's
 # pytest result line and one verdict; the exit status is 0 only when every part asked for ran and
 # passed (a machine with one GPU cannot run the second part, and says so).
+# The header also names the wheels the GPU tests import beyond the GPU image (hyper_connections, h5netcdf),
+# or says which are missing (no .whl carried) before any test runs.
 # tests/test_gpu_suite_script.py runs --dry-run and --collect on a CPU.
 set -uo pipefail
 usage="usage: bash tests/gpu/run_gpu_suite.sh [--dry-run | --collect] [--only 1gpu|2gpu] [--workers N]"
@@ -86,8 +88,18 @@ print("## code:", json.dumps(code))
 if code["source"] != "stamp":
     print("## code: no stamp of this tree (python -m mhar_probe.provenance stamp before the copy); "
           "the commit is git's, which can be stale on the GPU machine")
+# what the GPU tests import beyond the GPU image (benchmarks/device_wheels.py's ROOTS): a run without
+# them (no .whl carried) fails those tests on an import, so the header says so before any test runs
+import importlib.metadata as md
+import importlib.util
+extra = {"hyper_connections": "hyper-connections", "h5netcdf": "h5netcdf"}
+have = {m: md.version(d) for m, d in extra.items() if importlib.util.find_spec(m) is not None}
+print("## wheels:", ", ".join(f"{m} {have[m]}" if m in have else f"{m} MISSING" for m in extra))
+if len(have) < len(extra):
+    print("## wheels: missing", ", ".join(m for m in extra if m not in have), "-- carry .whl "
+          "(benchmarks/device_wheels.py); the tests that import them will fail")
 EOF
-grep "^## software\|^## code" "$LOG"
+grep "^## software\|^## code\|^## wheels" "$LOG"
 
 parts=()
 [[ $only != 2gpu ]] && parts+=(1gpu)
