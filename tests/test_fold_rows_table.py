@@ -1030,6 +1030,31 @@ def _assert_routing_groups(rows: list[dict], flat: str) -> list[float]:
     return x
 
 
+def _assert_issue55_table(rows: list[dict], mh: list[dict], eight: dict, flat: str) -> tuple[list[float], list[float]]:
+    """A step section's routing groups, issue 55's table (routing met at 350M and 1B and missed at 100M,
+    MHAR / baseline missed at all three, memory met), the routing's distance from 1.35x the stack floor
+    and the 8k configuration's line, from the MHAR arms `mh` (100M, 350M, 1B) and their byte_floors rows.
+    Returns (MHAR / baseline short of its targets, routing ms over 1.35x the stack floor) per preset."""
+    vs = [m["vs_baseline"] for m in mh]
+    x = _assert_routing_groups(rows, flat)
+    assert x[0] > 1.35 >= max(x[1:]) and (
+        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
+        f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
+    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
+    assert all(s > 0 for s in short) and (
+        f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
+        f"{_join(short, '.3f')} |") in flat
+    mem = [m["memory_vs_baseline"] for m in mh]
+    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
+    assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
+    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
+    assert (f"350M's routing is {-over[1]:.3f} ms and 1B's {-over[2]:.3f} ms under 1.35x its stack floor; 100M's is "
+            f"{over[0]:.3f} ms over it") in flat
+    assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
+            f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
+    return short, over
+
+
 RSTORED_STEPS = ["h100_step_rstored_100m_vocab8192.json", "h100_step_rstored_100m.json", "h100_step_rstored_350m.json",
                  "h100_step_rstored_1b.json"]
 
@@ -1099,22 +1124,7 @@ def test_the_step_page_holds_the_pair_e_split_steps_and_issue55s_table(frt):
             f"from {was['groups']['pair_e']['ms']:.2f}), which is "
             f"{(was['routing_ms'] - rows[2]['routing_ms']) / mh[2]['profile']['device_ms_events']:.1%} of its "
             f"{mh[2]['profile']['device_ms_events']:.0f} ms step") in flat
-    x = _assert_routing_groups(rows, flat)
-    assert x[0] > 1.35 >= max(x[1:]) and (
-        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
-        f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
-    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
-    assert all(s > 0 for s in short) and (
-        f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
-        f"{join(short, '.3f')} |") in flat
-    mem = [m["memory_vs_baseline"] for m in mh]
-    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
-    assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
-    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
-    assert (f"350M's routing is {-over[1]:.3f} ms and 1B's {-over[2]:.3f} ms under 1.35x its stack floor; 100M's is "
-            f"{over[0]:.3f} ms over it") in flat
-    assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
-            f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
+    short, over = _assert_issue55_table(rows, mh, eight, flat)
 
 
 PIPE_STEPS = ["h100_step_pipe_100m_vocab8192.json", "h100_step_pipe_100m.json", "h100_step_pipe_350m.json",
@@ -1158,22 +1168,7 @@ def test_the_step_page_holds_the_pipelined_fold_steps_and_issue55s_table(frt):
     lo0, hi0 = mh[0]["vs_baseline_range"]
     assert (f"100M's routing is {was[0]['routing_ms'] - rows[0]['routing_ms']:.2f} ms shorter ({rows[0]['routing_ms']:.2f} "
             f"ms from {was[0]['routing_ms']:.2f}), under the noise of its rounds ({lo0:.3f}-{hi0:.3f})") in flat
-    x = _assert_routing_groups(rows, flat)
-    assert x[0] > 1.35 >= max(x[1:]) and (
-        f"| routing in the step <= 1.35x the stack floor | {x[0]:.3f}x | {x[1]:.3f}x | {x[2]:.3f}x | met at 350M and "
-        f"1B; missed at 100M by {x[0] - 1.35:.3f} |") in flat
-    short = [t - round(v, 3) for t, v in zip((0.90, 0.84, 0.82), vs)]
-    assert all(s > 0 for s in short) and (
-        f"| MHAR / baseline >= 0.90 / 0.84 / 0.82 | {vs[0]:.3f} | {vs[1]:.3f} | {vs[2]:.3f} | missed at all three, by "
-        f"{join(short, '.3f')} |") in flat
-    mem = [m["memory_vs_baseline"] for m in mh]
-    assert all(m <= t for m, t in zip(mem, (1.04, 1.04, 1.02)))
-    assert f"| {mem[0]:.3f}x | {mem[1]:.3f}x | {mem[2]:.3f}x | met |" in flat
-    over = [r["routing_ms"] - 1.35 * r["stack_ms"] for r in rows]
-    assert (f"350M's routing is {-over[1]:.3f} ms and 1B's {-over[2]:.3f} ms under 1.35x its stack floor; 100M's is "
-            f"{over[0]:.3f} ms over it") in flat
-    assert (f"study's 8k configuration (100M at 8,192 words) runs at {eight['vs_baseline']:.3f} of its baseline, at "
-            f"{eight['memory_vs_baseline']:.3f}x its peak memory") in flat
+    short, over = _assert_issue55_table(rows, mh, eight, flat)
     # "What is still missing": what 100M would need (its kernels' bytes over the stack floor's, and
     # the share of copy over them that 1.35x the stack floor asks)
     r100 = rows[0]
