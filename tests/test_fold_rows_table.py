@@ -1180,7 +1180,7 @@ def test_the_step_page_holds_the_pipelined_fold_steps_and_issue55s_table(frt):
     b1, m1 = arms[3]["baseline"], arms[3]["mhar"]
     lack = m1["batch"] * m1["seq"] / m1["tokens_per_s"] * 1e3 - b1["batch"] * b1["seq"] / b1["tokens_per_s"] * 1e3 / 0.82
     kflat = " ".join((HERE / "results.md").read_text().replace("`", "").split())
-    assert f"1B's step lacks {lack:.2f} ms of MHAR / baseline 0.82 (h100_step_pipe_1b.json)" in kflat
+    assert f"1B's step lacks {lack:.2f} ms of MHAR / baseline 0.82 (benchmarks/train_throughput/h100_step_pipe_1b.json)" in kflat
     h100 = tables_for(KernelConfig(), "NVIDIA H100 80GB HBM3")
     assert h100.fold_config(1024, 8, 8, 4)[2] == h100.fold_config(512, 8, 8, 4)[2] == 2
     assert h100.fold_config(1280, 8, 8, 4)[2] == 1 and h100.pair_e_config(512, 8)[3] == 2
