@@ -834,8 +834,7 @@ class _StackState:
                 num_warps, maxnreg)
             self._frontier = call
             return
-        # a held row at a fold its kernel does not serve: the reader loop, one source an iteration
-        sources = sources if sources in (1, 2) else 1
+        sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),

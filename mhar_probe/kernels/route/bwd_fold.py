@@ -46,7 +46,7 @@ from dataclasses import dataclass
 import triton
 import triton.language as tl
 
-from mhar_probe.kernels.launch import Launcher, next_pow2
+from mhar_probe.kernels.launch import Launcher
 from mhar_probe.kernels.route.bwd import source_grad_split
 from mhar_probe.kernels.route.bwd_collect import (
     _gather_collect, _head_sum, _reader_index, _tile_cols,
