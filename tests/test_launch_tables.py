@@ -162,6 +162,19 @@ def test_device_rows_round_trip_and_bad_entries_are_refused(tmp_path):
             load_tables(tmp_path / "bad.json")
 
 
+def test_pair_e_rows_written_before_the_heads_column_take_one_head(tmp_path):
+    """A tuned file's pair_e row of five integers (d, HM, block_c, block_p, num_warps: the format before
+    2026-12-07) loads with one column block a program; a row of four or seven is refused in one line."""
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"pair_e": [[1280, 8, 32, 16, 8]], "devices": {H100: {"pair_e": [[512, 8, 16, 32, 4]]}}}))
+    old = load_tables(path)
+    assert old.pair_e == {(1280, 8): (32, 16, 8, 1)} and old.devices[H100].pair_e == {(512, 8): (16, 32, 4, 1)}
+    assert tables_for(KernelConfig(launch_table=str(path)), H100).pair_e_config(512, 8) == (16, 32, 4, 1)
+    for row in ([1280, 8, 32, 16], [1280, 8, 32, 16, 8, 2, 1]):
+        path.write_text(json.dumps({"pair_e": [row]}))
+        with pytest.raises(UserError, match="old.json: a pair_e row .*heads"):
+            load_tables(path)
+
 def test_card_name(monkeypatch):
     """A CUDA device's name as torch reports it (asked once per device index); None elsewhere."""
     assert card_name(torch.device("cpu")) is None

@@ -19,7 +19,8 @@ stages) and maxnreg are its own, block_p and loads_first unused),
 where it serves the fold, else the reader loop with one source per iteration. Where a shape has
 no fold row (tables written before the kind existed among them) the fold runs under the gather's
 row with one source per iteration, as it did before it had a kind of its own. pair_e's `heads`
-is the column blocks (one a head at the presets) a program takes, 1 or 2 (HB; more is taken as 2).
+is the column blocks (one a head at the presets) a program takes, 1 or 2 (HB; more is taken as 2); a
+pair_e row without it (files written before the column) takes 1.
 
 `bytes` is the storage width a row was swept for (bytes per forward output / stored dout
 element); 0 matches any width and is used where no row names the chain's width. maxnreg 0: no
@@ -180,6 +181,8 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
         nk, nv = len(KEY_COLUMNS[kind]), len(VALUE_COLUMNS[kind])
         rows = {}
         for row in data.get(kind, []):
+            if kind == "pair_e" and isinstance(row, list) and len(row) == nk + nv - 1:
+                row = [*row, 1]  # written before the `heads` column (2026-12-07): one column block a program
             if not isinstance(row, list) or len(row) != nk + nv or not all(isinstance(x, (int, bool)) for x in row):
                 raise UserError(f"launch table {path}: a {kind} row is {row}; expected {nk + nv} integers "
                                 f"({', '.join(KEY_COLUMNS[kind] + VALUE_COLUMNS[kind])})")
