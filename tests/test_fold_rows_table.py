@@ -404,6 +404,32 @@ def test_kernels_readme_quotes_the_held_kernels_records(frt):
     assert f"is 73 x 2048 x 1280, {100 * 73 * 2048 * 1280 / INT32_ELEMENTS:.0f}% of it" in text
 
 
+def test_kernels_readme_quotes_the_pipelined_fold_and_pair_e_records(frt):
+    """mhar_probe/kernels/README.md's numbers for the pipelined held fold, pair_e's two heads and the
+    deleted dot fold, from the one sweep call at 62336e5 (each against the card's row in its process)."""
+    text = " ".join((ROOT / "mhar_probe" / "kernels" / "README.md").read_text().split())
+    fold, pair_e = (json.loads(p.read_text())["rows"] for p in PIPE_DOT)
+
+    def swept(rows, shape, kind):
+        return [r for r in rows if r["shape"] == shape and r["what"] == f"sweep:{kind}"]
+
+    def vs_card(shape, name):
+        rows = swept(fold, shape, "fold")
+        return [frt.fold_ms(r) / frt.fold_ms(rows[0]) for r in rows[1:] if frt.timed_fold_name(r).startswith(name)]
+
+    cut = {s: 1 - min(vs_card(s, "held, pipelined")) for s in ("350M-train", "100M-train")}
+    assert (f"cut the fold kernel by {cut['350M-train']:.0%} at 350M and {cut['100M-train']:.0%} at 100M and is "
+            f"their row; at 1B it lost ({min(vs_card('1B-train', 'held, pipelined')):.2f}x)") in text
+    dots = [x for s in frt.SHAPES for x in vs_card(s, "dot")]
+    assert f"2026-12-07: {min(dots):.2f}-{max(dots):.2f}x the held kernel's time" in text
+
+    def two(shape):
+        ms = {tuple(r["cfg"]): frt._kernel_ms(r, ("pair_e",)) for r in swept(pair_e, shape, "pair_e")}
+        return ms[(16, 16, 4, 2)] / ms[(16, 16, 4, 1)]
+
+    lost = sorted(two(s) for s in ("350M-train", "1B-train"))
+    assert f"in L1: {two('100M-train'):.2f}x at 100M on the H100, its row there; {lost[0]:.2f}-{lost[1]:.2f}x at 350M and 1B" in text
+
 def test_results_page_holds_the_backends_and_forward_tables(frt):
     """kernels/results.md's section "H100: every backend in one process, and the forward": its four
     tables are the committed records' (the kernel table, the forward's profile, the two-source
