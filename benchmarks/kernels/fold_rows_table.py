@@ -377,24 +377,29 @@ def render_dot_offline(path: Path) -> str:
 def timed_fold_name(row: dict) -> str:
     """What a fold sweep row ran, by the kernel its profile names: `held` (the card's row),
     `held, pipelined` (a held row's prefetch 2: the source loop under Triton's pipeliner, 62336e5's
-    tree on), or `dot, chunks of JC[, S stages][, w held]` (62336e5's `stack_fold_dot_kernel`, deleted)."""
+    tree on; 3: `..., narrow tile a source ahead`, 4: `..., 2 stages`, e165915's tree on), or `dot, chunks of JC[, S stages][, w held]` (62336e5's `stack_fold_dot_kernel`, deleted)."""
     cfg = row["cfg"]
     if any(k.startswith("stack_fold_dot") for k in row["kernels_ms"]):
         return (f"dot, {cfg[1]} warps, chunks of {cfg[5]}" + (f", {cfg[2] + 1} stages" if cfg[2] else "")
                 + (", w held" if cfg[4] else ""))
-    return "held, pipelined" if cfg[2] == 2 else "held"
+    return {2: "held, pipelined", 3: "held, pipelined, narrow tile a source ahead",
+            4: "held, pipelined, 2 stages"}.get(cfg[2], "held")
 
 
-def render_pipe_dot(fold_path: Path, pair_e_path: Path) -> str:
+def render_pipe_dot(fold_path: Path, pair_e_path: Path | None = None) -> str:
     """One sweep call's timing of the fold rows (the pipelined held kernel and the dot kernel) and
     of pair_e's two heads a program: per shape and row its kernel's device ms (median of the
     sweep's profiled runs) over the card's row in the same process (the first row each kind swept),
-    and its gradients' largest relative difference from the card's row."""
+    and its gradients' largest relative difference from the card's row. Without `pair_e_path`: the
+    fold rows alone (mode `held-stages`)."""
     lines = ["| shape | kernel | row | ms | x the card's row | gradients vs the card's row |",
              "|---|---|---|---:|---:|---:|"]
+    kinds = [(fold_path, "fold", ("stack_fold",))] + ([(pair_e_path, "pair_e", ("pair_e",))] if pair_e_path else [])
     for shape in SHAPES:
-        for path, kind, prefix in [(fold_path, "fold", ("stack_fold",)), (pair_e_path, "pair_e", ("pair_e",))]:
+        for path, kind, prefix in kinds:
             rows = [r for r in json.loads(path.read_text())["rows"] if r["shape"] == shape and r["what"] == f"sweep:{kind}"]
+            if not rows:  # a sweep of some shapes
+                continue
             card = _kernel_ms(rows[0], prefix)
             for i, r in enumerate(sorted(rows[1:], key=lambda r: _kernel_ms(r, prefix))):
                 name = timed_fold_name(r) if kind == "fold" else f"pair_e, {r['cfg'][3]} head{'s' if r['cfg'][3] > 1 else ''} a program"
@@ -635,6 +640,7 @@ RENDER = {
     "pair-e-hb-offline": lambda f, a, b: render_pair_e_hb_offline(*f),
     "dot-offline": lambda f, a, b: render_dot_offline(f[0]),
     "pipe-dot": lambda f, a, b: render_pipe_dot(*f),
+    "held-stages": lambda f, a, b: render_pipe_dot(f[0]),
     "stored-r-offline": lambda f, a, b: render_stored_r_offline(f),
 }
 #: mode -> (how many files it takes, what they are), for the modes that take a fixed number
@@ -648,6 +654,7 @@ FILES = {
     "pair-e-hb-offline": (2, "two files, main's regs_offline.py --kernels pair_e record, then the variant's"),
     "dot-offline": (1, "one file, regs_offline.py's --kernels fold_rows --dense --loops record with dot rows"),
     "pipe-dot": (2, "two files, the fold rows' launch_sweep.py --out record, then pair_e's"),
+    "held-stages": (1, "one file, the held rows' launch_sweep.py --out record (prefetch 1-4)"),
     "fwd-rows": (1, "one file, the forward's launch_sweep.py --out record"),
     "fwd-offline": (1, "one file, regs_offline.py's --kernels fwd record"),
     "stored-r-offline": (4, "four files, regs_offline.py's fwd and fold records of the base tree (*_base_*) "
