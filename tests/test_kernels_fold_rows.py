@@ -21,7 +21,7 @@ triton = pytest.importorskip("triton")
 import mhar_probe.kernels.route.autograd as kad  # noqa: E402
 from mhar_probe.errors import UserError  # noqa: E402
 from mhar_probe.kernels.launch_tables import BUILTIN, LaunchTables, load_tables  # noqa: E402
-from mhar_probe.kernels.route.bwd_fold import HELD_PREFETCH, BackwardLaunch, backward_plan  # noqa: E402
+from mhar_probe.kernels.route.bwd_fold import BackwardLaunch, backward_plan  # noqa: E402
 
 from kernel_checks import EPS, poisoned, poisoned_stack, rel, spy_launcher  # noqa: E402
 from kernel_checks import split_e  # noqa: E402,F401 (the fixture applies here)
@@ -47,8 +47,7 @@ def launches(monkeypatch):
 
     def spy_held(grid, args, consts, *rest):  # the held kernel: (SOURCES 0, PREFETCH)
         seen.append(BackwardLaunch("fold", args[14], args[14] + consts["CB"], 0, args[15], not args[16], True))
-        mode = (consts["PREFETCH"], consts["STAGES"], int(consts.get("NARROW_AHEAD", 0)))
-        fold_consts.append((0, {v: k for k, v in HELD_PREFETCH.items()}[mode]))  # the row's prefetch
+        fold_consts.append((0, 2 if consts["STAGES"] > 1 else consts["PREFETCH"]))  # prefetch 2: pipelined
         held(grid, args, consts, *rest)
 
     monkeypatch.setattr(kad, "STACK_GATHER", spy_gather)
@@ -159,7 +158,7 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
         assert all(torch.equal(a, b) for a, b in zip(got, want)), (dense_row, masked_row)
 
 
-# held rows: (1, warps, prefetch 0-4 (`HELD_PREFETCH`), 0, 0, 0); one head count for every call (the model's)
+# held rows: (1, warps, prefetch 0 / 1 / 2 (pipelined), 0, 0, 0); one head count for every call (the model's)
 @pytest.mark.parametrize("stored_r", [True, False])
 @pytest.mark.parametrize("D,H,fold_calls,S,row", [
     (40, 4, 2, 6, (1, 2, 1, 0, 0, 0)),  # d/H = 10: two tiles, 8 + 2; three folds
@@ -167,10 +166,6 @@ def test_dense_folds_are_bitwise_the_masked_ones(tmp_path, monkeypatch):
     (24, 2, 4, 9, (1, 4, 1, 0, 0, 0)),  # d/H = 12 (8 + 4), blocks of four readers
     (32, 4, 2, 6, (1, 8, 0, 0, 0, 0)),  # d/H = 8: one tile
     (40, 4, 2, 6, (1, 2, 2, 0, 0, 0)),  # prefetch 2: the source loop under Triton's pipeliner, 3 stages
-    (40, 4, 2, 6, (1, 2, 3, 0, 0, 0)),  # prefetch 3: pipelined, the narrow tile (2 of 10) one source ahead
-    (96, 32, 2, 7, (1, 1, 3, 0, 0, 0)),  # ... H = 32, d/H = 3 (2 + 1)
-    (32, 4, 2, 6, (1, 8, 3, 0, 0, 0)),  # ... one tile: no narrow tile to carry
-    (24, 2, 4, 9, (1, 4, 4, 0, 0, 0)),  # prefetch 4: the pipeliner at 2 stages, blocks of four readers
 ])
 def test_held_fold_matches_float64_and_repeats_bitwise(tmp_path, monkeypatch, launches, held_r_stored, D, H,
                                                       fold_calls, S, row, stored_r):
@@ -311,11 +306,7 @@ def test_fold_rows_load_and_fall_back_to_the_gather_row(tmp_path):
     held = LaunchTables(fold={(1024, 8, 8, 4): (1, 8, 1, 128, 0, 0)})
     held.dump(tmp_path / "held.json")
     assert load_tables(tmp_path / "held.json").fold_config(1024, 8, 8, 4) == (1, 8, 1, 128, False, 0)
-    held4 = LaunchTables(fold={(1280, 8, 8, 4): (1, 8, 4, 0, 0, 0)})  # a held row's prefetch runs to 4
-    held4.dump(tmp_path / "held4.json")
-    assert load_tables(tmp_path / "held4.json").fold_config(1280, 8, 8, 4)[2] == 4
     for bad in ([512, 8, 8, 4, 1, 1, 1, 0, 0, 3], [512, 8, 8, 4, 1, 1, 3, 0, 0, 1], [512, 8, 8, 4, 1, 1, 1, 0, 0],
-                [512, 8, 8, 4, 1, 8, 5, 0, 0, 0], [512, 8, 8, 4, 1, 1, 4, 0, 0, 2],
                 [512, 8, 8, 4, 1, 1, 1, 0, 0, -1]):
         (tmp_path / "bad.json").write_text(json.dumps({"fold": [bad]}))
         with pytest.raises(UserError, match="bad.json"):

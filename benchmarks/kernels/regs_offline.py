@@ -38,7 +38,7 @@ from mhar_probe.kernels.route.bwd import stack_bwd_kernel, stack_bwd_split_kerne
 from mhar_probe.kernels import KernelConfig
 from mhar_probe.kernels.launch_tables import tables_for
 from mhar_probe.kernels.route.bwd_collect import e_tiles, narrow_tile_vec, pair_e_kernel, stack_gather_kernel
-from mhar_probe.kernels.route.bwd_fold import HELD_PREFETCH, stack_fold_held_kernel, stack_fold_kernel
+from mhar_probe.kernels.route.bwd_fold import stack_fold_held_kernel, stack_fold_kernel
 from mhar_probe.kernels.route.fwd import W_ROWS, W_STAGES, head_split, route_fwd_kernel, route_fwd_split_kernel
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -160,7 +160,7 @@ def gather_fold_job(d: int, cfg: tuple) -> tuple:
 
 def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     """stack_fold_kernel (kernels/route/bwd_fold.py) at a gather launch-table row, or at a fold row
-    (six values: its prefetch 0-2 (0-4 held: `HELD_PREFETCH`) and sources per iteration last; sources 0: stack_fold_held_kernel,
+    (six values: its prefetch 0-2 and sources per iteration last; sources 0: stack_fold_held_kernel,
     the block of 8 readers held; the dot kernel's rows of regs_offline_2026-12-07_fold_dot_d0855db_triton3.6.json
     ran d0855db's stack_fold_dot_kernel, deleted); `dense`: its DENSE reader loop (the model's
     folds), else the masked one."""
@@ -173,9 +173,8 @@ def fold_job(d: int, cfg: tuple, dense: bool = False) -> tuple:
     if len(cfg) > 5 and cfg[5] == 0:  # a held row: stack_fold_held_kernel over blocks of 8 readers
         held = {**{k: v for k, v in types.items() if k not in ("CALL_N", "CALL_H", "top1")}, "RN": F32}
         return stack_fold_held_kernel, held, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
-                                                  CB=8, PREFETCH=HELD_PREFETCH[cfg[2]][0], R_STORED=1,
-                                                  STAGES=HELD_PREFETCH[cfg[2]][1],
-                                                  NARROW_AHEAD=HELD_PREFETCH[cfg[2]][2])
+                                                  CB=8, PREFETCH=int(cfg[2] == 1), R_STORED=1,
+                                                  STAGES=3 if cfg[2] == 2 else 1)
     return stack_fold_kernel, types, dict(D=d, HM=H, KM=K, KA=ka, BLOCK_KA=bka, KB=kb, BLOCK_KB=bkb,
                                           BLOCK_P=cfg[0], PREFETCH=int(cfg[2]), SAME_H=True,
                                           VEC_B=narrow_tile_vec(cfg[0], cfg[1], H, bka, bkb, 2),

@@ -14,8 +14,7 @@ A table file holds one list of rows per kernel, each row its key columns then it
 The fold kernel's row: the gather's values, prefetch 0 / 1 / 2 (2: the next reader's w, shift
 and S' loaded with its dout as well), and `sources` 1 or 2 (sources per iteration of its reader
 loop, sharing each dout load), or 0: `stack_fold_held_kernel` (the block's douts held, the loop
-over sources; num_warps, prefetch 0-4 (`bwd_fold.HELD_PREFETCH`: 2 the source loop under Triton's
-pipeliner, three stages; 3 the same with the narrow tile one source ahead in registers; 4 two
+over sources; num_warps, prefetch 0 / 1 / 2 (2: the source loop under Triton's pipeliner, three
 stages) and maxnreg are its own, block_p and loads_first unused),
 where it serves the fold, else the reader loop with one source per iteration. Where a shape has
 no fold row (tables written before the kind existed among them) the fold runs under the gather's
@@ -137,7 +136,7 @@ class LaunchTables:
 
     def fold_config(self, d: int, num_heads: int, max_heads: int, dout_bytes: int = 0
                     ) -> tuple[int, int, int, int | None, bool, int]:
-        """(BLOCK_P, num_warps, prefetch 0-2 (0-4 held), maxnreg, loads_first, sources per iteration) of
+        """(BLOCK_P, num_warps, prefetch 0-2, maxnreg, loads_first, sources per iteration) of
         stack_fold_kernel: its own row (one naming `dout_bytes` first), else the gather's row
         (`gather_config`) with one source per iteration."""
         hit = self.fold.get((d, num_heads, max_heads, dout_bytes)) or self.fold.get((d, num_heads, max_heads, 0))
@@ -191,10 +190,9 @@ def _parse_rows(data: dict, path: str) -> dict[str, dict[tuple[int, ...], tuple[
             if kind == "fwd" and val[3] < 2:
                 raise UserError(f"launch table {path}: fwd row {row} has {val[3]} stages; the forward's "
                                 "loop runs under Triton's pipeliner with 2 or more")
-            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in ((0, 1, 2, 3, 4) if val[5] == 0 else (0, 1, 2))):
+            if kind == "fold" and (val[5] not in (0, 1, 2) or val[2] not in (0, 1, 2)):
                 raise UserError(f"launch table {path}: fold row {row} has prefetch {val[2]} and sources "
-                                f"{val[5]}; prefetch is 0, 1 or 2 (0-4 with sources 0, the held kernel) and "
-                                "sources 0, 1 or 2")
+                                f"{val[5]}; prefetch is 0, 1 or 2 and sources 0 (the held kernel), 1 or 2")
             rows[key] = val
         tables[kind] = rows
     return tables

@@ -33,7 +33,7 @@ from mhar_probe.kernels.route.bwd import ROUTE_BWD_LOCAL, STACK_BWD, STACK_BWD_S
 from mhar_probe.kernels.route.bwd_collect import (
     STACK_GATHER, e_splits, launch_collect_dqdg, launch_pair_e, narrow_tile_vec, pair_e_plan, tile_split,
 )
-from mhar_probe.kernels.route.bwd_fold import HELD_PREFETCH, STACK_FOLD, STACK_FOLD_HELD, fold_due
+from mhar_probe.kernels.route.bwd_fold import STACK_FOLD, STACK_FOLD_HELD, fold_due
 from mhar_probe.kernels.route.fwd import ForwardAhead, head_split, launch_route_fwd, rounding_flags, route_fwd_kernel
 
 
@@ -824,19 +824,17 @@ class _StackState:
         t = self._tables
         dstride, dbase = self._dout_slots()
         if held and dense and self._same_h and readers & (readers - 1) == 0:
-            ahead, stages, narrow_ahead = HELD_PREFETCH[prefetch]
             STACK_FOLD_HELD(P, (
                 self.row0, self.rows, P * D, self._dout_buf, dstride, dbase, self._w_flat, self._d_flat,
                 self._sh_flat, self._s_flat, self._u, t[2], t[3], self._acc, call, rec.j0, int(first), P,
                 rec.eps, self._rnorm), dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb,
-                                            BLOCK_KB=block_kb, CB=readers, PREFETCH=ahead,
+                                            BLOCK_KB=block_kb, CB=readers, PREFETCH=int(prefetch == 1),
                                             R_STORED=int(self._sources_have_r(rec.j0, rec.eps)),
-                                            STAGES=stages, NARROW_AHEAD=narrow_ahead),
+                                            STAGES=3 if prefetch == 2 else 1),
                 num_warps, maxnreg)
             self._frontier = call
             return
         sources = max(sources, 1)  # a held row at a fold the held kernel does not serve: the reader loop
-        prefetch = min(prefetch, 2)  # ... whose prefetch is 0-2 (a held row's 3 / 4 pipeline like 2)
         consts = dict(D=D, HM=self._hmax, KM=KM, KA=ka, BLOCK_KA=block_ka, KB=kb, BLOCK_KB=block_kb,
                       BLOCK_P=block_p, PREFETCH=prefetch, SAME_H=self._same_h,
                       VEC_B=narrow_tile_vec(block_p, num_warps, self._hmax, block_ka, block_kb, self._row_bytes()),

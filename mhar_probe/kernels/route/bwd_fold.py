@@ -313,7 +313,7 @@ def stack_fold_held_kernel(
     RN,  # [>= jf, P] fp32 (R_STORED): r_j of every source, stored by the forward
     D: tl.constexpr, HM: tl.constexpr, KM: tl.constexpr, KA: tl.constexpr, BLOCK_KA: tl.constexpr,
     KB: tl.constexpr, BLOCK_KB: tl.constexpr, CB: tl.constexpr, PREFETCH: tl.constexpr,
-    R_STORED: tl.constexpr, STAGES: tl.constexpr, NARROW_AHEAD: tl.constexpr = False,
+    R_STORED: tl.constexpr, STAGES: tl.constexpr,
 ):
     """`stack_fold_kernel`'s sums with the loops turned over: one program per position holds the
     block's CB douts and q g rows in registers ([HM, CB, KA] and [KB, HM, CB], every dout read
@@ -327,9 +327,7 @@ def stack_fold_held_kernel(
     so the sums over the readers stay within a thread and per source only v_j, ACC_j and the
     per-head rows move (PREFETCH 1: source j + 1's loaded while j is summed; STAGES > 1, with
     PREFETCH 0: the loop's loads under Triton's pipeliner, STAGES - 1 sources ahead through shared
-    memory; NARROW_AHEAD, with STAGES > 1: the narrow tile's row and accumulator loaded one source
-    ahead in registers instead, so that only the wide tile's, w's and r's loads are pipelined).
-    r_j and
+    memory). r_j and
     <a_j, v_j> take one exchange across the warps together; R_STORED: r_j is the forward's
     (`route_fwd_kernel`'s stored r, 4 bytes a position), loaded, and only <a_j, v_j> is summed
     across the warps.
@@ -405,16 +403,9 @@ def stack_fold_held_kernel(
             if R_STORED:
                 r = tl.load(RN + j * P + p)
             if TWO:
-                if NARROW_AHEAD:
-                    vb = nvb
-                    accb = nab
-                    moreb = (colb * 0 + j + 1) < jf
-                    nvb = tl.load(V + (j + 1) * stride_vn + rowb, mask=cmaskb & moreb, other=0.0).to(tl.float32)
-                    nab = tl.load(ACC + (j + 1) * PD + rowb, mask=readb & moreb, other=0.0)
-                else:
-                    vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
-                                                    other=0.0).to(tl.float32))
-                    accb = tl.load(ACC + j * PD + rowb, mask=readb, other=0.0)
+                vb = tl.where(is0, nvb, tl.load(V + j * stride_vn + rowb, mask=cmaskb & ((colb * 0 + j) > 0),
+                                                other=0.0).to(tl.float32))
+                accb = tl.load(ACC + j * PD + rowb, mask=readb, other=0.0)
         ds = tl.sum(da * va[:, None, :], axis=2)  # [HM, CB]
         if TWO:
             ds += tl.sum(db * vb[:, :, None], axis=0)
@@ -443,12 +434,6 @@ def stack_fold_held_kernel(
 
 
 STACK_FOLD_HELD = Launcher(stack_fold_held_kernel)
-
-#: a held fold row's prefetch -> (PREFETCH, STAGES, NARROW_AHEAD) of `stack_fold_held_kernel`:
-#: 0 none, 1 the next source in registers, 2 the source loop under Triton's pipeliner (3 stages),
-#: 3 as 2 with the narrow tile (d/H like 160 = 128 + 32) one source ahead in registers instead,
-#: 4 the pipeliner at 2 stages
-HELD_PREFETCH = {0: (0, 1, 0), 1: (1, 1, 0), 2: (0, 3, 0), 3: (0, 3, 1), 4: (0, 2, 0)}
 
 
 # ------------------------------------------------------------------ the plan and its bytes
