@@ -62,15 +62,16 @@ def test_figures_read_the_topic_folders(tmp_path):
     assert presets == {"100m", "350m", "1b"}  # one file, a row per preset and arm
     speedups = report.made["table_kernel_speed"][0].data["graph_speedups"]
     assert speedups and all(v is not None and v > 1 for v in speedups.values())
-    # the newest run per card, shape and H: the 12-06 H100 kernel tables supersede results_h100.json (11-27),
-    # 1B at H = 1 comes from its run with FLA in the process (same date; the later name), and every shape
-    # at H = 8 from the 12-07 table (which supersedes the 12-06 1B file entirely)
-    assert {name for name, _, _ in speedups} == {"results_h200.json", "h100_kernel_table_734ef24.json",
+    # the newest run per card, shape and H: the H100 kernel tables supersede results_h100.json (11-27),
+    # 1B at H = 1 comes from its 12-06 run with FLA in the process, 100M and 350M at H = 1 from their
+    # 12-07 runs with FLA (which supersede the 12-06 734ef24 table entirely), and every shape at H = 8
+    # from the 12-07 table (which supersedes the 12-06 1B file entirely)
+    assert {name for name, _, _ in speedups} == {"results_h200.json", "h100_kernel_table_100m_fla_ec96206.json",
+                                                 "h100_kernel_table_350m_fla_ec96206.json",
                                                  "h100_kernel_table_1b_fla_ce3036b.json",
                                                  "h100_kernel_table_h8_34f0258.json"}
     assert {(shape, H) for name, shape, H in speedups if name == "h100_kernel_table_1b_fla_ce3036b.json"} == {("1B", 1)}
     assert {(shape, H) for name, shape, H in speedups if name == "h100_kernel_table_h8_34f0258.json"} == \
         {("100M", 8), ("350M", 8), ("1B", 8)}
-    assert {(shape, H) for name, shape, H in speedups if name == "h100_kernel_table_734ef24.json"} == \
-        {("100M", 1), ("350M", 1)}
+    assert {(shape, H) for name, shape, H in speedups if "ec96206" in name} == {("100M", 1), ("350M", 1)}
     assert len(speedups) == 12  # 3 shapes x H 1, 8 on each card

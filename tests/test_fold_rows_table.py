@@ -429,6 +429,13 @@ def test_kernels_readme_quotes_the_pipelined_fold_and_pair_e_records(frt):
 
     lost = sorted(two(s) for s in ("350M-train", "1B-train"))
     assert f"in L1: {two('100M-train'):.2f}x at 100M on the H100, its row there; {lost[0]:.2f}-{lost[1]:.2f}x at 350M and 1B" in text
+    # the deleted prefetch 3 / 4 (the narrow tile a source ahead; two stages), from the ec96206 sweep
+    rows = [r for r in json.loads(STAGES_SWEEP.read_text())["rows"] if r["what"] == "sweep:fold"]
+    card = {s: frt.fold_ms(next(r for r in rows if r["shape"] == s)) for s in frt.SHAPES}
+    three = frt.fold_ms(next(r for r in rows if r["shape"] == "1B-train" and r["cfg"][2] == 3)) / card["1B-train"]
+    four = [frt.fold_ms(r) / card[r["shape"]] for r in rows if r["cfg"][2] == 4]
+    assert f"with that tile a source ahead in registers it lost by {three:.2f}x (deleted)" in text
+    assert f"2026-12-07: {three:.2f}x at 1B (prefetch 3); {min(four):.2f}-{max(four):.2f}x (prefetch 4)" in text
 
 def test_results_page_holds_the_backends_and_forward_tables(frt):
     """kernels/results.md's section "H100: every backend in one process, and the forward": its four
@@ -1520,3 +1527,75 @@ def test_results_page_holds_the_pipelined_and_dot_fold_timing(frt):
     assert max(r["grad_rel_err"] for r in pair_e if r["what"] == "sweep:pair_e") == 0.0
     worst = max(r["grad_rel_err"] for r in fold if r["what"] == "sweep:fold")
     assert worst <= 2 ** -8 * 1.0001 and f"by at most {worst:.1e} of a gradient's largest value".replace("e-0", "e-") in flat
+
+
+STAGES_SWEEP = HERE / "h100_fold_held_stages_sweep_ec96206.json"
+STAGES_OFFLINE = HERE / "regs_offline_2026-12-07_fold_held_stages_triton3.6.json"
+H1_EC96206 = [HERE / "h100_kernel_table_100m_fla_ec96206.json", HERE / "h100_kernel_table_350m_fla_ec96206.json"]
+
+
+def test_results_page_holds_the_held_fold_stages_timing(frt):
+    """results.md's "the held fold's narrow tile a source ahead, and its pipeliner at two stages": both
+    tables as rendered from the committed records, and the prose recomputed from the sweep's rows (1B's
+    three pipelined rows against the card's, two stages against the card's and against three, the card's
+    rows against the 62336e5 call's, the gradients)."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_pipe_dot(STAGES_SWEEP) in page
+    assert frt.render_held_rows_offline(STAGES_OFFLINE) in page
+    flat = " ".join(page.replace("`", "").replace("**", "").split())
+    rows = [r for r in json.loads(STAGES_SWEEP.read_text())["rows"] if r["what"] == "sweep:fold"]
+    ms = {(r["shape"], tuple(r["cfg"])): frt.fold_ms(r) for r in rows}
+    shapes = ("1B-train", "350M-train", "100M-train")
+    card = {s: next(r for r in rows if r["shape"] == s) for s in shapes}  # the first row swept: the card's
+    cms = {s: frt.fold_ms(card[s]) for s in shapes}
+    p2, p3 = ms["1B-train", (1, 8, 2, 0, 0, 0)], ms["1B-train", (1, 8, 3, 0, 0, 0)]
+    assert cms["1B-train"] < p3 < p2
+    assert (f"(1, 8, 3, 0, 0, 0), took {p3:.3f} ms against {p2:.3f} for the same row pipelining both tiles, but "
+            f"the card's row, one source ahead in registers for both tiles, still took {cms['1B-train']:.3f} ms "
+            f"({p3 / cms['1B-train']:.2f}x)") in flat
+    two = [ms[s, (1, 8, 4, 0, 0, 0)] for s in shapes]
+    three = [ms[s, (1, 8, 2, 0, 0, 0)] for s in shapes]
+    assert all(t > cms[s] for t, s in zip(two, shapes))
+    assert (f"(1, 8, 4, 0, 0, 0) took {' / '.join(f'{t / cms[s]:.2f}x' for t, s in zip(two, shapes))} the card's "
+            f"row at 1B / 350M / 100M, and {' / '.join(f'{t / u:.2f}x' for t, u in zip(two, three))} the same row "
+            "at three stages") in flat
+    old = [r for r in json.loads(PIPE_DOT[0].read_text())["rows"] if r["what"] == "sweep:fold"]
+    before = [frt.fold_ms(next(r for r in old if r["shape"] == s and tuple(r["cfg"]) == tuple(card[s]["cfg"])))
+              for s in shapes]
+    assert (f"{' / '.join(f'{cms[s]:.3f}' for s in shapes)} ms at 1B / 350M / 100M, against "
+            f"{' / '.join(f'{b:.3f}' for b in before)} in the 62336e5 call") in flat
+    assert max(r["grad_rel_err"] for r in rows if r["shape"] == "1B-train" and r["cfg"][1] == 8) == 0.0
+    assert f"elsewhere within {max(r['grad_rel_err'] for r in rows):.1e}".replace("e-0", "e-") in flat
+
+
+def test_results_page_holds_the_h1_kernel_table_of_ec96206(frt):
+    """results.md's "the kernel table at H = 1 with FLA, 100M and 350M": the table as rendered from the
+    two records, and the prose's ratios, floors and copy bandwidths recomputed from them and from the
+    734ef24 table before them."""
+    page = (HERE / "results.md").read_text()
+    assert frt.render_backends(H1_EC96206) in page
+    flat = " ".join(page.replace("`", "").replace("**", "").split())
+    docs = [json.loads(p.read_text()) for p in H1_EC96206]
+    by = {(r["shape"], r["backend"]): r for d in docs for r in d["rows"]}
+    prev = {(r["shape"], r["backend"]): r for r in json.loads((HERE / "h100_kernel_table_734ef24.json").read_text())["rows"]
+            if r["H"] == 1}
+
+    def ratio(table, s, b):
+        return table[s, b]["graph_fwdbwd_ms"] / table[s, "triton"]["graph_fwdbwd_ms"]
+
+    def j(vals, fmt):  # "3.2x / 3.8x"
+        return " / ".join(format(v, fmt) + "x" for v in vals)
+
+    shapes = ("100M", "350M")
+    assert (f"Triton is {j((ratio(by, s, 'fla') for s in shapes), '.1f')} faster than FLA at 100M / 350M "
+            f"({j((ratio(prev, s, 'fla') for s in shapes), '.1f')} at 734ef24), "
+            f"{j((ratio(by, s, 'compile') for s in shapes), '.1f')} than torch.compile and "
+            f"{j((ratio(by, s, 'eager') for s in shapes), '.1f')} than eager") in flat
+    new = {s: by[s, "triton"] for s in shapes}
+    old = {s: prev[s, "triton"] for s in shapes}
+    x = {s: 1 / new[s]["graph_floor_fraction"] for s in shapes}
+    assert x["350M"] < 1.5 < min(1 / old["350M"]["graph_floor_fraction"], x["100M"])
+    assert (f"{new['350M']['graph_fwdbwd_ms']:.3f} ms, {x['350M']:.2f}x ({old['350M']['graph_fwdbwd_ms']:.3f} ms and "
+            f"{1 / old['350M']['graph_floor_fraction']:.2f}x at 734ef24); 100M's is {new['100M']['graph_fwdbwd_ms']:.3f} "
+            f"ms, {x['100M']:.2f}x ({old['100M']['graph_fwdbwd_ms']:.3f} ms and {1 / old['100M']['graph_floor_fraction']:.2f}x)") in flat
+    assert f"copy bandwidth {' / '.join(format(d['meta']['copy_gbps'], '.0f') for d in docs)} GB/s" in flat

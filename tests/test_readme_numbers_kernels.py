@@ -1,7 +1,8 @@
 """The README's speed numbers ("Numbers (H100, ...)" under the kernels' section), each recomputed
 from the committed records it names: the H100 training steps with the held fold kernel and the
 forward's lookahead (benchmarks/train_throughput/h100_step_ahead_*.json, its arm ARM), the routing's floors (byte_floors.py), the
-kernel table (benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json, ..._1b_fla_ce3036b.json, ..._h8_34f0258.json)
+kernel table (benchmarks/kernels/h100_kernel_table{,_1b}_734ef24.json, ..._1b_fla_ce3036b.json, ..._h8_34f0258.json,
+..._{100m,350m}_fla_ec96206.json)
 and the backward's bytes
 (route/bwd_fold.plan_bytes)."""
 from __future__ import annotations
@@ -73,9 +74,11 @@ def test_routing_numbers_are_the_floors_and_the_kernel_table():
             f"{_j((r['routing_x_stack'] for r in rows), '.2f')}x their stack floor") in text
     assert f"and {_j((r['routing_x_f4'] for r in rows), '.1f')}x the 4-byte floor" in text
     # the newest run of each (shape, H) wins: 1B at H = 1 ran again with FLA in its process (ce3036b),
-    # every shape at H = 8 with main's kernels of 2026-12-07 (34f0258)
+    # every shape at H = 8 with main's kernels of 2026-12-07 (34f0258), 100M and 350M at H = 1 with FLA
+    # and the kernels of 2026-12-07 (ec96206)
     rows_ = [r for name in ("h100_kernel_table_734ef24.json", "h100_kernel_table_1b_734ef24.json",
-                            "h100_kernel_table_1b_fla_ce3036b.json", "h100_kernel_table_h8_34f0258.json")
+                            "h100_kernel_table_1b_fla_ce3036b.json", "h100_kernel_table_h8_34f0258.json",
+                            "h100_kernel_table_100m_fla_ec96206.json", "h100_kernel_table_350m_fla_ec96206.json")
              for r in json.loads((KERN / name).read_text())["rows"]]
     by = {(r["shape"], r["H"], r["backend"]): r for r in rows_}
     keys = [(s, h) for s, h, b in by if b == "triton"]
