@@ -105,3 +105,29 @@ def test_backward_bytes_are_the_plans():
         gather.append(plan_bytes(backward_plan(layout, calls - 1, 0), layout, [8] * calls, d, 2, 4))
     assert (f"moves {_j(fold, '.1f')} bytes per pair-element at 100M / 350M / 1B, "
             f"the gather backward {_j(gather, '.1f')}") in text
+
+
+def test_kernels_readme_where_the_time_goes_is_the_pipe_steps():
+    """mhar_probe/kernels/README.md's "Where the time goes": the table as byte_floors.py renders it from
+    the e035df5 step records, the 09d3627 steps it compares with, and the bullets' shares and ms."""
+    bf = load_script("benchmarks/kernels/byte_floors.py")
+    text = (ROOT / "mhar_probe" / "kernels" / "README.md").read_text()
+    flat = " ".join(text.split())
+
+    def rows(pattern):
+        return [bf.step_rows(json.loads((STEP / pattern.format(p)).read_text()), 2933.0)[0] for p in PRESETS]
+
+    now, then = rows("h100_step_pipe_{}.json"), rows("h100_step_{}.json")
+    assert bf.time_table(now) in text
+    assert (f"the routing took {_j((r['routing_ms'] for r in then), '.2f')} ms, "
+            f"{_j((r['routing_x_stack'] for r in then), '.2f')}x the stack floor") in flat
+    m = now[0]  # 100M
+    assert f"move {m['built_ms'] / m['stack_ms']:.2f}x the stack floor's bytes" in flat
+    g = m["groups"]
+    assert (f"asks them to average {1 / m['target55_x_built']:.0%} of copy over those bytes; they average "
+            f"{1 / m['routing_x_built']:.0%}, the backward {g['bwd']['of_copy']:.0%}, the forward "
+            f"{g['fwd']['of_copy']:.0%} and pair_e {g['pair_e']['of_copy']:.0%}") in flat
+    b = now[2]  # 1B
+    arm = next(r for r in json.loads((STEP / "h100_step_pipe_1b.json").read_text())["results"] if r["arm"] == ARM)
+    fold = next(ms for ms, _, name in arm["profile"]["top_kernels"] if name == "stack_fold_held_kernel")
+    assert f"the held fold**, {fold:.2f} ms of the dout-reading backward's {b['groups']['bwd']['ms']:.2f}" in flat

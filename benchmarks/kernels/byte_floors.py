@@ -43,6 +43,7 @@ GROUPS = {  # kernel group: the kernels' names in a profile
 }
 TARGET = 1.3  # issue 35: routing within 1.3x of F4
 TARGET_STACK = 1.35  # issue 55: routing within 1.35x of the stack floor
+PRESET_NAMES = {"100m": "100M", "350m": "350M", "1b": "1B"}
 
 
 @dataclass(frozen=True)
@@ -96,6 +97,7 @@ def step_rows(doc: dict, copy_gbps: float) -> list[dict]:
         got = group_ms(prof["top_kernels"])
         routing = prof["categories_ms"]["routing"]
         rows.append(dict(preset=r["preset"], arm=r["arm"], vocab=doc["meta"]["args"].get("vocab"),
+                         batch=r["batch"], seq=r["seq"],
                          f4_ms=fl.f4, stack_ms=fl.stack, built_ms=fl.built_total, routing_ms=routing,
                          routing_x_f4=routing / fl.f4, routing_x_stack=routing / fl.stack,
                          routing_x_built=routing / fl.built_total,
@@ -122,6 +124,20 @@ def issue55_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def time_table(rows: list[dict]) -> str:
+    """Markdown, mhar_probe/kernels/README.md's "Where the time goes": per profiled step row (the
+    training microbatch), the routing's device ms, each group's ms with its built bytes' share of copy
+    speed, and the routing against the stack floor, F4 and the built bytes at copy speed."""
+    lines = ["| training microbatch | routing | forward | gather + fold | pair_e | x stack floor | x F4 "
+             "| x the built bytes at copy speed |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        g = r["groups"]
+        cells = " | ".join(f"{g[k]['ms']:.2f} ({g[k]['of_copy']:.0%})" for k in ("fwd", "bwd", "pair_e"))
+        lines.append(f"| {PRESET_NAMES.get(r['preset'], r['preset'])} ({r['batch']}x{r['seq']}) | {r['routing_ms']:.2f} ms | "
+                     f"{cells} | {r['routing_x_stack']:.2f}x | {r['routing_x_f4']:.2f}x | {r['routing_x_built']:.2f}x |")
+    return "\n".join(lines)
+
+
 def main(argv: list[str] | None = None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("files", nargs="*", help="train_throughput.py JSON files (profiled)")
@@ -131,6 +147,8 @@ def main(argv: list[str] | None = None) -> None:
     ap.add_argument("--out", default="", help="write the rows as JSON here")
     ap.add_argument("--issue55", action="store_true",
                     help="also print issue 55's target against the built floor as a markdown table")
+    ap.add_argument("--time-table", action="store_true",
+                    help="also print the kernels README's \"Where the time goes\" table of the profiled steps")
     args = ap.parse_args(argv)
     if args.copy_gbps <= 0:
         raise SystemExit("--copy-gbps must be positive")
@@ -161,6 +179,8 @@ def main(argv: list[str] | None = None) -> None:
                           for g, v in r["groups"].items()))
     if rows and args.issue55:
         print("\n" + issue55_table(rows))
+    if rows and args.time_table:
+        print("\n" + time_table(rows))
     if args.out:
         json.dump(rows, open(args.out, "w"), indent=1)
 
