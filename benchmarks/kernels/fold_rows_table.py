@@ -377,7 +377,8 @@ def render_dot_offline(path: Path) -> str:
 def timed_fold_name(row: dict) -> str:
     """What a fold sweep row ran, by the kernel its profile names: `held` (the card's row),
     `held, pipelined` (a held row's prefetch 2: the source loop under Triton's pipeliner, 62336e5's
-    tree on; 3: `..., narrow tile a source ahead`, 4: `..., 2 stages`, e165915's tree on), or `dot, chunks of JC[, S stages][, w held]` (62336e5's `stack_fold_dot_kernel`, deleted)."""
+    tree on; 3: `..., narrow tile a source ahead`, 4: `..., 2 stages`, e165915's tree, deleted), or
+    `dot, chunks of JC[, S stages][, w held]` (62336e5's `stack_fold_dot_kernel`, deleted)."""
     cfg = row["cfg"]
     if any(k.startswith("stack_fold_dot") for k in row["kernels_ms"]):
         return (f"dot, {cfg[1]} warps, chunks of {cfg[5]}" + (f", {cfg[2] + 1} stages" if cfg[2] else "")
