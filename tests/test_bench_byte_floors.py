@@ -83,6 +83,8 @@ def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):
         bf.main(["--copy-gbps", "0"])
     with pytest.raises(SystemExit, match="--issue55 sets the target against profiled steps"):
         bf.main(["--copy-gbps", "2933", "--issue55"])
+    with pytest.raises(SystemExit, match="--time-table renders profiled steps"):
+        bf.main(["--copy-gbps", "2933", "--time-table"])
     bad = tmp_path / "bad.json"
     bad.write_text("{}")
     with pytest.raises(SystemExit, match="bad.json: not a train_throughput.py result"):
@@ -93,6 +95,8 @@ def test_byte_floors_refuses_bad_input_in_one_line(tmp_path, capsys):
     assert "1b" in capsys.readouterr().out
     bf.main(["--copy-gbps", "2933", str(STEP), "--issue55"])
     assert "| 1B |" in capsys.readouterr().out.split("share of copy now |")[1]
+    bf.main(["--copy-gbps", "2933", str(STEP), "--time-table"])
+    assert "| 1B (" in capsys.readouterr().out.split("x the built bytes at copy speed |")[1]
 
 
 def test_pair_e_dot_plans_and_its_refusal_without_a_gpu(monkeypatch):

@@ -154,6 +154,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("--copy-gbps must be positive")
     if args.issue55 and not args.files:
         raise SystemExit("--issue55 sets the target against profiled steps: give train_throughput.py JSON files")
+    if args.time_table and not args.files:
+        raise SystemExit("--time-table renders profiled steps: give train_throughput.py JSON files")
     print(f"floors at {args.copy_gbps:.0f} GB/s, H = {args.heads}, fold blocks of {args.fold_calls} (ms)")
     print(f"{'preset':7s} {'BxT':>8s} {'F4':>7s} {'stack':>7s} {'x F4':>5s} {'built':>7s} {'x F4':>5s} "
           f"{'1.35stack/built':>15s}  fwd / bwd / pair_e")
